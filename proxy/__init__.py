@@ -1,0 +1,1 @@
+"""asyncrsp: the application (session core, trio shell, analysis, engine)."""

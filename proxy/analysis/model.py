@@ -1,0 +1,136 @@
+"""Domain objects produced by the binary analysis.
+
+Everything that leaves ``proxy.analysis`` is one of these small frozen
+dataclasses; pyelftools and capstone objects never do. Addresses are
+link-time (file) addresses: add the PIE load bias where a runtime address
+is needed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class CoroutineKind(enum.Enum):
+    ASYNC_FN = "async fn"
+    ASYNC_BLOCK = "async block"
+    ASYNC_CLOSURE = "async closure"
+    UNKNOWN = "coroutine"
+
+
+class Era(enum.Enum):
+    """How the compiler emits a coroutine's resume function."""
+
+    MODERN = "modern"  # rustc >= 1.67: the resume fn is Future::poll itself
+    GENFUTURE = "genfuture"  # rustc < 1.67: <GenFuture<T> as Future>::poll wraps it
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoc:
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A field of a state-machine variant: the awaitee or a live local."""
+
+    name: str
+    offset: int  # from the start of the coroutine object
+    size: int
+    type_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """One variant of a coroutine state machine."""
+
+    value: int  # the __state discriminant: 0 Unresumed, 1 Returned, 2 Panicked, 3+N SuspendN
+    name: str  # "Unresumed", "Returned", "Panicked", "Suspend0", ...
+    loc: SourceLoc | None  # for SuspendN: the .await; else fn line / closing brace
+    awaitee: Member | None = None
+    locals: tuple[Member, ...] = ()
+
+    @property
+    def suspend_index(self) -> int | None:
+        return self.value - 3 if self.value >= 3 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The memory layout of one coroutine state-machine type (an ``*_env#N``)."""
+
+    type_name: str  # fully qualified DWARF name, e.g. "rt::a::{async_fn_env#0}"
+    size: int
+    state_offset: int
+    state_size: int  # 1 or 2 (u16 past 256 states)
+    states: tuple[State, ...]
+    align: int = 8
+
+    def state(self, value: int) -> State | None:
+        for s in self.states:
+            if s.value == value:
+                return s
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeFn:
+    """A coroutine resume function that exists as code."""
+
+    low_pc: int
+    high_pc: int
+    symbol: str  # mangled linkage name ("" when unknown)
+    name: str  # demangled, e.g. "rt::a::{async_fn#0}"
+    path: str  # the async fn / block's path without the closure part, e.g. "rt::a"
+    kind: CoroutineKind
+    era: Era
+    decl: SourceLoc | None
+    rets: tuple[int, ...]  # addresses of every return instruction
+    other_exits: tuple[int, ...] = ()  # e.g. call _Unwind_Resume (panic paths)
+    layout_name: str | None = None  # key into Inventory.layouts
+    self_in: str = "rdi"  # register that holds the self pointer at entry (rsi for sret)
+
+
+@dataclass(frozen=True, slots=True)
+class InlinedCoroutine:
+    """A coroutine inlined into another resume function (release builds)."""
+
+    name: str
+    layout_name: str | None
+    parent_low_pc: int  # the out-of-line resume fn that contains it
+    ranges: tuple[tuple[int, int], ...]
+    call_loc: SourceLoc | None
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A source frame for a pc; inlined frames come innermost first."""
+
+    function: str
+    loc: SourceLoc | None
+    inlined: bool = False
+
+
+@dataclass(slots=True)
+class Inventory:
+    """Everything the proxy needs to know about one binary's coroutines."""
+
+    build_id: str | None
+    path: str
+    pie: bool
+    entry: int
+    resume_fns: list[ResumeFn] = field(default_factory=list)
+    layouts: dict[str, Layout] = field(default_factory=dict)
+    inlined: list[InlinedCoroutine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # partial results say why
+
+    def resume_fn_at(self, addr: int) -> ResumeFn | None:
+        for f in self.resume_fns:
+            if f.low_pc <= addr < f.high_pc:
+                return f
+        return None

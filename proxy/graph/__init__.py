@@ -1,0 +1,1 @@
+"""The await-graph engine: pure logic fed with poll events."""
