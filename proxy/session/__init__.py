@@ -1,0 +1,1 @@
+"""The session core: a pure state machine of one client <-> stub session."""

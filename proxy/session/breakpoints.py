@@ -1,0 +1,66 @@
+"""Who owns which breakpoint (DESIGN.md §3 rule 1).
+
+Theory of operation: the client and the proxy each keep their own set of
+breakpoints keyed by (type, address, kind). The stub sees the union: a `Z`
+goes upstream only when the union gains an entry, a `z` only when it loses
+one; every other insert/remove is answered `OK` locally. gdbserver keeps one
+breakpoint per address for all users (a second `Z0` is a no-op and a single
+`z0` removes it), which is why the union must be kept here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BpKey = tuple[int, int, int]  # (type, addr, kind)
+
+
+@dataclass(slots=True)
+class BreakpointTable:
+    client: dict[BpKey, bytes] = field(default_factory=dict)  # key -> raw cond/cmd list
+    proxy: set[BpKey] = field(default_factory=set)
+
+    def _in_union(self, key: BpKey) -> bool:
+        return key in self.client or key in self.proxy
+
+    def client_insert(self, key: BpKey, conditions: bytes = b"") -> bool:
+        """Record a client insert; True when the stub must be told."""
+        new = not self._in_union(key)
+        self.client[key] = conditions
+        return new
+
+    def client_remove(self, key: BpKey) -> bool:
+        had = key in self.client
+        self.client.pop(key, None)
+        return had and key not in self.proxy
+
+    def proxy_insert(self, key: BpKey) -> bool:
+        new = not self._in_union(key)
+        self.proxy.add(key)
+        return new
+
+    def proxy_remove(self, key: BpKey) -> bool:
+        had = key in self.proxy
+        self.proxy.discard(key)
+        return had and key not in self.client
+
+    def proxy_key_at(self, addr: int) -> BpKey | None:
+        for key in self.proxy:
+            if key[1] == addr:
+                return key
+        return None
+
+    def client_owns(self, addr: int) -> bool:
+        return any(k[1] == addr and k[0] in (0, 1) for k in self.client)
+
+    def proxy_owns(self, addr: int) -> bool:
+        return self.proxy_key_at(addr) is not None
+
+    def proxy_only(self) -> list[BpKey]:
+        """Proxy breakpoints the stub holds only for the proxy (to remove on leave)."""
+        return sorted(k for k in self.proxy if k not in self.client)
+
+    def forget_all(self) -> None:
+        """The process is gone: nothing is planted any more."""
+        self.client.clear()
+        self.proxy.clear()
