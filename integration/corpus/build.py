@@ -1,0 +1,343 @@
+"""Builds the offline Rust test corpus for every configuration.
+
+Theory of operation
+-------------------
+The corpus is one cargo package (``integration/corpus``) with one binary per
+program, so all programs of a configuration share one build of tokio. Crates
+come from Debian's packaged sources (``.cargo/config.toml`` replaces
+crates.io with ``/usr/share/cargo/registry`` and sets ``offline``).
+
+A *configuration* is a toolchain plus a profile plus flags. Each one has its
+own cargo target dir, ``integration/build/cargo-target/<config>``, so cargo's
+own freshness check makes a warm build a no-op; the finished binaries are
+copied (atomically, by rename) to ``integration/build/corpus/<config>/<program>``.
+
+Toolchains:
+
+* ``new``: rustup's cargo and rustc (1.95 on this image, ``~/.cargo/bin``).
+  Needs rustc >= 1.85 (async closures in ``nested``).
+* ``old``: Debian's rustc 1.63 (``/usr/bin/rustc``) driven by Debian's cargo
+  package (``/usr/bin/cargo``, cargo 1.65). Cargo 1.95 cannot drive rustc
+  1.63: it asks rustc for ``--print=split-debuginfo``, which 1.63 rejects.
+  Both cargos read the committed ``Cargo.lock`` because it is kept at lock
+  format version 3 (cargo 1.65 cannot read version 4; cargo 1.95 keeps the
+  version of an existing lock file). Cargo 1.65 warns that the ``[lints]``
+  key is unused: harmless. Sources newer than 1.63 sit in modules left out by
+  ``--cfg old_rustc`` (their first line says ``// corpus: min-rustc X.Y``).
+
+A configuration whose toolchain is missing is skipped with a ``SkipReason``.
+
+Usage::
+
+    python integration/corpus/build.py [--config NAME ...] [--program NAME ...]
+
+and from Python: ``build(configs=None, programs=None)`` and
+``binary(config, program)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+CORPUS_DIR = Path(__file__).resolve().parent
+REPO_DIR = CORPUS_DIR.parent.parent
+BUILD_DIR = REPO_DIR / "integration" / "build"
+OUT_DIR = BUILD_DIR / "corpus"
+TARGET_ROOT = BUILD_DIR / "cargo-target"
+
+PROGRAMS: tuple[str, ...] = ("nested", "tokio_app")
+
+NEW_MIN_RUSTC = (1, 85)
+OLD_RUSTC = Path("/usr/bin/rustc")
+OLD_CARGO = Path("/usr/bin/cargo")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One way of building the corpus: a toolchain, a profile and flags."""
+
+    name: str
+    toolchain: str  # "new" (rustup 1.95) or "old" (Debian 1.63)
+    release: bool
+    profile_env: Mapping[str, str] = field(default_factory=dict)
+    rustflags: tuple[str, ...] = ()
+
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        Config("debug", "new", release=False),
+        Config("release", "new", release=True),
+        Config("release-fp", "new", release=True, rustflags=("-C", "force-frame-pointers=yes")),
+        Config(
+            "release-lines",
+            "new",
+            release=True,
+            profile_env={"CARGO_PROFILE_RELEASE_DEBUG": "line-tables-only"},
+        ),
+        Config(
+            "lto",
+            "new",
+            release=True,
+            profile_env={"CARGO_PROFILE_RELEASE_LTO": "fat"},
+        ),
+        Config("old-debug", "old", release=False, rustflags=("--cfg", "old_rustc")),
+        Config("old-release", "old", release=True, rustflags=("--cfg", "old_rustc")),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SkipReason:
+    """Why a (config, program) was not built: a missing toolchain."""
+
+    config: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"skipped {self.config}: {self.reason}"
+
+
+class CorpusError(Exception):
+    """Bad request (unknown config/program) or a failed build."""
+
+
+class BuildFailed(CorpusError):
+    """cargo exited non-zero; carries the command and the end of its output."""
+
+    def __init__(self, config: str, command: Sequence[str], output: str) -> None:
+        tail = "\n".join(output.splitlines()[-40:])
+        super().__init__(f"corpus build of {config!r} failed: {' '.join(command)}\n{tail}")
+        self.config = config
+        self.command = tuple(command)
+        self.output = output
+
+
+@dataclass(frozen=True, slots=True)
+class Toolchain:
+    """Resolved paths of one toolchain's cargo and rustc."""
+
+    cargo: Path
+    rustc: Path
+    version: tuple[int, int]
+
+
+def _rustc_version(rustc: Path) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run(
+            [str(rustc), "--version"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.match(r"rustc (\d+)\.(\d+)", out)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _new_toolchain() -> Toolchain | SkipReason:
+    """rustup's cargo+rustc; PATH's cargo may be Debian's old one, so check."""
+    home_bin = Path.home() / ".cargo" / "bin"
+    candidates = [home_bin]
+    found = shutil.which("cargo")
+    if found:
+        candidates.append(Path(found).parent)
+    for directory in candidates:
+        cargo, rustc = directory / "cargo", directory / "rustc"
+        if not (cargo.exists() and rustc.exists()):
+            continue
+        version = _rustc_version(rustc)
+        if version is not None and version >= NEW_MIN_RUSTC:
+            return Toolchain(cargo, rustc, version)
+    need = ".".join(map(str, NEW_MIN_RUSTC))
+    return SkipReason("new", f"no cargo+rustc >= {need} in ~/.cargo/bin or PATH (install rustup)")
+
+
+def _old_toolchain() -> Toolchain | SkipReason:
+    if not OLD_RUSTC.exists():
+        return SkipReason("old", f"{OLD_RUSTC} missing (apt-get install rustc)")
+    if not OLD_CARGO.exists():
+        return SkipReason("old", f"{OLD_CARGO} missing (apt-get install cargo)")
+    version = _rustc_version(OLD_RUSTC)
+    if version is None:
+        return SkipReason("old", f"{OLD_RUSTC} --version failed")
+    return Toolchain(OLD_CARGO, OLD_RUSTC, version)
+
+
+@lru_cache(maxsize=None)
+def toolchain(kind: str) -> Toolchain | SkipReason:
+    """The toolchain of kind ``new`` or ``old``, or why it is unavailable."""
+    return _new_toolchain() if kind == "new" else _old_toolchain()
+
+
+def output_path(config: str, program: str) -> Path:
+    """Where the built binary of ``program`` under ``config`` lives."""
+    return OUT_DIR / config / program
+
+
+def _cargo_env(config: Config, tools: Toolchain) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CARGO_PROFILE_", "CARGO_BUILD_", "CARGO_TARGET_"))
+        and k not in ("RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "RUSTC", "RUSTC_WRAPPER", "RUSTUP_TOOLCHAIN")
+    }
+    env["RUSTC"] = str(tools.rustc)
+    env["RUSTDOC"] = str(tools.rustc.with_name("rustdoc"))
+    # Put the chosen toolchain first so build scripts find the same rustc.
+    env["PATH"] = f"{tools.rustc.parent}{os.pathsep}{env.get('PATH', '')}"
+    env["RUSTFLAGS"] = " ".join(config.rustflags)
+    env.update(config.profile_env)
+    return env
+
+
+def _cargo_command(config: Config, tools: Toolchain, programs: Iterable[str]) -> list[str]:
+    command = [str(tools.cargo), "build", "--target-dir", str(TARGET_ROOT / config.name)]
+    if config.release:
+        command.append("--release")
+    for program in programs:
+        command += ["--bin", program]
+    return command
+
+
+def _install(config: Config, program: str) -> Path:
+    """Copies cargo's binary to the output dir by an atomic rename."""
+    profile_dir = "release" if config.release else "debug"
+    built = TARGET_ROOT / config.name / profile_dir / program
+    target = output_path(config.name, program)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{program}.")
+    os.close(fd)
+    shutil.copy2(built, tmp)
+    os.replace(tmp, target)
+    return target
+
+
+def _check_programs(programs: Iterable[str]) -> list[str]:
+    names = list(programs)
+    unknown = [p for p in names if p not in PROGRAMS]
+    if unknown:
+        raise CorpusError(f"unknown program(s) {unknown}; known: {', '.join(PROGRAMS)}")
+    return names
+
+
+def _config(name: str) -> Config:
+    try:
+        return CONFIGS[name]
+    except KeyError:
+        raise CorpusError(f"unknown config {name!r}; known: {', '.join(CONFIGS)}") from None
+
+
+def build_config(name: str, programs: Sequence[str] = PROGRAMS) -> dict[str, Path] | SkipReason:
+    """Builds ``programs`` under one config with one cargo run."""
+    config = _config(name)
+    names = _check_programs(programs)
+    tools = toolchain(config.toolchain)
+    if isinstance(tools, SkipReason):
+        return SkipReason(name, tools.reason)
+    command = _cargo_command(config, tools, names)
+    result = subprocess.run(
+        command,
+        cwd=CORPUS_DIR,
+        env=_cargo_env(config, tools),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise BuildFailed(name, command, result.stdout + result.stderr)
+    return {program: _install(config, program) for program in names}
+
+
+def build(
+    configs: Iterable[str] | None = None, programs: Iterable[str] | None = None
+) -> dict[tuple[str, str], Path | SkipReason]:
+    """Builds every (config, program) asked for (default: all of both).
+
+    Configs are built one after another (one cargo at a time: 2 cores).
+    Raises ``BuildFailed`` when cargo fails, ``CorpusError`` on bad names.
+    """
+    config_names = list(CONFIGS) if configs is None else list(configs)
+    for name in config_names:
+        _config(name)
+    names = _check_programs(PROGRAMS if programs is None else programs)
+    results: dict[tuple[str, str], Path | SkipReason] = {}
+    for name in config_names:
+        built = build_config(name, names)
+        for program in names:
+            results[(name, program)] = built if isinstance(built, SkipReason) else built[program]
+    return results
+
+
+_built_this_process: dict[tuple[str, str], Path] = {}
+
+
+def binary(config: str, program: str) -> Path:
+    """The binary of ``program`` under ``config``, built on first use.
+
+    The first call in a process runs cargo (a no-op ~0.1 s when fresh, so a
+    changed source is always rebuilt); later calls return the cached path.
+    Raises ``CorpusError`` with the skip reason when the toolchain is missing
+    (tests turn that into a skip via ``skip_reason``).
+    """
+    key = (config, program)
+    if key not in _built_this_process:
+        built = build_config(config, [program])
+        if isinstance(built, SkipReason):
+            raise ToolchainMissing(built)
+        _built_this_process[key] = built[program]
+    return _built_this_process[key]
+
+
+class ToolchainMissing(CorpusError):
+    """The config's toolchain is not installed; carries the SkipReason."""
+
+    def __init__(self, skip: SkipReason) -> None:
+        super().__init__(str(skip))
+        self.skip = skip
+
+
+def skip_reason(config: str) -> SkipReason | None:
+    """Why ``config`` cannot be built here, or None when it can."""
+    tools = toolchain(_config(config).toolchain)
+    return SkipReason(config, tools.reason) if isinstance(tools, SkipReason) else None
+
+
+def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", action="append", choices=list(CONFIGS), help="default: all")
+    parser.add_argument("--program", action="append", choices=list(PROGRAMS), help="default: all")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    programs = args.program or list(PROGRAMS)
+    status = 0
+    for name in args.config or list(CONFIGS):
+        started = time.monotonic()
+        try:
+            built = build_config(name, programs)
+        except CorpusError as error:
+            print(error, file=sys.stderr)
+            status = 1
+            continue
+        elapsed = time.monotonic() - started
+        if isinstance(built, SkipReason):
+            print(f"{name:14} {built}")
+        else:
+            print(f"{name:14} built {len(built)} program(s) in {elapsed:6.1f} s -> {OUT_DIR / name}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
