@@ -1,0 +1,114 @@
+"""One side of an RSP link: acknowledgements, no-ack mode, retransmission.
+
+Theory of operation
+-------------------
+`receive_data` feeds the `PacketReader` and handles the link layer itself:
+
+* a good `Packet` is acknowledged with ``+`` (unless in no-ack mode) and
+  returned;
+* a `BadPacket` (checksum mismatch, oversized) is answered with ``-`` so the
+  peer sends it again (unless in no-ack mode) and returned, for logging;
+* an `Ack` forgets the last packet we sent; a `Nack` sends it again, at most
+  `max_retransmits` times in a row, then `TooManyRetransmits` is raised and
+  the connection refuses further use. Neither is returned;
+* `Interrupt` and `Notification` are returned (notifications are never
+  acknowledged: the client answers them with ``vStopped``).
+
+Outgoing bytes accumulate until `data_to_send` takes them, h11-style: the
+caller owns the socket. In no-ack mode (after ``QStartNoAckMode`` was
+answered ``OK``, which the caller observes and reports with `set_no_ack`)
+nothing is acknowledged, nothing is kept for retransmission, and the
+reader stops verifying checksums (gdb does not check them either then).
+"""
+
+from __future__ import annotations
+
+from rsp.errors import LocalProtocolError, TooManyRetransmits
+from rsp.framing import frame
+from rsp.reader import Ack, BadPacket, Event, Nack, Packet, PacketReader
+
+__all__ = ["Connection"]
+
+
+class Connection:
+    """Link-layer state of one end of an RSP connection."""
+
+    max_retransmits = 8
+
+    def __init__(self, *, max_packet: int = 1 << 20) -> None:
+        self.reader = PacketReader(max_packet=max_packet)
+        self.no_ack = False
+        self._out = bytearray()
+        self._last_sent: bytes | None = None
+        self._nacks = 0
+        self._broken: Exception | None = None
+        self.retransmits = 0  # total, for statistics
+
+    def set_no_ack(self) -> None:
+        """Stop acknowledging and retransmitting, from now on."""
+        self.no_ack = True
+        self.reader.check_checksums = False
+        self._last_sent = None
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed bytes from the peer; return the events the caller must see."""
+        self._check_usable()
+        events = self.reader.feed(data)
+        if self.no_ack:
+            return [e for e in events if not isinstance(e, (Ack, Nack))]
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, Packet):
+                self._out += b"+"
+                out.append(event)
+            elif isinstance(event, Ack):
+                self._last_sent = None
+                self._nacks = 0
+            elif isinstance(event, Nack):
+                self._retransmit()
+            else:
+                if isinstance(event, BadPacket):
+                    self._out += b"-"
+                out.append(event)
+        return out
+
+    def _retransmit(self) -> None:
+        if self._last_sent is None:
+            return  # a '-' for nothing we remember (e.g. before no-ack): ignore
+        self._nacks += 1
+        if self._nacks > self.max_retransmits:
+            self._broken = TooManyRetransmits(self._last_sent, self._nacks)
+            raise self._broken
+        self.retransmits += 1
+        self._out += self._last_sent
+
+    def send_packet(self, body: bytes) -> None:
+        """Frame `body` and queue it."""
+        self.send_raw(frame(body))
+
+    def send_raw(self, raw: bytes) -> None:
+        """Queue already-framed bytes verbatim (forwarding a `Packet.raw`)."""
+        self._check_usable()
+        self._out += raw
+        if not self.no_ack:
+            self._last_sent = raw
+            self._nacks = 0
+
+    def send_interrupt(self) -> None:
+        """Queue the interrupt byte (never acknowledged, never resent)."""
+        self._check_usable()
+        self._out += b"\x03"
+
+    def send_ack(self) -> None:
+        """Queue a bare ``+`` (the answer to a stray packet, rarely needed)."""
+        self._out += b"+"
+
+    def data_to_send(self) -> bytes:
+        """Take everything queued so far."""
+        data = bytes(self._out)
+        self._out.clear()
+        return data
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise LocalProtocolError(f"connection is unusable after: {self._broken}")
