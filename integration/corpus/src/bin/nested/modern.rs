@@ -19,15 +19,15 @@ impl Animal for Dog {
     }
 }
 
-pub async fn modern_demo() -> u64 {
+pub async fn modern_part() -> u64 {
     let dog = Dog { loudness: 5 };
-    let spoken = dog.speak().await; // await: modern_demo -> speak
+    let spoken = dog.speak().await; // await: modern_part -> speak
     let offset = 10;
     let add = async |x: u64| -> u64 {
-        let r = c(x).await; // await: modern_demo::{async_closure} -> c
+        let r = c(x).await; // await: modern_part::{async_closure} -> c
         r + offset
     };
-    let closed = add(2).await; // await: modern_demo -> async_closure
+    let closed = add(2).await; // await: modern_part -> async_closure
     println!("locals: spoken={spoken} closed={closed}");
     spoken + closed
 }
