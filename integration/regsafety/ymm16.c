@@ -8,8 +8,14 @@
  * `xmlRegisters=i386` writes the XSAVE area back with AVX-512 at Intel's
  * offsets, which on AMD CPUs with AVX-512 zeroes zmm16-zmm19.
  *
- * Usage: ymm16 [ITERATIONS]   (default 1000)
- * Prints "preserved N/N" or "lost K/N" and exits 0 or 1.
+ * It also counts the iterations in which bp_site held an int3 (0xcc) when
+ * probe() was called: "armed A/N" proves a breakpoint (a client's, or a
+ * proxy's hidden one) really was in place, since a hidden stop is otherwise
+ * invisible to the program and to the client.
+ *
+ * Usage: ymm16 [ITERATIONS [RESULT_FILE]]   (default 1000)
+ * Prints "preserved N/N" or "lost K/N" (also into RESULT_FILE, so a test gets
+ * it whoever holds the program's stdout) and exits 0 or 1.
  * Build: gcc -O1 -mavx512f -mavx512vl -no-pie -o ymm16 ymm16.c
  */
 #include <stdint.h>
@@ -25,18 +31,27 @@ __attribute__((noinline)) void probe(const uint8_t *src, uint8_t *dst) {
                    :: "r"(src), "r"(dst) : "memory", "xmm16");
 }
 
+extern const unsigned char bp_site[];
+
 int main(int argc, char **argv) {
   long n = argc > 1 ? strtol(argv[1], NULL, 10) : 1000;
   uint8_t src[32], dst[32];
-  long lost = 0;
+  long lost = 0, armed = 0;
   for (long i = 0; i < n; i++) {
     for (int j = 0; j < 32; j++) src[j] = (uint8_t)(0xA5 ^ (i * 31 + j * 7) ^ (j << 3)) | 1;
     memset(dst, 0, sizeof dst);
+    armed += *(volatile const unsigned char *)bp_site == 0xcc;
     probe(src, dst);
     if (memcmp(src, dst, sizeof dst) != 0) lost++;
   }
-  if (lost) printf("lost %ld/%ld\n", lost, n);
-  else printf("preserved %ld/%ld\n", n, n);
+  char line[64];
+  if (lost) snprintf(line, sizeof line, "lost %ld/%ld armed %ld/%ld\n", lost, n, armed, n);
+  else snprintf(line, sizeof line, "preserved %ld/%ld armed %ld/%ld\n", n, n, armed, n);
+  fputs(line, stdout);
   fflush(stdout);
+  if (argc > 2) {
+    FILE *f = fopen(argv[2], "w");
+    if (f) { fputs(line, f); fclose(f); }
+  }
   return lost ? 1 : 0;
 }
