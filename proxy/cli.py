@@ -1,0 +1,105 @@
+"""The `asyncrsp` command line (also `python -m proxy`)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+from proxy.app import make_session
+from proxy.shell.serve import ServeError, ServeOptions, parse_listen, serve
+from proxy.shell.upstream import UpstreamError, UpstreamSpec
+
+DEFAULT_LISTEN = "127.0.0.1:2345"
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"where the client connects (default {DEFAULT_LISTEN}; port 0 picks a free one)")
+    p.add_argument("--probe", action="append", default=[], metavar="REGEX",
+                   help="plant a hidden entry breakpoint on every function whose name matches (repeatable)")
+    p.add_argument("--log-packets", metavar="FILE", help="write every byte exchanged to FILE")
+    p.add_argument("--registers", choices=("safe", "full"),
+                   help="safe: keep gdbserver<14 from corrupting AVX-512 registers (default when it could); "
+                        "full: forward xmlRegisters as the client sent it")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="asyncrsp", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="proxy between an RSP client and a stub")
+    s.add_argument("--upstream", required=True, metavar="HOST:PORT|unix:PATH|'|COMMAND'",
+                   help="the stub: a TCP address, a Unix socket, or a command to spawn on a pipe")
+    s.add_argument("--elf", metavar="PATH", help="the program's file (default: asked from the stub)")
+    _add_common(s)
+    r = sub.add_parser("run", help="start gdbserver on PROGRAM behind the proxy and print the gdb command")
+    _add_common(r)
+    r.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS]")
+    i = sub.add_parser("inspect", help="print the async structure of a program without running it")
+    i.add_argument("program", metavar="PROGRAM")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--tree", action="store_true", help="the static await tree")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "inspect":
+            return _inspect(args)
+        return _serve(args)
+    except (ServeError, UpstreamError) as err:
+        print(f"asyncrsp: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _serve(args: argparse.Namespace) -> int:
+    host, port = parse_listen(args.listen)
+    elf = getattr(args, "elf", None)
+    if args.command == "run":
+        prog = [a for a in args.program if a != "--"] if args.program[:1] == ["--"] else list(args.program)
+        if not prog:
+            raise ServeError("run: give the program after --, e.g. asyncrsp run -- ./app")
+        if not Path(prog[0]).exists():
+            raise ServeError(f"run: no such program: {prog[0]}")
+        gdbserver = shutil.which("gdbserver")
+        if gdbserver is None:
+            raise ServeError("run: gdbserver is not installed (apt-get install gdbserver)")
+        # --once: a stdio gdbserver otherwise "reopens" its closed stdin forever.
+        upstream = UpstreamSpec("spawn", argv=(gdbserver, "--once", "-", *prog))
+        elf = prog[0]
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        print(f"asyncrsp: connect with:  gdb -ex 'target remote {shown}:{port}' {shlex.quote(prog[0])}",
+              file=sys.stderr, flush=True)
+    else:
+        upstream = UpstreamSpec.parse(args.upstream)
+    if elf is not None and not Path(elf).exists():
+        raise ServeError(f"--elf {elf}: no such file")
+    log = open(args.log_packets, "w", buffering=1) if args.log_packets else None  # noqa: SIM115
+    try:
+        opts = ServeOptions(host, port, upstream, log_packets=log)
+        make = lambda up: make_session(up, probes=args.probe, elf=elf, registers=args.registers)  # noqa: E731
+        return trio.run(serve, opts, make)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    try:
+        from proxy.analysis.report import inspect_main
+    except ImportError:
+        print("asyncrsp: inspect is not available yet in this build", file=sys.stderr)
+        return 2
+    return inspect_main(args.program, as_json=args.json, tree=args.tree, out=sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

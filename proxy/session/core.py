@@ -1,0 +1,712 @@
+"""The session core: one client <-> stub session as a pure state machine.
+
+Theory of operation
+-------------------
+The shell feeds packets from both sides (`client_packet`, `stub_packet`,
+`client_interrupt`, ...) and collects `Action`s (`take_actions`). Nothing
+here awaits, sleeps or touches a socket; time comes from an injected clock.
+
+The link is all-stop RSP: the stub answers requests in order, and a resume
+request is answered by a stop reply (possibly after `O` console packets).
+So the stub side is a FIFO of *waiters*, one per request in flight: the
+client (forward the reply), the client's resume (a stop reply that may be
+the proxy's own hidden stop), or a proxy *procedure*.
+
+A procedure is a generator that yields `Exchange`s (request bodies sent back
+to back) and receives their replies. Procedures run when the proxy needs the
+stub for itself: handling a hidden stop (DESIGN.md §3 rules 2-4, 8), planting
+probes before the client's first resume, removing them before a detach.
+While one runs, client packets are queued (a client never has more than one
+request outstanding) and an interrupt is remembered (rule 8).
+
+What the client believes is kept apart from what the stub does: the
+breakpoint union (`BreakpointTable`), the thread the client selected with
+`Hg` (restored after proxy traffic, rule 6), the client's pending resume
+(re-issued after a hidden stop, rule 3), and the qSupported features each
+side sees (rule 5).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+from rsp.errors import MalformedPacket
+from rsp.framing import frame, rle_expand, unescape_binary
+from rsp.packets.breakpoints import BreakpointPacket, parse_breakpoint
+from rsp.packets.monitor import build_console_output, parse_qrcmd
+from rsp.packets.qsupported import (
+    Feature,
+    build_qsupported_reply,
+    build_qsupported_request,
+    parse_qsupported_reply,
+    parse_qsupported_request,
+)
+from rsp.packets.qxfer import QXferRead, build_qxfer_reply, parse_qxfer
+from rsp.packets.resume import Resume, ResumeAction, parse_resume
+from rsp.packets.stop import StopReply, parse_stop_reply
+from rsp.threads import ThreadId
+
+from .actions import Action, Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
+from .breakpoints import BpKey, BreakpointTable
+from .probes import Probe, ProbeStats
+
+# Features the client must not see (rule 5).
+_HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands", "QNonStop")
+# Objects the proxy answers itself through qXfer.
+PROXY_QXFER_OBJECTS = ("asyncrsp.graph",)
+PC_REGNUM_AMD64 = 16
+SIGINT = 2
+SIGTRAP = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """Requests a procedure sends back to back; it receives their replies."""
+
+    bodies: tuple[bytes, ...]
+    resume: bool = False  # the last body resumes the program: its reply is a stop reply
+
+
+Procedure = Generator[Exchange, list[bytes], None]
+
+
+@dataclass(slots=True)
+class _Waiter:
+    kind: str  # "client", "client-resume", "proc"
+    resume: bool = False
+
+
+@dataclass(slots=True)
+class SessionConfig:
+    registers_safe: bool = True
+    # Resolve probe patterns against the program: (elf path or None, runtime AT_ENTRY or None) -> probes.
+    resolve_probes: Callable[[str | None, int | None], list[Probe]] | None = None
+    elf_path: str | None = None
+    # Answer `monitor async ...`: (command text, session) -> output text.
+    monitor: Callable[[str, "Session"], str] | None = None
+    # Serve proxy-owned qXfer objects: (object, annex, session) -> document bytes or None.
+    qxfer: Callable[[str, str, "Session"], bytes | None] | None = None
+    # A complete target description for a stub that answers without registers.
+    target_xml: dict[str, str] | None = None
+    clock: Callable[[], float] = time.perf_counter
+
+
+@dataclass(slots=True)
+class _Stopped:
+    """What we know of the last stop the client saw."""
+
+    thread: ThreadId | None
+    pc: int | None
+
+
+@dataclass(slots=True)
+class SessionStats:
+    hidden_stops: int = 0
+    shared_stops: int = 0  # probe hits at a client breakpoint too: processed and reported
+    hidden_time: float = 0.0
+    interrupts_during_hidden: int = 0
+    client_packets: int = 0
+    stub_packets: int = 0
+    probe_stats: ProbeStats = field(default_factory=ProbeStats)
+
+
+class Session:
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.bps = BreakpointTable()
+        self.stats = SessionStats()
+        self.probes: dict[int, Probe] = {}  # runtime address -> probe
+        self._actions: list[Action] = []
+        self._waiters: deque[_Waiter] = deque()
+        self._proc: Procedure | None = None
+        self._proc_replies: list[bytes] = []
+        self._proc_expect = 0
+        self._client_queue: deque[bytes] = deque()
+        self._closing = False
+        # what the client believes / asked
+        self.client_features: list[Feature] = []
+        self.stub_features: list[Feature] = []
+        self.client_g_thread: bytes | None = None  # raw thread id of the client's last Hg
+        self._resume: Resume | None = None  # the client's outstanding resume
+        self._interrupt_pending = False
+        self._interrupt_forwarded = False
+        self._stopped: _Stopped | None = None
+        self._planted = False
+        self._plant_failed: str | None = None
+        self._program_exited = False
+        self._serve_own_tdesc = False
+        self.pc_regnum = PC_REGNUM_AMD64
+        self.exec_file: str | None = config.elf_path
+        self.load_bias: int | None = None
+        self.register_notice = "registers: " + ("safe" if config.registers_safe else "full")
+
+    # ------------------------------------------------------------------ output
+    def take_actions(self) -> list[Action]:
+        out, self._actions = self._actions, []
+        return out
+
+    def _emit(self, action: Action) -> None:
+        self._actions.append(action)
+
+    def _to_stub(self, body: bytes, waiter: _Waiter) -> None:
+        self._waiters.append(waiter)
+        self._emit(ToStub(body))
+
+    # ------------------------------------------------------------------ inputs
+    @property
+    def running(self) -> bool:
+        """True while the client waits for a stop reply."""
+        return self._resume is not None
+
+    def client_packet(self, body: bytes, raw: bytes) -> None:
+        self.stats.client_packets += 1
+        if self._proc is not None or self._waiters_for_client():
+            self._client_queue.append(body)
+            return
+        self._dispatch_client(body, raw)
+
+    def client_interrupt(self) -> None:
+        if self._proc is not None:
+            # Rule 8: the hidden stop in progress ends in a SIGINT stop.
+            self._interrupt_pending = True
+            self.stats.interrupts_during_hidden += 1
+            return
+        if self.running and not self._interrupt_forwarded:
+            self._interrupt_forwarded = True
+            self._emit(ToStubRaw(b"\x03"))
+        # An interrupt while stopped means nothing to an all-stop stub.
+
+    def stub_packet(self, body: bytes, raw: bytes) -> None:
+        self.stats.stub_packets += 1
+        if not self._waiters:
+            # Unsolicited: console output or a stray reply; the client sorts it out.
+            self._emit(ToClientRaw(raw))
+            return
+        waiter = self._waiters[0]
+        if waiter.resume and _is_console_output(body):
+            if self.running:
+                self._emit(ToClientRaw(raw))
+            return
+        self._waiters.popleft()
+        if b"*" in body:  # gdbserver run-length encodes replies (rule 7)
+            body = rle_expand(body)
+        if waiter.kind == "drop":
+            if body != b"OK":
+                self._emit(Notice(f"the stub refused to re-insert a probe: {body[:40]!r}"))
+        elif waiter.kind == "proc":
+            self._proc_replies.append(body)
+            if len(self._proc_replies) == self._proc_expect:
+                replies, self._proc_replies = self._proc_replies, []
+                self._step_proc(replies)
+        elif waiter.kind == "client-resume":
+            self._on_stop_reply(body, raw)
+        else:
+            self._on_client_reply(body, raw)
+        self._drain_client_queue()
+
+    def client_closed(self) -> None:
+        """The client hung up: take the proxy's breakpoints out, then go."""
+        self._closing = True
+        self._client_queue.clear()
+        if self._program_exited or not self.bps.proxy_only():
+            self._emit(Close("client disconnected"))
+            return
+        if self.running:
+            if not self._interrupt_forwarded:
+                self._interrupt_forwarded = True
+                self._emit(ToStubRaw(b"\x03"))
+            return  # the stop reply arrives, then we clean up (see _on_stop_reply)
+        if self._proc is None:
+            self._start_proc(self._proc_leave())
+
+    def stub_closed(self) -> None:
+        self._emit(Notice("the stub closed the connection"))
+        self._emit(Close("stub disconnected"))
+
+    # ------------------------------------------------------------ client side
+    def _waiters_for_client(self) -> bool:
+        return any(w.kind != "proc" for w in self._waiters)
+
+    def _drain_client_queue(self) -> None:
+        while self._client_queue and self._proc is None and not self._waiters_for_client():
+            body = self._client_queue.popleft()
+            self._dispatch_client(body, None)
+
+    def _forward(self, body: bytes, raw: bytes | None, resume: bool = False) -> None:
+        self._waiters.append(_Waiter("client-resume" if resume else "client", resume))
+        self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+
+    def _reply(self, body: bytes) -> None:
+        self._emit(ToClient(body))
+
+    def _dispatch_client(self, body: bytes, raw: bytes | None) -> None:
+        if self._closing:
+            return
+        head = body[:1]
+        try:
+            if body.startswith(b"qSupported"):
+                return self._client_qsupported(body)
+            if body == b"QStartNoAckMode":
+                # Each side of the proxy negotiates no-ack on its own.
+                self._reply(b"OK")
+                self._emit(SetNoAck("client"))
+                return None
+            if head in (b"Z", b"z") and body[1:2] in (b"0", b"1"):
+                return self._client_breakpoint(body, raw)
+            if head == b"H" and body[1:2] == b"g":
+                self.client_g_thread = body[2:]
+                return self._forward(body, raw)
+            if body.startswith(b"qRcmd,"):
+                return self._client_monitor(body, raw)
+            if body.startswith(b"qXfer:"):
+                return self._client_qxfer(body, raw)
+            if head in (b"D", b"k") or body.startswith(b"vKill"):
+                return self._client_leave(body, raw)
+            if head in (b"G", b"P") and self._stopped is not None:
+                self._stopped.pc = None  # the client may have moved the pc
+            resume = parse_resume(body)
+            if resume is not None:
+                return self._client_resume(resume, body, raw)
+        except MalformedPacket as err:
+            self._emit(Notice(f"malformed packet from the client: {err}"))
+        self._forward(body, raw)
+        return None
+
+    def _client_qsupported(self, body: bytes) -> None:
+        feats = parse_qsupported_request(body)
+        self.client_features = feats
+        upstream = [f for f in feats if f.name != "swbreak"]
+        upstream.append(Feature("swbreak", "+"))  # rule 5: pc at the breakpoint, with a reason
+        if self.config.registers_safe:
+            upstream = _strip_xml_registers(upstream)  # rule 11
+        self._start_proc(self._proc_qsupported(build_qsupported_request(upstream)))
+
+    def _proc_qsupported(self, request: bytes) -> Procedure:
+        (reply,) = yield Exchange((request,))
+        feats = parse_qsupported_reply(reply)
+        self.stub_features = feats
+        if _feature_on(feats, "QStartNoAckMode"):
+            (ok,) = yield Exchange((b"QStartNoAckMode",))
+            if ok == b"OK":
+                self._emit(SetNoAck("stub"))
+        shown = [f for f in feats if f.name not in _HIDDEN_FROM_CLIENT]
+        for obj in PROXY_QXFER_OBJECTS:
+            shown.append(Feature(f"qXfer:{obj}:read", "+"))
+        if not _feature_on(shown, "qXfer:osdata:read"):
+            shown.append(Feature("qXfer:osdata:read", "+"))
+        self._reply(build_qsupported_reply(shown))
+
+    def _client_breakpoint(self, body: bytes, raw: bytes | None) -> None:
+        bp = parse_breakpoint(body)
+        key: BpKey = (bp.type, bp.addr, bp.kind)
+        if bp.insert:
+            if self.bps.client_insert(key, bp.conditions):
+                self._forward(body, raw)
+            else:
+                self._reply(b"OK")
+        else:
+            if self.bps.client_remove(key):
+                self._forward(body, raw)
+            else:
+                self._reply(b"OK")
+
+    def _client_monitor(self, body: bytes, raw: bytes | None) -> None:
+        text = parse_qrcmd(body)
+        words = text.split()
+        if not words or words[0] != "async" or self.config.monitor is None:
+            return self._forward(body, raw)
+        try:
+            out = self.config.monitor(text, self)
+        except Exception as err:  # a command must never take the session down
+            out = f"asyncrsp: internal error in '{text}': {err!r}\n"
+        if out and not out.endswith("\n"):
+            out += "\n"
+        for i in range(0, len(out), 400):
+            self._reply(build_console_output(out[i:i + 400]))
+        self._reply(b"OK")
+        return None
+
+    def _client_qxfer(self, body: bytes, raw: bytes | None) -> None:
+        try:
+            req = parse_qxfer(body)
+        except MalformedPacket:
+            return self._forward(body, raw)
+        if not isinstance(req, QXferRead):
+            return self._forward(body, raw)
+        if req.object == "features" and self._serve_own_tdesc and self.config.target_xml:
+            doc = self.config.target_xml.get(req.annex)
+            if doc is None:
+                self._reply(b"E00")
+            else:
+                self._reply(build_qxfer_reply(doc.encode(), req.offset, req.length))
+            return None
+        own = self._own_qxfer(req)
+        if own is not None:
+            self._reply(build_qxfer_reply(own, req.offset, req.length))
+            return None
+        self._forward(body, raw)
+        return None
+
+    def _own_qxfer(self, req: QXferRead) -> bytes | None:
+        if self.config.qxfer is None:
+            return None
+        if req.object in PROXY_QXFER_OBJECTS or (
+            req.object == "osdata" and req.annex.startswith("async-")
+        ):
+            return self.config.qxfer(req.object, req.annex, self)
+        return None
+
+    def _client_leave(self, body: bytes, raw: bytes | None) -> None:
+        """Rule 9: detach/kill: remove every proxy breakpoint first."""
+        if self.bps.proxy_only() and not self._program_exited:
+            self._start_proc(self._proc_leave(then=(body, raw)))
+        else:
+            self._forward(body, raw)
+
+    def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
+        self._interrupt_forwarded = False
+        self._interrupt_pending = False
+        if not self._planted and self.config.resolve_probes is not None:
+            self._start_proc(self._proc_plant_then_resume(resume, body, raw))
+            return
+        sitting = self._thread_on_proxy_bp(resume)
+        if sitting is not None:
+            self._start_proc(self._proc_step_off_then_resume(resume, body, raw, *sitting))
+            return
+        self._resume = resume
+        self._stopped = None
+        self._forward(body, raw, resume=True)
+
+    def _thread_on_proxy_bp(self, resume: Resume) -> tuple[ThreadId, BpKey] | None:
+        """The last-stopped thread sits on a proxy breakpoint it would re-execute."""
+        st = self._stopped
+        if st is None or st.thread is None or st.pc is None:
+            return None
+        key = self.bps.proxy_key_at(st.pc)
+        if key is None or key[0] != 0:
+            return None
+        action = resume.action_for(st.thread)
+        if action is None:
+            return None
+        return st.thread, key
+
+    # --------------------------------------------------------------- stub side
+    def _on_client_reply(self, body: bytes, raw: bytes) -> None:
+        self._snoop_reply(body)
+        if self._closing:
+            return
+        self._emit(ToClientRaw(raw))
+
+    def _snoop_reply(self, body: bytes) -> None:
+        # A gdbserver that got no xmlRegisters answers target.xml without
+        # registers; a client such as lldb then knows no layout at all.
+        # Serve the matching complete description ourselves (rule 11).
+        if (
+            self.config.target_xml
+            and b"<architecture>i386:x86-64</architecture>" in body
+            and b"<feature" not in body
+            and b"<target" in body
+        ):
+            self._serve_own_tdesc = True
+
+    def _on_stop_reply(self, body: bytes, raw: bytes) -> None:
+        try:
+            sr = parse_stop_reply(body)
+        except MalformedPacket:
+            self._report_stop(None, raw)
+            return
+        if sr.kind in ("W", "X"):
+            self._program_exited = True
+            self.bps.forget_all()
+            self._report_stop(sr, raw)
+            return
+        pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
+        if sr.kind == "T" and sr.signal == SIGTRAP and _is_trap_reason(sr) and pc is not None:
+            probe = self.probes.get(pc)
+            if probe is not None:
+                self.stats.probe_stats.hit(probe, sr.thread)
+                if not self.bps.client_owns(pc) and not self._closing:
+                    self._start_proc(self._proc_hidden_stop(sr, pc, probe))
+                    return
+                self.stats.shared_stops += 1
+        self._report_stop(sr, raw)
+
+    def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None) -> None:
+        """A stop the client sees. Ends the client's resume."""
+        self._resume = None
+        self._interrupt_forwarded = False
+        self._interrupt_pending = False
+        if sr is not None and sr.kind in ("T", "S"):
+            self._stopped = _Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
+        else:
+            self._stopped = None
+        if self._closing:
+            if not self._program_exited and self.bps.proxy_only():
+                self._start_proc(self._proc_leave())
+            else:
+                self._emit(Close("client disconnected"))
+            return
+        if raw is not None:
+            self._emit(ToClientRaw(raw))
+        elif body is not None:
+            self._emit(ToClient(body))
+
+    # -------------------------------------------------------------- procedures
+    def _start_proc(self, proc: Procedure) -> None:
+        assert self._proc is None, "one procedure at a time"
+        self._proc = proc
+        self._advance(proc, None)
+
+    def _step_proc(self, replies: list[bytes]) -> None:
+        assert self._proc is not None
+        self._advance(self._proc, replies)
+
+    def _advance(self, proc: Procedure, replies: list[bytes] | None) -> None:
+        try:
+            ex = proc.send(replies) if replies is not None else next(proc)
+        except StopIteration:
+            if self._proc is proc:
+                self._proc = None
+            self._drain_client_queue()
+            return
+        self._proc_expect = len(ex.bodies)
+        for i, b in enumerate(ex.bodies):
+            last = i == len(ex.bodies) - 1
+            self._to_stub(b, _Waiter("proc", resume=ex.resume and last))
+
+    def _proc_hidden_stop(self, sr: StopReply, pc: int, probe: Probe) -> Procedure:
+        """Rules 2-4 and 8: step the thread over the proxy's breakpoint, resume."""
+        t0 = self.config.clock()
+        self.stats.hidden_stops += 1
+        key = self.bps.proxy_key_at(pc)
+        assert key is not None
+        thread = sr.thread
+        step = _step_packet(thread)
+        _, step_reply = yield Exchange((_z(False, key), step), resume=True)
+        resume = self._resume
+        assert resume is not None
+        try:
+            step_sr: StopReply | None = parse_stop_reply(step_reply)
+        except MalformedPacket:
+            step_sr = None
+        if step_sr is None or step_sr.kind in ("W", "X") or step_sr.signal != SIGTRAP:
+            # Something else happened during the step (rule 4): put the
+            # breakpoint back if the process lives, and report it.
+            if step_sr is not None and step_sr.kind not in ("W", "X"):
+                yield Exchange((_z(True, key),))
+            self.stats.hidden_time += self.config.clock() - t0
+            self._on_stop_reply_after_proc(step_reply)
+            return
+        new_pc = step_sr.pc(self.pc_regnum)
+        report: bytes | None = None
+        action = resume.action_for(thread) if thread is not None else None
+        if self._interrupt_pending or self._interrupt_forwarded or self._closing:
+            report = _sigint_reply(step_reply)
+        elif action is not None and action.op in ("s", "S"):
+            report = step_reply  # the proxy's step is the client's step (rule 3)
+        elif action is not None and action.op == "r" and action.range is not None:
+            lo, hi = action.range
+            if new_pc is None or not lo <= new_pc < hi:
+                report = step_reply
+        if report is not None:
+            yield Exchange((_z(True, key),))
+            self.stats.hidden_time += self.config.clock() - t0
+            self._proc_done_report(report)
+            return
+        # Put the breakpoint back and re-issue the client's resume, back to back.
+        self.stats.hidden_time += self.config.clock() - t0
+        self._proc = None
+        self._to_stub(_z(True, key), _Waiter("drop"))
+        self._waiters.append(_Waiter("client-resume", True))
+        self._emit(ToStub(_without_signals(resume)))
+
+    def _on_stop_reply_after_proc(self, body: bytes) -> None:
+        self._proc = None
+        self._on_stop_reply(body, _frame_for_client(body))
+
+    def _proc_done_report(self, body: bytes) -> None:
+        self._proc = None
+        try:
+            sr: StopReply | None = parse_stop_reply(body)
+        except MalformedPacket:
+            sr = None
+        self._report_stop(sr, None, body)
+
+    def _proc_step_off_then_resume(
+        self, resume: Resume, body: bytes, raw: bytes | None, thread: ThreadId, key: BpKey
+    ) -> Procedure:
+        """Step a thread off a proxy breakpoint before the client's resume (rule 2)."""
+        self._resume = resume
+        _, step_reply = yield Exchange((_z(False, key), _step_packet(thread)), resume=True)
+        yield Exchange((_z(True, key),))
+        self._proc = None
+        action = resume.action_for(thread)
+        if action is not None and action.op in ("s", "S"):
+            self._proc_done_report(step_reply)
+            return
+        try:
+            sr = parse_stop_reply(step_reply)
+        except MalformedPacket:
+            sr = None
+        if sr is None or sr.kind in ("W", "X") or sr.signal != SIGTRAP:
+            self._on_stop_reply(step_reply, _frame_for_client(step_reply))
+            return
+        self._stopped = None
+        self._forward(_without_signals(resume) if _has_signal_for(resume, thread) else body,
+                      None, resume=True)
+
+    def _proc_plant_then_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
+        yield from self._plant()
+        self._proc = None
+        self._client_resume(resume, body, raw)
+
+    def _plant(self) -> Generator[Exchange, list[bytes], None]:
+        """Resolve the probes and insert them (before the program first runs)."""
+        self._planted = True
+        resolve = self.config.resolve_probes
+        assert resolve is not None
+        if self.exec_file is None and _feature_on(self.stub_features, "qXfer:exec-file:read"):
+            (reply,) = yield Exchange((b"qXfer:exec-file:read::0,fff",))
+            if reply[:1] in (b"l", b"m"):
+                self.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
+        entry: int | None = None
+        if _feature_on(self.stub_features, "qXfer:auxv:read"):
+            (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
+            entry = _auxv_entry(reply)
+        try:
+            probes = resolve(self.exec_file, entry)
+        except Exception as err:  # the resolver reports file problems as text
+            self._plant_failed = str(err)
+            self._emit(Notice(f"probes not planted: {err}"))
+            return
+        bodies = []
+        for p in probes:
+            key: BpKey = (0, p.addr, 1)
+            self.probes[p.addr] = p
+            if self.bps.proxy_insert(key):
+                bodies.append(_z(True, key))
+        if bodies:
+            replies = yield Exchange(tuple(bodies))
+            bad = [b for b, r in zip(bodies, replies) if r != b"OK"]
+            if bad:
+                self._emit(Notice(f"{len(bad)} probe(s) could not be inserted: {bad[0]!r}"))
+        self._emit(Notice(f"planted {len(probes)} probe(s)"))
+
+    def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
+        keys = self.bps.proxy_only()
+        if keys:
+            yield Exchange(tuple(_z(False, k) for k in keys))
+        for k in keys:
+            self.bps.proxy_remove(k)
+        self._proc = None
+        if then is not None:
+            self._forward(then[0], then[1])
+        else:
+            # The client is gone: leave the program as gdbserver would
+            # (detach / kill is the stub's call when the link closes).
+            self._emit(Close("client disconnected"))
+
+    # --------------------------------------------------------------- queries
+    def stats_lines(self) -> list[str]:
+        s = self.stats
+        lines = [
+            f"probe hits: {s.probe_stats.total}",
+            f"hidden stops: {s.hidden_stops}",
+            f"shared stops (reported): {s.shared_stops}",
+            f"time in hidden stops: {s.hidden_time * 1e3:.1f} ms"
+            + (f" ({s.hidden_time / s.hidden_stops * 1e6:.0f} us each)" if s.hidden_stops else ""),
+            f"interrupts during hidden stops: {s.interrupts_during_hidden}",
+            self.register_notice.removeprefix("asyncrsp: "),
+        ]
+        if self._plant_failed:
+            lines.append(f"probes not planted: {self._plant_failed}")
+        for name, n in s.probe_stats.by_probe():
+            lines.append(f"  {name}: {n}")
+        return lines
+
+
+# ---------------------------------------------------------------------- helpers
+def _is_console_output(body: bytes) -> bool:
+    return body[:1] == b"O" and body != b"OK" and len(body) > 1
+
+
+def _feature_on(feats: list[Feature], name: str) -> bool:
+    return any(f.name == name and f.value != "-" for f in feats)
+
+
+def _strip_xml_registers(feats: list[Feature]) -> list[Feature]:
+    out = []
+    for f in feats:
+        if f.name == "xmlRegisters":
+            archs = [a for a in f.value.split(",") if a and a != "i386"]
+            if archs:
+                out.append(Feature("xmlRegisters", ",".join(archs)))
+            continue
+        out.append(f)
+    return out
+
+
+def _is_trap_reason(sr: StopReply) -> bool:
+    return sr.reason in ("swbreak", "breakpoint")
+
+
+def _z(insert: bool, key: BpKey) -> bytes:
+    return BreakpointPacket(insert, key[0], key[1], key[2]).build()
+
+
+def _step_packet(thread: ThreadId | None) -> bytes:
+    if thread is None:
+        return b"vCont;s"
+    return b"vCont;s:" + thread.format(thread.pid is not None)
+
+
+def _without_signals(resume: Resume) -> bytes:
+    """Rule 3: the signal was delivered with the first resume; don't repeat it."""
+    if resume.legacy is not None:
+        op = resume.legacy[:1]
+        if op == b"C":
+            return b"c"
+        if op == b"S":
+            return b"s"
+        return resume.legacy
+    acts = tuple(
+        ResumeAction({"C": "c", "S": "s"}.get(a.op, a.op), None, a.thread, a.range)
+        for a in resume.actions
+    )
+    return Resume(acts, None).build()
+
+
+def _has_signal_for(resume: Resume, thread: ThreadId) -> bool:
+    a = resume.action_for(thread)
+    return a is not None and a.op in ("C", "S")
+
+
+def _sigint_reply(step_reply: bytes) -> bytes:
+    """Turn the step's stop reply into the SIGINT stop the client asked for."""
+    if step_reply[:1] == b"T" and len(step_reply) >= 3:
+        return b"T02" + step_reply[3:]
+    return b"S02"
+
+
+def _frame_for_client(body: bytes) -> bytes:
+    return frame(body)
+
+
+def _auxv_entry(reply: bytes) -> int | None:
+    """AT_ENTRY (9) from a qXfer:auxv reply (binary, escaped, 64-bit LE)."""
+    if reply[:1] not in (b"l", b"m"):
+        return None
+    data = unescape_binary(reply[1:])
+    for i in range(0, len(data) - 15, 16):
+        key = int.from_bytes(data[i:i + 8], "little")
+        if key == 9:
+            return int.from_bytes(data[i + 8:i + 16], "little")
+        if key == 0:
+            break
+    return None
+
+
+__all__ = ["Session", "SessionConfig", "Exchange"]

@@ -1,0 +1,29 @@
+"""Hidden probes: resolved addresses and their hit counts."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rsp.threads import ThreadId
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    name: str  # the symbol (demangled where possible)
+    addr: int  # runtime address (load bias applied)
+
+
+@dataclass(slots=True)
+class ProbeStats:
+    total: int = 0
+    per_probe: Counter[str] = field(default_factory=Counter)
+    per_thread: Counter[int] = field(default_factory=Counter)
+
+    def hit(self, probe: Probe, thread: ThreadId | None) -> None:
+        self.total += 1
+        self.per_probe[probe.name] += 1
+        self.per_thread[thread.tid if thread is not None else 0] += 1
+
+    def by_probe(self) -> list[tuple[str, int]]:
+        return sorted(self.per_probe.items())

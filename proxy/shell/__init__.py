@@ -1,0 +1,1 @@
+"""The trio shell: sockets, the spawned stub, the pumps, shutdown."""

@@ -1,0 +1,169 @@
+"""The pumps: bytes from each side into the session core, actions back out.
+
+Theory of operation: one nursery per session with two pump tasks. Each pump
+reads from its stream, feeds its side's `rsp.Connection` (acks, no-ack,
+retransmission), hands packets to the `Session`, then flushes: the session's
+actions become bytes queued on either connection, and both connections'
+pending bytes are written. The session never awaits, so no lock is needed
+around it; writes to each stream are serialised by a per-stream lock.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TextIO
+
+import trio
+
+from proxy.session.actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.core import Session
+from rsp.connection import Connection
+from rsp.errors import ProtocolError
+from rsp.reader import BadPacket, Interrupt, Notification, Packet
+
+_CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError)
+LEAVE_TIMEOUT = 5.0  # seconds to take probes out after the client left
+
+
+class PacketLog:
+    def __init__(self, fh: TextIO | None) -> None:
+        self.fh = fh
+        self.t0 = time.monotonic()
+
+    def write(self, direction: str, data: bytes) -> None:
+        if self.fh is not None:
+            self.fh.write(f"{time.monotonic() - self.t0:10.6f} {direction} {data!r}\n")
+
+
+class Link:
+    def __init__(
+        self,
+        session: Session,
+        client: trio.abc.Stream,
+        stub: trio.abc.Stream,
+        *,
+        log: PacketLog | None = None,
+        notice: "callable[[str], None] | None" = None,  # type: ignore[valid-type]
+    ) -> None:
+        self.session = session
+        self.client, self.stub = client, stub
+        self.cconn, self.sconn = Connection(), Connection()
+        self.client_lock, self.stub_lock = trio.Lock(), trio.Lock()
+        self.log = log or PacketLog(None)
+        self.notice = notice or (lambda text: None)
+        self.closed = trio.Event()
+        self.close_reason = ""
+        self.client_gone = False
+
+    async def run(self) -> str:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump_client)
+            nursery.start_soon(self._pump_stub)
+            await self.closed.wait()
+            nursery.cancel_scope.cancel()
+        return self.close_reason
+
+    # -- pumps
+    async def _pump_client(self) -> None:
+        while True:
+            try:
+                data = await self.client.receive_some(65536)
+            except _CLOSED + (OSError,):
+                data = b""
+            if not data:
+                self.client_gone = True
+                self.session.client_closed()
+                await self._flush()
+                with trio.move_on_after(LEAVE_TIMEOUT):
+                    await self.closed.wait()
+                self._close("client disconnected (probes could not be confirmed removed in time)")
+                return
+            self.log.write("c>", data)
+            try:
+                events = self.cconn.receive_data(data)
+            except ProtocolError as err:
+                self.notice(f"client link broken: {err}")
+                self._close(str(err))
+                return
+            for ev in events:
+                if isinstance(ev, Packet):
+                    self.session.client_packet(ev.body, ev.raw)
+                elif isinstance(ev, Interrupt):
+                    self.session.client_interrupt()
+                elif isinstance(ev, BadPacket):
+                    self.notice(f"bad packet from the client, asked again: {ev.error}")
+            await self._flush()
+
+    async def _pump_stub(self) -> None:
+        while True:
+            try:
+                data = await self.stub.receive_some(65536)
+            except _CLOSED + (OSError,):
+                data = b""
+            if not data:
+                self.session.stub_closed()
+                await self._flush()
+                self._close("stub disconnected")
+                return
+            self.log.write("s>", data)
+            try:
+                events = self.sconn.receive_data(data)
+            except ProtocolError as err:
+                self.notice(f"stub link broken: {err}")
+                self._close(str(err))
+                return
+            for ev in events:
+                if isinstance(ev, Packet):
+                    self.session.stub_packet(ev.body, ev.raw)
+                elif isinstance(ev, Notification):
+                    self.cconn.send_raw(ev.raw)
+                elif isinstance(ev, BadPacket):
+                    self.notice(f"bad packet from the stub, asked again: {ev.error}")
+            await self._flush()
+
+    # -- output
+    async def _flush(self) -> None:
+        for action in self.session.take_actions():
+            if isinstance(action, ToStub):
+                self.sconn.send_packet(action.body)
+            elif isinstance(action, ToStubRaw):
+                if action.raw == b"\x03":
+                    self.sconn.send_interrupt()
+                else:
+                    self.sconn.send_raw(action.raw)
+            elif isinstance(action, ToClient):
+                self.cconn.send_packet(action.body)
+            elif isinstance(action, ToClientRaw):
+                self.cconn.send_raw(action.raw)
+            elif isinstance(action, SetNoAck):
+                await self._send_pending()
+                (self.cconn if action.side == "client" else self.sconn).set_no_ack()
+            elif isinstance(action, Notice):
+                self.notice(action.text)
+            elif isinstance(action, Close):
+                await self._send_pending()
+                self._close(action.reason)
+        await self._send_pending()
+
+    async def _send_pending(self) -> None:
+        out = self.sconn.data_to_send()
+        if out:
+            self.log.write("s<", out)
+            async with self.stub_lock:
+                try:
+                    await self.stub.send_all(out)
+                except _CLOSED + (OSError,):
+                    pass  # the stub pump sees the close and ends the session
+        out = self.cconn.data_to_send()
+        if out and not self.client_gone:
+            self.log.write("c<", out)
+            async with self.client_lock:
+                try:
+                    await self.client.send_all(out)
+                except _CLOSED + (OSError,):
+                    pass
+
+    def _close(self, reason: str) -> None:
+        if not self.closed.is_set():
+            self.close_reason = reason
+            self.closed.set()
