@@ -129,3 +129,17 @@ def test_proxy_safe_hidden_probe_preserves(ymm16: Path, tmp_path: Path, register
     assert (verdict, count) == ("preserved", STOPS)
     if not registers:
         assert "asyncrsp: registers:" in proxy.output(), "no register-mode notice at connect"
+
+
+def test_proxy_full_mode_reports_loss(ymm16: Path, tmp_path: Path) -> None:
+    """The opt-out: `--registers full` forwards xmlRegisters=i386, so on an
+    affected CPU the proxy is exactly as unsafe as gdbserver.  Reported, not
+    asserted (it depends on the CPU)."""
+    result = tmp_path / "result"
+    upstream = h.gdbserver_upstream([str(ymm16), str(STOPS), str(result)])
+    with h.ProxyProcess(upstream, ["--probe", "bp_site", "--registers", "full"]) as proxy:
+        out = h.run_gdb(ymm16, f"127.0.0.1:{proxy.port}", ["continue"])
+    assert "asyncrsp: registers: full" in proxy.output()
+    verdict, count, armed = parse_result(result.read_text())
+    print(f"\nthrough asyncrsp --registers full, hidden probe: {verdict} {count}/{STOPS}; {host_note()}")
+    assert armed == STOPS and "exited" in out

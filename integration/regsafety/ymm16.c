@@ -26,7 +26,7 @@
 __attribute__((noinline)) void probe(const uint8_t *src, uint8_t *dst) {
   __asm__ volatile("vzeroupper\n\t"                 /* ZMM_Hi256 -> init state        */
                    "vmovdqu64 (%0), %%ymm16\n\t"     /* live value in ymm16 (Hi16_ZMM) */
-                   ".globl bp_site\nbp_site:\n\tnop\n\t"
+                   ".globl bp_site\n\t.type bp_site, @function\nbp_site:\n\tnop\n\t"  /* STT_FUNC: --probe matches functions */
                    "vmovdqu64 %%ymm16, (%1)\n\t"
                    :: "r"(src), "r"(dst) : "memory", "xmm16");
 }
