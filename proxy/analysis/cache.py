@@ -1,0 +1,66 @@
+"""On-disk cache of inventories, keyed by the ELF's GNU build-id and the analysis version.
+
+Location: ``$ASYNCRSP_CACHE_DIR``, else ``$XDG_CACHE_HOME/asyncrsp``, else
+``~/.cache/asyncrsp``; a ``cache_dir`` argument overrides all three. One
+pickle file per binary: ``<build-id>-v<ANALYSIS_VERSION>.pickle``. Bump
+``ANALYSIS_VERSION`` whenever the analysis or the model changes what it
+produces. A cache that cannot be read or written is ignored silently: the
+cache only makes things faster.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import tempfile
+from pathlib import Path
+
+from .model import Inventory
+
+ANALYSIS_VERSION = 1
+_SAFE = re.compile(r"^[0-9a-fA-F]{2,128}$")
+
+
+def default_dir() -> Path:
+    if os.environ.get("ASYNCRSP_CACHE_DIR"):
+        return Path(os.environ["ASYNCRSP_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "asyncrsp"
+
+
+def cache_path(build_id: str, cache_dir: Path | None = None) -> Path | None:
+    if not _SAFE.match(build_id):
+        return None
+    return (cache_dir or default_dir()) / f"{build_id}-v{ANALYSIS_VERSION}.pickle"
+
+
+def load(build_id: str, cache_dir: Path | None = None) -> Inventory | None:
+    p = cache_path(build_id, cache_dir)
+    if p is None or not p.is_file():
+        return None
+    try:
+        with p.open("rb") as f:
+            inv = pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+        return None
+    if not isinstance(inv, Inventory) or inv.build_id != build_id:
+        return None
+    return inv
+
+
+def store(inv: Inventory, cache_dir: Path | None = None) -> Path | None:
+    if inv.build_id is None:
+        return None
+    p = cache_path(inv.build_id, cache_dir)
+    if p is None:
+        return None
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(inv, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, p)  # atomic: a concurrent reader sees the old file or the new one
+        return p
+    except OSError:
+        return None

@@ -1,0 +1,290 @@
+"""Lazy access to a binary's DWARF: which unit holds an address, one unit's DIEs, file names, ranges.
+
+Theory of operation: nothing is read until asked. ``unit_at(addr)`` uses
+``.debug_aranges`` (pyelftools); ``unit(offset)`` reads one unit with the fast
+reader of ``dies.py`` and keeps it; ``die(offset)`` finds the unit that holds
+any section offset (a ``DW_FORM_ref_addr`` may point into another unit, as in
+LTO builds) and loads it. File tables come from the unit's line program
+header (pyelftools), range lists are decoded here (``.debug_ranges`` of
+DWARF 4, ``.debug_rnglists`` of DWARF 5).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from bisect import bisect_right
+from typing import Any
+
+from elftools.common.exceptions import DWARFError, ELFError, ELFParseError
+from elftools.dwarf.dwarfinfo import DWARFInfo
+from elftools.elf.elffile import ELFFile
+
+from . import dies as D
+from .elf import ElfImage
+
+_PYELF_ERRORS = (DWARFError, ELFError, ELFParseError, struct.error, ValueError, IndexError, KeyError, AttributeError)
+
+
+class DwarfView:
+    def __init__(self, elf: ElfImage, warnings: list[str]) -> None:
+        self.elf = elf
+        self.warnings = warnings
+        sections = {n: elf.section_data(n) or b"" for n in elf.sections if n.startswith(".debug")}
+        self.reader = D.DieReader(sections)
+        self.sections = sections
+        self.unit_offsets = self.reader.iter_unit_offsets()
+        self._units: dict[int, D.Unit] = {}
+        self._files: dict[int, list[str]] = {}
+        self._pyelf: DWARFInfo | None = None
+        self._aranges: Any = None
+        self._aranges_tried = False
+
+    @staticmethod
+    def open(elf: ElfImage, warnings: list[str]) -> DwarfView | None:
+        if not elf.has_section(".debug_info") or not elf.has_section(".debug_abbrev"):
+            return None
+        try:
+            return DwarfView(elf, warnings)
+        except D.DwarfFormatError as e:
+            warnings.append(f"DWARF unreadable: {e}")
+            return None
+
+    # -- pyelftools for line programs and aranges ------------------------------------
+    def pyelf(self) -> DWARFInfo:
+        if self._pyelf is None:
+            self._pyelf = ELFFile(io.BytesIO(self.elf.data)).get_dwarf_info(relocate_dwarf_sections=False)
+        return self._pyelf
+
+    def has_aranges(self) -> bool:
+        return self._get_aranges() is not None
+
+    def _get_aranges(self) -> Any:
+        if not self._aranges_tried:
+            self._aranges_tried = True
+            data = self.sections.get(".debug_aranges")
+            if data:
+                try:
+                    self._aranges = _parse_aranges(data)
+                except (struct.error, IndexError, ValueError) as e:
+                    self.warnings.append(f".debug_aranges unreadable ({e}): reading every unit")
+        return self._aranges
+
+    def unit_offset_at(self, addr: int) -> int | None:
+        ar = self._get_aranges()
+        if ar is None:
+            return self._unit_offset_at_slow(addr)
+        starts, entries = ar
+        i = bisect_right(starts, addr) - 1
+        if i >= 0:
+            lo, hi, off = entries[i]
+            if lo <= addr < hi:
+                return int(off)
+        return None
+
+    def _unit_offset_at_slow(self, addr: int) -> int | None:
+        for off in self.unit_offsets:
+            u = self.unit(off)
+            if u is not None and any(lo <= addr < hi for lo, hi in self.die_ranges(u, u.top_die)):
+                return off
+        return None
+
+    # -- units and DIEs --------------------------------------------------------------
+    def unit(self, offset: int) -> D.Unit | None:
+        u = self._units.get(offset)
+        if u is None:
+            try:
+                u = self.reader.read_unit(offset, KEEP_TAGS)
+            except D.DwarfFormatError as e:
+                self.warnings.append(str(e))
+                self._units[offset] = u = D.Unit(offset, 0, 8, {}, -1, offset)
+                return None
+            self._units[offset] = u
+        return u if u.top >= 0 else None
+
+    def containing_unit_offset(self, offset: int) -> int | None:
+        i = bisect_right(self.unit_offsets, offset) - 1
+        return self.unit_offsets[i] if i >= 0 else None
+
+    def die(self, offset: int | None) -> D.Die | None:
+        if offset is None:
+            return None
+        uo = self.containing_unit_offset(offset)
+        if uo is None:
+            return None
+        u = self.unit(uo)
+        return u.dies.get(offset) if u is not None else None
+
+    def unit_of(self, die: D.Die) -> D.Unit | None:
+        uo = self.containing_unit_offset(die.offset)
+        return self.unit(uo) if uo is not None else None
+
+    # -- file names --------------------------------------------------------------------
+    def file_name(self, unit: D.Unit, index: int | None) -> str | None:
+        if index is None:
+            return None
+        files = self._files.get(unit.offset)
+        if files is None:
+            files = self._files[unit.offset] = self._read_files(unit)
+        i = index if unit.version >= 5 else index - 1
+        return files[i] if 0 <= i < len(files) else None
+
+    def _read_files(self, unit: D.Unit) -> list[str]:
+        top = unit.top_die
+        if D.AT_STMT_LIST not in top.attrs:
+            return []
+        try:
+            cu = self.pyelf().get_CU_at(unit.offset)
+            lp = self.pyelf().line_program_for_CU(cu)
+        except _PYELF_ERRORS as e:
+            self.warnings.append(f"line table of unit {unit.offset:#x} unreadable: {e}")
+            return []
+        if lp is None:
+            return []
+        return line_program_files(lp, top.get(D.AT_COMP_DIR) or "")
+
+    # -- ranges ------------------------------------------------------------------------
+    def die_ranges(self, unit: D.Unit, die: D.Die) -> list[tuple[int, int]]:
+        low = die.get(D.AT_LOW_PC)
+        if low is not None and (D.AT_HIGH_PC in die.attrs or D.AT_HIGH_PC_OFFSET in die.attrs):
+            high = die.get(D.AT_HIGH_PC)
+            if high is None:
+                high = low + die.attrs[D.AT_HIGH_PC_OFFSET]
+            return [(low, high)] if low else []
+        if D.AT_RANGES in die.attrs or D.AT_RANGES_INDEX in die.attrs:
+            try:
+                return [(lo, hi) for lo, hi in self._ranges(unit, die) if lo and hi > lo]
+            except (IndexError, struct.error) as e:
+                self.warnings.append(f"range list of DIE {die.offset:#x} unreadable: {e}")
+        return []
+
+    def _ranges(self, unit: D.Unit, die: D.Die) -> list[tuple[int, int]]:
+        top = unit.top_die
+        base = top.get(D.AT_LOW_PC) or 0
+        if unit.version < 5:
+            return _debug_ranges(self.sections.get(".debug_ranges", b""), die.attrs[D.AT_RANGES], base)
+        data = self.sections.get(".debug_rnglists", b"")
+        if D.AT_RANGES_INDEX in die.attrs:
+            rbase = top.get(D.AT_RNGLISTS_BASE, 12)
+            (rel,) = struct.unpack_from("<I", data, rbase + 4 * die.attrs[D.AT_RANGES_INDEX])
+            off = rbase + rel
+        else:
+            off = die.attrs[D.AT_RANGES]
+        return _rnglist(data, off, base, self._addrx_reader(unit))
+
+    def _addrx_reader(self, unit: D.Unit) -> Any:
+        addr = self.sections.get(".debug_addr", b"")
+        abase = unit.top_die.get(D.AT_ADDR_BASE, 8)
+
+        def read(i: int) -> int:
+            (v,) = struct.unpack_from("<Q", addr, abase + 8 * i)
+            return int(v)
+
+        return read
+
+
+KEEP_TAGS = frozenset(
+    {
+        D.TAG_COMPILE_UNIT, D.TAG_NAMESPACE, D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION,
+        D.TAG_MEMBER, D.TAG_VARIANT_PART, D.TAG_VARIANT, D.TAG_SUBPROGRAM, D.TAG_FORMAL_PARAMETER,
+        D.TAG_INLINED_SUBROUTINE, D.TAG_POINTER, D.TAG_BASE_TYPE, D.TAG_ARRAY, D.TAG_SUBRANGE,
+        D.TAG_TYPEDEF, D.TAG_SUBROUTINE_TYPE,
+    }
+)
+
+
+def line_program_files(lp: Any, comp_dir: str) -> list[str]:
+    """File names of a pyelftools line program, joined with their directories."""
+    hdr = lp.header
+    version = hdr["version"]
+    dirs = [_s(d) for d in hdr["include_directory"]]
+    out: list[str] = []
+    for fe in hdr["file_entry"]:
+        name = _s(fe.name)
+        di = fe.dir_index
+        if version >= 5:
+            d = dirs[di] if di < len(dirs) else ""
+        else:
+            d = comp_dir if di == 0 else (dirs[di - 1] if di - 1 < len(dirs) else "")
+        full = os.path.join(d, name) if d and not name.startswith("/") else name
+        if not full.startswith("/") and comp_dir:
+            full = os.path.join(comp_dir, full)
+        out.append(os.path.normpath(full))
+    return out
+
+
+def _s(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _parse_aranges(data: bytes) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """``.debug_aranges`` -> sorted (starts, [(lo, hi, unit offset)])."""
+    entries: list[tuple[int, int, int]] = []
+    pos = 0
+    while pos + 12 <= len(data):
+        length, _version, unit_off, addr_size, _seg = struct.unpack_from("<IHIBB", data, pos)
+        if length >= 0xFFFFFFF0 or addr_size != 8:
+            raise ValueError(f"aranges set at {pos:#x}: unsupported format")
+        end = pos + 4 + length
+        p = pos + 16  # header is 12 bytes, tuples are aligned to 16
+        while p + 16 <= end:
+            lo, n = struct.unpack_from("<QQ", data, p)
+            p += 16
+            if lo == 0 and n == 0:
+                break
+            if lo:
+                entries.append((lo, lo + n, unit_off))
+        pos = end
+    entries.sort()
+    return [e[0] for e in entries], entries
+
+
+def _debug_ranges(data: bytes, off: int, base: int) -> list[tuple[int, int]]:
+    out = []
+    while True:
+        lo, hi = struct.unpack_from("<QQ", data, off)
+        off += 16
+        if lo == 0 and hi == 0:
+            return out
+        if lo == 0xFFFFFFFFFFFFFFFF:
+            base = hi
+            continue
+        out.append((base + lo, base + hi))
+
+
+def _rnglist(data: bytes, off: int, base: int, addrx: Any) -> list[tuple[int, int]]:
+    out = []
+    while True:
+        kind = data[off]
+        off += 1
+        if kind == 0:
+            return out
+        if kind == 1:
+            i, off = D._uleb(data, off)
+            base = addrx(i)
+        elif kind == 2:
+            a, off = D._uleb(data, off)
+            b, off = D._uleb(data, off)
+            out.append((addrx(a), addrx(b)))
+        elif kind == 3:
+            a, off = D._uleb(data, off)
+            n, off = D._uleb(data, off)
+            out.append((addrx(a), addrx(a) + n))
+        elif kind == 4:
+            a, off = D._uleb(data, off)
+            b, off = D._uleb(data, off)
+            out.append((base + a, base + b))
+        elif kind == 5:
+            (base,) = struct.unpack_from("<Q", data, off)
+            off += 8
+        elif kind == 6:
+            a, b = struct.unpack_from("<QQ", data, off)
+            off += 16
+            out.append((a, b))
+        elif kind == 7:
+            (a,) = struct.unpack_from("<Q", data, off)
+            n, off = D._uleb(data, off + 8)
+            out.append((a, a + n))
+        else:
+            raise IndexError(f"unknown DW_RLE {kind}")

@@ -1,0 +1,582 @@
+"""The coroutine inventory of a binary: resume functions, their exits, their layouts.
+
+Theory of operation (facts in DESIGN.md §4):
+
+1. Pick the units. Resume functions are closures to the symbol table
+   (``f::{{closure}}`` / ``f::{closure#0}``), and rustc 1.63's wrappers are
+   ``<GenFuture<T> as Future>::poll``; ``.debug_aranges`` maps each such symbol
+   to its unit. Only those units are read (a debug tokio binary: 21 of 44).
+2. In each unit, a subprogram with code whose name is ``{async_fn#N}`` /
+   ``{async_block#N}`` / ``{async_closure#N}`` and whose first parameter is
+   ``Pin<&mut ENV>`` is a modern resume function: ENV (through the member
+   ``pointer``) is its layout, followed by reference, never by name. A
+   subprogram ``poll<...>`` whose first parameter is ``Pin<&mut GenFuture<ENV>>``
+   is a GenFuture-era resume function: ENV through GenFuture's member ``__0``.
+   The inner generator resume of 1.63 takes a ``ResumeTy`` and no described
+   self, so it is not a breakpoint site of its own.
+3. Every struct named ``{async_*_env#N}`` with a ``__state`` variant part is a
+   layout, whether or not a resume function for it survives as code; inlined
+   resume functions appear as ``DW_TAG_inlined_subroutine`` of an
+   ``{async_*#N}`` subprogram and become ``InlinedCoroutine`` entries.
+4. The exits of each resume function come from capstone: instructions in
+   ``CS_GRP_RET``, calls to ``_Unwind_Resume`` (direct, through its PLT stub or
+   its GOT slot), and direct jumps that leave the function (tail jumps; rustc
+   has not been seen to emit them). Register-indirect jumps are jump tables
+   inside the function and are not exits.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import capstone
+from capstone import x86 as cs_x86
+from elftools.common.exceptions import ELFError, ELFParseError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
+
+from . import cache as cache_mod
+from . import dies as D
+from .dwarf import DwarfView
+from .elf import ElfImage, open_elf
+from .model import (
+    CoroutineKind,
+    Era,
+    InlinedCoroutine,
+    Inventory,
+    Layout,
+    Member,
+    ResumeFn,
+    SourceLoc,
+    State,
+)
+
+ASYNC_FN_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)#\d+\}")
+ASYNC_ENV_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)_env#\d+\}")
+_KINDS = {
+    "async_fn": CoroutineKind.ASYNC_FN,
+    "async_block": CoroutineKind.ASYNC_BLOCK,
+    "async_closure": CoroutineKind.ASYNC_CLOSURE,
+}
+_STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
+
+
+def build_inventory(
+    path: str | Path, *, cache_dir: Path | None = None, use_cache: bool = True
+) -> Inventory:
+    """The inventory of one ELF; cached on disk by build-id (``cache_dir`` None: the default place)."""
+    elf = open_elf(path)
+    if use_cache and elf.build_id:
+        hit = cache_mod.load(elf.build_id, cache_dir)
+        if hit is not None:
+            hit.path = str(path)
+            return hit
+    inv = analyse(elf)
+    if use_cache and elf.build_id:
+        cache_mod.store(inv, cache_dir)
+    return inv
+
+
+def analyse(elf: ElfImage) -> Inventory:
+    inv = Inventory(elf.build_id, elf.path, elf.pie, elf.entry, warnings=list(elf.warnings))
+    if elf.build_id is None:
+        inv.warnings.append("no GNU build-id: the analysis is not cached")
+    dwarf = DwarfView.open(elf, inv.warnings)
+    if dwarf is None:
+        inv.warnings.append(
+            "no DWARF (.debug_info): coroutines cannot be told from closures, nothing to report;"
+            " build with debug info (debug=2) for layouts"
+        )
+        return inv
+    _Collector(elf, dwarf, inv).run()
+    return inv
+
+
+# -- unit selection -------------------------------------------------------------------------
+
+
+def candidate_symbol(name: str) -> bool:
+    """Could this symbol be a resume function (a closure, or GenFuture's poll)?"""
+    if name.startswith("_ZN"):
+        return "closure" in name or ("GenFuture" in name and "4poll" in name)
+    if name.startswith("_R"):
+        return "NC" in name or "GenFuture" in name
+    return False
+
+
+def select_units(elf: ElfImage, dwarf: DwarfView) -> list[int]:
+    if not dwarf.has_aranges():
+        dwarf.warnings.append("no usable .debug_aranges: reading every unit (slow)")
+        return list(dwarf.unit_offsets)
+    units: set[int] = set()
+    for s in elf.symbols:
+        if s.is_func and candidate_symbol(s.name):
+            off = dwarf.unit_offset_at(s.addr)
+            if off is not None:
+                units.add(off)
+    return sorted(units)
+
+
+# -- the collector ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Found:
+    die: D.Die
+    unit: D.Unit
+    name: str
+    env: D.Die
+    era: Era
+
+
+class _Collector:
+    def __init__(self, elf: ElfImage, dwarf: DwarfView, inv: Inventory) -> None:
+        self.elf = elf
+        self.dwarf = dwarf
+        self.inv = inv
+        self._qual: dict[int, str] = {}
+        self._tname: dict[int, str] = {}
+
+    def run(self) -> None:
+        found: dict[int, _Found] = {}
+        for uo in select_units(self.elf, self.dwarf):
+            unit = self.dwarf.unit(uo)
+            if unit is None:
+                continue
+            self._scan_unit(unit, found)
+        exits = _ExitFinder(self.elf, self.inv.warnings)
+        for low, f in sorted(found.items()):
+            rf = self._resume_fn(low, f, exits)
+            if rf is not None:
+                self.inv.resume_fns.append(rf)
+
+    # -- per unit ------------------------------------------------------------------------------
+    def _scan_unit(self, unit: D.Unit, found: dict[int, _Found]) -> None:
+        for die in list(unit.dies.values()):
+            if die.tag == D.TAG_STRUCTURE:
+                name = die.get(D.AT_NAME) or ""
+                if ASYNC_ENV_RE.match(name):
+                    self._layout(die)
+            elif die.tag == D.TAG_SUBPROGRAM and die.get(D.AT_LOW_PC):
+                f = self._classify(unit, die)
+                if f is not None and die.attrs[D.AT_LOW_PC] not in found:
+                    found[die.attrs[D.AT_LOW_PC]] = f
+            elif die.tag == D.TAG_INLINED_SUBROUTINE:
+                self._inlined(unit, die)
+
+    def _origin(self, die: D.Die) -> D.Die:
+        seen = 0
+        while seen < 8:
+            ref = die.get(D.AT_ABSTRACT_ORIGIN, die.get(D.AT_SPECIFICATION))
+            nxt = self.dwarf.die(ref) if ref is not None else None
+            if nxt is None:
+                return die
+            die = nxt
+            seen += 1
+        return die
+
+    def _params(self, die: D.Die) -> list[D.Die]:
+        unit = self.dwarf.unit_of(die)
+        if unit is None:
+            return []
+        return [unit.dies[c] for c in die.children if unit.dies[c].tag == D.TAG_FORMAL_PARAMETER]
+
+    def _first_param_type(self, die: D.Die) -> D.Die | None:
+        params = self._params(die) or self._params(self._origin(die))
+        if not params:
+            return None
+        p = params[0]
+        t = p.get(D.AT_TYPE)
+        if t is None:
+            t = self._origin(p).get(D.AT_TYPE)
+        return self._strip_typedefs(self.dwarf.die(t))
+
+    def _strip_typedefs(self, t: D.Die | None) -> D.Die | None:
+        for _ in range(8):
+            if t is None or t.tag != D.TAG_TYPEDEF:
+                return t
+            t = self.dwarf.die(t.get(D.AT_TYPE))
+        return t
+
+    def _member(self, struct_die: D.Die, name: str) -> D.Die | None:
+        unit = self.dwarf.unit_of(struct_die)
+        if unit is None:
+            return None
+        for c in struct_die.children:
+            m = unit.dies[c]
+            if m.tag == D.TAG_MEMBER and m.get(D.AT_NAME) == name:
+                return m
+        return None
+
+    def _pin_target(self, pin: D.Die | None) -> D.Die | None:
+        """``Pin<&mut X>`` -> X, through the member ``pointer`` and the pointer type."""
+        if pin is None or pin.tag != D.TAG_STRUCTURE:
+            return None
+        ptr_member = self._member(pin, "pointer")
+        if ptr_member is None:
+            return None
+        ptr = self._strip_typedefs(self.dwarf.die(ptr_member.get(D.AT_TYPE)))
+        if ptr is None or ptr.tag != D.TAG_POINTER:
+            return None
+        return self._strip_typedefs(self.dwarf.die(ptr.get(D.AT_TYPE)))
+
+    def _is_env(self, t: D.Die | None) -> bool:
+        return t is not None and t.tag == D.TAG_STRUCTURE and self._variant_part(t) is not None
+
+    def _classify(self, unit: D.Unit, die: D.Die) -> _Found | None:
+        origin = self._origin(die)
+        name = origin.get(D.AT_NAME) or ""
+        if ASYNC_FN_RE.match(name):
+            env = self._pin_target(self._first_param_type(die))
+            if env is not None and self._is_env(env):
+                return _Found(die, unit, self.qualname(origin), env, Era.MODERN)
+            return None
+        env = self._genfuture_env(die) or self._genfuture_env(origin)
+        if env is not None:
+            return _Found(die, unit, self.qualname(env).replace("_env#", "#"), env, Era.GENFUTURE)
+        return None
+
+    # -- names ----------------------------------------------------------------------------------
+    def qualname(self, die: D.Die) -> str:
+        q = self._qual.get(die.offset)
+        if q is not None:
+            return q
+        parts = [die.get(D.AT_NAME) or "?"]
+        unit = self.dwarf.unit_of(die)
+        p = die.parent
+        while unit is not None and p is not None:
+            pd = unit.dies[p]
+            if pd.tag in (D.TAG_NAMESPACE, D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION):
+                parts.append(pd.get(D.AT_NAME) or "?")
+            elif pd.tag != D.TAG_SUBPROGRAM:
+                break
+            p = pd.parent
+        q = "::".join(reversed(parts))
+        self._qual[die.offset] = q
+        return q
+
+    def type_name(self, off: int | None, depth: int = 0) -> str:
+        if off is None:
+            return "()"
+        hit = self._tname.get(off)
+        if hit is not None:
+            return hit
+        t = self.dwarf.die(off)
+        if t is None or depth > 12:
+            return "?"
+        name = t.get(D.AT_NAME)
+        if t.tag in (D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION, D.TAG_TYPEDEF):
+            out = self.qualname(t)
+        elif name:
+            out = name
+        elif t.tag == D.TAG_POINTER:
+            out = "*" + self.type_name(t.get(D.AT_TYPE), depth + 1)
+        elif t.tag == D.TAG_ARRAY:
+            out = f"[{self.type_name(t.get(D.AT_TYPE), depth + 1)}; {self._array_len(t)}]"
+        elif t.tag == D.TAG_SUBROUTINE_TYPE:
+            out = "fn()"
+        else:
+            out = "?"
+        self._tname[off] = out
+        return out
+
+    def _array_len(self, t: D.Die) -> str:
+        unit = self.dwarf.unit_of(t)
+        for c in t.children if unit else ():
+            sub = unit.dies[c] if unit else None
+            if sub is not None and sub.tag == D.TAG_SUBRANGE:
+                if D.AT_COUNT in sub.attrs:
+                    return str(sub.attrs[D.AT_COUNT])
+                if D.AT_UPPER_BOUND in sub.attrs:
+                    return str(sub.attrs[D.AT_UPPER_BOUND] + 1)
+        return "?"
+
+    def _size(self, off: int | None) -> int:
+        t = self._strip_typedefs(self.dwarf.die(off))
+        for _ in range(4):
+            if t is None:
+                return 0
+            if D.AT_BYTE_SIZE in t.attrs:
+                return int(t.attrs[D.AT_BYTE_SIZE])
+            if t.tag == D.TAG_ARRAY:
+                n = self._array_len(t)
+                return self._size(t.get(D.AT_TYPE)) * int(n) if n.isdigit() else 0
+            t = self._strip_typedefs(self.dwarf.die(t.get(D.AT_TYPE)))
+        return 0
+
+    def _loc(self, die: D.Die, file_attr: int = D.AT_DECL_FILE, line_attr: int = D.AT_DECL_LINE) -> SourceLoc | None:
+        unit = self.dwarf.unit_of(die)
+        if unit is None or file_attr not in die.attrs:
+            return None
+        f = self.dwarf.file_name(unit, die.attrs[file_attr])
+        line = die.get(line_attr)
+        return SourceLoc(f, int(line)) if f and line is not None else None
+
+    # -- layouts -------------------------------------------------------------------------------------
+    def _variant_part(self, env: D.Die) -> D.Die | None:
+        unit = self.dwarf.unit_of(env)
+        if unit is None:
+            return None
+        for c in env.children:
+            d = unit.dies[c]
+            if d.tag == D.TAG_VARIANT_PART:
+                return d
+        return None
+
+    def _layout(self, env: D.Die) -> str | None:
+        name = self.qualname(env)
+        if name in self.inv.layouts:
+            return name
+        vp = self._variant_part(env)
+        unit = self.dwarf.unit_of(env)
+        if vp is None or unit is None:
+            return None
+        discr = self.dwarf.die(vp.get(D.AT_DISCR))
+        if discr is None:
+            self.inv.warnings.append(f"{name}: variant part without a discriminant")
+            return None
+        state_off = _member_offset(discr)
+        state_size = self._size(discr.get(D.AT_TYPE)) or 1
+        states = []
+        for c in vp.children:
+            v = unit.dies[c]
+            if v.tag != D.TAG_VARIANT:
+                continue
+            st = self._state(unit, v, state_size)
+            if st is not None:
+                states.append(st)
+        states.sort(key=lambda s: s.value)
+        self.inv.layouts[name] = Layout(
+            type_name=name,
+            size=int(env.get(D.AT_BYTE_SIZE, 0)),
+            state_offset=state_off,
+            state_size=state_size,
+            states=tuple(states),
+            align=int(env.get(D.AT_ALIGNMENT, 8)),
+        )
+        return name
+
+    def _state(self, unit: D.Unit, variant: D.Die, state_size: int) -> State | None:
+        value = variant.get(D.AT_DISCR_VALUE)
+        members = [unit.dies[c] for c in variant.children if unit.dies[c].tag == D.TAG_MEMBER]
+        if value is None or not members:
+            return None
+        value &= (1 << (8 * state_size)) - 1
+        m = members[0]
+        base = _member_offset(m)
+        vtype = self.dwarf.die(m.get(D.AT_TYPE))
+        vname = (vtype.get(D.AT_NAME) if vtype else None) or _STATE_NAMES.get(value, f"Suspend{value - 3}")
+        awaitee = None
+        locals_: list[Member] = []
+        seen: set[tuple[str, int]] = set()
+        vunit = self.dwarf.unit_of(vtype) if vtype else None
+        for c in vtype.children if (vtype and vunit) else ():
+            f = vunit.dies[c]  # type: ignore[union-attr]
+            if f.tag != D.TAG_MEMBER:
+                continue
+            mem = Member(
+                name=f.get(D.AT_NAME) or "?",
+                offset=base + _member_offset(f),
+                size=self._size(f.get(D.AT_TYPE)),
+                type_name=self.type_name(f.get(D.AT_TYPE)),
+            )
+            if mem.name == "__awaitee":
+                awaitee = mem
+            elif (mem.name, mem.offset) not in seen:  # rustc repeats some locals
+                seen.add((mem.name, mem.offset))
+                locals_.append(mem)
+        return State(value, vname, self._loc(m), awaitee, tuple(locals_))
+
+    # -- inlined coroutines --------------------------------------------------------------------
+    def _inlined(self, unit: D.Unit, die: D.Die) -> None:
+        origin = self._origin(die)
+        name = origin.get(D.AT_NAME) or ""
+        if not ASYNC_FN_RE.match(name):
+            return
+        container = die.parent
+        while container is not None and unit.dies[container].tag != D.TAG_SUBPROGRAM:
+            container = unit.dies[container].parent
+        cdie = unit.dies[container] if container is not None else None
+        if cdie is None or not cdie.get(D.AT_LOW_PC):
+            return
+        env = self._pin_target(self._first_param_type(origin))
+        if env is None or not self._is_env(env):
+            env = self._genfuture_env_around(unit, die)
+        layout = self._layout(env) if env is not None and self._is_env(env) else None
+        self.inv.inlined.append(
+            InlinedCoroutine(
+                name=self.qualname(origin),
+                layout_name=layout,
+                parent_low_pc=int(cdie.attrs[D.AT_LOW_PC]),
+                ranges=tuple(self.dwarf.die_ranges(unit, die)),
+                call_loc=self._loc(die, D.AT_CALL_FILE, D.AT_CALL_LINE),
+            )
+        )
+
+    def _genfuture_env_around(self, unit: D.Unit, die: D.Die) -> D.Die | None:
+        """rustc 1.63: the inlined generator resume has no described self; its layout is
+        the ENV of the nearest enclosing ``GenFuture<ENV>::poll`` (inlined or not)."""
+        p = die.parent
+        while p is not None:
+            pd = unit.dies[p]
+            if pd.tag in (D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE):
+                env = self._genfuture_env(self._origin(pd))
+                if env is not None:
+                    return env
+                if pd.tag == D.TAG_SUBPROGRAM:
+                    return None
+            p = pd.parent
+        return None
+
+    def _genfuture_env(self, fn: D.Die) -> D.Die | None:
+        if not (fn.get(D.AT_NAME) or "").startswith("poll"):
+            return None
+        target = self._pin_target(self._first_param_type(fn))
+        if target is None or not (target.get(D.AT_NAME) or "").startswith("GenFuture<"):
+            return None
+        inner = self._member(target, "__0")
+        env = self._strip_typedefs(self.dwarf.die(inner.get(D.AT_TYPE))) if inner else None
+        return env if env is not None and self._is_env(env) else None
+
+    # -- resume functions --------------------------------------------------------------------------
+    def _resume_fn(self, low: int, f: _Found, exits: _ExitFinder) -> ResumeFn | None:
+        ranges = self.dwarf.die_ranges(f.unit, f.die)
+        if not ranges:
+            return None
+        high = max(hi for lo, hi in ranges if lo == low) if any(lo == low for lo, _ in ranges) else ranges[0][1]
+        layout = self._layout(f.env)
+        origin = self._origin(f.die)
+        symbol = origin.get(D.AT_LINKAGE_NAME) or origin.get(D.AT_MIPS_LINKAGE_NAME) or ""
+        if not symbol:
+            sym = self.elf.symbol_at(low)
+            symbol = sym.name if sym else ""
+        short = f.name.rsplit("::", 1)[-1]
+        m = ASYNC_FN_RE.match(short)
+        kind = _KINDS.get(m.group(1), CoroutineKind.UNKNOWN) if m else CoroutineKind.UNKNOWN
+        decl = self._loc(origin)
+        if f.era is Era.GENFUTURE and layout is not None:
+            st0 = self.inv.layouts[layout].state(0)
+            decl = st0.loc if st0 else None
+        rets, other = exits.exits(low, high)
+        ret_size = self._size(origin.get(D.AT_TYPE))
+        return ResumeFn(
+            low_pc=low,
+            high_pc=high,
+            symbol=symbol,
+            name=f.name,
+            path=f.name.rsplit("::", 1)[0] if "::" in f.name else f.name,
+            kind=kind,
+            era=f.era,
+            decl=decl,
+            rets=rets,
+            other_exits=other,
+            layout_name=layout,
+            # SysV: a Poll<T> over 16 bytes comes back through a hidden pointer in rdi
+            self_in="rsi" if ret_size > 16 else "rdi",
+        )
+
+
+def _member_offset(m: D.Die) -> int:
+    v = m.get(D.AT_DATA_MEMBER_LOCATION, 0)
+    if isinstance(v, bytes):  # an expression: DW_OP_plus_uconst N
+        if v[:1] == b"\x23":
+            return D._uleb(v, 1)[0]
+        return 0
+    return int(v)
+
+
+# -- exits ---------------------------------------------------------------------------------------
+
+
+class _ExitFinder:
+    def __init__(self, elf: ElfImage, warnings: list[str]) -> None:
+        self.elf = elf
+        self.warnings = warnings
+        self.cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        self.cs.detail = True
+        self.unwind_targets, self.unwind_slots = _unwind_resume_sites(elf, warnings)
+
+    def exits(self, low: int, high: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        code = self.elf.read(low, high - low)
+        if code is None:
+            self.warnings.append(f"no code bytes for {low:#x}..{high:#x}")
+            return (), ()
+        rets: list[int] = []
+        other: list[int] = []
+        for insn in self.cs.disasm(code, low):
+            if insn.group(capstone.CS_GRP_RET):
+                rets.append(insn.address)
+            elif insn.group(capstone.CS_GRP_CALL):
+                if self._calls_unwind(insn):
+                    other.append(insn.address)
+            elif insn.group(capstone.CS_GRP_JUMP) and self._leaves(insn, low, high):
+                other.append(insn.address)
+        return tuple(rets), tuple(other)
+
+    def _target(self, insn: capstone.CsInsn) -> tuple[str, int] | None:
+        if not insn.operands:
+            return None
+        op = insn.operands[0]
+        if op.type == cs_x86.X86_OP_IMM:
+            return "imm", int(op.imm)
+        if op.type == cs_x86.X86_OP_MEM and op.mem.base == cs_x86.X86_REG_RIP and op.mem.index == 0:
+            return "mem", insn.address + insn.size + int(op.mem.disp)
+        return None
+
+    def _calls_unwind(self, insn: capstone.CsInsn) -> bool:
+        t = self._target(insn)
+        if t is None:
+            return False
+        kind, addr = t
+        return addr in (self.unwind_targets if kind == "imm" else self.unwind_slots)
+
+    def _leaves(self, insn: capstone.CsInsn, low: int, high: int) -> bool:
+        t = self._target(insn)
+        if t is None:
+            return False  # register-indirect: a jump table inside the function
+        kind, addr = t
+        return kind == "mem" or not (low <= addr < high)
+
+
+def _unwind_resume_sites(elf: ElfImage, warnings: list[str]) -> tuple[set[int], set[int]]:
+    """Addresses a call to _Unwind_Resume can target: the function or PLT stub, and GOT slots."""
+    targets = {s.addr for s in elf.symbols if s.name.split("@", 1)[0] == "_Unwind_Resume"}
+    slots: set[int] = set()
+    try:
+        ef = ELFFile(io.BytesIO(elf.data))
+        for sec in ef.iter_sections():
+            if not isinstance(sec, RelocationSection) or sec.name not in elf.sections:
+                continue
+            symtab = ef.get_section(sec["sh_link"])
+            for r in sec.iter_relocations():
+                sym = symtab.get_symbol(r["r_info_sym"]) if r["r_info_sym"] else None
+                if sym is not None and sym.name.split("@", 1)[0] == "_Unwind_Resume":
+                    slots.add(r["r_offset"])
+    except (ELFError, ELFParseError, struct.error, ValueError, AttributeError) as e:
+        warnings.append(f"relocations unreadable ({e}): panic exits through the PLT are not found")
+    targets |= _plt_stubs_for(elf, slots)
+    return targets, slots
+
+
+def _plt_stubs_for(elf: ElfImage, slots: set[int]) -> set[int]:
+    out: set[int] = set()
+    if not slots:
+        return out
+    cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    cs.detail = True
+    for name in (".plt", ".plt.sec", ".plt.got"):
+        sec = elf.sections.get(name)
+        if sec is None:
+            continue
+        addr, off, size = sec
+        for insn in cs.disasm(elf.data[off : off + size], addr):
+            if insn.group(capstone.CS_GRP_JUMP) and insn.operands:
+                op = insn.operands[0]
+                if op.type == cs_x86.X86_OP_MEM and op.mem.base == cs_x86.X86_REG_RIP:
+                    if insn.address + insn.size + op.mem.disp in slots:
+                        out.add(addr + ((insn.address - addr) & ~0xF))
+    return out
