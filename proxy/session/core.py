@@ -100,6 +100,7 @@ class _Stopped:
 
     thread: ThreadId | None
     pc: int | None
+    counted: bool = False  # a probe hit at pc was already counted for this stop
 
 
 @dataclass(slots=True)
@@ -432,6 +433,11 @@ class Session:
                     self._start_proc(self._proc_hidden_stop(sr, pc, probe))
                     return
                 self.stats.shared_stops += 1
+                self._report_stop(sr, raw)
+                assert self._stopped is not None or self._closing
+                if self._stopped is not None:
+                    self._stopped.counted = True
+                return
         self._report_stop(sr, raw)
 
     def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None) -> None:
@@ -538,8 +544,16 @@ class Session:
     def _proc_step_off_then_resume(
         self, resume: Resume, body: bytes, raw: bytes | None, thread: ThreadId, key: BpKey
     ) -> Procedure:
-        """Step a thread off a proxy breakpoint before the client's resume (rule 2)."""
+        """Step a thread off a proxy breakpoint before the client's resume (rule 2).
+
+        The thread was reported stopped at the probe without executing it
+        (e.g. a step that entered the function): that is a hit too, unless
+        it was a breakpoint stop already counted.
+        """
         self._resume = resume
+        st = self._stopped
+        if st is not None and not st.counted and key[1] in self.probes:
+            self.stats.probe_stats.hit(self.probes[key[1]], thread)
         _, step_reply = yield Exchange((_z(False, key), _step_packet(thread)), resume=True)
         yield Exchange((_z(True, key),))
         self._proc = None

@@ -1,0 +1,223 @@
+"""The session core driven packet by packet, with no socket.
+
+Each test plays the client and the stub by hand, with packets as gdb 13.1
+and gdbserver 13.1 send them (seen in --log-packets captures on this
+machine), and checks what the core sends each way. The real parts are
+exercised end to end in integration/; these pin the DESIGN.md §3 rules.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.session.actions import Close, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.core import Session, SessionConfig
+from proxy.session.probes import Probe
+from rsp.framing import frame
+
+PROBE = 0x555555555169
+THREAD = b"p3a4d.3a50"
+
+
+def stop_at(pc: int, *, reason: bytes = b"swbreak:;", thread: bytes = THREAD, sig: bytes = b"05") -> bytes:
+    le = pc.to_bytes(8, "little").hex().encode()
+    return b"T" + sig + reason + b"06:00e0ffffff7f0000;07:b00eddf7ff7f0000;10:" + le + b";thread:" + thread + b";core:0;"
+
+
+class Driver:
+    """Plays both peers of one session."""
+
+    def __init__(self, probes: list[int] = [PROBE], **cfg: object) -> None:  # noqa: B006
+        resolve = (lambda path, entry: [Probe(f"p{a:x}", a) for a in probes]) if probes else None
+        self.s = Session(SessionConfig(resolve_probes=resolve, elf_path="/bin/true", **cfg))  # type: ignore[arg-type]
+
+    def client(self, body: bytes) -> list[object]:
+        self.s.client_packet(body, frame(body))
+        return self.s.take_actions()
+
+    def stub(self, body: bytes) -> list[object]:
+        self.s.stub_packet(body, frame(body))
+        return self.s.take_actions()
+
+    def start_running(self) -> None:
+        """Plant the probes and let the client's first continue through."""
+        acts = self.client(b"vCont;c:p3a4d.-1")
+        assert acts == [ToStub(f"Z0,{PROBE:x},1".encode())]
+        assert self.stub(b"OK")[-1] == ToStubRaw(frame(b"vCont;c:p3a4d.-1"))
+
+
+def bodies(actions: list[object], kind: type) -> list[bytes]:
+    out = []
+    for a in actions:
+        if isinstance(a, kind):
+            out.append(a.body if hasattr(a, "body") else a.raw)  # type: ignore[attr-defined]
+    return out
+
+
+def test_qsupported_edits_both_ways() -> None:
+    d = Driver(probes=[])
+    acts = d.client(b"qSupported:multiprocess+;xmlRegisters=i386;vContSupported+")
+    (up,) = bodies(acts, ToStub)
+    assert b"xmlRegisters" not in up  # rule 11
+    assert b"swbreak+" in up and b"multiprocess+" in up  # rule 5
+    acts = d.stub(b"PacketSize=47ff;QStartNoAckMode+;ConditionalBreakpoints+;BreakpointCommands+;QNonStop+;swbreak+")
+    assert bodies(acts, ToStub) == [b"QStartNoAckMode"]
+    acts = d.stub(b"OK")
+    assert SetNoAck("stub") in acts
+    (down,) = bodies(acts, ToClient)
+    for hidden in (b"ConditionalBreakpoints", b"BreakpointCommands", b"QNonStop"):
+        assert hidden not in down
+    assert b"PacketSize=47ff" in down and b"qXfer:asyncrsp.graph:read+" in down
+
+
+def test_registers_full_keeps_xml_registers() -> None:
+    d = Driver(probes=[], registers_safe=False)
+    (up,) = bodies(d.client(b"qSupported:xmlRegisters=i386"), ToStub)
+    assert b"xmlRegisters=i386" in up
+
+
+def test_hidden_stop_steps_over_and_reissues_without_signal() -> None:
+    d = Driver()
+    acts = d.client(b"vCont;C1e:p3a4d.3a50;c:p3a4d.-1")
+    assert bodies(acts, ToStub) == [f"Z0,{PROBE:x},1".encode()]
+    assert bodies(d.stub(b"OK"), ToStubRaw) == [frame(b"vCont;C1e:p3a4d.3a50;c:p3a4d.-1")]
+    acts = d.stub(stop_at(PROBE))
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;s:" + THREAD]
+    assert not bodies(acts, ToClientRaw)  # hidden
+    assert d.stub(b"OK") == []
+    acts = d.stub(stop_at(PROBE + 1, reason=b""))
+    # back to back: the breakpoint again, and the client's resume minus its signal (rule 3)
+    assert bodies(acts, ToStub) == [f"Z0,{PROBE:x},1".encode(), b"vCont;c:p3a4d.3a50;c:p3a4d.-1"]
+    assert d.stub(b"OK") == []
+    assert d.s.stats.hidden_stops == 1 and d.s.stats.probe_stats.total == 1
+
+
+def test_shared_address_is_counted_and_reported() -> None:
+    d = Driver()
+    z = f"Z0,{PROBE:x},1".encode()
+    assert bodies(d.client(z), ToStubRaw) == [frame(z)]  # the union gains it: forwarded
+    d.stub(b"OK")
+    acts = d.client(b"vCont;c:p3a4d.-1")  # planting adds nothing the stub lacks
+    assert bodies(acts, ToStubRaw) == [frame(b"vCont;c:p3a4d.-1")] and not bodies(acts, ToStub)
+    acts = d.stub(stop_at(PROBE))
+    assert bodies(acts, ToClientRaw) == [frame(stop_at(PROBE))]  # rule 4
+    assert d.s.stats.probe_stats.total == 1 and d.s.stats.hidden_stops == 0
+    # gdb steps over its own breakpoint: z0 stays local while the proxy owns it,
+    # and the step leaves the proxy's breakpoint by the proxy's own step-over.
+    assert bodies(d.client(f"z0,{PROBE:x},1".encode()), ToClient) == [b"OK"]
+    acts = d.client(b"vCont;s:" + THREAD)
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;s:" + THREAD]
+    d.stub(b"OK")
+    acts = d.stub(stop_at(PROBE + 1, reason=b""))
+    assert bodies(acts, ToStub) == [f"Z0,{PROBE:x},1".encode()]
+    acts = d.stub(b"OK")
+    assert bodies(acts, ToClient) == [stop_at(PROBE + 1, reason=b"")]  # the client's step
+    assert d.s.stats.probe_stats.total == 1  # not counted twice
+
+
+def test_client_breakpoint_union() -> None:
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000, reason=b""))  # some reported stop
+    # the client inserts at the probe: the stub already has it -> answered locally
+    assert bodies(d.client(f"Z0,{PROBE:x},1".encode()), ToClient) == [b"OK"]
+    # elsewhere: forwarded
+    assert bodies(d.client(b"Z0,1234,1"), ToStubRaw) == [frame(b"Z0,1234,1")]
+
+
+def test_interrupt_during_hidden_stop_reports_sigint() -> None:
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(PROBE))
+    d.s.client_interrupt()  # rule 8
+    assert d.s.take_actions() == []  # not forwarded: the stub is stopped
+    d.stub(b"OK")
+    acts = d.stub(stop_at(PROBE + 1, reason=b""))
+    assert bodies(acts, ToStub) == [f"Z0,{PROBE:x},1".encode()]
+    acts = d.stub(b"OK")
+    (reported,) = bodies(acts, ToClient)
+    assert reported.startswith(b"T02") and THREAD in reported
+
+
+def test_step_of_the_hit_thread_is_the_clients_step() -> None:
+    d = Driver()
+    d.client(b"vCont;s:" + THREAD)
+    d.stub(b"OK")
+    d.stub(stop_at(PROBE))
+    d.stub(b"OK")
+    d.stub(stop_at(PROBE + 1, reason=b""))
+    acts = d.stub(b"OK")
+    assert bodies(acts, ToClient) == [stop_at(PROBE + 1, reason=b"")]
+
+
+def test_range_step_reissued_only_inside_range() -> None:
+    d = Driver()
+    d.client(b"vCont;r555555555000,555555555200:" + THREAD + b";c:p3a4d.-1")
+    d.stub(b"OK")
+    d.stub(stop_at(PROBE))
+    d.stub(b"OK")
+    acts = d.stub(stop_at(PROBE + 1, reason=b""))
+    assert bodies(acts, ToStub)[-1].startswith(b"vCont;r")  # still in range: re-issued
+
+
+def test_detach_removes_probes_first() -> None:
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000, reason=b""))
+    acts = d.client(b"D;3a4d")
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]  # rule 9
+    acts = d.stub(b"OK")
+    assert bodies(acts, ToStubRaw) == [frame(b"D;3a4d")]
+    assert bodies(d.stub(b"OK"), ToClientRaw) == [frame(b"OK")]
+
+
+def test_client_hangs_up_while_running() -> None:
+    d = Driver()
+    d.start_running()
+    d.s.client_closed()
+    assert d.s.take_actions() == [ToStubRaw(b"\x03")]
+    acts = d.stub(stop_at(0x1000, sig=b"02", reason=b""))
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]
+    acts = d.stub(b"OK")
+    assert any(isinstance(a, Close) for a in acts)
+
+
+def test_exit_forgets_breakpoints() -> None:
+    d = Driver()
+    d.start_running()
+    acts = d.stub(b"W03;process:3a4d")
+    assert bodies(acts, ToClientRaw) == [frame(b"W03;process:3a4d")]
+    assert d.s.bps.proxy_only() == []
+
+
+def test_auxv_reply_is_run_length_decoded() -> None:
+    """gdbserver RLE-encodes binary qXfer replies too (seen with auxv here):
+    the load bias must come from the expanded bytes."""
+    seen: list[int | None] = []
+
+    def resolve(path: str | None, entry: int | None) -> list[Probe]:
+        seen.append(entry)
+        return []
+
+    s = Session(SessionConfig(resolve_probes=resolve, elf_path="/bin/true"))
+    s.stub_features = [__import__("rsp.packets.qsupported", fromlist=["Feature"]).Feature("qXfer:auxv:read", "+")]
+    s.client_packet(b"vCont;c", frame(b"vCont;c"))
+    assert bodies(s.take_actions(), ToStub) == [b"qXfer:auxv:read::0,1000"]
+    entry = (0x555555555040).to_bytes(8, "little")  # 40 50 55 55 55 55 00 00
+    # AT_ENTRY=9 then AT_NULL: zero runs encoded as "\x00*" + chr(29 + repeats)
+    # (a count of 6 would be '#', which RLE never uses: split that run)
+    wire = b"l" + b"\x09\x00\x00*" + bytes([29 + 5]) + b"\x40\x50\x55*" + bytes([29 + 3]) + b"\x00*" + bytes([29 + 17])
+    s.stub_packet(wire, b"")
+    assert seen == [0x555555555040]
+
+
+@pytest.mark.parametrize("text,expect_local", [(b"async stats", True), (b"help", False)])
+def test_monitor_async_local_others_forwarded(text: bytes, expect_local: bool) -> None:
+    d = Driver(probes=[], monitor=lambda t, s: "probe hits: 0\n")
+    acts = d.client(b"qRcmd," + text.hex().encode())
+    if expect_local:
+        out = bodies(acts, ToClient)
+        assert out[-1] == b"OK" and out[0].startswith(b"O")
+        assert bytes.fromhex(out[0][1:].decode()) == b"probe hits: 0\n"
+    else:
+        assert bodies(acts, ToStubRaw)
