@@ -143,8 +143,15 @@ def run_lldb(prog: Path, port: int, commands: list[str], *, timeout: float = 120
             "-o", f"gdb-remote 127.0.0.1:{port}"]
     for c in commands:
         argv += ["-o", c]
+    # Debian's lldb 14 looks for its Python package in the wrong place
+    # (`lldb -P` says /usr/lib/local/...): point it at python3-lldb-14's files,
+    # or every stop prints "No module named 'lldb.embedded_interpreter'".
+    env = dict(os.environ)
+    pydirs = sorted(Path("/usr/lib/llvm-14/lib").glob("python3.*/dist-packages"))
+    if pydirs:
+        env["PYTHONPATH"] = str(pydirs[-1])
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env=env)
     return done.stdout + done.stderr
 
 
