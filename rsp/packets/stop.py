@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rsp.errors import LocalProtocolError, MalformedPacket
-from rsp.framing import hex_decode, hex_encode, is_hex
+from rsp.framing import hex_decode, hex_encode, is_hex, rle_expand
 from rsp.threads import ThreadId
 
 STOP_KINDS = frozenset("STWXNOw")
@@ -70,6 +70,7 @@ class StopReply:
     pid: int | None = None
     output: bytes | None = None
     trailing_semicolon: bool = True
+    code_digits: int = 2  # gdbserver writes W/X/w codes with %x, not %02x
 
     @property
     def is_breakpoint_trap(self) -> bool:
@@ -115,12 +116,12 @@ class StopReply:
             return head + pairs
         if kind in ("W", "X"):
             code = self.exit_code if kind == "W" else self.signal
-            body = b"%b%02x" % (kind.encode(), _need(code, "exit status"))
+            body = kind.encode() + b"%0*x" % (self.code_digits, _need(code, "exit status"))
             if self.pid is not None:
                 body += b";process:%x" % self.pid
             return body
         if kind == "w":
-            body = b"w%02x" % _need(self.exit_code, "exit status")
+            body = b"w%0*x" % (self.code_digits, _need(self.exit_code, "exit status"))
             if self.thread is not None:
                 body += b";" + self.thread.format(multiprocess=True)
             return body
@@ -152,8 +153,10 @@ def is_stop_reply(body: bytes) -> bool:
     kind = body[0]
     if kind == 0x4E:  # 'N'
         return len(body) == 1
-    if kind in b"STWXw":
+    if kind in b"ST":
         return len(body) >= 3 and is_hex(body[1:3])
+    if kind in b"WXw":
+        return len(body) >= 2 and is_hex(body[1:].partition(b";")[0])
     return False
 
 
@@ -163,8 +166,14 @@ def is_console_output(body: bytes) -> bool:
 
 
 def parse_stop_reply(body: bytes) -> StopReply:
+    """Parse a stop reply. gdbserver run-length encodes register values in
+    ``T`` replies (``06:20e7f*"7f0* ;``): the body is expanded first, so
+    `build` gives the expanded body (forward `Packet.raw` to keep the wire
+    bytes)."""
     if not body:
         raise MalformedPacket(body, "empty stop reply")
+    if b"*" in body:
+        body = rle_expand(body)
     kind = chr(body[0])
     if kind == "T":
         return _parse_t(body)
@@ -183,28 +192,35 @@ def parse_stop_reply(body: bytes) -> StopReply:
     raise MalformedPacket(body, "not a stop reply")
 
 
+def _parse_var_code(body: bytes) -> tuple[int, int, bytes]:
+    """(code, digits, rest) for W/X/w, whose code gdbserver writes with %x
+    (``W0;process:4211``, captured from gdbserver 13.1), not two digits."""
+    code, _, rest = body[1:].partition(b";")
+    if not is_hex(code):
+        raise MalformedPacket(body, "expected a hex status after the stop reply letter")
+    return int(code, 16), len(code), (b";" + rest if _ else b"")
+
+
 def _parse_exit(body: bytes, kind: str) -> StopReply:
-    code = _parse_code(body)
+    code, digits, rest = _parse_var_code(body)
     pid = None
-    rest = body[3:]
     if rest:
         if not rest.startswith(b";process:") or not is_hex(rest[9:]):
             raise MalformedPacket(body, "expected ';process:<pid>' after the exit status")
         pid = int(rest[9:], 16)
     if kind == "W":
-        return StopReply("W", exit_code=code, pid=pid)
-    return StopReply("X", signal=code, pid=pid)
+        return StopReply("W", exit_code=code, pid=pid, code_digits=digits)
+    return StopReply("X", signal=code, pid=pid, code_digits=digits)
 
 
 def _parse_thread_exit(body: bytes) -> StopReply:
-    code = _parse_code(body)
-    rest = body[3:]
+    code, digits, rest = _parse_var_code(body)
     thread = None
     if rest:
         if not rest.startswith(b";"):
             raise MalformedPacket(body, "expected ';<thread>' after the exit status")
         thread = ThreadId.parse(rest[1:])
-    return StopReply("w", exit_code=code, thread=thread)
+    return StopReply("w", exit_code=code, thread=thread, code_digits=digits)
 
 
 def _parse_t(body: bytes) -> StopReply:
