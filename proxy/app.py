@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from proxy.analysis.inventory import build_inventory
+from proxy.capture.breakpoints import BreakpointCapture
 from proxy.regsafety import (
     UNKNOWN_STUB,
     RegisterPolicy,
@@ -29,6 +31,14 @@ def basic_monitor(text: str, session: Session) -> str:
         return "\n".join(session.stats_lines()) + "\n"
     if sub == "help":
         return HELP
+    cap = session.config.capture
+    eng = getattr(cap, "engine", None)
+    if sub == "tasks" and eng is not None:
+        return "\n".join(str(t) for t in eng.tasks()) + "\n"
+    if sub == "bt" and eng is not None:
+        return "\n".join(f"{th}: {eng.backtrace(th)}" for th in eng.threads()) + "\n"
+    if sub == "edges" and eng is not None:
+        return "\n".join(str(e) for e in eng.edges()) + "\n"
     return f"asyncrsp: unknown command 'async {sub}' (try 'monitor async help')\n"
 
 
@@ -45,12 +55,22 @@ def register_policy(upstream: UpstreamSpec, requested: str | None) -> RegisterPo
     )
 
 
+def make_capture(mode: str, only: str | None, exclude: str | None) -> BreakpointCapture | None:
+    """The poll-capture backend for a mode (full: entries and rets; entry: entries only)."""
+    if mode == "off":
+        return None
+    return BreakpointCapture(build_inventory, only=only, exclude=exclude, entry_only=mode == "entry")
+
+
 def make_session(
     upstream: UpstreamSpec,
     *,
     probes: Sequence[str] = (),
     elf: str | None = None,
     registers: str | None = None,
+    mode: str = "full",
+    only: str | None = None,
+    exclude: str | None = None,
 ) -> Session:
     policy = register_policy(upstream, registers)
     target_xml = None
@@ -67,6 +87,7 @@ def make_session(
         elf_path=elf,
         monitor=basic_monitor,
         target_xml=target_xml,
+        capture=make_capture(mode, only, exclude),
     )
     session = Session(cfg)
     session.register_notice = policy.notice()

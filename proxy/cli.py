@@ -12,6 +12,7 @@ from pathlib import Path
 import trio
 
 from proxy.app import make_session
+from proxy.session.core import Session
 from proxy.shell.serve import ServeError, ServeOptions, parse_listen, serve
 from proxy.shell.upstream import UpstreamError, UpstreamSpec
 
@@ -24,6 +25,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", action="append", default=[], metavar="REGEX",
                    help="plant a hidden entry breakpoint on every function whose name matches (repeatable)")
     p.add_argument("--log-packets", metavar="FILE", help="write every byte exchanged to FILE")
+    p.add_argument("--mode", choices=("full", "entry", "off"), default="full",
+                   help="poll capture: full = entry and exit breakpoints on every resume function; "
+                        "entry = entries only (exits inferred); off = plant nothing")
+    p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
+    p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),
                    help="safe: keep gdbserver<14 from corrupting AVX-512 registers (default when it could); "
                         "full: forward xmlRegisters as the client sent it")
@@ -85,7 +91,10 @@ def _serve(args: argparse.Namespace) -> int:
     log = open(args.log_packets, "w", buffering=1) if args.log_packets else None  # noqa: SIM115
     try:
         opts = ServeOptions(host, port, upstream, log_packets=log)
-        make = lambda up: make_session(up, probes=args.probe, elf=elf, registers=args.registers)  # noqa: E731
+        def make(up: UpstreamSpec) -> Session:
+            return make_session(up, probes=args.probe, elf=elf, registers=args.registers,
+                                mode=args.mode, only=args.only, exclude=args.exclude)
+
         return trio.run(serve, opts, make)
     finally:
         if log is not None:

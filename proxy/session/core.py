@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 from rsp.errors import MalformedPacket
 from rsp.framing import frame, rle_expand, unescape_binary
@@ -91,6 +92,8 @@ class SessionConfig:
     qxfer: Callable[[str, str, "Session"], bytes | None] | None = None
     # A complete target description for a stub that answers without registers.
     target_xml: dict[str, str] | None = None
+    # A capture backend (proxy.capture.base.Capture) fed at every probe hit.
+    capture: Any = None
     clock: Callable[[], float] = time.perf_counter
 
 
@@ -109,6 +112,7 @@ class SessionStats:
     shared_stops: int = 0  # probe hits at a client breakpoint too: processed and reported
     hidden_time: float = 0.0
     interrupts_during_hidden: int = 0
+    capture_errors: int = 0
     client_packets: int = 0
     stub_packets: int = 0
     probe_stats: ProbeStats = field(default_factory=ProbeStats)
@@ -135,6 +139,7 @@ class Session:
         self._interrupt_pending = False
         self._interrupt_forwarded = False
         self._stopped: _Stopped | None = None
+        self._last_stop: StopReply | None = None
         self._planted = False
         self._plant_failed: str | None = None
         self._program_exited = False
@@ -370,7 +375,7 @@ class Session:
     def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
         self._interrupt_forwarded = False
         self._interrupt_pending = False
-        if not self._planted and self.config.resolve_probes is not None:
+        if not self._planted and (self.config.resolve_probes is not None or self.config.capture is not None):
             self._start_proc(self._proc_plant_then_resume(resume, body, raw))
             return
         sitting = self._thread_on_proxy_bp(resume)
@@ -433,10 +438,7 @@ class Session:
                     self._start_proc(self._proc_hidden_stop(sr, pc, probe))
                     return
                 self.stats.shared_stops += 1
-                self._report_stop(sr, raw)
-                assert self._stopped is not None or self._closing
-                if self._stopped is not None:
-                    self._stopped.counted = True
+                self._start_proc(self._proc_shared_stop(sr, raw, probe))
                 return
         self._report_stop(sr, raw)
 
@@ -445,6 +447,7 @@ class Session:
         self._resume = None
         self._interrupt_forwarded = False
         self._interrupt_pending = False
+        self._last_stop = sr
         if sr is not None and sr.kind in ("T", "S"):
             self._stopped = _Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
         else:
@@ -491,7 +494,10 @@ class Session:
         assert key is not None
         thread = sr.thread
         step = _step_packet(thread)
-        _, step_reply = yield Exchange((_z(False, key), step), resume=True)
+        reads = self._capture_reads(probe, sr)
+        replies = yield Exchange(reads + (_z(False, key), step), resume=True)
+        self._capture_hit(probe, sr, replies[: len(reads)])
+        step_reply = replies[-1]
         resume = self._resume
         assert resume is not None
         try:
@@ -529,6 +535,39 @@ class Session:
         self._waiters.append(_Waiter("client-resume", True))
         self._emit(ToStub(_without_signals(resume)))
 
+    def _proc_shared_stop(self, sr: StopReply, raw: bytes, probe: Probe) -> Procedure:
+        """Rule 4: a probe at a client breakpoint is processed, then reported."""
+        reads = self._capture_reads(probe, sr)
+        replies: list[bytes] = (yield Exchange(reads)) if reads else []
+        self._capture_hit(probe, sr, replies)
+        self._proc = None
+        self._report_stop(sr, raw)
+        if self._stopped is not None:
+            self._stopped.counted = True
+
+    def _capture_reads(self, probe: Probe, sr: StopReply | None) -> tuple[bytes, ...]:
+        cap = self.config.capture
+        if cap is None or probe.kind == "count" or sr is None:
+            return ()
+        try:
+            return tuple(cap.reads(probe, _tid(sr.thread), sr))
+        except Exception as err:  # a capture bug must never take the session down
+            self._capture_failed(err)
+            return ()
+
+    def _capture_hit(self, probe: Probe, sr: StopReply | None, replies: list[bytes]) -> None:
+        cap = self.config.capture
+        if cap is not None and probe.kind != "count" and sr is not None:
+            try:
+                cap.hit(probe, _tid(sr.thread), sr, replies)
+            except Exception as err:  # noqa: BLE001 - counted and reported once
+                self._capture_failed(err)
+
+    def _capture_failed(self, err: Exception) -> None:
+        self.stats.capture_errors += 1
+        if self.stats.capture_errors == 1:
+            self._emit(Notice(f"capture error (counted in stats, the session goes on): {err!r}"))
+
     def _on_stop_reply_after_proc(self, body: bytes) -> None:
         self._proc = None
         self._on_stop_reply(body, _frame_for_client(body))
@@ -552,9 +591,16 @@ class Session:
         """
         self._resume = resume
         st = self._stopped
-        if st is not None and not st.counted and key[1] in self.probes:
-            self.stats.probe_stats.hit(self.probes[key[1]], thread)
-        _, step_reply = yield Exchange((_z(False, key), _step_packet(thread)), resume=True)
+        reads: tuple[bytes, ...] = ()
+        probe = self.probes.get(key[1])
+        fresh = st is not None and not st.counted and probe is not None
+        if fresh and probe is not None:
+            self.stats.probe_stats.hit(probe, thread)
+            reads = self._capture_reads(probe, self._last_stop)
+        replies = yield Exchange(reads + (_z(False, key), _step_packet(thread)), resume=True)
+        if fresh and probe is not None:
+            self._capture_hit(probe, self._last_stop, replies[: len(reads)])
+        step_reply = replies[-1]
         yield Exchange((_z(True, key),))
         self._proc = None
         action = resume.action_for(thread)
@@ -581,7 +627,7 @@ class Session:
         """Resolve the probes and insert them (before the program first runs)."""
         self._planted = True
         resolve = self.config.resolve_probes
-        assert resolve is not None
+        capture = self.config.capture
         if self.exec_file is None and _feature_on(self.stub_features, "qXfer:exec-file:read"):
             (reply,) = yield Exchange((b"qXfer:exec-file:read::0,fff",))
             if reply[:1] in (b"l", b"m"):
@@ -590,8 +636,12 @@ class Session:
         if _feature_on(self.stub_features, "qXfer:auxv:read"):
             (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
             entry = _auxv_entry(reply)
+        probes: list[Probe] = []
         try:
-            probes = resolve(self.exec_file, entry)
+            if resolve is not None:
+                probes += resolve(self.exec_file, entry)
+            if capture is not None:
+                probes += capture.plan(self.exec_file, entry)
         except Exception as err:  # the resolver reports file problems as text
             self._plant_failed = str(err)
             self._emit(Notice(f"probes not planted: {err}"))
@@ -633,8 +683,11 @@ class Session:
             f"time in hidden stops: {s.hidden_time * 1e3:.1f} ms"
             + (f" ({s.hidden_time / s.hidden_stops * 1e6:.0f} us each)" if s.hidden_stops else ""),
             f"interrupts during hidden stops: {s.interrupts_during_hidden}",
+            f"capture errors: {s.capture_errors}",
             self.register_notice.removeprefix("asyncrsp: "),
         ]
+        if self.config.capture is not None:
+            lines += self.config.capture.stats_lines()
         if self._plant_failed:
             lines.append(f"probes not planted: {self._plant_failed}")
         for name, n in s.probe_stats.by_probe():
@@ -643,6 +696,10 @@ class Session:
 
 
 # ---------------------------------------------------------------------- helpers
+def _tid(thread: ThreadId | None) -> int:
+    return thread.tid if thread is not None else 0
+
+
 def _is_console_output(body: bytes) -> bool:
     return body[:1] == b"O" and body != b"OK" and len(body) > 1
 

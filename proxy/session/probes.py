@@ -12,6 +12,8 @@ from rsp.threads import ThreadId
 class Probe:
     name: str  # the symbol (demangled where possible)
     addr: int  # runtime address (load bias applied)
+    kind: str = "count"  # "count" (--probe), "entry" / "exit" (a capture backend's)
+    site: int = 0  # for entry/exit: the resume function's runtime low_pc
 
 
 @dataclass(slots=True)
