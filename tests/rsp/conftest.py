@@ -1,35 +1,18 @@
-"""Shared helpers for the rsp tests: the captured fixtures."""
+"""Fixtures for the rsp tests."""
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(Path(__file__).parent))
 
-
-def load_captured() -> dict[str, Any]:
-    """Packets captured from gdb 13.1 / lldb 14 <-> gdbserver 13.1 on this
-    machine (see the "_source" entry and tests/rsp/relay.py)."""
-    with open(FIXTURES / "gdbserver13.json", encoding="utf-8") as f:
-        data: dict[str, Any] = json.load(f)
-    return data
+from rsp_testutil import load_captured  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def captured() -> dict[str, Any]:
     return load_captured()
-
-
-def wire(text: str) -> bytes:
-    """A captured body (stored as latin-1 text) as bytes."""
-    return text.encode("latin-1")
-
-
-def framed(body: bytes, start: bytes = b"$") -> bytes:
-    """Frame a body as a peer would, RLE and all (rsp.framing.frame refuses
-    raw '*', which only a sender that run-length encodes may emit)."""
-    return start + body + b"#%02x" % (sum(body) & 0xFF)
