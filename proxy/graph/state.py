@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.graph.catalog import Catalog
 from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
@@ -58,13 +59,15 @@ FINISHED_PANIC = 3
 UNKNOWN = 4
 
 
+_SCALARS = (
+    "id", "self_ptr", "type_key", "site", "generation", "phase", "state_value",
+    "running_on", "polls", "last_thread", "first_seq", "last_seq", "parent",
+    "busy_ns", "idle_ns", "last_exit_ns", "finished", "dropped", "exits_missed", "needs_state",
+)
+
+
 class TaskRec:
-    __slots__ = (
-        "id", "self_ptr", "type_key", "site", "generation", "phase", "state_value",
-        "running_on", "polls", "last_thread", "first_seq", "last_seq", "parent",
-        "busy_ns", "idle_ns", "last_exit_ns", "finished", "dropped", "exits_missed",
-        "children", "parents", "touched", "needs_state",
-    )
+    __slots__ = (*_SCALARS, "children", "parents", "touched")
 
     def __init__(self, tid: int, self_ptr: int, type_key: str, site: int, gen: int, seq: int) -> None:
         self.id = tid
@@ -86,16 +89,34 @@ class TaskRec:
         self.finished = False
         self.dropped = False
         self.exits_missed = 0
-        self.children: set[int] = set()
-        self.parents: set[int] = set()
-        self.touched: list[int] = []  # children entered during the current poll
         self.needs_state = False  # the outcome of the last poll is not known yet
+        # created on first use: most tasks are leaves or have one parent
+        self.children: set[int] | None = None
+        self.parents: set[int] | None = None
+        self.touched: list[int] | None = None  # children entered during the current poll
 
-    def clone(self) -> TaskRec:
-        c = copy.copy(self)
-        c.children = set(self.children)
-        c.parents = set(self.parents)
-        c.touched = list(self.touched)
+    def pack(self) -> tuple[object, ...]:
+        """Flat tuples of scalars are not tracked by the garbage collector."""
+        return (
+            self.id, self.self_ptr, self.type_key, self.site, self.generation, self.phase,
+            self.state_value, self.running_on, self.polls, self.last_thread, self.first_seq,
+            self.last_seq, self.parent, self.busy_ns, self.idle_ns, self.last_exit_ns,
+            self.finished, self.dropped, self.exits_missed, self.needs_state,
+            tuple(self.children) if self.children else None,
+            tuple(self.parents) if self.parents else None,
+            tuple(self.touched) if self.touched else None,
+        )
+
+    @staticmethod
+    def unpack(t: tuple[Any, ...]) -> TaskRec:
+        c = TaskRec.__new__(TaskRec)
+        (c.id, c.self_ptr, c.type_key, c.site, c.generation, c.phase, c.state_value,
+         c.running_on, c.polls, c.last_thread, c.first_seq, c.last_seq, c.parent, c.busy_ns,
+         c.idle_ns, c.last_exit_ns, c.finished, c.dropped, c.exits_missed, c.needs_state,
+         children, parents, touched) = t
+        c.children = set(children) if children else None
+        c.parents = set(parents) if parents else None
+        c.touched = list(touched) if touched else None
         return c
 
 
@@ -113,8 +134,16 @@ class EdgeRec:
         self.completed = False
         self.dropped = False
 
-    def clone(self) -> EdgeRec:
-        return copy.copy(self)
+    def pack(self) -> tuple[object, ...]:
+        return (self.parent, self.child, self.callsite_addr, self.await_value, self.first_seq,
+                self.last_seq, self.completed, self.dropped)
+
+    @staticmethod
+    def unpack(t: tuple[Any, ...]) -> EdgeRec:
+        c = EdgeRec.__new__(EdgeRec)
+        (c.parent, c.child, c.callsite_addr, c.await_value, c.first_seq, c.last_seq,
+         c.completed, c.dropped) = t
+        return c
 
 
 @dataclass(slots=True)
@@ -139,6 +168,20 @@ class Counters:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    tasks: tuple[tuple[Any, ...], ...]
+    edges: tuple[tuple[Any, ...], ...]
+    index: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
+    addr_gen: tuple[tuple[int, int], ...]
+    scopes: tuple[tuple[int, tuple[PollScope, ...]], ...]
+    finished: tuple[tuple[int, int | None], ...]
+    reads: tuple[StateRead, ...]
+    scalars: tuple[Any, ...]
+    counters: Counters
+    reasons: tuple[tuple[str, int], ...]
+
+
 class GraphState:
     def __init__(self, catalog: Catalog, limits: Limits) -> None:
         self.catalog = catalog
@@ -158,21 +201,36 @@ class GraphState:
 
     # ---- snapshot for checkpoints -------------------------------------------------
 
-    def clone(self) -> GraphState:
-        g = GraphState(self.catalog, self.limits)
-        g.tasks = {k: t.clone() for k, t in self.tasks.items()}
-        g.index = {a: dict(m) for a, m in self.index.items()}
-        g.addr_gen = dict(self.addr_gen)
-        g.edges = {k: e.clone() for k, e in self.edges.items()}
-        g.scopes = {t: list(s) for t, s in self.scopes.items()}
-        g.finished = deque(self.finished)
-        g.reads = dict(self.reads)
-        g.next_id = self.next_id
-        g.last_seq = self.last_seq
-        g.last_time = self.last_time
-        g.resync_needed = None if self.resync_needed is None else set(self.resync_needed)
-        g.c = copy.copy(self.c)
-        g.c.reasons = dict(self.c.reasons)
+    def snapshot(self) -> Snapshot:
+        """A packed, immutable copy (tuples of scalars: invisible to the GC)."""
+        return Snapshot(
+            tasks=tuple(t.pack() for t in self.tasks.values()),
+            edges=tuple(e.pack() for e in self.edges.values()),
+            index=tuple((a, tuple(m.items())) for a, m in self.index.items()),
+            addr_gen=tuple(self.addr_gen.items()),
+            scopes=tuple((t, tuple(s)) for t, s in self.scopes.items()),
+            finished=tuple(self.finished),
+            reads=tuple(self.reads.values()),
+            scalars=(self.next_id, self.last_seq, self.last_time,
+                     None if self.resync_needed is None else tuple(self.resync_needed)),
+            counters=copy.copy(self.c),
+            reasons=tuple(self.c.reasons.items()),
+        )
+
+    @staticmethod
+    def restore(snap: Snapshot, catalog: Catalog, limits: Limits) -> GraphState:
+        g = GraphState(catalog, limits)
+        g.tasks = {t[0]: TaskRec.unpack(t) for t in snap.tasks}
+        g.edges = {(e[0], e[1]): EdgeRec.unpack(e) for e in snap.edges}
+        g.index = {a: dict(m) for a, m in snap.index}
+        g.addr_gen = dict(snap.addr_gen)
+        g.scopes = {t: list(s) for t, s in snap.scopes}
+        g.finished = deque(snap.finished)
+        g.reads = {r.task: r for r in snap.reads}
+        g.next_id, g.last_seq, g.last_time, resync = snap.scalars
+        g.resync_needed = None if resync is None else set(resync)
+        g.c = copy.copy(snap.counters)
+        g.c.reasons = dict(snap.reasons)
         return g
 
     # ---- entry points -------------------------------------------------------------
@@ -242,7 +300,7 @@ class GraphState:
         rec.last_thread = ev.thread
         rec.polls += 1
         rec.last_seq = ev.seq
-        rec.touched = []
+        rec.touched = None
         if ev.time_ns is not None and rec.last_exit_ns is not None:
             rec.idle_ns += max(ev.time_ns - rec.last_exit_ns, 0)
 
@@ -313,7 +371,11 @@ class GraphState:
         edge = self.edges.get(key)
         if edge is None:
             edge = self.edges[key] = EdgeRec(parent.id, child.id, ev.seq)
+            if parent.children is None:
+                parent.children = set()
             parent.children.add(child.id)
+            if child.parents is None:
+                child.parents = set()
             child.parents.add(parent.id)
         edge.last_seq = ev.seq
         edge.completed = False
@@ -321,7 +383,10 @@ class GraphState:
         if ev.return_addr is not None:
             edge.callsite_addr = ev.return_addr
         child.parent = parent.id
-        parent.touched.append(child.id)
+        if parent.touched is None:
+            parent.touched = [child.id]
+        else:
+            parent.touched.append(child.id)
 
     # ---- exit -----------------------------------------------------------------------
 
@@ -426,7 +491,7 @@ class GraphState:
         return layout is None or layout.state(value) is not None
 
     def _mark_await(self, rec: TaskRec, value: int) -> None:
-        for cid in rec.touched:
+        for cid in rec.touched or ():
             edge = self.edges.get((rec.id, cid))
             if edge is not None and not edge.completed:
                 edge.await_value = value
@@ -445,7 +510,7 @@ class GraphState:
         work = [rec]
         while work:
             parent = work.pop()
-            for cid in parent.children:
+            for cid in parent.children or ():
                 edge = self.edges.get((parent.id, cid))
                 if edge is None or edge.completed or edge.dropped:
                     continue
@@ -491,15 +556,15 @@ class GraphState:
         tid = rec.id
         del self.tasks[tid]
         self.reads.pop(tid, None)
-        for cid in rec.children:
+        for cid in rec.children or ():
             self.edges.pop((tid, cid), None)
             child = self.tasks.get(cid)
-            if child is not None:
+            if child is not None and child.parents is not None:
                 child.parents.discard(tid)
-        for pid in rec.parents:
+        for pid in rec.parents or ():
             self.edges.pop((pid, tid), None)
             parent = self.tasks.get(pid)
-            if parent is not None:
+            if parent is not None and parent.children is not None:
                 parent.children.discard(tid)
         at = self.index.get(rec.self_ptr)
         if at is not None and at.get(rec.type_key) == tid:

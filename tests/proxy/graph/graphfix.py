@@ -119,7 +119,8 @@ class Script:
               state: int | None = None) -> PollEnter:
         stack = self.open.setdefault(thread, [])
         sp = (stack[-1][1] - 0x100) if stack else 0x7FFF_0000 + thread * 0x10_0000
-        ra = ret(parent, name) if parent is not None else 0x9999 + BIAS
+        parent = parent or (stack[-1][0] if stack else None)
+        ra = RET.get((parent, name), 0x9990) + BIAS if parent is not None else 0x9999 + BIAS
         ev = PollEnter(self._next(), thread, site(name), obj, sp, ra, state, self.time)
         stack.append((name, sp))
         self.events.append(ev)
