@@ -126,6 +126,10 @@ _REF_FORMS = frozenset({0x11, 0x12, 0x13, 0x14, 0x15})  # unit-relative referenc
 _STRX_FORMS = frozenset({0x1A, 0x25, 0x26, 0x27, 0x28})
 _ADDRX_FORMS = frozenset({0x1B, 0x29, 0x2A, 0x2B, 0x2C})
 _SIGNED_FORMS = frozenset({0x0D})
+# data1/2/4/8, flag, sec_offset: stored as plain ints (DW_AT_high_pc is never one of
+# these in a plan: its data forms must become AT_HIGH_PC_OFFSET, see _store)
+_PLAIN_INT_FORMS = frozenset({0x05, 0x06, 0x07, 0x0B, 0x0C, 0x17})
+_K_INT, _K_REF, _K_STRP = 100, 101, 102
 
 
 class DwarfFormatError(Exception):
@@ -229,6 +233,7 @@ class DieReader:
         self.addr = sections.get(".debug_addr", b"")
         self._abbrev_cache: dict[int, dict[int, _Abbrev]] = {}
         self._plan_cache: dict[Any, Any] = {}
+        self._str_cache: dict[int, str] = {}
 
     def iter_unit_offsets(self) -> list[int]:
         """Offsets of every unit header (cheap: headers only)."""
@@ -242,6 +247,10 @@ class DieReader:
             out.append(pos)
             pos += 4 + length
         return out
+
+    def _cstr_cached(self, off: int) -> str:
+        v = self._str_cache[off] = self._cstr(self.str, off)
+        return v
 
     def _cstr(self, sec: bytes, off: int) -> str:
         end = sec.find(b"\0", off)
@@ -316,6 +325,14 @@ class DieReader:
                 elif kind == _IMPLICIT:
                     if want:
                         steps.append((kind, implicit, form, attr))
+                elif want and kind == _FIXED and size and (
+                    form == 0x01 or (form in _PLAIN_INT_FORMS and attr != AT_HIGH_PC)
+                ):
+                    steps.append((_K_INT, size, form, attr))
+                elif want and kind == _FIXED and form in _REF_FORMS:
+                    steps.append((_K_REF, size, form, attr))
+                elif want and form == 0x0E:
+                    steps.append((_K_STRP, size, form, attr))
                 else:
                     steps.append((kind, size, form, attr if want else None))
             plans[code] = (ab.tag, ab.has_children, keep, tuple(s for s in steps if s != 0))
@@ -331,6 +348,7 @@ class DieReader:
         top = pos
         pending: list[tuple[dict[int, Any], int, int, int]] = []
         uleb = _uleb
+        strs = self._str_cache
         while pos < end:
             die_off = pos
             code = info[pos]
@@ -352,7 +370,17 @@ class DieReader:
                     pos += step
                     continue
                 kind, size, form, attr = step
-                if kind == _FIXED:
+                if kind == _K_INT:
+                    attrs[attr] = int.from_bytes(info[pos : pos + size], "little")
+                    pos += size
+                elif kind == _K_REF:
+                    attrs[attr] = int.from_bytes(info[pos : pos + size], "little") + offset
+                    pos += size
+                elif kind == _K_STRP:
+                    so = int.from_bytes(info[pos : pos + 4], "little")
+                    attrs[attr] = strs.get(so) or self._cstr_cached(so)
+                    pos += 4
+                elif kind == _FIXED:
                     if attr is not None:
                         self._store(attrs, attr, form, info, pos, size, offset, pending)
                     pos += size

@@ -129,7 +129,7 @@ class _Found:
     die: D.Die
     unit: D.Unit
     name: str
-    env: D.Die
+    env: D.Die | None
     era: Era
 
 
@@ -231,9 +231,13 @@ class _Collector:
         origin = self._origin(die)
         name = origin.get(D.AT_NAME) or ""
         if ASYNC_FN_RE.match(name):
-            env = self._pin_target(self._first_param_type(die))
+            ptype = self._first_param_type(die)
+            env = self._pin_target(ptype)
             if env is not None and self._is_env(env):
                 return _Found(die, unit, self.qualname(origin), env, Era.MODERN)
+            if ptype is None and not self._params(origin) and not self._params(die):
+                # line-tables-only (debug=1): names and code, no types, so no layout
+                return _Found(die, unit, self.qualname(origin), None, Era.MODERN)
             return None
         env = self._genfuture_env(die) or self._genfuture_env(origin)
         if env is not None:
@@ -448,12 +452,16 @@ class _Collector:
         if not ranges:
             return None
         high = max(hi for lo, hi in ranges if lo == low) if any(lo == low for lo, _ in ranges) else ranges[0][1]
-        layout = self._layout(f.env)
+        layout = self._layout(f.env) if f.env is not None else None
         origin = self._origin(f.die)
         symbol = origin.get(D.AT_LINKAGE_NAME) or origin.get(D.AT_MIPS_LINKAGE_NAME) or ""
         if not symbol:
             sym = self.elf.symbol_at(low)
             symbol = sym.name if sym else ""
+        if "::" not in f.name:  # no namespaces (line tables only): take the path from the symbol
+            dem = self.elf.symbol_at(low)
+            if dem is not None and "::" in dem.demangled:
+                f.name = dem.demangled.rsplit("::", 1)[0] + "::" + f.name
         short = f.name.rsplit("::", 1)[-1]
         m = ASYNC_FN_RE.match(short)
         kind = _KINDS.get(m.group(1), CoroutineKind.UNKNOWN) if m else CoroutineKind.UNKNOWN

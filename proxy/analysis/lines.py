@@ -1,0 +1,218 @@
+"""Addresses to source and back: ``pc_to_frames`` (with inlined frames, like gdb's ``bt``)
+and ``line_to_pcs``.
+
+Theory of operation: ``SourceMap(elf)`` keeps a ``DwarfView``. For a pc it
+finds the unit through ``.debug_aranges``, decodes that unit's line program
+once (pyelftools) into a sorted row table, and reads the unit's DIEs with the
+fast reader to find the subprogram and the chain of
+``DW_TAG_inlined_subroutine`` that cover the pc. The innermost frame's line
+comes from the line table; each outer frame's line is the ``call_file`` /
+``call_line`` of the inlined call below it. Without DWARF, the symbol table
+gives the function name and no line.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any
+
+from . import dies as D
+from .demangle import demangle
+from .dwarf import DwarfView, line_program_files
+from .elf import ElfImage
+from .model import Frame, SourceLoc
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    addrs: list[int]
+    rows: list[tuple[int, int, int, bool]]  # (address, file index, line, end_sequence)
+    files: list[str]
+    version: int
+
+
+class SourceMap:
+    def __init__(self, elf: ElfImage, warnings: list[str] | None = None) -> None:
+        self.elf = elf
+        self.warnings = warnings if warnings is not None else []
+        self.dwarf = DwarfView.open(elf, self.warnings)
+        self._rows: dict[int, _Rows | None] = {}
+
+    # -- line tables -----------------------------------------------------------------
+    def _line_rows(self, unit_off: int) -> _Rows | None:
+        if unit_off in self._rows:
+            return self._rows[unit_off]
+        out: _Rows | None = None
+        assert self.dwarf is not None
+        try:
+            pyelf = self.dwarf.pyelf()
+            cu = pyelf.get_CU_at(unit_off)
+            lp = pyelf.line_program_for_CU(cu)
+            if lp is not None:
+                comp_dir = _s(cu.get_top_DIE().attributes.get("DW_AT_comp_dir"))
+                files = line_program_files(lp, comp_dir)
+                rows = []
+                for e in lp.get_entries():
+                    st = e.state
+                    if st is not None:
+                        rows.append((st.address, st.file, st.line, bool(st.end_sequence)))
+                rows.sort(key=lambda r: (r[0], not r[3]))
+                out = _Rows([r[0] for r in rows], rows, files, lp.header["version"])
+        except Exception as e:  # pyelftools raises many kinds on corrupt input  # noqa: BLE001
+            self.warnings.append(f"line table of unit {unit_off:#x} unreadable: {type(e).__name__}: {e}")
+        self._rows[unit_off] = out
+        return out
+
+    def _file(self, rows: _Rows, index: int) -> str | None:
+        i = index if rows.version >= 5 else index - 1
+        return rows.files[i] if 0 <= i < len(rows.files) else None
+
+    def pc_to_line(self, pc: int) -> SourceLoc | None:
+        if self.dwarf is None:
+            return None
+        uo = self.dwarf.unit_offset_at(pc)
+        rows = self._line_rows(uo) if uo is not None else None
+        if rows is None:
+            return None
+        i = bisect_right(rows.addrs, pc) - 1
+        if i < 0 or rows.rows[i][3]:
+            return None
+        _, fi, line, _ = rows.rows[i]
+        f = self._file(rows, fi)
+        return SourceLoc(f, line) if f and line else None
+
+    def line_to_pcs(self, file: str, line: int) -> list[int]:
+        """Every is_stmt-or-not row address for file:line (file may be a suffix of the path)."""
+        if self.dwarf is None:
+            return []
+        out: set[int] = set()
+        for uo in self.dwarf.unit_offsets:
+            rows = self._line_rows(uo)
+            if rows is None:
+                continue
+            wanted = {i for i, f in enumerate(rows.files) if f == file or f.endswith("/" + file.lstrip("/"))}
+            if not wanted:
+                continue
+            base = 0 if rows.version >= 5 else 1
+            for addr, fi, ln, end in rows.rows:
+                if not end and ln == line and fi - base in wanted and addr:
+                    out.add(addr)
+        return sorted(out)
+
+    # -- frames ------------------------------------------------------------------------
+    def pc_to_frames(self, pc: int) -> list[Frame]:
+        """Source frames at pc, innermost first; inlined frames marked ``inlined``."""
+        chain = self._die_chain(pc)
+        if not chain:
+            sym = self.elf.symbol_at(pc)
+            if sym is None:
+                return []
+            return [Frame(sym.demangled, self.pc_to_line(pc))]
+        assert self.dwarf is not None
+        frames: list[Frame] = []
+        loc = self.pc_to_line(pc)
+        for unit, die in reversed(chain):  # innermost first
+            name = self._fn_name(die)
+            frames.append(Frame(name, loc, inlined=die.tag == D.TAG_INLINED_SUBROUTINE))
+            if die.tag == D.TAG_INLINED_SUBROUTINE:
+                f = self.dwarf.file_name(unit, die.get(D.AT_CALL_FILE))
+                cl = die.get(D.AT_CALL_LINE)
+                loc = SourceLoc(f, int(cl)) if f and cl else None
+        return frames
+
+    def _fn_name(self, die: D.Die) -> str:
+        assert self.dwarf is not None
+        d = die
+        for _ in range(8):
+            ref = d.get(D.AT_ABSTRACT_ORIGIN, d.get(D.AT_SPECIFICATION))
+            nxt = self.dwarf.die(ref) if ref is not None else None
+            if nxt is None:
+                break
+            d = nxt
+        link = d.get(D.AT_LINKAGE_NAME) or d.get(D.AT_MIPS_LINKAGE_NAME)
+        if link:
+            dem = demangle(link)
+            if dem:
+                return dem
+        return _qualname(self.dwarf, d)
+
+    def _die_chain(self, pc: int) -> list[tuple[D.Unit, D.Die]]:
+        if self.dwarf is None:
+            return []
+        uo = self.dwarf.unit_offset_at(pc)
+        unit = self.dwarf.unit(uo) if uo is not None else None
+        if unit is None:
+            return []
+        chain: list[tuple[D.Unit, D.Die]] = []
+        children = unit.top_die.children
+        while True:
+            hit = None
+            for c in children:
+                d = unit.dies[c]
+                if d.tag not in (D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE, D.TAG_NAMESPACE,
+                                 D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION):
+                    continue
+                if d.tag in (D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE):
+                    if any(lo <= pc < hi for lo, hi in self.dwarf.die_ranges(unit, d)):
+                        hit = d
+                        break
+                elif self._contains_pc(unit, d, pc):
+                    hit = d
+                    break
+            if hit is None:
+                return chain
+            if hit.tag in (D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE):
+                chain.append((unit, hit))
+            children = hit.children
+
+    def _contains_pc(self, unit: D.Unit, d: D.Die, pc: int) -> bool:
+        """Does a namespace/type hold a subprogram covering pc (searched shallowly)."""
+        assert self.dwarf is not None
+        stack = list(d.children)
+        while stack:
+            c = unit.dies[stack.pop()]
+            if c.tag == D.TAG_SUBPROGRAM:
+                if any(lo <= pc < hi for lo, hi in self.dwarf.die_ranges(unit, c)):
+                    return True
+            elif c.tag in (D.TAG_NAMESPACE, D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION):
+                stack.extend(c.children)
+        return False
+
+
+def _qualname(dwarf: DwarfView, die: D.Die) -> str:
+    parts = [die.get(D.AT_NAME) or "?"]
+    unit = dwarf.unit_of(die)
+    p = die.parent
+    while unit is not None and p is not None:
+        pd = unit.dies[p]
+        if pd.tag in (D.TAG_NAMESPACE, D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION):
+            parts.append(pd.get(D.AT_NAME) or "?")
+        p = pd.parent
+    return "::".join(reversed(parts))
+
+
+def _s(v: Any) -> str:
+    if v is None:
+        return ""
+    val = v.value if hasattr(v, "value") else v
+    return val.decode("utf-8", "replace") if isinstance(val, bytes) else str(val)
+
+
+_MAPS: dict[str, SourceMap] = {}
+
+
+def pc_to_frames(elf: ElfImage, pc: int) -> list[Frame]:
+    """Module-level convenience: frames for a link-time pc (one SourceMap per file)."""
+    return _map(elf).pc_to_frames(pc)
+
+
+def line_to_pcs(elf: ElfImage, file: str, line: int) -> list[int]:
+    return _map(elf).line_to_pcs(file, line)
+
+
+def _map(elf: ElfImage) -> SourceMap:
+    m = _MAPS.get(elf.path)
+    if m is None or m.elf is not elf:
+        m = _MAPS[elf.path] = SourceMap(elf)
+    return m
