@@ -1,6 +1,6 @@
 """A small RSP relay for tests and fixture capture, built on `rsp.Connection`.
 
-    python tests/rsp/relay.py LISTEN_PORT STUB_PORT LOGFILE [--strip-xml-registers]
+    python tests/rsp/relay.py LISTEN_PORT STUB_PORT LOGFILE   (LISTEN_PORT 0: any; printed) [--strip-xml-registers]
                               [--serve-features DIR]
 
 It accepts one client, connects to a stub on localhost, and forwards
@@ -121,7 +121,7 @@ def main(argv: list[str]) -> None:
         folder = Path(argv[argv.index("--serve-features") + 1])
         features = {p.name: p.read_bytes() for p in folder.iterdir()}
     listener = socket.create_server(("127.0.0.1", listen_port))
-    print("listening", flush=True)
+    print("listening", listener.getsockname()[1], flush=True)
     client, _ = listener.accept()
     stub = socket.create_connection(("127.0.0.1", stub_port))
     for sock in (client, stub):
