@@ -170,7 +170,7 @@ class CycleResult:
     seconds: float
 
 
-def breakpoint_cycle(argv: list[str], address: int, *, xml_registers: bool,
+def breakpoint_cycle(argv: list[str], address: int | list[int], *, xml_registers: bool,
                      gdbserver: str = "gdbserver", max_stops: int = 100_000) -> CycleResult:
     """Run `argv` under gdbserver with a plain Z0 at `address`, stepping over it
     the way gdb does (z0, vCont;s:thread, Z0, vCont;c) at every hit.
@@ -186,15 +186,18 @@ def breakpoint_cycle(argv: list[str], address: int, *, xml_registers: bool,
     try:
         c.handshake(features)
         c.request(b"?")
-        z = b"0,%x,1" % address
-        if c.request(b"Z" + z) != b"OK":
-            raise RspError("Z0 refused")
+        addresses = [address] if isinstance(address, int) else address
+        for a in addresses:
+            if c.request(b"Z0,%x,1" % a) != b"OK":
+                raise RspError(f"Z0 at {a:#x} refused")
         stop = c.resume(b"c")
         while stop.kind == "T" and stops < max_stops:
             thread = stop.thread
-            if thread is None:
-                raise RspError(f"stop without thread: {stop.body!r}")
+            pc = _stop_pc(c, stop)
+            if thread is None or pc not in addresses:
+                break  # a signal (SIGSEGV...) or a stop we did not plant: report it
             stops += 1
+            z = b"0,%x,1" % pc
             c.request(b"z" + z)
             stop = c.resume(b"s:" + thread.encode())
             if stop.kind != "T":
@@ -205,3 +208,11 @@ def breakpoint_cycle(argv: list[str], address: int, *, xml_registers: bool,
         seconds = monotonic() - start
         output = stub.close()
     return CycleResult(stops, stop.body, output, seconds)
+
+
+def _stop_pc(c: RspClient, stop: StopReply) -> int | None:
+    """rip of the stopped thread, from the stop reply's expedited `10:` register."""
+    raw = stop.field("10")
+    if raw is None:
+        return None
+    return int.from_bytes(bytes.fromhex(raw), "little")

@@ -1,0 +1,96 @@
+"""Issue 7 acceptance, "real programs": the multi-thread tokio benchmark
+(corpus `tokio_bench 55 mt`: 2 worker threads, ~4,000 stops on the resume
+functions) ends with no crash and the right result through asyncrsp with
+hidden probes, run after run.  The same runs straight against gdbserver
+(a client that sends `xmlRegisters=i386` and steps over its breakpoints the
+way gdb does) report their failure rate: measured and printed, not asserted
+(it depends on the CPU; ~6% here at 4,000 stops, research §2.4).
+
+Run count: ASYNCRSP_REGSAFETY_RUNS (default 100).  Probe regex:
+ASYNCRSP_REGSAFETY_PROBE (default: the bench's coroutine resume functions).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness as h
+from rspdriver import breakpoint_cycle
+
+RUNS = int(os.environ.get("ASYNCRSP_REGSAFETY_RUNS", "100"))
+ITERATIONS = "55"
+PROBE = os.environ.get("ASYNCRSP_REGSAFETY_PROBE",
+                       r"^tokio_bench::.*\{(async_fn|async_block|closure)")
+DONE = re.compile(r"bench done n=\d+ mode=mt leaves=\d+ acc=\d+ check=ok")
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not h.have("gdbserver"), reason="needs gdbserver")]
+
+
+@pytest.fixture(scope="module")
+def bench() -> Path:
+    sys.path.insert(0, str(h.REPO / "integration" / "corpus"))
+    import build  # type: ignore[import-not-found]
+
+    reason = build.skip_reason("debug")
+    if reason is not None:
+        pytest.skip(str(reason))
+    return Path(build.binary("debug", "tokio_bench"))
+
+
+def resume_addresses(prog: Path) -> list[int]:
+    """Entry addresses of the functions the probe regex names (demangled)."""
+    nm = subprocess.run(["nm", "-C", "--defined-only", str(prog)], capture_output=True,
+                        text=True, check=True).stdout
+    regex = re.compile(PROBE)
+    addresses = sorted({int(m.group(1), 16) for m in re.finditer(r"^([0-9a-f]+) [Tt] (.*)$", nm, re.M)
+                        if regex.search(m.group(2))})
+    assert addresses, f"no function matches {PROBE!r}"
+    return [a + load_bias(prog) for a in addresses]
+
+
+PIE_BASE_WITHOUT_ASLR = 0x555555554000  # where Linux loads a PIE when gdbserver disables ASLR
+
+
+def load_bias(prog: Path) -> int:
+    with prog.open("rb") as f:
+        header = f.read(18)
+    return PIE_BASE_WITHOUT_ASLR if header[16:18] == b"\x03\x00" else 0  # e_type ET_DYN
+
+
+def test_bench_through_proxy_never_breaks(bench: Path) -> None:
+    failures: list[str] = []
+    for run in range(RUNS):
+        with h.ProxyProcess(h.gdbserver_upstream([str(bench), ITERATIONS, "mt"]),
+                            ["--probe", PROBE]) as proxy:
+            out = h.run_gdb(bench, f"127.0.0.1:{proxy.port}", ["continue"], timeout=600)
+        text = out + proxy.output()
+        if "exited normally" not in out or not DONE.search(text):
+            failures.append(f"run {run}: " + "\n".join(text.splitlines()[-8:]))
+    print(f"\nthrough asyncrsp (default register mode, --probe): {len(failures)}/{RUNS} failed")
+    assert not failures, "\n\n".join(failures[:5])
+
+
+def test_bench_straight_against_gdbserver_reports_failure_rate(bench: Path) -> None:
+    addresses = resume_addresses(bench)
+    rates = {}
+    for xml in (True, False):
+        failed, stops = 0, []
+        for _ in range(RUNS):
+            result = breakpoint_cycle([str(bench), ITERATIONS, "mt"], addresses, xml_registers=xml)
+            stops.append(result.stops)
+            if not re.match(rb"W0+(;|$)", result.final) or not DONE.search(result.output):
+                failed += 1
+        rates[xml] = failed
+        print(f"\nstraight against gdbserver, {len(addresses)} breakpoints, "
+              f"xmlRegisters={'i386' if xml else 'absent'}: {failed}/{RUNS} failed, "
+              f"median {sorted(stops)[len(stops) // 2]} stops/run")
+    # Reported, not asserted for the XML case (CPU-dependent); without
+    # xmlRegisters no run may fail.
+    assert rates[False] == 0
