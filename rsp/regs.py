@@ -130,10 +130,20 @@ class RegisterLayout:
         return hex_decode(text.replace(b"x", b"0")), mask
 
     def read(self, g: bytes | str, name: str) -> RegisterValue:
-        """One register from a ``g`` block: the fast path (no construct)."""
-        reg = self.register(name)
-        data, mask = self.to_bytes(g)
-        return _value(reg, data, mask)
+        """One register from a ``g`` block: the fast path (no construct,
+        only the register's own hex digits are decoded)."""
+        reg = self._by_name.get(name) or self.register(name)
+        if isinstance(g, str):
+            text = g.encode("ascii")
+        elif len(g) == self.size:
+            return _value(reg, bytes(g), None)
+        else:
+            text = rle_expand(bytes(g))
+        chunk = text[2 * reg.offset : 2 * (reg.offset + reg.size)]
+        if len(chunk) < 2 * reg.size or b"x" in chunk:
+            return None
+        data = hex_decode(chunk)
+        return int.from_bytes(data, "little") if reg.size <= 8 else data
 
     def decode(self, g: bytes | str) -> dict[str, RegisterValue]:
         """Every register in the block: an int (little-endian) for registers

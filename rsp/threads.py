@@ -20,7 +20,7 @@ ANY = 0
 def _parse_number(text: bytes, whole: bytes) -> int:
     if text == b"-1":
         return ALL
-    if not text or any(c not in b"0123456789abcdefABCDEF" for c in text):
+    if not text or text.translate(None, b"0123456789abcdefABCDEF"):
         raise MalformedPacket(whole, f"thread id part {text!r} is not hex or -1")
     return int(text, 16)
 

@@ -55,6 +55,7 @@ REASONS = frozenset(
 )
 
 SIGTRAP = 5
+_REASON_KEYS = {r.encode(): r for r in REASONS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +245,8 @@ def _parse_t(body: bytes) -> StopReply:
             thread = ThreadId.parse(value)
         elif key == b"reason" and reason is None:  # lldb-server
             reason = value.decode("ascii", "replace")
-        elif reason is None and key.decode("ascii", "replace") in REASONS:
-            reason = key.decode()
+        elif reason is None and key in _REASON_KEYS:
+            reason = _REASON_KEYS[key]
             reason_value = value
     return StopReply(
         "T",
