@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import construct
+import construct  # type: ignore[import-untyped]
 
 from rsp.errors import MalformedPacket
 from rsp.framing import hex_decode, rle_expand
