@@ -349,12 +349,28 @@ class Session:
             else:
                 self._reply(build_qxfer_reply(doc.encode(), req.offset, req.length))
             return None
+        if req.object == "features" and self.config.target_xml and req.annex == "target.xml":
+            self._start_proc(self._proc_features(req, body))
+            return None
         own = self._own_qxfer(req)
         if own is not None:
             self._reply(build_qxfer_reply(own, req.offset, req.length))
             return None
         self._forward(body, raw)
         return None
+
+    def _proc_features(self, req: QXferRead, body: bytes) -> Procedure:
+        """Rule 11: a gdbserver asked without xmlRegisters describes no
+        registers; lldb then crashes and gdb falls back to a built-in layout.
+        Serve the complete description of the block the stub now sends."""
+        (reply,) = yield Exchange((body,))
+        self._snoop_reply(reply)
+        self._proc = None
+        if self._serve_own_tdesc and self.config.target_xml:
+            doc = self.config.target_xml["target.xml"].encode()
+            self._reply(build_qxfer_reply(doc, req.offset, req.length))
+        else:
+            self._reply(reply)
 
     def _own_qxfer(self, req: QXferRead) -> bytes | None:
         if self.config.qxfer is None:
