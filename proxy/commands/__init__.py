@@ -1,0 +1,1 @@
+"""Commands and renderers: monitor async ..., osdata tables, the JSON graph document."""
