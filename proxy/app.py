@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from proxy.analysis.inventory import build_inventory
 from proxy.capture.breakpoints import BreakpointCapture
+from proxy.commands.document import graph_document, graph_document_empty
+from proxy.commands.monitor import MonitorContext, run_monitor
+from proxy.commands.osdata import handles, merge_osdata_types, osdata_table, render
 from proxy.regsafety import (
     UNKNOWN_STUB,
     RegisterPolicy,
@@ -17,29 +20,46 @@ from proxy.session.core import Session, SessionConfig
 from proxy.shell.upstream import UpstreamSpec
 from proxy.symbols import resolve_probes
 
-HELP = """\
-asyncrsp monitor commands (everything else goes to the stub):
-  monitor async help      this list
-  monitor async stats     probe hits, hidden stops and the time spent in them
-"""
+def _proxy_stats(session: Session) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for line in session.stats_lines():
+        key, sep, value = line.partition(": ")
+        if sep:
+            out[key.strip()] = value
+    return out
 
 
-def basic_monitor(text: str, session: Session) -> str:
-    words = text.split()
-    sub = words[1] if len(words) > 1 else "help"
-    if sub == "stats":
-        return "\n".join(session.stats_lines()) + "\n"
-    if sub == "help":
-        return HELP
+def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
     cap = session.config.capture
-    eng = getattr(cap, "engine", None)
-    if sub == "tasks" and eng is not None:
-        return "\n".join(str(t) for t in eng.tasks()) + "\n"
-    if sub == "bt" and eng is not None:
-        return "\n".join(f"{th}: {eng.backtrace(th)}" for th in eng.threads()) + "\n"
-    if sub == "edges" and eng is not None:
-        return "\n".join(str(e) for e in eng.edges()) + "\n"
-    return f"asyncrsp: unknown command 'async {sub}' (try 'monitor async help')\n"
+    engine = getattr(cap, "engine", None)
+    note = getattr(cap, "note", None)
+    if cap is None:
+        note = "poll capture is off (--mode off)"
+    elif engine is None and note is None:
+        note = "the program has not run under the proxy yet (no probes planted)"
+    return MonitorContext(
+        engine=engine,
+        thread=session.current_thread(),
+        pcs=session.stop_pcs(),
+        read_memory=read,
+        proxy_stats=_proxy_stats(session),
+        note=note,
+    )
+
+
+def monitor(text: str, session: Session, read: Callable[[int, int], bytes | None]) -> str:
+    return run_monitor(text, _context(session, read))
+
+
+def qxfer(obj: str, annex: str, session: Session) -> bytes | None:
+    engine = getattr(session.config.capture, "engine", None)
+    if engine is None:
+        if obj == "osdata":
+            return render(annex, [])
+        return graph_document_empty(getattr(session.config.capture, "note", None))
+    if obj == "osdata":
+        return osdata_table(annex, engine) if handles(annex) else None
+    return graph_document(engine, _proxy_stats(session))
 
 
 def register_policy(upstream: UpstreamSpec, requested: str | None) -> RegisterPolicy:
@@ -85,7 +105,9 @@ def make_session(
         registers_safe=policy.safe,
         resolve_probes=(lambda path, entry: resolve_probes(path, entry, probes)) if probes else None,
         elf_path=elf,
-        monitor=basic_monitor,
+        monitor=monitor,
+        qxfer=qxfer,
+        merge_osdata_types=merge_osdata_types,
         target_xml=target_xml,
         capture=make_capture(mode, only, exclude),
     )

@@ -149,6 +149,11 @@ class _Collector:
                 continue
             self._scan_unit(unit, found)
         exits = _ExitFinder(self.elf, self.inv.warnings)
+        # rustc 1.63 sometimes describes the inner generator's Pin<&mut ENV> self after all;
+        # GenFuture<ENV>::poll is the breakpoint site then, the inner resume would double-count
+        wrapped = {self.qualname(f.env) for f in found.values() if f.era is Era.GENFUTURE and f.env is not None}
+        found = {k: f for k, f in found.items()
+                 if not (f.era is Era.MODERN and f.env is not None and self.qualname(f.env) in wrapped)}
         for low, f in sorted(found.items()):
             rf = self._resume_fn(low, f, exits)
             if rf is not None:

@@ -95,6 +95,13 @@ class ResumeFn:
     layout_name: str | None = None  # key into Inventory.layouts
     self_in: str = "rdi"  # register that holds the self pointer at entry (rsi for sret)
 
+    @property
+    def panics_unseen(self) -> bool:
+        """No landing pad: a panic unwinds through this function without executing any
+        of its instructions (rustc 1.63's GenFuture::poll in debug), so no breakpoint in
+        it sees that exit; the stack pointer on the next event must reveal it."""
+        return not self.other_exits
+
 
 @dataclass(frozen=True, slots=True)
 class InlinedCoroutine:

@@ -127,3 +127,11 @@ def _plain(v: object) -> object:
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     return str(v)
+
+
+def graph_document_empty(note: str | None = None) -> bytes:
+    """The document when there is no graph (no async code, capture off, not run yet)."""
+    doc = {"schema": SCHEMA, "version": VERSION, "complete": False, "last_seq": None,
+           "binary": None, "tasks": [], "edges": [], "threads": [], "stats": {}, "proxy": {},
+           "note": note or "no await graph"}
+    return json.dumps(doc, separators=(",", ":")).encode()

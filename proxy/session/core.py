@@ -86,10 +86,14 @@ class SessionConfig:
     # Resolve probe patterns against the program: (elf path or None, runtime AT_ENTRY or None) -> probes.
     resolve_probes: Callable[[str | None, int | None], list[Probe]] | None = None
     elf_path: str | None = None
-    # Answer `monitor async ...`: (command text, session) -> output text.
-    monitor: Callable[[str, "Session"], str] | None = None
+    # Answer `monitor async ...`: (command text, session, read_memory) -> output text.
+    # read_memory(addr, size) returns None for bytes not read yet: the session
+    # reads them from the stub and runs the command again (at most 4 passes).
+    monitor: Callable[[str, "Session", Callable[[int, int], bytes | None]], str] | None = None
     # Serve proxy-owned qXfer objects: (object, annex, session) -> document bytes or None.
     qxfer: Callable[[str, str, "Session"], bytes | None] | None = None
+    # Merge the stub's `info os` types listing with the proxy's own tables.
+    merge_osdata_types: Callable[[bytes | None], bytes] | None = None
     # A complete target description for a stub that answers without registers.
     target_xml: dict[str, str] | None = None
     # A capture backend (proxy.capture.base.Capture) fed at every probe hit.
@@ -140,6 +144,7 @@ class Session:
         self._interrupt_forwarded = False
         self._stopped: _Stopped | None = None
         self._last_stop: StopReply | None = None
+        self._osdata_types: bytes | None = None
         self._planted = False
         self._plant_failed: str | None = None
         self._program_exited = False
@@ -324,16 +329,56 @@ class Session:
         words = text.split()
         if not words or words[0] != "async" or self.config.monitor is None:
             return self._forward(body, raw)
-        try:
-            out = self.config.monitor(text, self)
-        except Exception as err:  # a command must never take the session down
-            out = f"asyncrsp: internal error in '{text}': {err!r}\n"
+        self._start_proc(self._proc_monitor(text))
+        return None
+
+    def _proc_monitor(self, text: str) -> Procedure:
+        """Run a command; read the memory it asks for; run it again."""
+        assert self.config.monitor is not None
+        yield from self._resolve_pending_reads()
+        cache: dict[tuple[int, int], bytes | None] = {}
+        out = ""
+        for _ in range(4):
+            missing: list[tuple[int, int]] = []
+
+            def read(addr: int, size: int) -> bytes | None:
+                key = (addr, size)
+                if key in cache:
+                    return cache[key]
+                if size <= 0 or size > 1 << 16 or addr < 0:
+                    return None
+                missing.append(key)
+                return None
+
+            try:
+                out = self.config.monitor(text, self, read)
+            except Exception as err:  # a command must never take the session down
+                out = f"asyncrsp: internal error in '{text}': {err!r}\n"
+                break
+            if not missing:
+                break
+            missing = list(dict.fromkeys(missing))[:256]
+            replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
+            for key, rep in zip(missing, replies):
+                cache[key] = _memory(rep)
+        self._proc = None
         if out and not out.endswith("\n"):
             out += "\n"
         for i in range(0, len(out), 400):
             self._reply(build_console_output(out[i:i + 400]))
         self._reply(b"OK")
-        return None
+
+    def _resolve_pending_reads(self) -> Generator[Exchange, list[bytes], None]:
+        """The engine's deferred __state reads, at the first question after a stop."""
+        engine = getattr(self.config.capture, "engine", None)
+        if engine is None or self.running:
+            return
+        reads = engine.pending_reads()[:512]
+        if not reads:
+            return
+        replies = yield Exchange(tuple(b"m%x,%x" % (r.addr, r.size) for r in reads))
+        for r, rep in zip(reads, replies):
+            engine.resolve_read(r, _memory(rep))
 
     def _client_qxfer(self, body: bytes, raw: bytes | None) -> None:
         try:
@@ -352,12 +397,46 @@ class Session:
         if req.object == "features" and self.config.target_xml and req.annex == "target.xml":
             self._start_proc(self._proc_features(req, body))
             return None
-        own = self._own_qxfer(req)
-        if own is not None:
-            self._reply(build_qxfer_reply(own, req.offset, req.length))
+        if req.object == "osdata" and req.annex == "" and self.config.merge_osdata_types is not None:
+            self._start_proc(self._proc_osdata_types(req, body))
+            return None
+        if self._is_own_qxfer(req):
+            self._start_proc(self._proc_own_qxfer(req))
             return None
         self._forward(body, raw)
         return None
+
+    def _is_own_qxfer(self, req: QXferRead) -> bool:
+        return self.config.qxfer is not None and (
+            req.object in PROXY_QXFER_OBJECTS
+            or (req.object == "osdata" and req.annex.startswith("async-"))
+        )
+
+    def _proc_own_qxfer(self, req: QXferRead) -> Procedure:
+        yield from self._resolve_pending_reads()
+        self._proc = None
+        doc = self._own_qxfer(req)
+        if doc is None:
+            self._reply(b"E00")
+        else:
+            self._reply(build_qxfer_reply(doc, req.offset, req.length))
+
+    def _proc_osdata_types(self, req: QXferRead, body: bytes) -> Procedure:
+        """`info os`: the stub's table types followed by the proxy's own."""
+        if req.offset == 0 or self._osdata_types is None:
+            stub_doc = b""
+            for _ in range(64):
+                ask = b"qXfer:osdata:read::%x,%x" % (len(stub_doc), 0x3FFF)
+                (reply,) = yield Exchange((ask,))
+                if reply[:1] not in (b"m", b"l"):
+                    break
+                stub_doc += unescape_binary(reply[1:])
+                if reply[:1] == b"l":
+                    break
+            assert self.config.merge_osdata_types is not None
+            self._osdata_types = self.config.merge_osdata_types(stub_doc or None)
+        self._proc = None
+        self._reply(build_qxfer_reply(self._osdata_types, req.offset, req.length))
 
     def _proc_features(self, req: QXferRead, body: bytes) -> Procedure:
         """Rule 11: a gdbserver asked without xmlRegisters describes no
@@ -373,13 +452,12 @@ class Session:
             self._reply(reply)
 
     def _own_qxfer(self, req: QXferRead) -> bytes | None:
-        if self.config.qxfer is None:
-            return None
-        if req.object in PROXY_QXFER_OBJECTS or (
-            req.object == "osdata" and req.annex.startswith("async-")
-        ):
+        assert self.config.qxfer is not None
+        try:
             return self.config.qxfer(req.object, req.annex, self)
-        return None
+        except Exception as err:  # noqa: BLE001 - never take the session down
+            self._emit(Notice(f"qXfer:{req.object}:{req.annex} failed: {err!r}"))
+            return None
 
     def _client_leave(self, body: bytes, raw: bytes | None) -> None:
         """Rule 9: detach/kill: remove every proxy breakpoint first."""
@@ -690,6 +768,24 @@ class Session:
             self._emit(Close("client disconnected"))
 
     # --------------------------------------------------------------- queries
+    def current_thread(self) -> int | None:
+        """The thread the client is looking at: its Hg, else the last stop's."""
+        if self.client_g_thread:
+            try:
+                tid = ThreadId.parse(self.client_g_thread).tid
+            except MalformedPacket:
+                tid = 0
+            if tid > 0:  # 0 (any) and -1 (all) name no thread
+                return tid
+        st = self._stopped
+        return st.thread.tid if st is not None and st.thread is not None else None
+
+    def stop_pcs(self) -> dict[int, int]:
+        st = self._stopped
+        if st is None or st.thread is None or st.pc is None:
+            return {}
+        return {st.thread.tid: st.pc}
+
     def stats_lines(self) -> list[str]:
         s = self.stats
         lines = [
@@ -712,6 +808,16 @@ class Session:
 
 
 # ---------------------------------------------------------------------- helpers
+def _memory(reply: bytes) -> bytes | None:
+    """An `m` reply's bytes (None for an error or garbage)."""
+    if not reply or (reply[:1] == b"E" and len(reply) == 3):
+        return None
+    try:
+        return bytes.fromhex(reply.decode("ascii"))
+    except ValueError:
+        return None
+
+
 def _tid(thread: ThreadId | None) -> int:
     return thread.tid if thread is not None else 0
 

@@ -213,7 +213,7 @@ def test_auxv_reply_is_run_length_decoded() -> None:
 
 @pytest.mark.parametrize("text,expect_local", [(b"async stats", True), (b"help", False)])
 def test_monitor_async_local_others_forwarded(text: bytes, expect_local: bool) -> None:
-    d = Driver(probes=[], monitor=lambda t, s: "probe hits: 0\n")
+    d = Driver(probes=[], monitor=lambda t, s, read: "probe hits: 0\n")
     acts = d.client(b"qRcmd," + text.hex().encode())
     if expect_local:
         out = bodies(acts, ToClient)
