@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from proxy.analysis.model import Inventory, ResumeFn
+from proxy.analysis.model import Inventory, ResumeFn, SourceLoc
 from proxy.graph.catalog import Catalog
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter, PollExit
@@ -67,7 +67,7 @@ class BreakpointCapture:
                 self.note = "position-independent program and no auxv from the stub: load bias unknown"
                 return []
             bias = runtime_entry - inv.entry
-        self.engine = Engine(Catalog(inv, bias))
+        self.engine = Engine(Catalog(inv, bias, _line_lookup(path)))
         probes = []
         for fn in inv.resume_fns:
             if not fn.low_pc or not self._wanted(fn):
@@ -133,6 +133,17 @@ class BreakpointCapture:
         if self.note:
             lines.append(f"capture note: {self.note}")
         return lines
+
+
+def _line_lookup(path: str) -> Callable[[int], SourceLoc | None] | None:
+    """link-time pc -> source line, from the analysis' line tables (lazy)."""
+    try:
+        from proxy.analysis.elf import open_elf
+        from proxy.analysis.lines import SourceMap
+
+        return SourceMap(open_elf(path)).pc_to_line
+    except Exception:  # noqa: BLE001 - no lines is a degraded answer, not an error
+        return None
 
 
 def _bytes(reply: bytes) -> bytes | None:
