@@ -77,6 +77,10 @@ class BreakpointCapture:
             if not self._entry_only:
                 for r in fn.rets:
                     probes.append(Probe(fn.name + " (ret)", r + bias, kind="exit", site=site))
+                # A panic leaves through `call _Unwind_Resume` after the landing
+                # pad wrote __state = 2 (Panicked): ret probes alone miss it.
+                for x in fn.other_exits:
+                    probes.append(Probe(fn.name + " (unwind)", x + bias, kind="unwind", site=site))
         if not inv.resume_fns:
             self.note = "no async resume functions found" + (
                 f" ({'; '.join(inv.warnings)})" if inv.warnings else ""
@@ -88,7 +92,7 @@ class BreakpointCapture:
         if probe.kind == "entry":
             sp = stop.register_value(RSP_REGNUM)
             return (b"g",) if sp is None else (b"g", b"m%x,8" % sp)
-        if probe.kind == "exit" and self.engine is not None:
+        if probe.kind in ("exit", "unwind") and self.engine is not None:
             self_ptr = self._scope_self(thread, probe.site)
             layout = self.engine.catalog.layout_for(probe.site)
             if self_ptr is not None and layout is not None:
@@ -105,7 +109,7 @@ class BreakpointCapture:
         return task.self_ptr if task is not None else None
 
     def hit(self, probe: Probe, thread: int, stop: StopReply, replies: list[bytes]) -> None:
-        if self.engine is None or probe.kind not in ("entry", "exit"):
+        if self.engine is None or probe.kind not in ("entry", "exit", "unwind"):
             return
         self._seq += 1
         self.events += 1
@@ -126,7 +130,8 @@ class BreakpointCapture:
                 if data:
                     state = int.from_bytes(data, "little")
             self_ptr = self._scope_self(thread, probe.site)
-            self.engine.feed(PollExit(self._seq, thread, probe.site, sp, state, self_ptr))
+            self.engine.feed(PollExit(self._seq, thread, probe.site, sp, state, self_ptr,
+                                      panicked=probe.kind == "unwind"))
 
     def stats_lines(self) -> list[str]:
         lines = [f"capture: {self.name} ({self.events} poll events)"]

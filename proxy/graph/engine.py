@@ -412,5 +412,10 @@ class Engine:
         await_loc = (
             self.catalog.state_loc(parent.site, e.await_value) if parent is not None else None
         )
+        direct = True
+        if parent is not None and e.callsite_addr is not None:
+            fn = self.catalog.resume_fn(parent.site)
+            if fn is not None:
+                direct = parent.site <= e.callsite_addr < parent.site + (fn.high_pc - fn.low_pc)
         return Edge(e.parent, e.child, callsite, await_loc, e.first_seq, e.last_seq,
-                    e.completed, e.dropped)
+                    e.completed, e.dropped, direct)

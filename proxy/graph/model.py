@@ -84,10 +84,16 @@ class Edge:
     last_seq: int
     completed: bool  # the child returned Ready (or panicked) to this parent
     dropped: bool = False  # the parent finished while this child was still pending
+    # The child's return address lies in the parent's own resume function. When
+    # it does not (join!/select!/Box<dyn Future> poll the child from library
+    # code), the return address names tokio's maybe_done.rs, not the .await.
+    direct_call: bool = True
 
     @property
     def loc(self) -> SourceLoc | None:
-        return self.callsite if self.callsite is not None else self.await_loc
+        if self.callsite is not None and (self.direct_call or self.await_loc is None):
+            return self.callsite
+        return self.await_loc
 
     @property
     def pending(self) -> bool:
