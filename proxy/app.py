@@ -20,8 +20,20 @@ from proxy.session.core import Session, SessionConfig
 from proxy.shell.upstream import UpstreamSpec
 from proxy.symbols import resolve_probes
 
+def _rss_mb() -> str:
+    """The proxy's own resident memory (Linux), for `stats`."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return f"{int(line.split()[1]) / 1024:.0f} MB"
+    except OSError:
+        pass
+    return "unknown"
+
+
 def _proxy_stats(session: Session) -> dict[str, object]:
-    out: dict[str, object] = {}
+    out: dict[str, object] = {"proxy RSS": _rss_mb()}
     for line in session.stats_lines():
         key, sep, value = line.partition(": ")
         if sep:
