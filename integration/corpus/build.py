@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -278,6 +279,14 @@ def build(
     return results
 
 
+class ToolchainMissing(CorpusError):
+    """The config's toolchain is not installed; carries the SkipReason."""
+
+    def __init__(self, skip: SkipReason) -> None:
+        super().__init__(str(skip))
+        self.skip = skip
+
+
 _built_this_process: dict[tuple[str, str], Path] = {}
 
 
@@ -298,14 +307,6 @@ def binary(config: str, program: str) -> Path:
     return _built_this_process[key]
 
 
-class ToolchainMissing(CorpusError):
-    """The config's toolchain is not installed; carries the SkipReason."""
-
-    def __init__(self, skip: SkipReason) -> None:
-        super().__init__(str(skip))
-        self.skip = skip
-
-
 def skip_reason(config: str) -> SkipReason | None:
     """Why ``config`` cannot be built here, or None when it can."""
     tools = toolchain(_config(config).toolchain)
@@ -319,23 +320,29 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     programs = args.program or list(PROGRAMS)
     status = 0
     for name in args.config or list(CONFIGS):
         started = time.monotonic()
+        cpu_before = _children_cpu()
         try:
             built = build_config(name, programs)
         except CorpusError as error:
             print(error, file=sys.stderr)
             status = 1
             continue
-        elapsed = time.monotonic() - started
+        elapsed, cpu = time.monotonic() - started, _children_cpu() - cpu_before
         if isinstance(built, SkipReason):
             print(f"{name:14} {built}")
         else:
-            print(f"{name:14} built {len(built)} program(s) in {elapsed:6.1f} s -> {OUT_DIR / name}")
+            print(f"{name:14} built {len(built)} program(s) in {elapsed:6.1f} s wall, {cpu:6.1f} s CPU")
     return status
 
 
