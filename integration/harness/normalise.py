@@ -1,0 +1,75 @@
+"""Normalise debugger transcripts so that a session straight against a stub
+and the same session through asyncrsp compare equal when they should.
+
+Each rule removes one thing that legitimately differs between two runs of
+the same session; nothing else is touched (addresses of code, stack and heap
+are kept: gdbserver, lldb-server and QEMU all run the program with ASLR off,
+so they are equal run to run, and a wrong address is exactly what the
+comparison must catch). The rules, in order:
+
+1. ``ports``: ``127.0.0.1:NNNN`` / ``localhost:NNNN`` -> ``127.0.0.1:PORT``
+   (the stub's port differs from the proxy's).
+2. ``pids``: ``process NNN``, ``Process NNN``, ``pid = NNN``, ``pid="NNN"``,
+   ``pid NNN`` -> ``PID`` (each run starts a new program).
+3. ``lwps``: thread LWP numbers (``LWP NNN``, QEMU's ``Thread 1.NNN``,
+   lldb's ``tid = NNN``/``tid = 0x...``, ``Thread NNN``-style hex ids) ->
+   ordinals by first appearance in the transcript (``LWP#1``, ...), so
+   the order in which threads appear is still compared.
+4. ``cores``: gdb/MI ``core="N"`` -> ``core="*"`` (the CPU the thread last
+   ran on).
+5. ``lines``: trailing blanks are dropped and runs of empty lines folded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+PORTS = re.compile(r"\b(127\.0\.0\.1|localhost):\d+")
+PIDS = re.compile(r"\b([Pp]rocess|pid =|pid) \d+\b|\bpid=\"\d+\"")
+LWP = re.compile(r"\bLWP (\d+)\b|\bThread 1\.(\d+)\b|\btid = (0x[0-9a-f]+|\d+)\b")
+CORE = re.compile(r'\bcore="\d+"')
+
+
+def _pids(m: re.Match[str]) -> str:
+    if m.group(0).startswith("pid="):
+        return 'pid="PID"'
+    return f"{m.group(1)} PID"
+
+
+def _lwp_renamer() -> Callable[[re.Match[str]], str]:
+    seen: dict[str, int] = {}
+
+    def rename(m: re.Match[str]) -> str:
+        raw = m.group(1) or m.group(2) or m.group(3)
+        key = str(int(raw, 0))
+        n = seen.setdefault(key, len(seen) + 1)
+        if m.group(1):
+            return f"LWP#{n}"
+        if m.group(2):
+            return f"Thread 1.#{n}"
+        return f"tid = #{n}"
+
+    return rename
+
+
+def normalise(text: str, rename: Callable[[re.Match[str]], str] | None = None) -> str:
+    """Apply every rule of this module to one piece of output."""
+    text = PORTS.sub(lambda m: f"{m.group(1)}:PORT", text)
+    text = PIDS.sub(_pids, text)
+    text = LWP.sub(rename or _lwp_renamer(), text)
+    text = CORE.sub('core="*"', text)
+    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]
+    out: list[str] = []
+    for ln in lines:
+        if ln or (out and out[-1]):
+            out.append(ln)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out)
+
+
+def normalise_transcript(steps: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Normalise (label, output) pairs with one LWP numbering for the whole run."""
+    rename = _lwp_renamer()
+    return [(normalise(label, rename), normalise(out, rename)) for label, out in steps]

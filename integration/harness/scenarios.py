@@ -1,0 +1,220 @@
+"""Scripted debugger sessions for the transparency matrix.
+
+Theory of operation: a :class:`Scenario` names a C program and, for each
+client (``gdb`` CLI, ``mi``, ``lldb``), a list of :class:`Step`. The same
+steps are run once with the client connected straight to the stub
+(``route="direct"``) and once through ``python -m proxy serve`` with
+``--probe`` on the program's probed function (``route="proxy"``), so hidden
+stops really happen. :func:`run_session` returns a :class:`SessionRun`: the
+(label, output) transcript to compare after normalisation, the program's own
+output, the proxy's ``monitor async stats`` text (proxy route only) and
+exit codes.
+
+Step kinds:
+
+* ``cmd``: a command whose output ends at the next prompt (gdb CLI waits for
+  the stop of ``continue`` by itself; lldb batch mode too).
+* ``resume``: (MI) an ``-exec-*`` command, then wait for ``*stopped``.
+* ``interrupt``: resume, wait ``delay`` seconds, interrupt (Ctrl-C on the gdb
+  pty, ``-exec-interrupt`` in MI, ``SendAsyncInterrupt`` in lldb). Where the
+  program stops is timing-dependent, so only the stop *reason* is kept.
+* ``stats``: ``monitor async stats``, proxy route only, kept out of the
+  comparison.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import gdb as gdbh
+from . import lldb as lldbh
+from .stubs import ProxyProc, StubProc, start_proxy, start_stub
+
+PROBES = ("^probed$",)
+INTERRUPT_DELAY = 1.0
+
+
+@dataclass(frozen=True)
+class Step:
+    text: str
+    kind: str = "cmd"  # cmd | resume | interrupt | stats
+
+
+def C(text: str) -> Step:
+    return Step(text)
+
+
+def R(text: str) -> Step:
+    return Step(text, "resume")
+
+
+INTERRUPT = Step("continue", "interrupt")
+STATS = Step("monitor async stats", "stats")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    program: str
+    args: tuple[str, ...]
+    scripts: dict[str, tuple[Step, ...]]
+    # regexes the DIRECT transcript (joined) must contain: proof that the
+    # session really exercised what it claims, so equal-but-empty runs fail.
+    evidence: dict[str, tuple[str, ...]]
+    # regex the program's own output must match at the end (None: no check)
+    program_output: str | None = None
+
+
+@dataclass
+class SessionRun:
+    steps: list[tuple[str, str]]
+    program_output: str = ""
+    stats: list[str] = field(default_factory=list)
+    proxy_exit: int | None = None
+    proxy_stderr: str = ""
+    stub_exit: int | None = None
+    inferior_pid: int | None = None
+
+    def text(self) -> str:
+        return "\n".join(f"{lbl}\n{out}" for lbl, out in self.steps)
+
+
+# ------------------------------------------------------------------ stop summaries
+
+GDB_SIGNAL = re.compile(r"Program received signal (\w+)")
+MI_REASON = re.compile(r'reason="([\w-]+)"(?:,signal-name="(\w+)")?')
+LLDB_REASON = re.compile(r"stop reason = ([^\n]+)")
+
+
+def summarise_interrupt(client: str, out: str) -> str:
+    """Only the reason of an interrupt stop (its location depends on timing)."""
+    if client == "gdb":
+        m = GDB_SIGNAL.search(out)
+        return f"stopped by {m.group(1)}" if m else f"NO SIGNAL STOP: {out!r}"
+    if client == "mi":
+        m = MI_REASON.search(out)
+        return f"stopped: {m.group(1)} {m.group(2)}" if m else f"NO *stopped: {out!r}"
+    m = LLDB_REASON.search(out)
+    return f"stop reason = {m.group(1)}" if m else f"NO STOP: {out!r}"
+
+
+# ------------------------------------------------------------------ drivers
+
+
+def _connect_step(client: str, address: str) -> Step:
+    return {"gdb": C(f"target remote {address}"),
+            "mi": C(f"-target-select remote {address}"),
+            "lldb": C(f"gdb-remote {address}")}[client]
+
+
+def _run_gdb(program: Path, steps: Sequence[Step], proxied: bool, run: SessionRun) -> None:
+    con = gdbh.gdb_cli(program)
+    try:
+        for st in steps:
+            if st.kind == "stats":
+                if proxied:
+                    run.stats.append(con.cmd(st.text))
+            elif st.kind == "interrupt":
+                con.start(st.text)
+                time.sleep(INTERRUPT_DELAY)
+                run.steps.append(("<Ctrl-C>", summarise_interrupt("gdb", con.interrupt())))
+            else:
+                run.steps.append((st.text, con.cmd(st.text)))
+    finally:
+        con.close()
+
+
+def _mi_text(recs: Sequence[gdbh.MiRecord]) -> str:
+    return "\n".join(r.raw for r in recs)
+
+
+def _run_mi(program: Path, steps: Sequence[Step], proxied: bool, run: SessionRun) -> None:
+    with gdbh.MiSession(program) as mi:
+        for st in steps:
+            if st.kind == "stats":
+                if proxied:
+                    run.stats.append(mi.console(st.text))
+            elif st.kind == "interrupt":
+                mi.cmd("-exec-continue")
+                time.sleep(INTERRUPT_DELAY)
+                mi.cmd("-exec-interrupt")
+                stop = mi.wait_stopped()
+                run.steps.append(("-exec-interrupt", summarise_interrupt("mi", stop.raw)))
+            elif st.kind == "resume":
+                start = len(mi.log)
+                recs = mi.cmd(st.text)
+                if any(r.kind == "^" and r.cls == "running" for r in recs):
+                    mi.wait_stopped()
+                    recs = mi.log[start:]
+                run.steps.append((st.text, _mi_text(recs)))
+            else:
+                run.steps.append((st.text, _mi_text(mi.cmd(st.text))))
+
+
+def _run_lldb(program: Path, steps: Sequence[Step], proxied: bool, run: SessionRun) -> None:
+    cmds: list[str] = []
+    for st in steps:
+        if st.kind == "stats":
+            if proxied:
+                cmds.append("process plugin packet monitor " + st.text.removeprefix("monitor "))
+        elif st.kind == "interrupt":
+            cmds += [lldbh.interrupt_after(INTERRUPT_DELAY), "process continue"]
+        else:
+            cmds.append(st.text)
+    res = lldbh.lldb_batch(program, cmds)
+    for label, out in res.steps():
+        if label.startswith("script import threading") or label.startswith("settings set"):
+            continue
+        if label.startswith("process plugin packet monitor"):
+            run.stats.append(out)
+        elif label == "process continue":
+            run.steps.append(("<interrupt>", summarise_interrupt("lldb", out)))
+        else:
+            run.steps.append((label, out))
+
+
+DRIVERS: dict[str, Callable[[Path, Sequence[Step], bool, SessionRun], None]] = {
+    "gdb": _run_gdb, "mi": _run_mi, "lldb": _run_lldb}
+
+
+@contextmanager
+def endpoint(stub_kind: str, program: Path, args: Sequence[str], route: str,
+             probes: Sequence[str] = PROBES) -> Iterator[tuple[StubProc, ProxyProc | None]]:
+    """A stub on ``program`` and, for ``route="proxy"``, the proxy in front of it."""
+    with ExitStack() as stack:
+        stub = stack.enter_context(start_stub(stub_kind, program, args))
+        proxy = stack.enter_context(start_proxy(stub.address, probes)) if route == "proxy" else None
+        yield stub, proxy
+
+
+def run_session(client: str, stub_kind: str, scenario: Scenario, route: str,
+                programs: dict[str, Path]) -> SessionRun:
+    """Run ``scenario`` with ``client`` against ``stub_kind`` via ``route``."""
+    program = programs[scenario.program]
+    run = SessionRun(steps=[])
+    with endpoint(stub_kind, program, scenario.args, route) as (stub, proxy):
+        run.inferior_pid = stub.find_inferior()
+        address = proxy.address if proxy else stub.address
+        steps = (_connect_step(client, address), *scenario.scripts[client])
+        DRIVERS[client](program, steps, proxy is not None, run)
+        if proxy is not None:
+            try:
+                run.proxy_exit = proxy.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - reported, not hidden: the test asserts on it
+                run.proxy_exit = None
+            run.proxy_stderr = proxy.stderr_text()
+        run.stub_exit = _wait_quietly(stub)
+        run.program_output = stub.output_text()
+    return run
+
+
+def _wait_quietly(stub: StubProc, timeout: float = 10.0) -> int | None:
+    try:
+        return stub.wait(timeout)
+    except Exception:  # noqa: BLE001 - a stub still running is reported as None
+        return None
