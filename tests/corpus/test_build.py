@@ -1,0 +1,58 @@
+"""Unit tests of the corpus build script's pure parts (no cargo run here;
+integration/corpus/test_corpus.py builds and runs the real programs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from integration.corpus import build as corpus
+
+TOOLS = corpus.Toolchain(Path("/x/bin/cargo"), Path("/x/bin/rustc"), (1, 95))
+
+
+def test_lock_file_stays_readable_by_debian_cargo_1_65() -> None:
+    # cargo 1.65 (old-* configs) cannot read lock format 4; cargo 1.95 keeps 3.
+    lock = (corpus.CORPUS_DIR / "Cargo.lock").read_text()
+    assert "\nversion = 3\n" in lock
+
+
+def test_every_config_has_its_own_target_dir_and_profile() -> None:
+    for name, config in corpus.CONFIGS.items():
+        command = corpus._cargo_command(config, TOOLS, ["nested"])
+        assert command[command.index("--target-dir") + 1].endswith(f"cargo-target/{name}")
+        assert ("--release" in command) == config.release
+
+
+def test_cargo_env_drops_outer_flags_and_sets_the_config_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUSTFLAGS", "-C opt-level=3")
+    monkeypatch.setenv("CARGO_PROFILE_RELEASE_LTO", "thin")
+    env = corpus._cargo_env(corpus.CONFIGS["release-lines"], TOOLS)
+    assert env["RUSTFLAGS"] == "" and "CARGO_PROFILE_RELEASE_LTO" not in env
+    assert env["CARGO_PROFILE_RELEASE_DEBUG"] == "line-tables-only"
+    assert env["RUSTC"] == "/x/bin/rustc"
+    assert corpus._cargo_env(corpus.CONFIGS["old-debug"], TOOLS)["RUSTFLAGS"] == "--cfg old_rustc"
+
+
+def test_output_path_layout() -> None:
+    assert corpus.output_path("lto", "stuck") == corpus.REPO_DIR / "integration/build/corpus/lto/stuck"
+
+
+def test_bad_names_are_clear_errors() -> None:
+    with pytest.raises(corpus.CorpusError, match="unknown config 'fast'"):
+        corpus.build_config("fast")
+    with pytest.raises(corpus.CorpusError, match="unknown program"):
+        corpus.build_config("debug", ["nope"])
+
+
+def test_missing_old_toolchain_is_a_skip_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(corpus, "OLD_RUSTC", Path(__file__))  # exists: only cargo is missing
+    monkeypatch.setattr(corpus, "OLD_CARGO", Path("/nonexistent/cargo"))
+    corpus.toolchain.cache_clear()
+    try:
+        skip = corpus.build_config("old-debug")
+        assert isinstance(skip, corpus.SkipReason)
+        assert "apt-get install cargo" in str(skip) and skip.config == "old-debug"
+    finally:
+        corpus.toolchain.cache_clear()
