@@ -1,0 +1,74 @@
+"""Acceptance, issue 2, bullet 2: probe counts are exact.
+
+probe_count calls ``probed()`` N times (from T threads) and prints
+``sum=N*N calls=N`` (sum of 2i+1 for i < N). Through the proxy with
+``--probe ^probed$``, a gdb session stops at the ``printf`` after the last
+call and asks ``monitor async stats``: the probe must have counted exactly N
+hits, in all-stop mode, with one and with several threads, and with and
+without the client's own breakpoint at the very same address (``break
+*probed``). With the client's breakpoint, gdb must also have seen all N
+stops (an ``ignore`` count makes gdb resume by itself; ``info breakpoints``
+then says "already hit N times").
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from integration.harness.gdb import gdb_batch
+from integration.harness.stubs import start_proxy, start_stub
+from integration.harness.tools import require_tool
+
+N = 400
+
+
+def _printf_line(programs: dict[str, Path]) -> int:
+    src = Path(__file__).parent / "programs" / "probe_count.c"
+    for no, line in enumerate(src.read_text().splitlines(), 1):
+        if 'printf("sum=' in line:
+            return no
+    raise AssertionError("probe_count.c has no printf line")
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("client_bp", [False, True], ids=["proxy-only", "shared-address"])
+def test_probe_hits_exact(threads: int, client_bp: bool, programs: dict[str, Path]) -> None:
+    require_tool("gdb", "gdbserver")
+    prog = programs["probe_count"]
+    cmds = []
+    if client_bp:
+        cmds += ["break *probed", f"ignore 1 {10 * N}"]
+    cmds += [f"break probe_count.c:{_printf_line(programs)}", "continue",
+             "monitor async stats", "info breakpoints", "continue"]
+    with start_stub("gdbserver", prog, [str(N), str(threads)]) as stub, \
+            start_proxy(stub.address, probes=["^probed$"]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", *cmds], timeout=120)
+        assert px.wait(timeout=20) == 0, px.stderr_text()
+        stub.wait(timeout=10)
+        out = run.output
+        assert f"sum={N * N} calls={N}" in stub.output_text(), stub.output_text()
+    assert "exited normally" in out, out
+    total = re.search(r"probe hits: (\d+)", out)
+    assert total, f"no 'probe hits' in monitor output:\n{out}"
+    assert int(total.group(1)) == N, out
+    per_probe = re.search(r"^\s*probed: (\d+)", out, re.M)
+    assert per_probe and int(per_probe.group(1)) == N, out
+    if client_bp:
+        assert re.search(rf"breakpoint already hit {N} times", out), out
+
+
+def test_probe_hits_zero_without_calls(programs: dict[str, Path]) -> None:
+    """The counter is not a constant: a run with no calls reports 0 hits."""
+    require_tool("gdb", "gdbserver")
+    prog = programs["probe_count"]
+    with start_stub("gdbserver", prog, ["0"]) as stub, \
+            start_proxy(stub.address, probes=["^probed$"]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}",
+                               f"break probe_count.c:{_printf_line(programs)}", "continue",
+                               "monitor async stats", "continue"], timeout=60)
+        px.wait(timeout=20)
+    m = re.search(r"probe hits: (\d+)", run.output)
+    assert m and int(m.group(1)) == 0, run.output
