@@ -155,6 +155,7 @@ class StubProc:
     output: OutputPump
     inferior_pid: int | None = None
     extra_pids: list[int] = field(default_factory=list)
+    attached: bool = False  # --attach: the program is not ours to kill
 
     @property
     def address(self) -> str:
@@ -177,7 +178,7 @@ class StubProc:
 
     def close(self) -> None:
         pids = list(self.extra_pids)
-        if self.inferior_pid:
+        if self.inferior_pid and not self.attached:
             pids.append(self.inferior_pid)
         kill_tree(self.proc, pids)
         self.output.join()
@@ -225,7 +226,8 @@ def _start_gdbserver(program: Path, args: Sequence[str], attach: int | None) -> 
         raise _fail("gdbserver", proc, out)
     pid = re.search(rb"pid = (\d+)", out.data())
     return StubProc("gdbserver", proc, int(m.group(1)), out,
-                    inferior_pid=attach if attach is not None else (int(pid.group(1)) if pid else None))
+                    inferior_pid=attach if attach is not None else (int(pid.group(1)) if pid else None),
+                    attached=attach is not None)
 
 
 def _start_lldb_server(program: Path, args: Sequence[str], attach: int | None) -> StubProc:
@@ -250,7 +252,8 @@ def _start_lldb_server(program: Path, args: Sequence[str], attach: int | None) -
     digits = port.split(b"\0")[0]
     if not digits.isdigit():
         raise _fail("lldb-server", proc, out)
-    return StubProc("lldb-server", proc, int(digits), out, inferior_pid=attach)
+    return StubProc("lldb-server", proc, int(digits), out, inferior_pid=attach,
+                    attached=attach is not None)
 
 
 def _start_qemu(program: Path, args: Sequence[str], attach: int | None) -> StubProc:
