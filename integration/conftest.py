@@ -8,7 +8,6 @@ tests import the drivers as ``integration.harness.*``.
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from integration.harness import programs as cprogs
 from integration.harness.tools import require_tool
 
 HARD_TIMEOUT = 120  # seconds per integration test (pytest-timeout, overridable per test)
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -32,13 +30,3 @@ def programs() -> dict[str, Path]:
     """name -> path of every C program of integration/programs (gcc -g -O0)."""
     require_tool("gcc")
     return cprogs.build_all()
-
-
-@pytest.fixture(scope="session")
-def subreaper() -> None:
-    """Make this test process the subreaper of orphans, so a debuggee left
-    behind by a detaching stub becomes our child and its exit status can be
-    read with ``os.waitpid`` (see harness.stubs.wait_orphan)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        pytest.skip("prctl(PR_SET_CHILD_SUBREAPER) failed")

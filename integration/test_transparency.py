@@ -13,6 +13,7 @@ reason, and test_pair_fails_directly proves each such pair still fails.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def _pairs() -> list[object]:
         for client in matrix.CLIENTS:
             for stub in matrix.STUBS:
                 marks = []
-                reason = matrix.BROKEN_DIRECT.get((client, stub))
+                reason = matrix.broken_reason(client, stub, sc.name)
                 if reason:
                     marks.append(pytest.mark.skip(reason=f"does not work without the proxy either: {reason}"))
                 out.append(pytest.param(sc, client, stub, id=f"{sc.name}-{client}-{stub}", marks=marks))
@@ -49,26 +50,31 @@ def _diff(direct: list[tuple[str, str]], proxied: list[tuple[str, str]]) -> str:
     return f"lengths differ: direct {len(direct)} steps, proxy {len(proxied)} steps"
 
 
-def _check_direct(sc: Scenario, client: str, run: SessionRun) -> None:
+def _check_program(sc: Scenario, stub: str, run: SessionRun, route: str) -> None:
+    if sc.name == "detach":
+        assert run.program_exit == 0, f"{route}: program after detach: status {run.program_exit}"
+    if sc.program_output and stub not in sc.output_lost_on:
+        assert re.search(sc.program_output, run.text() + run.program_output), \
+            f"{route}: program output {run.program_output!r}"
+
+
+def _check_direct(sc: Scenario, client: str, stub: str, run: SessionRun) -> None:
     text = run.text()
-    for pattern in sc.evidence[client]:
+    for pattern in sc.evidence_for(client, stub):
         assert re.search(pattern, text), f"direct run lacks {pattern!r}:\n{text}"
-    if sc.program_output:
-        assert re.search(sc.program_output, text + run.program_output), run.program_output
+    _check_program(sc, stub, run, "direct")
 
 
 @pytest.mark.parametrize(("sc", "client", "stub"), _pairs())
 def test_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, Path]) -> None:
     require_tool(CLIENT_TOOLS[client], STUB_TOOLS[stub])
     direct = run_session(client, stub, sc, "direct", programs)
-    _check_direct(sc, client, direct)
+    _check_direct(sc, client, stub, direct)
     proxied = run_session(client, stub, sc, "proxy", programs)
 
     d, p = normalise_transcript(direct.steps), normalise_transcript(proxied.steps)
     assert d == p, _diff(d, p) + f"\nproxy stderr:\n{proxied.proxy_stderr}"
-    if sc.program_output:
-        assert re.search(sc.program_output, proxied.text() + proxied.program_output), \
-            f"program output through the proxy: {proxied.program_output!r}"
+    _check_program(sc, stub, proxied, "proxy")
     if sc.name in CALLS_PROBED:
         hits = [int(m) for s in proxied.stats for m in PROBE_HITS.findall(s)]
         assert hits and hits[-1] > 0, f"the proxy's probe never fired: {proxied.stats!r}"
@@ -78,20 +84,23 @@ def test_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, P
         assert proxied.inferior_pid and not pid_alive(proxied.inferior_pid)
 
 
-# What each broken pair prints when run straight against the stub.
+# What each broken entry shows when run straight against the stub.
 BROKEN_SIGNS = {
-    ("gdb", "lldb-server"): r"Remote register badly formatted|unknown architecture",
-    ("mi", "lldb-server"): r"Remote register badly formatted|unknown architecture",
-    ("lldb", "gdbserver"): r"stop reason = signal SIGTRAP",
+    "lldb-server": r"Remote register badly formatted|unknown architecture",
+    "gdbserver": r"stop reason = signal SIGTRAP",
+    "interrupt": r"NO SIGNAL STOP|NO \*stopped|NO STOP|exited-normally|exited normally",
 }
 
 
-@pytest.mark.parametrize(("client", "stub"), sorted(matrix.BROKEN_DIRECT))
-def test_pair_fails_directly(client: str, stub: str, programs: dict[str, Path]) -> None:
-    """Each pair skipped in the matrix really fails without the proxy."""
+@pytest.mark.parametrize(("client", "stub", "scenario"), sorted(matrix.BROKEN_DIRECT))
+def test_fails_directly(client: str, stub: str, scenario: str, programs: dict[str, Path]) -> None:
+    """Each entry skipped in the matrix really fails without the proxy."""
     require_tool(CLIENT_TOOLS[client], STUB_TOOLS[stub])
-    run = run_session(client, stub, matrix.EXITCODE, "direct", programs)
-    text = run.text()
-    assert re.search(BROKEN_SIGNS[(client, stub)], text), \
-        f"{client} with {stub} seems to work directly now; un-skip it:\n{text}"
-    assert not re.search(matrix.EXITCODE.evidence[client][0], text)
+    if scenario == "interrupt":  # a short spin: the interrupt never lands, the program ends
+        sc = dataclasses.replace(matrix.INTERRUPTS, args=("3",))
+        sign, good = BROKEN_SIGNS["interrupt"], matrix.INTERRUPTS.evidence[client][0]
+    else:
+        sc, sign, good = matrix.EXITCODE, BROKEN_SIGNS[stub], matrix.EXITCODE.evidence[client][0]
+    text = run_session(client, stub, sc, "direct", programs).text()
+    assert re.search(sign, text), f"{client}/{stub}/{scenario} seems to work directly now:\n{text}"
+    assert not re.search(good, text), text

@@ -160,6 +160,9 @@ class MiSession:
         self._token = 100
         self._pending: list[MiRecord] = []
         self._read_until(None, prompt=True)
+        # Without mi-async, gdb on a pipe does not read the next command until
+        # the target stops, so -exec-interrupt would wait for the program's end.
+        self.cmd("-gdb-set mi-async on")
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -215,15 +218,19 @@ class MiSession:
 
     _mark: int = 0
 
-    def wait_stopped(self, timeout: float | None = None) -> MiRecord:
-        """The first ``*stopped`` record since the last command was sent."""
+    def wait_stopped(self, timeout: float | None = None, or_error: bool = False) -> MiRecord:
+        """The first ``*stopped`` record since the last command was sent (with
+        ``or_error``, a late ``^error`` also ends the wait: gdb answers
+        ``^running`` and then ``^error`` when it cannot insert a breakpoint)."""
+        def done(r: MiRecord) -> bool:
+            return (r.kind == "*" and r.cls == "stopped") or (or_error and r.kind == "^" and r.cls == "error")
         for rec in self.log[self._mark:]:
-            if rec.kind == "*" and rec.cls == "stopped":
+            if done(rec):
                 self._mark = self.log.index(rec) + 1
                 return rec
-        recs = self._read_until(lambda r: r.kind == "*" and r.cls == "stopped", timeout=timeout)
+        recs = self._read_until(done, timeout=timeout)
         self._mark = len(self.log)
-        if not recs or recs[-1].cls != "stopped":
+        if not recs or not done(recs[-1]):
             raise TimeoutError("gdb/MI ended before *stopped")
         return recs[-1]
 

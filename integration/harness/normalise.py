@@ -11,7 +11,8 @@ comparison must catch). The rules, in order:
    (the stub's port differs from the proxy's).
 2. ``pids``: ``process NNN``, ``Process NNN``, ``pid = NNN``, ``pid="NNN"``,
    ``pid NNN`` -> ``PID`` (each run starts a new program).
-3. ``lwps``: thread LWP numbers (``LWP NNN``, QEMU's ``Thread 1.NNN``,
+3. ``lwps``: thread LWP numbers (``LWP NNN``, multiprocess ``Thread PID.LWP``
+   (gdbserver; QEMU's pid is always 1) -> ``Thread P.#n``,
    lldb's ``tid = NNN``/``tid = 0x...``, ``Thread NNN``-style hex ids) ->
    ordinals by first appearance in the transcript (``LWP#1``, ...), so
    the order in which threads appear is still compared.
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterable
 
 PORTS = re.compile(r"\b(127\.0\.0\.1|localhost):\d+")
 PIDS = re.compile(r"\b([Pp]rocess|pid =|pid) \d+\b|\bpid=\"\d+\"")
-LWP = re.compile(r"\bLWP (\d+)\b|\bThread 1\.(\d+)\b|\btid = (0x[0-9a-f]+|\d+)\b")
+LWP = re.compile(r"\bLWP (\d+)\b|\bThread \d+\.(\d+)\b|\btid = (0x[0-9a-f]+|\d+)\b")
 CORE = re.compile(r'\bcore="\d+"')
 
 
@@ -47,7 +48,7 @@ def _lwp_renamer() -> Callable[[re.Match[str]], str]:
         if m.group(1):
             return f"LWP#{n}"
         if m.group(2):
-            return f"Thread 1.#{n}"
+            return f"Thread P.#{n}"
         return f"tid = #{n}"
 
     return rename

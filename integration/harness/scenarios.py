@@ -33,7 +33,8 @@ from pathlib import Path
 
 from . import gdb as gdbh
 from . import lldb as lldbh
-from .stubs import ProxyProc, StubProc, start_proxy, start_stub
+from .stubs import (ProxyProc, StubProc, become_subreaper, start_proxy, start_stub,
+                    wait_orphan)
 
 PROBES = ("^probed$",)
 INTERRUPT_DELAY = 1.0
@@ -68,6 +69,13 @@ class Scenario:
     evidence: dict[str, tuple[str, ...]]
     # regex the program's own output must match at the end (None: no check)
     program_output: str | None = None
+    # (client, stub) -> the evidence that pair can show (a direct limitation)
+    evidence_limited: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    # stubs with which the program's output cannot be seen after the session
+    output_lost_on: tuple[str, ...] = ()
+
+    def evidence_for(self, client: str, stub: str) -> tuple[str, ...]:
+        return self.evidence_limited.get((client, stub), self.evidence[client])
 
 
 @dataclass
@@ -79,6 +87,7 @@ class SessionRun:
     proxy_stderr: str = ""
     stub_exit: int | None = None
     inferior_pid: int | None = None
+    program_exit: int | None = None  # detach scenario: the program's own exit status
 
     def text(self) -> str:
         return "\n".join(f"{lbl}\n{out}" for lbl, out in self.steps)
@@ -149,7 +158,7 @@ def _run_mi(program: Path, steps: Sequence[Step], proxied: bool, run: SessionRun
                 start = len(mi.log)
                 recs = mi.cmd(st.text)
                 if any(r.kind == "^" and r.cls == "running" for r in recs):
-                    mi.wait_stopped()
+                    mi.wait_stopped(or_error=True)
                     recs = mi.log[start:]
                 run.steps.append((st.text, _mi_text(recs)))
             else:
@@ -167,15 +176,21 @@ def _run_lldb(program: Path, steps: Sequence[Step], proxied: bool, run: SessionR
         else:
             cmds.append(st.text)
     res = lldbh.lldb_batch(program, cmds)
+    # lldb prints some results (e.g. of `thread select`) from its event
+    # thread, sometimes after the echo of the next command: compare the
+    # whole session as one text with the echo lines left out.
+    texts: list[str] = []
     for label, out in res.steps():
         if label.startswith("script import threading") or label.startswith("settings set"):
             continue
         if label.startswith("process plugin packet monitor"):
             run.stats.append(out)
         elif label == "process continue":
-            run.steps.append(("<interrupt>", summarise_interrupt("lldb", out)))
+            texts.append(summarise_interrupt("lldb", out))
         else:
-            run.steps.append((label, out))
+            texts.append(out)
+    run.steps.append(("lldb --batch " + " ; ".join(c for c in cmds if not c.startswith("script")),
+                      "\n".join(texts)))
 
 
 DRIVERS: dict[str, Callable[[Path, Sequence[Step], bool, SessionRun], None]] = {
@@ -197,6 +212,7 @@ def run_session(client: str, stub_kind: str, scenario: Scenario, route: str,
     """Run ``scenario`` with ``client`` against ``stub_kind`` via ``route``."""
     program = programs[scenario.program]
     run = SessionRun(steps=[])
+    become_subreaper()  # a detached program becomes our child: its exit status is readable
     with endpoint(stub_kind, program, scenario.args, route) as (stub, proxy):
         run.inferior_pid = stub.find_inferior()
         address = proxy.address if proxy else stub.address
@@ -209,6 +225,9 @@ def run_session(client: str, stub_kind: str, scenario: Scenario, route: str,
                 run.proxy_exit = None
             run.proxy_stderr = proxy.stderr_text()
         run.stub_exit = _wait_quietly(stub)
+        if scenario.name == "detach":
+            run.program_exit = run.stub_exit if stub_kind == "qemu" else (
+                wait_orphan(run.inferior_pid) if run.inferior_pid else None)
         run.program_output = stub.output_text()
     return run
 

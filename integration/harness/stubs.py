@@ -96,6 +96,9 @@ def kill_tree(proc: subprocess.Popen[bytes], extra_pids: Sequence[int] = ()) -> 
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
+    for pid in victims[1:]:  # orphans that became ours (subreaper): reap them
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 class OutputPump:
@@ -365,3 +368,10 @@ def wait_orphan(pid: int, timeout: float = 30.0) -> int | None:
             return os.waitstatus_to_exitcode(status)
         time.sleep(0.02)
     return None
+
+
+def become_subreaper() -> None:
+    """Make this process the subreaper of orphaned descendants (idempotent)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
