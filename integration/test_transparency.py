@@ -50,10 +50,17 @@ def _diff(direct: list[tuple[str, str]], proxied: list[tuple[str, str]]) -> str:
     return f"lengths differ: direct {len(direct)} steps, proxy {len(proxied)} steps"
 
 
-def _check_program(sc: Scenario, stub: str, run: SessionRun, route: str) -> None:
+def _check_program(sc: Scenario, client: str, stub: str, run: SessionRun, route: str) -> None:
     if sc.name == "detach":
-        assert run.program_exit == 0, f"{route}: program after detach: status {run.program_exit}"
-    if sc.program_output and stub not in sc.output_lost_on:
+        # the exit status is read as subreaper when we can get it (gdbserver's
+        # detached child may be reaped out of our sight); else the output line,
+        # printed only after the last call of probed, has to be there
+        seen = run.text() + run.program_output
+        assert run.program_exit == 0 or (
+            run.program_exit is None and sc.program_output and re.search(sc.program_output, seen)), \
+            f"{route}: program after detach: status {run.program_exit}, output {run.program_output!r}"
+    # a pair with limited evidence stops early (see matrix): no output to check
+    if sc.program_output and stub not in sc.output_lost_on and (client, stub) not in sc.evidence_limited:
         assert re.search(sc.program_output, run.text() + run.program_output), \
             f"{route}: program output {run.program_output!r}"
 
@@ -62,7 +69,7 @@ def _check_direct(sc: Scenario, client: str, stub: str, run: SessionRun) -> None
     text = run.text()
     for pattern in sc.evidence_for(client, stub):
         assert re.search(pattern, text), f"direct run lacks {pattern!r}:\n{text}"
-    _check_program(sc, stub, run, "direct")
+    _check_program(sc, client, stub, run, "direct")
 
 
 @pytest.mark.parametrize(("sc", "client", "stub"), _pairs())
@@ -74,7 +81,7 @@ def test_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, P
 
     d, p = normalise_transcript(direct.steps), normalise_transcript(proxied.steps)
     assert d == p, _diff(d, p) + f"\nproxy stderr:\n{proxied.proxy_stderr}"
-    _check_program(sc, stub, proxied, "proxy")
+    _check_program(sc, client, stub, proxied, "proxy")
     if sc.name in CALLS_PROBED:
         hits = [int(m) for s in proxied.stats for m in PROBE_HITS.findall(s)]
         assert hits and hits[-1] > 0, f"the proxy's probe never fired: {proxied.stats!r}"

@@ -235,9 +235,10 @@ class MiSession:
         return recs[-1]
 
     def console(self, command: str, timeout: float | None = None) -> str:
-        """Run a CLI command through MI; return its console stream text."""
+        """Run a CLI command through MI; return its console and target stream
+        text (``monitor`` output arrives as ``@`` target records)."""
         recs = self.cmd(f'-interpreter-exec console "{command}"', timeout)
-        return "".join(r.text for r in recs if r.kind == "~")
+        return "".join(r.text for r in recs if r.kind in "~@")
 
     def close(self) -> int | None:
         try:

@@ -103,8 +103,10 @@ THREADS = Scenario(
                C("-stack-list-frames"), STATS, R("-exec-continue")),
         # lldb stops at parked's first byte (one-line function), where `id` is
         # still garbage: stop on the line after the call instead
-        "lldb": (C("b threads.c:48"), C("c"), C("thread list"), C("thread select 2"), C("bt 3"),
-                 C("thread select 1"), C("bt"), STATS, C("c")),
+        # lldb prints `thread select`'s result from its event thread, at a
+        # random place in the batch output: name threads in `thread backtrace`
+        "lldb": (C("b threads.c:48"), C("c"), C("thread list"), C("thread backtrace -c 3 2"),
+                 C("thread backtrace -c 3 4"), C("thread backtrace 1"), STATS, C("c")),
     },
     # (QEMU does not report thread names: count threads instead)
     evidence={"gdb": (r"\n\s+4\s+Thread ", r"\* 1 ", r"parked \(id=0\)", r"exited normally"),
@@ -122,7 +124,8 @@ SIGNALS = Scenario(
                R("-exec-continue"), R("-exec-continue"), R("-exec-continue"), STATS,
                R("-exec-continue")),
         # lldb --batch aborts the script at a signal stop: pass without stopping
-        "lldb": (C("process handle SIGUSR1 -s false -p true -n true"), STATS, C("c")),
+        "lldb": (C("process handle SIGUSR1 -s false -p true -n true"), C("b signals.c:25"), C("c"),
+                 STATS, C("c")),
     },
     evidence={"gdb": (r"Program received signal SIGUSR1", r"exited normally"),
               "mi": (r'signal-name="SIGUSR1"', r'reason="exited-normally"'),
@@ -168,10 +171,10 @@ DETACH = Scenario(
 
 KILL = Scenario(
     name="kill", program="probe_count", args=("1000",),
-    scripts={"gdb": (C("break probed"), C("continue"), C("continue"), C("kill")),
-             "mi": (C("-break-insert probed"), R("-exec-continue"), R("-exec-continue"),
+    scripts={"gdb": (C("break probed"), C("continue"), C("continue"), STATS, C("kill")),
+             "mi": (C("-break-insert probed"), R("-exec-continue"), R("-exec-continue"), STATS,
                     C('-interpreter-exec console "kill"')),
-             "lldb": (C("b probed"), C("c"), C("c"), C("kill"))},
+             "lldb": (C("b probed"), C("c"), C("c"), STATS, C("kill"))},
     evidence={"gdb": (r"Breakpoint 1, probed \(x=1\)", r"killed"),
               "mi": (r'bkptno="1"', r"\^done"),
               # QEMU reports a kill as exit status 0, lldb-server as 9

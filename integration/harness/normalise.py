@@ -18,7 +18,10 @@ comparison must catch). The rules, in order:
    the order in which threads appear is still compared.
 4. ``cores``: gdb/MI ``core="N"`` -> ``core="*"`` (the CPU the thread last
    ran on).
-5. ``lines``: trailing blanks are dropped and runs of empty lines folded.
+5. ``mi tokens``: the numeric token before an MI result (``107^done``) is
+   dropped (the proxy route runs one extra ``monitor async stats``
+   command, which shifts every later token).
+6. ``lines``: trailing blanks are dropped and runs of empty lines folded.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ PORTS = re.compile(r"\b(127\.0\.0\.1|localhost):\d+")
 PIDS = re.compile(r"\b([Pp]rocess|pid =|pid) \d+\b|\bpid=\"\d+\"")
 LWP = re.compile(r"\bLWP (\d+)\b|\bThread \d+\.(\d+)\b|\btid = (0x[0-9a-f]+|\d+)\b")
 CORE = re.compile(r'\bcore="\d+"')
+MI_TOKEN = re.compile(r"^\d+(?=[\^*+=])", re.M)
 
 
 def _pids(m: re.Match[str]) -> str:
@@ -60,6 +64,7 @@ def normalise(text: str, rename: Callable[[re.Match[str]], str] | None = None) -
     text = PIDS.sub(_pids, text)
     text = LWP.sub(rename or _lwp_renamer(), text)
     text = CORE.sub('core="*"', text)
+    text = MI_TOKEN.sub("", text)
     lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]
     out: list[str] = []
     for ln in lines:

@@ -189,7 +189,8 @@ def _run_lldb(program: Path, steps: Sequence[Step], proxied: bool, run: SessionR
             texts.append(summarise_interrupt("lldb", out))
         else:
             texts.append(out)
-    run.steps.append(("lldb --batch " + " ; ".join(c for c in cmds if not c.startswith("script")),
+    shown = [c for c in cmds if not c.startswith(("script", "process plugin packet monitor"))]
+    run.steps.append(("lldb --batch " + " ; ".join(shown),
                       "\n".join(texts)))
 
 
@@ -226,10 +227,24 @@ def run_session(client: str, stub_kind: str, scenario: Scenario, route: str,
             run.proxy_stderr = proxy.stderr_text()
         run.stub_exit = _wait_quietly(stub)
         if scenario.name == "detach":
-            run.program_exit = run.stub_exit if stub_kind == "qemu" else (
-                wait_orphan(run.inferior_pid) if run.inferior_pid else None)
+            run.program_exit = _detached_exit(stub_kind, run)
         run.program_output = stub.output_text()
+        if scenario.name == "detach" and run.program_exit is None:
+            run.program_exit = _detached_exit(stub_kind, run)
     return run
+
+
+def _detached_exit(stub_kind: str, run: SessionRun) -> int | None:
+    """Exit status of a program after ``detach``: QEMU is the program itself;
+    otherwise the orphan becomes ours (subreaper) unless the stub, still alive
+    when it exits, reaps it and says so (gdbserver: "Child exited with status N")."""
+    if stub_kind == "qemu":
+        return run.stub_exit
+    code = wait_orphan(run.inferior_pid, timeout=15) if run.inferior_pid else None
+    if code is None:
+        m = re.search(r"Child exited with status (\d+)", run.program_output)
+        code = int(m.group(1)) if m else None
+    return code
 
 
 def _wait_quietly(stub: StubProc, timeout: float = 10.0) -> int | None:
