@@ -30,6 +30,7 @@ PROBE = os.environ.get("ASYNCRSP_REGSAFETY_PROBE",
 DONE = re.compile(r"bench done n=\d+ mode=mt leaves=\d+ acc=\d+ check=ok")
 
 pytestmark = [pytest.mark.slow,
+              pytest.mark.timeout(RUNS * 40 + 120),  # ~6-15 s a run under load
               pytest.mark.skipif(not h.have("gdbserver"), reason="needs gdbserver")]
 
 
