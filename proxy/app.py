@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from proxy.analysis.inventory import build_inventory
@@ -15,6 +16,7 @@ from proxy.regsafety import (
     decide_policy,
     detect_stub_from_command,
     read_host_xsave_layout,
+    stub_kind_from_qsupported_reply,
 )
 from proxy.session.core import Session, SessionConfig
 from proxy.shell.upstream import UpstreamSpec
@@ -87,6 +89,37 @@ def register_policy(upstream: UpstreamSpec, requested: str | None) -> RegisterPo
     )
 
 
+def stub_classifier(upstream: UpstreamSpec, requested: str | None) -> Callable[[bytes], tuple[bool, str]] | None:
+    """For a stub we did not spawn: decide the register mode from its qSupported reply."""
+    if requested is not None or upstream.kind == "spawn":
+        return None
+    layout = read_host_xsave_layout() if upstream.is_local else None
+
+    def classify(reply: bytes) -> tuple[bool, str]:
+        kind = stub_kind_from_qsupported_reply(reply)
+        if kind is None:
+            # Only gdbserver has the bug, and its reply is recognisable
+            # (QStartupWithShell+, QEnvironmentHexEncoded+): this is not it.
+            return False, "asyncrsp: registers: full (the stub's qSupported reply is not gdbserver's)"
+        policy = decide_policy(requested=None, stub_is_local=upstream.is_local, stub_kind=kind,
+                               stub_version=None, host_layout=layout)
+        return policy.safe, policy.notice()
+
+    return classify
+
+
+def local_exe(pid: int) -> str | None:
+    """The program's file of a local process (stubs without qXfer:exec-file)."""
+    if pid <= 1:
+        return None
+    try:
+        path = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    # QEMU user mode reports pid 1 or its own process: its file is not the program.
+    return None if os.path.basename(path).startswith("qemu-") else path
+
+
 def make_capture(mode: str, only: str | None, exclude: str | None) -> BreakpointCapture | None:
     """The poll-capture backend for a mode (full: entries and rets; entry: entries only)."""
     if mode == "off":
@@ -122,6 +155,8 @@ def make_session(
         merge_osdata_types=merge_osdata_types,
         target_xml=target_xml,
         capture=make_capture(mode, only, exclude),
+        classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
+        local_exe=local_exe if upstream.is_local else None,
     )
     session = Session(cfg)
     session.register_notice = policy.notice()

@@ -204,7 +204,11 @@ def endpoint(stub_kind: str, program: Path, args: Sequence[str], route: str,
     """A stub on ``program`` and, for ``route="proxy"``, the proxy in front of it."""
     with ExitStack() as stack:
         stub = stack.enter_context(start_stub(stub_kind, program, args))
-        proxy = stack.enter_context(start_proxy(stub.address, probes)) if route == "proxy" else None
+        # QEMU's gdbstub cannot tell the program's file (no qXfer:exec-file,
+        # pid 1): the user names it with --elf, as the README says.
+        extra = ["--elf", str(program)] if stub_kind == "qemu" else []
+        proxy = (stack.enter_context(start_proxy(stub.address, probes, extra))
+                 if route == "proxy" else None)
         yield stub, proxy
 
 

@@ -47,7 +47,7 @@ from rsp.packets.qsupported import (
 )
 from rsp.packets.qxfer import QXferRead, build_qxfer_reply, parse_qxfer
 from rsp.packets.resume import Resume, ResumeAction, parse_resume
-from rsp.packets.stop import StopReply, parse_stop_reply
+from rsp.packets.stop import StopReply, is_stop_reply, parse_stop_reply
 from rsp.threads import ThreadId
 
 from .actions import Action, Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
@@ -98,6 +98,12 @@ class SessionConfig:
     target_xml: dict[str, str] | None = None
     # A capture backend (proxy.capture.base.Capture) fed at every probe hit.
     capture: Any = None
+    # The stub's kind is unknown (a TCP stub): ask it a plain qSupported first
+    # and decide the register mode from what its reply shows:
+    # (qSupported reply) -> (registers_safe, notice).
+    classify_stub: Callable[[bytes], tuple[bool, str]] | None = None
+    # The program's file from its pid when the stub cannot tell (local stubs).
+    local_exe: Callable[[int], str | None] | None = None
     clock: Callable[[], float] = time.perf_counter
 
 
@@ -289,14 +295,24 @@ class Session:
     def _client_qsupported(self, body: bytes) -> None:
         feats = parse_qsupported_request(body)
         self.client_features = feats
-        upstream = [f for f in feats if f.name != "swbreak"]
+        self._start_proc(self._proc_qsupported(feats))
+
+    def _proc_qsupported(self, client: list[Feature]) -> Procedure:
+        if self.config.classify_stub is not None and self.config.registers_safe:
+            # Only gdbserver < 14 needs xmlRegisters left out (rule 11); QEMU
+            # then sends a g block longer than its description. A plain
+            # qSupported first tells which stub this is (gdbserver re-decides
+            # its register mode at every qSupported, so this one is harmless).
+            (probe,) = yield Exchange((b"qSupported:multiprocess+;swbreak+",))
+            safe, notice = self.config.classify_stub(probe)
+            self.config.registers_safe = safe
+            self.register_notice = notice
+            self._emit(Notice(notice.removeprefix("asyncrsp: ")))
+        upstream = [f for f in client if f.name != "swbreak"]
         upstream.append(Feature("swbreak", "+"))  # rule 5: pc at the breakpoint, with a reason
         if self.config.registers_safe:
             upstream = _strip_xml_registers(upstream)  # rule 11
-        self._start_proc(self._proc_qsupported(build_qsupported_request(upstream)))
-
-    def _proc_qsupported(self, request: bytes) -> Procedure:
-        (reply,) = yield Exchange((request,))
+        (reply,) = yield Exchange((build_qsupported_request(upstream),))
         feats = parse_qsupported_reply(reply)
         self.stub_features = feats
         if _feature_on(feats, "QStartNoAckMode"):
@@ -394,7 +410,8 @@ class Session:
             else:
                 self._reply(build_qxfer_reply(doc.encode(), req.offset, req.length))
             return None
-        if req.object == "features" and self.config.target_xml and req.annex == "target.xml":
+        if (req.object == "features" and self.config.target_xml and self.config.registers_safe
+                and req.annex == "target.xml"):
             self._start_proc(self._proc_features(req, body))
             return None
         if req.object == "osdata" and req.annex == "" and self.config.merge_osdata_types is not None:
@@ -496,6 +513,14 @@ class Session:
     # --------------------------------------------------------------- stub side
     def _on_client_reply(self, body: bytes, raw: bytes) -> None:
         self._snoop_reply(body)
+        if body[:1] in (b"T", b"S") and is_stop_reply(body):  # the answer to `?`
+            try:
+                sr = parse_stop_reply(body)
+            except MalformedPacket:
+                sr = None
+            if sr is not None:
+                self._last_stop = sr
+                self._stopped = _Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
         if self._closing:
             return
         self._emit(ToClientRaw(raw))
@@ -506,8 +531,10 @@ class Session:
         # Serve the matching complete description ourselves (rule 11).
         if (
             self.config.target_xml
+            and self.config.registers_safe
             and b"<architecture>i386:x86-64</architecture>" in body
             and b"<feature" not in body
+            and b"include" not in body  # QEMU's describes its registers in xi:included files
             and b"<target" in body
         ):
             self._serve_own_tdesc = True
@@ -726,20 +753,23 @@ class Session:
             (reply,) = yield Exchange((b"qXfer:exec-file:read::0,fff",))
             if reply[:1] in (b"l", b"m"):
                 self.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
+        if self.exec_file is None and self.config.local_exe is not None:
+            pid = self._stop_pid()
+            if pid is not None:
+                self.exec_file = self.config.local_exe(pid)
         entry: int | None = None
         if _feature_on(self.stub_features, "qXfer:auxv:read"):
             (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
             entry = _auxv_entry(reply)
         probes: list[Probe] = []
-        try:
-            if resolve is not None:
-                probes += resolve(self.exec_file, entry)
-            if capture is not None:
-                probes += capture.plan(self.exec_file, entry)
-        except Exception as err:  # the resolver reports file problems as text
-            self._plant_failed = str(err)
-            self._emit(Notice(f"probes not planted: {err}"))
-            return
+        for planner in (resolve, capture.plan if capture is not None else None):
+            if planner is None:
+                continue
+            try:
+                probes += planner(self.exec_file, entry)
+            except Exception as err:  # file problems come back as text
+                self._plant_failed = str(err)
+                self._emit(Notice(f"probes not planted: {err}"))
         bodies = []
         for p in probes:
             key: BpKey = (0, p.addr, 1)
@@ -753,10 +783,25 @@ class Session:
                 self._emit(Notice(f"{len(bad)} probe(s) could not be inserted: {bad[0]!r}"))
         self._emit(Notice(f"planted {len(probes)} probe(s)"))
 
+    def _stop_pid(self) -> int | None:
+        """The program's pid from the last stop (without multiprocess ids the
+        first stop's thread is the main thread, whose tid is the pid)."""
+        st = self._last_stop
+        if st is None or st.thread is None:
+            return None
+        pid = st.thread.pid or st.thread.tid
+        return pid if pid > 1 else None
+
     def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
         keys = self.bps.proxy_only()
-        if keys:
-            yield Exchange(tuple(_z(False, k) for k in keys))
+        bodies = tuple(_z(False, k) for k in keys)
+        if then is None and self._last_stop is not None and self._last_stop.signal == SIGINT:
+            # The client hung up while the program ran: the proxy's own
+            # interrupt stopped it with SIGINT. Tell gdbserver to pass no
+            # signal, or an attached program dies of it once detached.
+            bodies = (b"QProgramSignals:",) + bodies
+        if bodies:
+            yield Exchange(bodies)
         for k in keys:
             self.bps.proxy_remove(k)
         self._proc = None
