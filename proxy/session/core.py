@@ -151,6 +151,8 @@ class Session:
         self._stopped: _Stopped | None = None
         self._last_stop: StopReply | None = None
         self._osdata_types: bytes | None = None
+        self._stop_pc_override: int | None = None
+        self._interrupted_for_leave = False
         self._planted = False
         self._plant_failed: str | None = None
         self._program_exited = False
@@ -231,10 +233,16 @@ class Session:
         if self._program_exited or not self.bps.proxy_only():
             self._emit(Close("client disconnected"))
             return
+        if self._proc is not None:
+            # A hidden stop is being handled: the program is stopped, and a
+            # 0x03 now would make gdbserver queue a real SIGINT for it. The
+            # procedure sees _closing and ends in a stop instead of a resume.
+            return
         if self.running:
             if not self._interrupt_forwarded:
                 self._interrupt_forwarded = True
                 self._emit(ToStubRaw(b"\x03"))
+                self._interrupted_for_leave = True
             return  # the stop reply arrives, then we clean up (see _on_stop_reply)
         if self._proc is None:
             self._start_proc(self._proc_leave())
@@ -551,26 +559,58 @@ class Session:
             self._report_stop(sr, raw)
             return
         pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
-        if sr.kind == "T" and sr.signal == SIGTRAP and _is_trap_reason(sr) and pc is not None:
-            probe = self.probes.get(pc)
-            if probe is not None:
-                self.stats.probe_stats.hit(probe, sr.thread)
-                if not self.bps.client_owns(pc) and not self._closing:
-                    self._start_proc(self._proc_hidden_stop(sr, pc, probe))
+        if sr.kind == "T" and sr.signal == SIGTRAP and self.probes:
+            if _is_trap_reason(sr) and pc is not None:
+                if self._probe_hit(sr, raw, pc):
                     return
-                self.stats.shared_stops += 1
-                self._start_proc(self._proc_shared_stop(sr, raw, probe))
-                return
+            elif sr.reason is None and not self._stepping(sr.thread):
+                # A stub that gives no stop reason (QEMU's gdbstub): a SIGTRAP
+                # of a thread that was not stepping is a breakpoint. QEMU
+                # sends no registers either: read the pc first.
+                if pc is None:
+                    self._start_proc(self._proc_read_pc_then_classify(sr, raw))
+                    return
+                if self._probe_hit(sr, raw, pc):
+                    return
         self._report_stop(sr, raw)
 
-    def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None) -> None:
+    def _stepping(self, thread: ThreadId | None) -> bool:
+        if self._resume is None or thread is None:
+            return False
+        action = self._resume.action_for(thread)
+        return action is not None and action.op in ("s", "S", "r")
+
+    def _probe_hit(self, sr: StopReply, raw: bytes, pc: int) -> bool:
+        """A trap at `pc`: if it is a probe, count it and handle it (hidden or shared)."""
+        probe = self.probes.get(pc)
+        if probe is None:
+            return False
+        self.stats.probe_stats.hit(probe, sr.thread)
+        self._stop_pc_override = pc
+        if not self.bps.client_owns(pc) and not self._closing:
+            self._start_proc(self._proc_hidden_stop(sr, pc, probe))
+        else:
+            self.stats.shared_stops += 1
+            self._start_proc(self._proc_shared_stop(sr, raw, probe))
+        return True
+
+    def _proc_read_pc_then_classify(self, sr: StopReply, raw: bytes) -> Procedure:
+        (regs,) = yield Exchange((b"g",))
+        self._proc = None
+        pc = _pc_from_g(regs)
+        if pc is None or not self._probe_hit(sr, raw, pc):
+            self._report_stop(sr, raw, pc=pc)
+
+    def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
+                     pc: int | None = None) -> None:
         """A stop the client sees. Ends the client's resume."""
         self._resume = None
         self._interrupt_forwarded = False
         self._interrupt_pending = False
         self._last_stop = sr
         if sr is not None and sr.kind in ("T", "S"):
-            self._stopped = _Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
+            known = sr.pc(self.pc_regnum) if sr.kind == "T" else None
+            self._stopped = _Stopped(sr.thread, known if known is not None else pc)
         else:
             self._stopped = None
         if self._closing:
@@ -662,7 +702,7 @@ class Session:
         replies: list[bytes] = (yield Exchange(reads)) if reads else []
         self._capture_hit(probe, sr, replies)
         self._proc = None
-        self._report_stop(sr, raw)
+        self._report_stop(sr, raw, pc=self._stop_pc_override)
         if self._stopped is not None:
             self._stopped.counted = True
 
@@ -795,12 +835,19 @@ class Session:
     def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
         keys = self.bps.proxy_only()
         bodies = tuple(_z(False, k) for k in keys)
-        if then is None and self._last_stop is not None and self._last_stop.signal == SIGINT:
+        if then is None and self._interrupted_for_leave:
             # The client hung up while the program ran: the proxy's own
-            # interrupt stopped it with SIGINT. Tell gdbserver to pass no
+            # interrupt stopped it with SIGINT. Tell the stub to pass no
             # signal, or an attached program dies of it once detached.
             bodies = (b"QProgramSignals:",) + bodies
-        if bodies:
+        last = self._last_stop
+        if then is None and self._interrupted_for_leave and last is not None and last.signal != SIGINT:
+            # Our 0x03 crossed a stop reply already on its way: gdbserver,
+            # stopped, turned it into a SIGINT queued for the program, which
+            # would kill it once detached. Let it run until that SIGINT stops
+            # it (the passes list above keeps it from being delivered).
+            yield Exchange(bodies + (b"vCont;c",), resume=True)
+        elif bodies:
             yield Exchange(bodies)
         for k in keys:
             self.bps.proxy_remove(k)
@@ -853,6 +900,14 @@ class Session:
 
 
 # ---------------------------------------------------------------------- helpers
+def _pc_from_g(reply: bytes) -> int | None:
+    """rip from an x86-64 `g` block in gdb's order (16 GPRs, then rip)."""
+    data = _memory(reply.replace(b"xx", b"00"))
+    if data is None or len(data) < 136:
+        return None
+    return int.from_bytes(data[128:136], "little")
+
+
 def _memory(reply: bytes) -> bytes | None:
     """An `m` reply's bytes (None for an error or garbage)."""
     if not reply or (reply[:1] == b"E" and len(reply) == 3):

@@ -223,3 +223,33 @@ def test_monitor_async_local_others_forwarded(text: bytes, expect_local: bool) -
         assert bytes.fromhex(out[0][1:].decode()) == b"probe hits: 0\n"
     else:
         assert bodies(acts, ToStubRaw)
+
+
+def test_hang_up_racing_a_probe_stop_collects_the_queued_sigint() -> None:
+    """Our 0x03 can cross a stop reply already on its way; gdbserver, then
+    stopped, queues a real SIGINT that would kill an attached program after
+    the detach (seen in integration/test_faults.py about 1 run in 5)."""
+    d = Driver()
+    d.start_running()
+    d.s.client_closed()
+    assert d.s.take_actions() == [ToStubRaw(b"\x03")]
+    acts = d.stub(stop_at(PROBE))  # the probe's stop, not the interrupt's
+    assert bodies(acts, ToStub) == [b"QProgramSignals:", f"z0,{PROBE:x},1".encode(), b"vCont;c"]
+    d.stub(b"OK")
+    d.stub(b"OK")
+    acts = d.stub(stop_at(0x1000, sig=b"02", reason=b""))
+    assert any(isinstance(a, Close) for a in acts)
+
+
+def test_hang_up_during_a_hidden_stop_sends_no_interrupt() -> None:
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(PROBE))  # hidden stop in progress
+    d.s.client_closed()
+    assert d.s.take_actions() == []  # no 0x03 toward a stopped gdbserver
+    d.stub(b"OK")
+    acts = d.stub(stop_at(PROBE + 1, reason=b""))
+    assert bodies(acts, ToStub) == [f"Z0,{PROBE:x},1".encode()]  # back in, then leave
+    acts = d.stub(b"OK")
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]
+    assert any(isinstance(a, Close) for a in d.stub(b"OK"))
