@@ -20,7 +20,7 @@ from proxy.graph.catalog import Catalog
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter, PollExit
 from proxy.session.probes import Probe
-from rsp.framing import hex_decode
+from proxy.session.core import memory_bytes
 from rsp.packets.stop import StopReply
 
 # gdbserver's x86-64 `g` block without XML (and with): rax rbx rcx rdx rsi rdi rbp rsp ...
@@ -152,12 +152,8 @@ def _line_lookup(path: str) -> Callable[[int], SourceLoc | None] | None:
 
 
 def _bytes(reply: bytes) -> bytes | None:
-    if not reply or reply[:1] == b"E" and len(reply) == 3:
-        return None
-    try:
-        return hex_decode(reply.replace(b"xx", b"00"))
-    except Exception:  # noqa: BLE001 - a reply we cannot read is a missing field
-        return None
+    # gdbserver marks registers it cannot read as "xx": read them as zeros
+    return memory_bytes(reply.replace(b"xx", b"00")) if reply else None
 
 
 def _le(data: bytes | None, off: int, size: int) -> int | None:

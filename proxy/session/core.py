@@ -34,7 +34,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsp.errors import MalformedPacket
+from rsp.errors import MalformedPacket, StubError
+from rsp.packets.memory import parse_memory_reply
 from rsp.framing import frame, rle_expand, unescape_binary
 from rsp.packets.breakpoints import BreakpointPacket, parse_breakpoint
 from rsp.packets.monitor import build_console_output, parse_qrcmd
@@ -385,7 +386,7 @@ class Session:
             missing = list(dict.fromkeys(missing))[:256]
             replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
             for key, rep in zip(missing, replies):
-                cache[key] = _memory(rep)
+                cache[key] = memory_bytes(rep)
         self._proc = None
         if out and not out.endswith("\n"):
             out += "\n"
@@ -403,7 +404,7 @@ class Session:
             return
         replies = yield Exchange(tuple(b"m%x,%x" % (r.addr, r.size) for r in reads))
         for r, rep in zip(reads, replies):
-            engine.resolve_read(r, _memory(rep))
+            engine.resolve_read(r, memory_bytes(rep))
 
     def _client_qxfer(self, body: bytes, raw: bytes | None) -> None:
         try:
@@ -911,19 +912,19 @@ class Session:
 # ---------------------------------------------------------------------- helpers
 def _pc_from_g(reply: bytes) -> int | None:
     """rip from an x86-64 `g` block in gdb's order (16 GPRs, then rip)."""
-    data = _memory(reply.replace(b"xx", b"00"))
+    data = memory_bytes(reply.replace(b"xx", b"00"))
     if data is None or len(data) < 136:
         return None
     return int.from_bytes(data[128:136], "little")
 
 
-def _memory(reply: bytes) -> bytes | None:
-    """An `m` reply's bytes (None for an error or garbage)."""
-    if not reply or (reply[:1] == b"E" and len(reply) == 3):
+def memory_bytes(reply: bytes) -> bytes | None:
+    """An `m` (or `g`) reply's bytes; None for an error, empty or garbage reply."""
+    if not reply:
         return None
     try:
-        return bytes.fromhex(reply.decode("ascii"))
-    except ValueError:
+        return parse_memory_reply(reply)
+    except (MalformedPacket, StubError):
         return None
 
 
