@@ -148,7 +148,8 @@ def test_whole_run_graph(config: str, rt: str) -> None:
     # after the panic the same thread's polls are parented correctly
     assert re.search(r"tokio_app::select_join::\{async_fn#0\} -> #\d+ tokio_app::c", done), done
     stats = section(out, "stats")
-    assert re.search(r"exits missed \(recovered by sp\): 0", stats) or "recovered" in stats
+    if not config.startswith("old"):  # 1.63's panic is a missed exit (see above)
+        assert re.search(r"exits missed \(recovered by sp\): 0;", stats), stats
 
 
 def test_locals_match_what_the_program_prints() -> None:

@@ -57,69 +57,57 @@ class Link:
 
     async def run(self) -> str:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump_client)
-            nursery.start_soon(self._pump_stub)
+            nursery.start_soon(self._pump, "client", self.client, self.cconn)
+            nursery.start_soon(self._pump, "stub", self.stub, self.sconn)
             await self.closed.wait()
             nursery.cancel_scope.cancel()
         return self.close_reason
 
     # -- pumps
-    async def _pump_client(self) -> None:
+    async def _pump(self, side: str, stream: trio.abc.Stream, conn: Connection) -> None:
+        """Read one side until it closes; feed its packets to the session."""
         while True:
             try:
-                data = await self.client.receive_some(65536)
+                data = await stream.receive_some(65536)
             except _CLOSED + (OSError,):
                 data = b""
             if not data:
-                self.client_gone = True
-                self.session.client_closed()
-                await self._flush()
-                with trio.move_on_after(LEAVE_TIMEOUT):
-                    await self.closed.wait()
-                self._close("client disconnected (probes could not be confirmed removed in time)")
+                await self._side_closed(side)
                 return
-            self.log.write("c>", data)
+            self.log.write("c>" if side == "client" else "s>", data)
             try:
-                events = self.cconn.receive_data(data)
+                events = conn.receive_data(data)
             except ProtocolError as err:
-                self.notice(f"client link broken: {err}")
+                self.notice(f"{side} link broken: {err}")
                 self._close(str(err))
                 return
             for ev in events:
-                if isinstance(ev, Packet):
-                    self.session.client_packet(ev.body, ev.raw)
-                elif isinstance(ev, Interrupt):
-                    self.session.client_interrupt()
-                elif isinstance(ev, BadPacket):
-                    self.notice(f"bad packet from the client, asked again: {ev.error}")
-            await self._flush()
-
-    async def _pump_stub(self) -> None:
-        while True:
-            try:
-                data = await self.stub.receive_some(65536)
-            except _CLOSED + (OSError,):
-                data = b""
-            if not data:
-                self.session.stub_closed()
-                await self._flush()
-                self._close("stub disconnected")
-                return
-            self.log.write("s>", data)
-            try:
-                events = self.sconn.receive_data(data)
-            except ProtocolError as err:
-                self.notice(f"stub link broken: {err}")
-                self._close(str(err))
-                return
-            for ev in events:
-                if isinstance(ev, Packet):
+                if isinstance(ev, BadPacket):
+                    self.notice(f"bad packet from the {side}, asked again: {ev.error}")
+                elif side == "client":
+                    if isinstance(ev, Packet):
+                        self.session.client_packet(ev.body, ev.raw)
+                    elif isinstance(ev, Interrupt):
+                        self.session.client_interrupt()
+                elif isinstance(ev, Packet):
                     self.session.stub_packet(ev.body, ev.raw)
                 elif isinstance(ev, Notification):
                     self.cconn.send_raw(ev.raw)
-                elif isinstance(ev, BadPacket):
-                    self.notice(f"bad packet from the stub, asked again: {ev.error}")
             await self._flush()
+
+    async def _side_closed(self, side: str) -> None:
+        if side == "stub":
+            self.session.stub_closed()
+            await self._flush()
+            self._close("stub disconnected")
+            return
+        # The client left: the session takes the probes out first (rule 9).
+        self.client_gone = True
+        self.session.client_closed()
+        await self._flush()
+        with trio.move_on_after(LEAVE_TIMEOUT):
+            await self.closed.wait()
+        self._close("client disconnected (probes could not be confirmed removed in time)")
 
     # -- output
     async def _flush(self) -> None:
