@@ -6,7 +6,8 @@ import os
 from collections.abc import Callable, Sequence
 
 from proxy.analysis.inventory import build_inventory
-from proxy.capture.breakpoints import BreakpointCapture
+from proxy import capture as capture_backends
+from proxy.capture.target import open_target
 from proxy.commands.document import graph_document, graph_document_empty
 from proxy.commands.monitor import MonitorContext, run_monitor
 from proxy.commands.osdata import handles, merge_osdata_types, osdata_table, render
@@ -44,11 +45,11 @@ def _proxy_stats(session: Session) -> dict[str, object]:
 
 
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
-    cap = session.config.capture
-    engine = getattr(cap, "engine", None)
-    note = getattr(cap, "note", None)
-    if cap is None:
-        note = "poll capture is off (--mode off)"
+    cap = session.capture
+    engine = session.engine
+    note = session.target.note if session.target is not None else None
+    if cap is None and engine is None:
+        note = note or f"poll capture is off (mode {session.mode})"
     elif engine is None and note is None:
         note = "the program has not run under the proxy yet (no probes planted)"
     return MonitorContext(
@@ -58,7 +59,52 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         read_memory=read,
         proxy_stats=_proxy_stats(session),
         note=note,
+        mode=lambda args: _mode_command(session, args),
+        capture=lambda args: _capture_command(session, args),
     )
+
+
+def _mode_command(session: Session, args: tuple[str, ...]) -> str:
+    """`monitor async mode [full|entry|off]`: show, or switch after this command."""
+    if not args:
+        return f"mode: {session.mode}\n" + "".join(f"  {m}: {MODE_LOSES[m]}\n" for m in capture_backends.MODES)
+    mode = args[0]
+    if mode not in capture_backends.MODES:
+        return f"asyncrsp: unknown mode {mode!r}; one of {', '.join(capture_backends.MODES)}"
+    if session.running:
+        return "asyncrsp: the program is running; stop it first"
+    session.request_switch(mode=mode)
+    return f"mode: {session.mode} -> {mode}"
+
+
+def _capture_command(session: Session, args: tuple[str, ...]) -> str:
+    """`monitor async capture [NAME]`: show the backend and the alternatives, or switch."""
+    if not args:
+        cap = session.capture
+        lines = [f"capture: {cap.name if cap is not None else 'none'} (mode {session.mode})"
+                 + (f" - {cap.why}" if cap is not None and cap.why else "")]
+        for name in capture_backends.names():
+            reason = capture_backends.unavailable(name, session.target)
+            lines.append(f"  {name}: {'available' if reason is None else reason}")
+        return "\n".join(lines)
+    name = args[0]
+    reason = capture_backends.unavailable(name, session.target) if name != "auto" else None
+    if reason is not None:
+        return f"asyncrsp: {reason}"
+    if session.running:
+        return "asyncrsp: the program is running; stop it first"
+    session.request_switch(capture=name)
+    current = session.capture.name if session.capture is not None else "none"
+    return f"capture: {current} -> {name}"
+
+
+# What each mode gives up (stats, `monitor async mode`, README).
+MODE_LOSES = {
+    "full": "entries and exits observed: exact Ready/Pending and poll times",
+    "entry": "entries only: exits inferred from the next entry on the thread (stack pointer), "
+             "so Ready/Pending lag by one poll and poll durations are unknown",
+    "off": "nothing planted, zero overhead while running: the graph holds only what was seen before",
+}
 
 
 def monitor(text: str, session: Session, read: Callable[[int, int], bytes | None]) -> str:
@@ -66,11 +112,12 @@ def monitor(text: str, session: Session, read: Callable[[int, int], bytes | None
 
 
 def qxfer(obj: str, annex: str, session: Session) -> bytes | None:
-    engine = getattr(session.config.capture, "engine", None)
+    engine = session.engine
     if engine is None:
         if obj == "osdata":
             return render(annex, [])
-        return graph_document_empty(getattr(session.config.capture, "note", None))
+        note = session.target.note if session.target is not None else None
+        return graph_document_empty(note or f"poll capture is off (mode {session.mode})")
     if obj == "osdata":
         return osdata_table(annex, engine) if handles(annex) else None
     return graph_document(engine, _proxy_stats(session))
@@ -120,13 +167,6 @@ def local_exe(pid: int) -> str | None:
     return None if os.path.basename(path).startswith("qemu-") else path
 
 
-def make_capture(mode: str, only: str | None, exclude: str | None) -> BreakpointCapture | None:
-    """The poll-capture backend for a mode (full: entries and rets; entry: entries only)."""
-    if mode == "off":
-        return None
-    return BreakpointCapture(build_inventory, only=only, exclude=exclude, entry_only=mode == "entry")
-
-
 def make_session(
     upstream: UpstreamSpec,
     *,
@@ -136,6 +176,8 @@ def make_session(
     mode: str = "full",
     only: str | None = None,
     exclude: str | None = None,
+    capture: str = "auto",
+    options: dict[str, object] | None = None,
 ) -> Session:
     policy = register_policy(upstream, registers)
     target_xml = None
@@ -154,7 +196,12 @@ def make_session(
         qxfer=qxfer,
         merge_osdata_types=merge_osdata_types,
         target_xml=target_xml,
-        capture=make_capture(mode, only, exclude),
+        make_capture=lambda name, m, target: capture_backends.make_capture(
+            name, m, target, only=only, exclude=exclude, options=options),
+        capture_name=capture,
+        mode=mode,
+        open_target=lambda path, entry, pid, feats: open_target(
+            path, entry, pid, local=upstream.is_local, stub_features=feats, load_inventory=build_inventory),
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
         local_exe=local_exe if upstream.is_local else None,
     )

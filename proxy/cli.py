@@ -28,6 +28,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("full", "entry", "off"), default="full",
                    help="poll capture: full = entry and exit breakpoints on every resume function; "
                         "entry = entries only (exits inferred); off = plant nothing")
+    p.add_argument("--capture", default="auto", choices=("auto", "uprobes", "tracepoints", "breakpoints"),
+                   help="how poll events are captured: uprobes (in the kernel; the program's own host, root), "
+                        "tracepoints (inside gdbserver), breakpoints (hidden stops, any stub); "
+                        "auto = the cheapest that can run (default)")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),
@@ -93,7 +97,8 @@ def _serve(args: argparse.Namespace) -> int:
         opts = ServeOptions(host, port, upstream, log_packets=log)
         def make(up: UpstreamSpec) -> Session:
             return make_session(up, probes=args.probe, elf=elf, registers=args.registers,
-                                mode=args.mode, only=args.only, exclude=args.exclude)
+                                mode=args.mode, only=args.only, exclude=args.exclude,
+                                capture=args.capture, options=vars(args))
 
         return trio.run(serve, opts, make)
     finally:

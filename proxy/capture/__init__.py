@@ -1,1 +1,84 @@
-"""Capture backends: turn the program's poll entries and exits into engine events."""
+"""Capture backends: turn the program's poll entries and exits into engine events.
+
+`BACKENDS` names every backend with the module that holds it. A backend
+module exposes `available(target) -> str | None` (None when it can run, else
+the one-line reason it cannot) and `make(mode=..., only=..., exclude=...,
+options=...)`. `--capture auto` takes the first available in `AUTO_ORDER`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.capture.base import CaptureBase
+from proxy.capture.target import Target
+
+BACKENDS: dict[str, str] = {
+    "breakpoints": "proxy.capture.breakpoints",
+}
+# Cheapest first: uprobes (in the kernel), tracepoints (in gdbserver), breakpoints (any stub).
+AUTO_ORDER = ("uprobes", "tracepoints", "breakpoints")
+MODES = ("full", "entry", "off")
+
+
+def names() -> list[str]:
+    return list(BACKENDS)
+
+
+def unavailable(name: str, target: Target | None) -> str | None:
+    """Why backend `name` cannot run for `target` (None: it can)."""
+    mod = BACKENDS.get(name)
+    if mod is None:
+        return f"unknown capture backend {name!r} (known: {', '.join(BACKENDS)})"
+    try:
+        module = importlib.import_module(mod)
+    except Exception as err:  # noqa: BLE001 - a broken optional backend is a reason, not a crash
+        return f"{name} backend cannot load: {err}"
+    check = getattr(module, "available", None)
+    return check(target) if check is not None and target is not None else None
+
+
+def make_capture(
+    name: str,
+    mode: str,
+    target: Target | None = None,
+    *,
+    only: str | None = None,
+    exclude: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> CaptureBase | None:
+    """The backend `name` (or the best available for `auto`); None in mode off.
+
+    Raises ValueError with the reason when an explicitly named backend cannot run.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
+    if mode == "off":
+        return None
+    why = "asked for"
+    if name == "auto":
+        reasons = []
+        for cand in AUTO_ORDER:
+            if cand not in BACKENDS:
+                continue
+            reason = unavailable(cand, target)
+            if reason is None:
+                name = cand
+                why = "auto: " + ("; ".join(reasons) if reasons else f"{cand} available")
+                break
+            reasons.append(f"no {cand}: {reason}")
+        else:
+            name = "breakpoints"
+    else:
+        reason = unavailable(name, target)
+        if reason is not None:
+            raise ValueError(reason)
+    module = importlib.import_module(BACKENDS[name])
+    cap: CaptureBase = module.make(mode=mode, only=only, exclude=exclude, options=dict(options or {}))
+    cap.why = why
+    return cap
+
+
+__all__ = ["AUTO_ORDER", "BACKENDS", "MODES", "CaptureBase", "make_capture", "names", "unavailable"]

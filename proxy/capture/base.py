@@ -1,36 +1,109 @@
 """The interface between the session core and a capture backend.
 
-Theory of operation: the session plants the backend's probes like any other
-hidden probe. At a hit it asks the backend which packets to read *in the
-same exchange* as the step-over (`reads`: they go back to back ahead of
-`z0` and `vCont;s`, so a capture costs no extra round trip), then hands the
-replies to `hit`, where the backend emits `proxy.graph.events` into the
-engine. Everything here is sync and pure; the backend never talks to the
-stub itself.
+Theory of operation: a backend turns the program's poll entries and exits
+into `proxy.graph.events` for the target's one engine. The session calls it
+at fixed points of a session's life, and the backend answers with data or
+with *procedures* (generators yielding `Exchange`s, see
+`proxy.session.procedure`) that the session runs against the stub:
+
+* `plan(target)`: the hidden breakpoints to plant (the breakpoints backend
+  plants one per entry and ret; tracepoints and uprobes plant none).
+* `reads` / `hit`: at a hidden-breakpoint hit, the packets to read in the
+  same exchange as the step-over, then their replies.
+* `install()` after planting, before the program first runs;
+  `sync()` at a stop, before the proxy answers any graph question (drain);
+  `uninstall()` at a stop, before detach / kill / hang-up / a backend switch.
+* `client_request(body)` sees every client packet first (hide the proxy's
+  own use of a facility, rewrite a packet, hand over to the client);
+  `client_reply(request, reply)` rewrites a forwarded request's reply.
+* `stop(sr)`: a stop reply during the client's resume that the backend
+  caused; the session runs the returned procedure and resumes, hidden.
+* `wants_interrupt(now)`: while running, the backend needs a hidden stop.
+* `poll()` / `wakeup_fd()`: a continuous consumer the shell drives while the
+  program runs.
+
+Everything here is sync and pure; backends never talk to the stub
+themselves. `CaptureBase` gives every hook a do-nothing default.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
+from proxy.capture.target import Target
+from proxy.graph.engine import Engine
 from proxy.session.probes import Probe
+from proxy.session.procedure import Forward, Handover, Procedure, Reply, Verdict
 from rsp.packets.stop import StopReply
 
 
-class Capture(Protocol):
-    name: str
+class CaptureBase:
+    """A capture backend with every hook a no-op (override what you need)."""
 
-    def plan(self, path: str | None, runtime_entry: int | None) -> list[Probe]:
-        """The probes to plant for the program at `path` (PIE bias from AT_ENTRY)."""
-        ...
+    name = "none"
+    # Why this backend was chosen (shown by `stats`), set by the chooser.
+    why: str = ""
 
+    def __init__(self) -> None:
+        self.target: Target | None = None
+        self.note: str | None = None  # why nothing is captured, if so
+        self.events = 0
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.target.engine if self.target is not None else None
+
+    # -- planting
+    def plan(self, target: Target) -> list[Probe]:
+        self.target = target
+        return []
+
+    def install(self) -> Procedure | None:
+        return None
+
+    def uninstall(self) -> Procedure | None:
+        return None
+
+    # -- hidden breakpoints
     def reads(self, probe: Probe, thread: int, stop: StopReply) -> tuple[bytes, ...]:
-        """Request bodies to send before the step-over at a hit."""
-        ...
+        return ()
 
     def hit(self, probe: Probe, thread: int, stop: StopReply, replies: list[bytes]) -> None:
-        """The replies to `reads`, in order; emit engine events."""
-        ...
+        return None
+
+    # -- at stops and while running
+    def sync(self) -> Procedure | None:
+        return None
+
+    def stop(self, sr: StopReply) -> Procedure | None:
+        return None
+
+    def wants_interrupt(self, now: float) -> bool:
+        return False
+
+    def poll(self) -> None:
+        return None
+
+    def wakeup_fd(self) -> int | None:
+        return None
+
+    # -- the client's traffic
+    def client_request(self, body: bytes) -> Verdict | None:
+        return None
+
+    def client_reply(self, request: bytes, reply: bytes) -> bytes:
+        return reply
+
+    # True when client_reply may change something: the session then keeps
+    # each forwarded request to hand it back with its reply.
+    filters_replies = False
 
     def stats_lines(self) -> list[str]:
-        ...
+        lines = [f"capture: {self.name} ({self.events} poll events)" + (f" - {self.why}" if self.why else "")]
+        if self.note:
+            lines.append(f"capture note: {self.note}")
+        return lines
+
+
+# Kept for the readers of older code: the protocol is the base class.
+Capture = CaptureBase
+
+__all__ = ["Capture", "CaptureBase", "Forward", "Handover", "Reply", "Verdict"]

@@ -13,14 +13,12 @@ round trip. Engine events carry a sequence number in hit order.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-
-from proxy.analysis.model import Inventory, ResumeFn, SourceLoc
-from proxy.graph.catalog import Catalog
-from proxy.graph.engine import Engine
+from proxy.analysis.model import ResumeFn
+from proxy.capture.base import CaptureBase
+from proxy.capture.target import Target
 from proxy.graph.events import PollEnter, PollExit
 from proxy.session.probes import Probe
-from proxy.session.core import memory_bytes
+from rsp.packets.memory import memory_bytes
 from rsp.packets.stop import StopReply
 
 # gdbserver's x86-64 `g` block without XML (and with): rax rbx rcx rdx rsi rdi rbp rsp ...
@@ -28,26 +26,21 @@ _G_OFFSET = {"rax": 0, "rbx": 8, "rcx": 16, "rdx": 24, "rsi": 32, "rdi": 40, "rb
 RSP_REGNUM = 7
 
 
-class BreakpointCapture:
+class BreakpointCapture(CaptureBase):
     name = "breakpoints"
 
     def __init__(
         self,
-        load_inventory: Callable[[str], Inventory],
         *,
         only: str | None = None,
         exclude: str | None = None,
         entry_only: bool = False,
     ) -> None:
-        self._load = load_inventory
+        super().__init__()
         self._only = re.compile(only) if only else None
         self._exclude = re.compile(exclude) if exclude else None
         self._entry_only = entry_only
-        self.inventory: Inventory | None = None
-        self.engine: Engine | None = None
         self._seq = 0
-        self.note: str | None = None  # why nothing is captured, if so
-        self.events = 0
 
     # -- planning
     def _wanted(self, fn: ResumeFn) -> bool:
@@ -55,19 +48,13 @@ class BreakpointCapture:
             return False
         return not (self._exclude is not None and self._exclude.search(fn.name))
 
-    def plan(self, path: str | None, runtime_entry: int | None) -> list[Probe]:
-        if path is None:
-            self.note = "the program's file is unknown (pass --elf)"
+    def plan(self, target: Target) -> list[Probe]:
+        self.target = target
+        self.note = target.note
+        inv, bias = target.inventory, target.bias
+        if inv is None or target.engine is None:
             return []
-        inv = self._load(path)
-        self.inventory = inv
-        bias = 0
-        if inv.pie:
-            if runtime_entry is None:
-                self.note = "position-independent program and no auxv from the stub: load bias unknown"
-                return []
-            bias = runtime_entry - inv.entry
-        self.engine = Engine(Catalog(inv, bias, _line_lookup(path)))
+        self._seq = target.engine.cursor_seq or 0
         probes = []
         for fn in inv.resume_fns:
             if not fn.low_pc or not self._wanted(fn):
@@ -81,10 +68,6 @@ class BreakpointCapture:
                 # pad wrote __state = 2 (Panicked): ret probes alone miss it.
                 for x in fn.other_exits:
                     probes.append(Probe(fn.name + " (unwind)", x + bias, kind="unwind", site=site))
-        if not inv.resume_fns:
-            self.note = "no async resume functions found" + (
-                f" ({'; '.join(inv.warnings)})" if inv.warnings else ""
-            )
         return probes
 
     # -- at a hit
@@ -133,22 +116,10 @@ class BreakpointCapture:
             self.engine.feed(PollExit(self._seq, thread, probe.site, sp, state, self_ptr,
                                       panicked=probe.kind == "unwind"))
 
-    def stats_lines(self) -> list[str]:
-        lines = [f"capture: {self.name} ({self.events} poll events)"]
-        if self.note:
-            lines.append(f"capture note: {self.note}")
-        return lines
 
-
-def _line_lookup(path: str) -> Callable[[int], SourceLoc | None] | None:
-    """link-time pc -> source line, from the analysis' line tables (lazy)."""
-    try:
-        from proxy.analysis.elf import open_elf
-        from proxy.analysis.lines import SourceMap
-
-        return SourceMap(open_elf(path)).pc_to_line
-    except Exception:  # noqa: BLE001 - no lines is a degraded answer, not an error
-        return None
+def make(*, mode: str = "full", only: str | None = None, exclude: str | None = None,
+         options: dict[str, object] | None = None) -> BreakpointCapture:
+    return BreakpointCapture(only=only, exclude=exclude, entry_only=mode == "entry")
 
 
 def _bytes(reply: bytes) -> bytes | None:

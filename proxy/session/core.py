@@ -34,8 +34,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsp.errors import MalformedPacket, StubError
-from rsp.packets.memory import parse_memory_reply
+from rsp.errors import MalformedPacket
+from rsp.packets.memory import memory_bytes
 from rsp.framing import frame, rle_expand, unescape_binary
 from rsp.packets.breakpoints import BreakpointPacket, parse_breakpoint
 from rsp.packets.monitor import build_console_output, parse_qrcmd
@@ -51,6 +51,7 @@ from rsp.packets.resume import Resume, ResumeAction, parse_resume
 from rsp.packets.stop import StopReply, is_stop_reply, parse_stop_reply
 from rsp.threads import ThreadId
 
+from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .actions import Action, Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from .breakpoints import BpKey, BreakpointTable
 from .probes import Probe, ProbeStats
@@ -65,21 +66,11 @@ SIGSTOP = 0x13  # Linux SIGSTOP (19)
 SIGTRAP = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Exchange:
-    """Requests a procedure sends back to back; it receives their replies."""
-
-    bodies: tuple[bytes, ...]
-    resume: bool = False  # the last body resumes the program: its reply is a stop reply
-
-
-Procedure = Generator[Exchange, list[bytes], None]
-
-
 @dataclass(slots=True)
 class _Waiter:
     kind: str  # "client", "client-resume", "proc"
     resume: bool = False
+    request: bytes | None = None  # kept when the capture rewrites replies
 
 
 @dataclass(slots=True)
@@ -98,8 +89,17 @@ class SessionConfig:
     merge_osdata_types: Callable[[bytes | None], bytes] | None = None
     # A complete target description for a stub that answers without registers.
     target_xml: dict[str, str] | None = None
-    # A capture backend (proxy.capture.base.Capture) fed at every probe hit.
+    # The poll-capture backend (proxy.capture.base.CaptureBase), or None.
     capture: Any = None
+    # Build a backend by name and mode at the first resume or a switch:
+    # (name, mode, target) -> CaptureBase | None; raises ValueError with the
+    # reason when the backend cannot run for that target.
+    make_capture: Callable[[str, str, Any], Any] | None = None
+    capture_name: str = "breakpoints"
+    mode: str = "full"
+    # Open the program (proxy.capture.target.open_target): (path, AT_ENTRY,
+    # pid, stub feature names) -> Target.
+    open_target: Callable[[str | None, int | None, int | None, frozenset[str]], Any] | None = None
     # The stub's kind is unknown (a TCP stub): ask it a plain qSupported first
     # and decide the register mode from what its reply shows:
     # (qSupported reply) -> (registers_safe, notice).
@@ -123,6 +123,8 @@ class SessionStats:
     hidden_stops: int = 0
     shared_stops: int = 0  # probe hits at a client breakpoint too: processed and reported
     hidden_time: float = 0.0
+    hidden_interrupts: int = 0  # the proxy stopped the program for its capture (drains)
+    capture_switches: int = 0
     interrupts_during_hidden: int = 0
     capture_errors: int = 0
     client_packets: int = 0
@@ -163,6 +165,17 @@ class Session:
         self.exec_file: str | None = config.elf_path
         self.load_bias: int | None = None
         self.register_notice = "registers: " + ("safe" if config.registers_safe else "full")
+        # capture
+        self.capture: Any = config.capture
+        self.capture_name = config.capture_name
+        self.mode = config.mode
+        self.target: Any = None
+        self._capture_keys: list[BpKey] = []  # hidden breakpoints the capture planted
+        self._capture_installed = False
+        self._capture_interrupt = False  # our own 0x03 for the capture is in flight
+        self._switch_request: tuple[str | None, str | None] | None = None
+        self.capture_notice: str | None = None
+        self._entry: int | None = None
 
     # ------------------------------------------------------------------ output
     def take_actions(self) -> list[Action]:
@@ -225,6 +238,10 @@ class Session:
         elif waiter.kind == "client-resume":
             self._on_stop_reply(body, raw)
         else:
+            if waiter.request is not None and self.capture is not None:
+                new = self._capture_call("client_reply", waiter.request, body)
+                if isinstance(new, bytes) and new != body:
+                    body, raw = new, frame(new)
             self._on_client_reply(body, raw)
         self._drain_client_queue()
 
@@ -232,7 +249,7 @@ class Session:
         """The client hung up: take the proxy's breakpoints out, then go."""
         self._closing = True
         self._client_queue.clear()
-        if self._program_exited or not self.bps.proxy_only():
+        if self._program_exited or not self._holds_program():
             self._emit(Close("client disconnected"))
             return
         if self._proc is not None:
@@ -263,15 +280,26 @@ class Session:
             self._dispatch_client(body, None)
 
     def _forward(self, body: bytes, raw: bytes | None, resume: bool = False) -> None:
-        self._waiters.append(_Waiter("client-resume" if resume else "client", resume))
+        keep = body if self.capture is not None and self.capture.filters_replies else None
+        self._waiters.append(_Waiter("client-resume" if resume else "client", resume, keep))
         self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
 
     def _reply(self, body: bytes) -> None:
         self._emit(ToClient(body))
 
-    def _dispatch_client(self, body: bytes, raw: bytes | None) -> None:
+    def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None:
         if self._closing:
             return
+        if self.capture is not None and not handed_over:
+            verdict = self._capture_call("client_request", body)
+            if isinstance(verdict, Reply):
+                return self._reply(verdict.body)
+            if isinstance(verdict, Forward):
+                body, raw = verdict.body, None
+            elif isinstance(verdict, Handover):
+                self._emit(Notice(f"capture: {verdict.reason}; switching to breakpoints"))
+                self._start_proc(self._proc_switch("breakpoints", None, then=body))
+                return None
         head = body[:1]
         try:
             if body.startswith(b"qSupported"):
@@ -387,6 +415,13 @@ class Session:
             replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
             for key, rep in zip(missing, replies):
                 cache[key] = memory_bytes(rep)
+        if self._switch_request is not None:
+            name, mode = self._switch_request
+            self._switch_request = None
+            try:
+                yield from self._switch(name, mode)
+            except ValueError as err:
+                out += f"asyncrsp: {err}\n"
         self._proc = None
         if out and not out.endswith("\n"):
             out += "\n"
@@ -395,9 +430,16 @@ class Session:
         self._reply(b"OK")
 
     def _resolve_pending_reads(self) -> Generator[Exchange, list[bytes], None]:
-        """The engine's deferred __state reads, at the first question after a stop."""
-        engine = getattr(self.config.capture, "engine", None)
-        if engine is None or self.running:
+        """The capture's drain, then the engine's deferred __state reads, at
+        the first question after a stop."""
+        if self.running:
+            return
+        if self.capture is not None and self._capture_installed:
+            proc = self._capture_call("sync")
+            if proc is not None:
+                yield from proc
+        engine = self.engine
+        if engine is None:
             return
         reads = engine.pending_reads()[:512]
         if not reads:
@@ -488,7 +530,7 @@ class Session:
 
     def _client_leave(self, body: bytes, raw: bytes | None) -> None:
         """Rule 9: detach/kill: remove every proxy breakpoint first."""
-        if self.bps.proxy_only() and not self._program_exited:
+        if self._holds_program() and not self._program_exited:
             self._start_proc(self._proc_leave(then=(body, raw)))
         else:
             self._forward(body, raw)
@@ -496,7 +538,8 @@ class Session:
     def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
         self._interrupt_forwarded = False
         self._interrupt_pending = False
-        if not self._planted and (self.config.resolve_probes is not None or self.config.capture is not None):
+        if not self._planted and (self.config.resolve_probes is not None or self.capture is not None
+                                  or self.config.make_capture is not None):
             self._start_proc(self._proc_plant_then_resume(resume, body, raw))
             return
         sitting = self._thread_on_proxy_bp(resume)
@@ -558,8 +601,19 @@ class Session:
         if sr.kind in ("W", "X"):
             self._program_exited = True
             self.bps.forget_all()
+            self._capture_installed = False  # nothing is left in a process that is gone
             self._report_stop(sr, raw)
             return
+        if self._capture_interrupt and sr.signal == SIGINT and not self._interrupt_forwarded and not self._closing:
+            # Our own interrupt (a drain the capture asked for): hidden.
+            self._capture_interrupt = False
+            self._start_proc(self._proc_capture_stop(None))
+            return
+        if self.capture is not None and sr.kind == "T":
+            proc = self._capture_call("stop", sr)
+            if proc is not None:
+                self._start_proc(self._proc_capture_stop(proc))
+                return
         pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
         if sr.kind == "T" and sr.signal == SIGTRAP and self.probes:
             if _is_trap_reason(sr) and pc is not None:
@@ -624,11 +678,17 @@ class Session:
         else:
             self._stopped = None
         if self._closing:
-            if not self._program_exited and self.bps.proxy_only():
+            if not self._program_exited and self._holds_program():
                 self._start_proc(self._proc_leave())
             else:
                 self._emit(Close("client disconnected"))
             return
+        if self.capture is not None and self.capture.filters_replies and (body is not None or raw is not None):
+            if body is None and raw is not None:
+                body = _unframe(raw)
+            new = self._capture_call("client_reply", b"vCont", body)
+            if isinstance(new, bytes) and new != body:
+                body, raw = new, None
         if raw is not None:
             self._emit(ToClientRaw(raw))
         elif body is not None:
@@ -717,7 +777,7 @@ class Session:
             self._stopped.counted = True
 
     def _capture_reads(self, probe: Probe, sr: StopReply | None) -> tuple[bytes, ...]:
-        cap = self.config.capture
+        cap = self.capture
         if cap is None or probe.kind == "count" or sr is None:
             return ()
         try:
@@ -727,12 +787,61 @@ class Session:
             return ()
 
     def _capture_hit(self, probe: Probe, sr: StopReply | None, replies: list[bytes]) -> None:
-        cap = self.config.capture
+        cap = self.capture
         if cap is not None and probe.kind != "count" and sr is not None:
             try:
                 cap.hit(probe, _tid(sr.thread), sr, replies)
             except Exception as err:  # noqa: BLE001 - counted and reported once
                 self._capture_failed(err)
+
+    def _capture_call(self, hook: str, *args: Any) -> Any:
+        """Call a capture hook; a capture bug is counted, never fatal."""
+        try:
+            return getattr(self.capture, hook)(*args)
+        except Exception as err:  # noqa: BLE001 - counted and reported once
+            self._capture_failed(err)
+            return None
+
+    def _holds_program(self) -> bool:
+        """The proxy has something in the program to take out before it goes."""
+        return bool(self.bps.proxy_only()) or self._capture_installed or self._capture_interrupt
+
+    def _proc_capture_stop(self, proc: Procedure | None) -> Procedure:
+        """A stop the capture caused: its own interrupt (drain), or a stop it
+        records itself. Hidden: run the capture's procedure, resume as the
+        client asked (rule 3: no signal repeated)."""
+        t0 = self.config.clock()
+        last = self._last_stop
+        if proc is None:
+            self.stats.hidden_interrupts += 1
+            proc = self._capture_call("sync")
+        if proc is not None:
+            yield from proc
+        self.stats.hidden_time += self.config.clock() - t0
+        self._proc = None
+        resume = self._resume
+        if self._closing or resume is None:
+            self._report_stop(last, None, b"S%02x" % SIGINT)
+            return
+        if self._interrupt_pending:
+            # The client's Ctrl-C arrived meanwhile (rule 8).
+            self._report_stop(None, None, b"S%02x" % SIGINT)
+            return
+        self._forward(_without_signals(resume), None, resume=True)
+
+    def tick(self, now: float) -> None:
+        """Called by the shell every few tens of ms: lets the capture ask for a
+        hidden stop while the program runs (a drain before its buffer fills)."""
+        if (self.capture is None or not self.running or self._proc is not None or self._closing
+                or self._interrupt_forwarded or self._capture_interrupt or not self._capture_installed):
+            return
+        if self._capture_call("wants_interrupt", now):
+            self._capture_interrupt = True
+            self._emit(ToStubRaw(b"\x03"))
+
+    @property
+    def engine(self) -> Any:
+        return self.target.engine if self.target is not None else None
 
     def _capture_failed(self, err: Exception) -> None:
         self.stats.capture_errors += 1
@@ -795,31 +904,42 @@ class Session:
         self._client_resume(resume, body, raw)
 
     def _plant(self) -> Generator[Exchange, list[bytes], None]:
-        """Resolve the probes and insert them (before the program first runs)."""
+        """Find the program, plant the probes and install the capture (before it first runs)."""
         self._planted = True
-        resolve = self.config.resolve_probes
-        capture = self.config.capture
         if self.exec_file is None and _feature_on(self.stub_features, "qXfer:exec-file:read"):
             (reply,) = yield Exchange((b"qXfer:exec-file:read::0,fff",))
             if reply[:1] in (b"l", b"m"):
                 self.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
-        if self.exec_file is None and self.config.local_exe is not None:
-            pid = self._stop_pid()
-            if pid is not None:
-                self.exec_file = self.config.local_exe(pid)
+        pid = self._stop_pid()
+        if self.exec_file is None and self.config.local_exe is not None and pid is not None:
+            self.exec_file = self.config.local_exe(pid)
         entry: int | None = None
         if _feature_on(self.stub_features, "qXfer:auxv:read"):
             (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
             entry = _auxv_entry(reply)
+        self._entry = entry
         probes: list[Probe] = []
-        for planner in (resolve, capture.plan if capture is not None else None):
-            if planner is None:
-                continue
+        if self.config.resolve_probes is not None:
             try:
-                probes += planner(self.exec_file, entry)
+                probes += self.config.resolve_probes(self.exec_file, entry)
             except Exception as err:  # file problems come back as text
                 self._plant_failed = str(err)
                 self._emit(Notice(f"probes not planted: {err}"))
+        if self.config.open_target is not None:
+            feats = frozenset(f.name for f in self.stub_features if f.value != "-")
+            self.target = self.config.open_target(self.exec_file, entry, pid, feats)
+        if self.capture is None and self.config.make_capture is not None and self.mode != "off":
+            try:
+                self.capture = self.config.make_capture(self.capture_name, self.mode, self.target)
+            except ValueError as err:
+                self.capture_notice = f"capture {self.capture_name}: {err}; using breakpoints"
+                self._emit(Notice(self.capture_notice))
+                self.capture = self.config.make_capture("breakpoints", self.mode, self.target)
+        yield from self._plant_probes(probes)
+        self._emit(Notice(f"planted {len(self.probes)} probe(s)"))
+        yield from self._install_capture()
+
+    def _plant_probes(self, probes: list[Probe]) -> Generator[Exchange, list[bytes], None]:
         bodies = []
         for p in probes:
             key: BpKey = (0, p.addr, 1)
@@ -831,7 +951,69 @@ class Session:
             bad = [b for b, r in zip(bodies, replies) if r != b"OK"]
             if bad:
                 self._emit(Notice(f"{len(bad)} probe(s) could not be inserted: {bad[0]!r}"))
-        self._emit(Notice(f"planted {len(probes)} probe(s)"))
+
+    def _install_capture(self) -> Generator[Exchange, list[bytes], None]:
+        """Plan and install the capture backend on the target."""
+        cap = self.capture
+        if cap is None or self.target is None:
+            return
+        planned = self._capture_call("plan", self.target) or []
+        self._capture_keys = [(0, p.addr, 1) for p in planned if p.addr not in self.probes]
+        yield from self._plant_probes([p for p in planned if p.addr not in self.probes])
+        proc = self._capture_call("install")
+        if proc is not None:
+            yield from proc
+        self._capture_installed = True
+
+    def _uninstall_capture(self) -> Generator[Exchange, list[bytes], None]:
+        """Take the capture out of the program (its hidden breakpoints and its own state)."""
+        cap = self.capture
+        if cap is None:
+            return
+        if self._capture_installed:
+            proc = self._capture_call("uninstall")
+            if proc is not None:
+                yield from proc
+            self._capture_installed = False
+        bodies = []
+        for key in self._capture_keys:
+            self.probes.pop(key[1], None)
+            if self.bps.proxy_remove(key):
+                bodies.append(_z(False, key))
+        self._capture_keys = []
+        if bodies:
+            yield Exchange(tuple(bodies))
+
+    def request_switch(self, capture: str | None = None, mode: str | None = None) -> None:
+        """Ask for another capture backend or mode; done after the command that asked."""
+        self._switch_request = (capture, mode)
+
+    def _proc_switch(self, name: str | None, mode: str | None, then: bytes | None = None) -> Procedure:
+        yield from self._switch(name, mode)
+        self._proc = None
+        if then is not None:
+            self._dispatch_after_switch(then)
+
+    def _dispatch_after_switch(self, body: bytes) -> None:
+        # The backend that handed over is gone: the packet takes the normal
+        # path, and no backend sees it again (it would hand over forever).
+        self._dispatch_client(body, None, handed_over=True)
+
+    def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]:
+        name = name or self.capture_name
+        mode = mode or self.mode
+        if self.capture is not None and self._planted:
+            yield from self._uninstall_capture()
+        self.capture_name, self.mode = name, mode
+        self.stats.capture_switches += 1
+        if self.config.make_capture is None:
+            return
+        self.capture = None
+        if not self._planted:
+            return  # the first resume plants and installs it
+        if mode != "off":
+            self.capture = self.config.make_capture(name, mode, self.target)
+            yield from self._install_capture()
 
     def _stop_pid(self) -> int | None:
         """The program's pid from the last stop (without multiprocess ids the
@@ -843,15 +1025,25 @@ class Session:
         return pid if pid > 1 else None
 
     def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
+        yield from self._uninstall_capture()
         keys = self.bps.proxy_only()
         bodies = tuple(_z(False, k) for k in keys)
-        if then is None and self._interrupted_for_leave:
+        stray = self._capture_interrupt
+        if then is None and (self._interrupted_for_leave or stray):
             # The client hung up while the program ran: the proxy's own
             # interrupt stopped it with SIGINT. Tell the stub to pass no
             # signal, or an attached program dies of it once detached.
             bodies = (b"QProgramSignals:",) + bodies
         last = self._last_stop
-        if then is None and self._interrupted_for_leave and last is not None and last.signal != SIGINT:
+        if then is not None and stray:
+            # The capture's own interrupt crossed the stop the client saw: its
+            # SIGINT is pending. Run until it arrives, passing no signal, or a
+            # detached program dies of it.
+            (ok,) = yield Exchange((b"QProgramSignals:",))
+            yield Exchange(bodies + (b"vCont;c",), resume=True)
+            self._capture_interrupt = False
+            bodies = ()
+        if then is None and (self._interrupted_for_leave or stray) and last is not None and last.signal != SIGINT:
             # Our 0x03 crossed a stop reply already on its way: gdbserver,
             # stopped, turned it into a SIGINT queued for the program, which
             # would kill it once detached. Let it run until that SIGINT stops
@@ -900,8 +1092,16 @@ class Session:
             f"capture errors: {s.capture_errors}",
             self.register_notice.removeprefix("asyncrsp: "),
         ]
-        if self.config.capture is not None:
-            lines += self.config.capture.stats_lines()
+        if s.hidden_interrupts:
+            lines.append(f"hidden interrupts (capture drains): {s.hidden_interrupts}")
+        if s.capture_switches:
+            lines.append(f"capture switches: {s.capture_switches}")
+        if self.capture_notice:
+            lines.append(self.capture_notice)
+        if self.capture is not None:
+            lines += self._capture_call("stats_lines") or []
+        else:
+            lines.append(f"capture: none (mode {self.mode})")
         if self._plant_failed:
             lines.append(f"probes not planted: {self._plant_failed}")
         for name, n in s.probe_stats.by_probe():
@@ -916,16 +1116,6 @@ def _pc_from_g(reply: bytes) -> int | None:
     if data is None or len(data) < 136:
         return None
     return int.from_bytes(data[128:136], "little")
-
-
-def memory_bytes(reply: bytes) -> bytes | None:
-    """An `m` (or `g`) reply's bytes; None for an error, empty or garbage reply."""
-    if not reply:
-        return None
-    try:
-        return parse_memory_reply(reply)
-    except (MalformedPacket, StubError):
-        return None
 
 
 def _tid(thread: ThreadId | None) -> int:
@@ -991,6 +1181,13 @@ def _has_signal_for(resume: Resume, thread: ThreadId) -> bool:
 
 def _frame_for_client(body: bytes) -> bytes:
     return frame(body)
+
+
+def _unframe(raw: bytes) -> bytes:
+    """The body of one framed packet `$...#cs` (RLE expanded)."""
+    start, end = raw.find(b"$"), raw.rfind(b"#")
+    body = raw[start + 1:end] if start >= 0 and end > start else raw
+    return rle_expand(body) if b"*" in body else body
 
 
 def _auxv_entry(reply: bytes) -> int | None:

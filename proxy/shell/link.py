@@ -23,6 +23,8 @@ from rsp.reader import BadPacket, Interrupt, Notification, Packet
 
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError)
 LEAVE_TIMEOUT = 5.0  # seconds to take probes out after the client left
+CAPTURE_TICK = 0.05  # how often the capture is asked whether it needs a hidden stop
+CAPTURE_BATCH = 0.002  # after a wakeup, gather more events before reading them
 
 
 class PacketLog:
@@ -59,6 +61,7 @@ class Link:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._pump, "client", self.client, self.cconn)
             nursery.start_soon(self._pump, "stub", self.stub, self.sconn)
+            nursery.start_soon(self._capture_loop)
             await self.closed.wait()
             nursery.cancel_scope.cancel()
         return self.close_reason
@@ -93,6 +96,29 @@ class Link:
                     self.session.stub_packet(ev.body, ev.raw)
                 elif isinstance(ev, Notification):
                     self.cconn.send_raw(ev.raw)
+            await self._flush()
+
+    async def _capture_loop(self) -> None:
+        """Drive the capture while the program runs: fold a continuous
+        consumer's new events into the engine (waking on its fd, if it has
+        one), and let the session decide on hidden drains (`tick`)."""
+        while True:
+            cap = self.session.capture
+            fd = cap.wakeup_fd() if cap is not None else None
+            with trio.move_on_after(CAPTURE_TICK):
+                if fd is not None:
+                    await trio.lowlevel.wait_readable(fd)
+                    await trio.sleep(CAPTURE_BATCH)  # let a batch build up: no wakeup per event
+                else:
+                    await trio.sleep(CAPTURE_TICK)
+            cap = self.session.capture
+            if cap is not None:
+                try:
+                    cap.poll()
+                except Exception as err:  # noqa: BLE001 - a capture bug must not end the session
+                    self.session.stats.capture_errors += 1
+                    self.notice(f"capture poll failed: {err!r}")
+            self.session.tick(time.monotonic())
             await self._flush()
 
     async def _side_closed(self, side: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rsp.errors import LocalProtocolError, MalformedPacket
+from rsp.errors import LocalProtocolError, MalformedPacket, StubError
 from rsp.framing import escape_binary, hex_decode, hex_encode, parse_hex_int, rle_expand, unescape_binary
 from rsp.packets.replies import raise_for_error
 
@@ -95,3 +95,13 @@ def build_memory_reply(data: bytes, *, binary: bool = False, b_prefix: bool = Fa
     if not data and not b_prefix:
         raise LocalProtocolError("an empty binary reply is the 'unsupported' reply")
     return (b"b" if b_prefix else b"") + escape_binary(data)
+
+
+def memory_bytes(reply: bytes) -> bytes | None:
+    """An `m` (or `g`) reply's bytes; None for an error, empty or garbage reply."""
+    if not reply:
+        return None
+    try:
+        return parse_memory_reply(reply)
+    except (MalformedPacket, StubError):
+        return None

@@ -1,0 +1,249 @@
+"""The capture hooks of the session core, driven packet by packet.
+
+A recording backend (a `CaptureBase` subclass written here, since this pins
+the session core's side of the interface; the real backends run against
+real stubs in integration/) checks that every hook is called at its point
+of the session's life and that what it returns is obeyed.
+"""
+
+from __future__ import annotations
+
+from proxy.capture.base import CaptureBase, Forward, Handover, Reply
+from proxy.capture.target import Target
+from proxy.session.actions import Close, ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.core import Session, SessionConfig
+from proxy.session.procedure import Exchange, Procedure
+from proxy.session.probes import Probe
+from rsp.framing import frame
+
+from .test_core import bodies, stop_at
+
+SITE = 0x401000
+
+
+class Recorder(CaptureBase):
+    name = "recorder"
+
+    def __init__(self, label: str = "rec", probes: tuple[int, ...] = ()) -> None:
+        super().__init__()
+        self.label = label
+        self.calls: list[str] = []
+        self._probes = probes
+        self.want_interrupt = False
+        self.own_stop_pc: int | None = None
+        self.filters_replies = True
+
+    def plan(self, target: Target) -> list[Probe]:
+        self.target = target
+        self.calls.append("plan")
+        return [Probe(f"p{a:x}", a, kind="entry", site=a) for a in self._probes]
+
+    def install(self) -> Procedure:
+        self.calls.append("install")
+        (ok,) = yield Exchange((self.label.encode() + b"-install",))
+        self.calls.append(f"installed:{ok.decode()}")
+
+    def uninstall(self) -> Procedure:
+        self.calls.append("uninstall")
+        yield Exchange((self.label.encode() + b"-uninstall",))
+
+    def sync(self) -> Procedure:
+        self.calls.append("sync")
+        yield Exchange((b"qTBuffer:0,10",))
+
+    def stop(self, sr):  # type: ignore[no-untyped-def]
+        if self.own_stop_pc is None or sr.pc(16) != self.own_stop_pc:
+            return None
+        return self._record()
+
+    def _record(self) -> Procedure:
+        self.calls.append("own-stop")
+        yield Exchange((b"g",))
+
+    def wants_interrupt(self, now: float) -> bool:
+        return self.want_interrupt
+
+    def client_request(self, body: bytes):  # type: ignore[no-untyped-def]
+        if body == b"qTStatus":
+            return Reply(b"T0;tnotrun:0")
+        if body == b"Z0,1234,1":
+            return Forward(b"Z1,1234,1")
+        if body == b"QTinit":
+            return Handover("the client starts its own trace experiment")
+        return None
+
+    def client_reply(self, request: bytes, reply: bytes) -> bytes:
+        if request.startswith(b"m") and reply == b"cc":
+            return b"55"
+        return reply
+
+
+def session(rec: Recorder) -> Session:
+    made: list[str] = []
+
+    def make(name: str, mode: str, target: object) -> CaptureBase | None:
+        made.append(name)
+        if mode == "off":
+            return None
+        return rec if name == "recorder" else Recorder(name)
+
+    cfg = SessionConfig(
+        elf_path="/bin/true",
+        make_capture=make,
+        capture_name="recorder",
+        open_target=lambda path, entry, pid, feats: Target(path, pid, True, feats),
+    )
+    s = Session(cfg)
+    s.made = made  # type: ignore[attr-defined]
+    return s
+
+
+def client(s: Session, body: bytes) -> list[object]:
+    s.client_packet(body, frame(body))
+    return s.take_actions()
+
+
+def stub(s: Session, body: bytes) -> list[object]:
+    s.stub_packet(body, frame(body))
+    return s.take_actions()
+
+
+def running(rec: Recorder) -> Session:
+    s = session(rec)
+    assert bodies(client(s, b"vCont;c"), ToStub) == [b"rec-install"]
+    assert bodies(stub(s, b"OK"), ToStubRaw) == [frame(b"vCont;c")]
+    assert rec.calls == ["plan", "install", "installed:OK"]
+    return s
+
+
+def test_install_before_first_resume_uninstall_before_detach() -> None:
+    rec = Recorder()
+    s = running(rec)
+    stub(s, stop_at(0x1000, reason=b""))
+    assert bodies(client(s, b"D"), ToStub) == [b"rec-uninstall"]
+    assert bodies(stub(s, b"OK"), ToStubRaw) == [frame(b"D")]
+    assert rec.calls[-1] == "uninstall"
+
+
+def test_client_hang_up_uninstalls_even_without_breakpoints() -> None:
+    rec = Recorder()
+    s = running(rec)
+    stub(s, stop_at(0x1000, reason=b""))
+    s.client_closed()
+    assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
+    assert any(isinstance(a, Close) for a in stub(s, b"OK"))
+
+
+def test_verdicts_reply_forward_handover() -> None:
+    rec = Recorder()
+    s = running(rec)
+    stub(s, stop_at(0x1000, reason=b""))
+    assert bodies(client(s, b"qTStatus"), ToClient) == [b"T0;tnotrun:0"]
+    assert bodies(client(s, b"Z0,1234,1"), ToStub) == [b"Z1,1234,1"]
+    stub(s, b"OK")
+    # handover: the backend goes, breakpoints come, then the packet goes up
+    acts = client(s, b"QTinit")
+    assert bodies(acts, ToStub) == [b"rec-uninstall"]
+    acts = stub(s, b"OK")
+    assert bodies(acts, ToStub) == [b"breakpoints-install"]
+    acts = stub(s, b"OK")
+    assert bodies(acts, ToStub) == [b"QTinit"]
+    assert s.capture is not rec and s.capture.label == "breakpoints"  # type: ignore[union-attr]
+
+
+def test_reply_to_a_forwarded_read_is_rewritten() -> None:
+    rec = Recorder()
+    s = running(rec)
+    stub(s, stop_at(0x1000, reason=b""))
+    client(s, b"m1234,1")
+    acts = stub(s, b"cc")
+    assert bodies(acts, ToClientRaw) == [frame(b"55")]
+
+
+def test_own_stop_is_hidden_and_the_resume_reissued() -> None:
+    rec = Recorder()
+    rec.own_stop_pc = SITE
+    s = running(rec)
+    acts = stub(s, stop_at(SITE, reason=b""))
+    assert bodies(acts, ToStub) == [b"g"] and not bodies(acts, ToClientRaw)
+    acts = stub(s, b"00" * 8)
+    assert bodies(acts, ToStubRaw) + bodies(acts, ToStub) == [b"vCont;c"]
+    assert "own-stop" in rec.calls
+
+
+def test_tick_interrupts_drains_and_resumes_hidden() -> None:
+    rec = Recorder()
+    s = running(rec)
+    s.tick(1.0)
+    assert s.take_actions() == []  # not wanted
+    rec.want_interrupt = True
+    s.tick(2.0)
+    assert s.take_actions() == [ToStubRaw(b"\x03")]
+    s.tick(2.1)
+    assert s.take_actions() == []  # one in flight
+    acts = stub(s, stop_at(0x1000, sig=b"02", reason=b""))
+    assert bodies(acts, ToStub) == [b"qTBuffer:0,10"] and not bodies(acts, ToClientRaw)
+    acts = stub(s, b"l")
+    assert bodies(acts, ToStub) == [b"vCont;c"]
+    assert s.stats.hidden_interrupts == 1 and s.running
+
+
+def test_capture_interrupt_crossing_a_real_stop() -> None:
+    """The stop that arrives is not ours: report it; the SIGINT that is still
+    pending shows up at the next resume and is hidden then."""
+    rec = Recorder()
+    s = running(rec)
+    rec.want_interrupt = True
+    s.tick(1.0)
+    s.take_actions()
+    rec.want_interrupt = False
+    acts = stub(s, stop_at(0x2000, reason=b"swbreak:;"))
+    assert bodies(acts, ToClientRaw)  # the client's own stop
+    assert bodies(client(s, b"vCont;c"), ToStubRaw) == [frame(b"vCont;c")]
+    acts = stub(s, stop_at(0x2001, sig=b"02", reason=b""))
+    assert not bodies(acts, ToClientRaw) and bodies(acts, ToStub) == [b"qTBuffer:0,10"]
+
+
+def test_client_interrupt_during_capture_drain_is_reported() -> None:
+    rec = Recorder()
+    s = running(rec)
+    rec.want_interrupt = True
+    s.tick(1.0)
+    s.take_actions()
+    stub(s, stop_at(0x1000, sig=b"02", reason=b""))
+    s.client_interrupt()
+    acts = stub(s, b"l")
+    assert bodies(acts, ToClient) == [b"S02"]
+
+
+def test_switch_to_mode_off_after_a_monitor_command() -> None:
+    rec = Recorder()
+
+    def mon(text: str, sess: Session, read: object) -> str:
+        sess.request_switch(mode="off")
+        return "mode: full -> off"
+
+    s = running(rec)
+    s.config.monitor = mon  # type: ignore[assignment]
+    stub(s, stop_at(0x1000, reason=b""))
+    acts = client(s, b"qRcmd," + b"async mode off".hex().encode())
+    assert bodies(acts, ToStub) == [b"qTBuffer:0,10"]  # sync before the command
+    acts = stub(s, b"l")
+    assert bodies(acts, ToStub) == [b"rec-uninstall"]
+    acts = stub(s, b"OK")
+    assert bodies(acts, ToClient)[-1] == b"OK"
+    assert s.capture is None and s.mode == "off"
+
+
+def test_hidden_breakpoints_of_the_capture_are_removed_on_switch() -> None:
+    rec = Recorder(probes=(SITE,))
+    s = session(rec)
+    assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
+    assert bodies(stub(s, b"OK"), ToStub) == [b"rec-install"]
+    stub(s, b"OK")
+    stub(s, stop_at(0x1000, reason=b""))
+    s._start_proc(s._proc_switch(None, "off"))
+    assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
+    assert bodies(stub(s, b"OK"), ToStub) == [b"z0,%x,1" % SITE]
+    stub(s, b"OK")
+    assert s.bps.proxy_only() == [] and SITE not in s.probes
