@@ -1,0 +1,360 @@
+"""The BPF side of the uprobe capture, through libbpf (``libbpf.so.1``) and ctypes.
+
+Theory of operation: ``Program.open()`` opens the committed object
+``uprobes.bpf.o`` with libbpf, sizes its maps (ring buffer, site table),
+marks the program for ``BPF_TRACE_UPROBE_MULTI`` and loads it. ``attach()``
+creates one uprobe_multi link per binary with the raw ``bpf(BPF_LINK_CREATE)``
+syscall (libbpf 1.1, Debian bookworm's, cannot create it), filtered by pid,
+one cookie per site = the site's index in the ``sites`` map. ``Ring`` reads
+the ring buffer through ``mmap`` without any wakeup: the BPF side submits
+with ``BPF_RB_NO_WAKEUP`` (a wakeup per event tripled the program's cost per
+event, ../shared/research/linux-uprobes.md), so the consumer polls on a timer.
+
+No maintained Python binding of libbpf qualifies: ``pylibbpf`` attaches
+uprobes without a pid or an offset and has no ring buffer, ``bpfmaps`` only
+reads maps. BCC needs kernel headers and bpftrace cannot probe ``ret``
+sites. So this module wraps the ~15 libbpf functions it needs.
+
+Everything here is I/O with the kernel; the decoding of records is in
+``decode.py`` (pure).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OBJECT = HERE / "uprobes.bpf.o"
+PROGRAM_NAME = b"asyncrsp_poll"
+
+SYS_BPF = 321  # x86-64
+BPF_LINK_CREATE = 28
+BPF_TRACE_UPROBE_MULTI = 48
+PAGE = mmap.PAGESIZE
+
+# struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, pad
+SITE = struct.Struct("<BBBBiII")
+CONFIG = struct.Struct("<II")  # tgid, stack_max
+KIND_ENTRY, KIND_EXIT, KIND_UNWIND = 0, 1, 2
+REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
+CHUNK = 128
+STACK_MAX = 4096
+
+COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full")
+
+
+class BpfError(Exception):
+    """BPF could not be used; the message is one line and says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SiteSpec:
+    """One probe site as the BPF program sees it (index = cookie)."""
+
+    kind: int
+    self_reg: int = REG_RDI
+    state_off: int = 0
+    state_size: int = 0  # 0: no layout, the state is not read
+    cfa_reg: int = REG_RSP
+    cfa_off: int = 8  # a ret: CFA = rsp + 8, so the entry's sp = rsp
+
+    def pack(self) -> bytes:
+        return SITE.pack(self.kind, self.self_reg, self.state_size, self.cfa_reg, self.cfa_off,
+                         self.state_off, 0)
+
+
+# ---- libbpf -------------------------------------------------------------------------------------
+
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+class _Libbpf:
+    """The libbpf functions used, with their C signatures."""
+
+    def __init__(self) -> None:
+        name = ctypes.util.find_library("bpf") or "libbpf.so.1"
+        try:
+            lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+        except OSError:
+            try:
+                lib = ctypes.CDLL(name, use_errno=True)
+            except OSError as err:
+                raise BpfError(f"libbpf is not installed (Debian package libbpf1): {err}") from None
+        self.lib = lib
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        vp, cp, i, u32, u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64
+        sig = {
+            "bpf_object__open_file": (vp, [cp, vp]),
+            "bpf_object__find_map_by_name": (vp, [vp, cp]),
+            "bpf_object__find_program_by_name": (vp, [vp, cp]),
+            "bpf_map__set_max_entries": (i, [vp, u32]),
+            "bpf_program__set_expected_attach_type": (i, [vp, i]),
+            "bpf_object__load": (i, [vp]),
+            "bpf_object__close": (None, [vp]),
+            "bpf_program__fd": (i, [vp]),
+            "bpf_map__fd": (i, [vp]),
+            "bpf_map_update_elem": (i, [i, vp, vp, u64]),
+            "bpf_map_lookup_elem": (i, [i, vp, vp]),
+            "libbpf_num_possible_cpus": (i, []),
+            "libbpf_set_print": (vp, [vp]),
+        }
+        for fname, (res, args) in sig.items():
+            fn = getattr(lib, fname)
+            fn.restype = res
+            fn.argtypes = args
+        self.libc.syscall.restype = ctypes.c_long
+        self.libc.vsnprintf.restype = ctypes.c_int
+        self.libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+        self.messages: list[str] = []
+        self._print = _PRINT_FN(self._on_print)  # kept alive: libbpf holds the pointer
+        lib.libbpf_set_print(ctypes.cast(self._print, ctypes.c_void_p))
+
+    def _on_print(self, level: int, fmt: bytes, va: int) -> int:
+        # x86-64 passes a va_list as a pointer: vsnprintf formats it for us
+        buf = ctypes.create_string_buffer(65536)
+        n = self.libc.vsnprintf(buf, len(buf), fmt, va)
+        text = buf.value.decode("utf-8", "replace").rstrip()
+        if text:
+            self.messages.append(text)
+            del self.messages[:-200]
+        return n
+
+    def take_messages(self) -> list[str]:
+        out, self.messages = self.messages, []
+        return out
+
+
+_LIB: _Libbpf | None = None
+
+
+def libbpf() -> _Libbpf:
+    global _LIB
+    if _LIB is None:
+        _LIB = _Libbpf()
+    return _LIB
+
+
+def _errno_text(code: int) -> str:
+    return f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
+
+
+# ---- the program ------------------------------------------------------------------------------
+
+class Program:
+    """The loaded BPF object: maps, program fd, links."""
+
+    def __init__(self, obj: int, lib: _Libbpf) -> None:
+        self._obj: int | None = obj
+        self._lib = lib
+        self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME))
+        self.fds = {
+            name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
+            for name in ("events", "sites", "config", "counters", "scopes")
+        }
+        self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
+        self.links: list[int] = []
+
+    @classmethod
+    def open(cls, *, ring_bytes: int = 16 << 20, max_sites: int = 1024, path: Path = OBJECT) -> Program:
+        """Open and load the object (needs root: CAP_BPF + CAP_PERFMON)."""
+        if not path.exists():
+            raise BpfError(f"the BPF object {path} is missing (run: python -m proxy.capture.uprobes.build)")
+        lib = libbpf()
+        lib.take_messages()
+        ctypes.set_errno(0)
+        obj = lib.lib.bpf_object__open_file(str(path).encode(), None)
+        if not obj:
+            raise BpfError(f"libbpf could not open {path.name}: {_errno_text(ctypes.get_errno())}")
+        ok = False
+        try:
+            ring = _pow2_pages(ring_bytes)
+            for name, n in (("events", ring), ("sites", max(max_sites, 1))):
+                m = lib.lib.bpf_object__find_map_by_name(obj, name.encode())
+                if not m or lib.lib.bpf_map__set_max_entries(m, n) != 0:
+                    raise BpfError(f"the BPF object has no usable map {name!r}")
+            prog = lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME)
+            if not prog:
+                raise BpfError("the BPF object has no program asyncrsp_poll")
+            lib.lib.bpf_program__set_expected_attach_type(prog, BPF_TRACE_UPROBE_MULTI)
+            rc = lib.lib.bpf_object__load(obj)
+            if rc != 0:
+                code = -rc if rc < 0 else ctypes.get_errno()
+                raise BpfError(_load_failure(code, lib.take_messages()))
+            ok = True
+            return cls(obj, lib)
+        finally:
+            if not ok:
+                lib.lib.bpf_object__close(obj)
+
+    # -- maps
+    def set_config(self, tgid: int, stack_max: int) -> None:
+        stack_max = max(0, min(STACK_MAX, stack_max // CHUNK * CHUNK))
+        self._update("config", 0, CONFIG.pack(tgid, stack_max))
+
+    def set_sites(self, sites: list[SiteSpec]) -> None:
+        for i, s in enumerate(sites):
+            self._update("sites", i, s.pack())
+
+    def _update(self, name: str, key: int, value: bytes) -> None:
+        k = ctypes.c_uint32(key)
+        v = ctypes.create_string_buffer(value, len(value))
+        if self._lib.lib.bpf_map_update_elem(self.fds[name], ctypes.byref(k), v, 0) != 0:
+            raise BpfError(f"cannot write the BPF map {name}[{key}]: {_errno_text(ctypes.get_errno())}")
+
+    def counters(self) -> dict[str, int]:
+        """The per-CPU counters summed over CPUs."""
+        out: dict[str, int] = {}
+        buf = ctypes.create_string_buffer(8 * self.ncpus)
+        for i, name in enumerate(COUNTERS):
+            k = ctypes.c_uint32(i)
+            if self._lib.lib.bpf_map_lookup_elem(self.fds["counters"], ctypes.byref(k), buf) != 0:
+                continue
+            out[name] = sum(struct.unpack_from(f"<{self.ncpus}Q", buf.raw))
+        return out
+
+    # -- links
+    def attach(self, binary: str, offsets: list[int], pid: int) -> int:
+        """One uprobe_multi link on `binary` at file offsets, cookie = index, pid-filtered."""
+        n = len(offsets)
+        if n == 0:
+            raise BpfError("no probe sites to attach")
+        path = ctypes.create_string_buffer(os.fsencode(binary))
+        offs = (ctypes.c_uint64 * n)(*offsets)
+        cookies = (ctypes.c_uint64 * n)(*range(n))
+        attr = ctypes.create_string_buffer(128)
+        struct.pack_into("<IIIIQQQQIII", attr, 0, self.prog_fd, 0, BPF_TRACE_UPROBE_MULTI, 0,
+                         ctypes.addressof(path), ctypes.addressof(offs), 0,
+                         ctypes.addressof(cookies), n, 0, pid)
+        libc = self._lib.libc
+        ctypes.set_errno(0)
+        fd = libc.syscall(ctypes.c_long(SYS_BPF), ctypes.c_long(BPF_LINK_CREATE), attr, ctypes.c_long(128))
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise BpfError(_attach_failure(code, binary, pid))
+        self.links.append(fd)
+        return int(fd)
+
+    def detach(self, link: int) -> None:
+        """Close one link: the kernel restores the original bytes (~0.5 ms, close takes ~30 ms)."""
+        if link in self.links:
+            self.links.remove(link)
+            os.close(link)
+
+    def detach_all(self) -> None:
+        for link in list(self.links):
+            self.detach(link)
+
+    def ring(self) -> Ring:
+        return Ring(self.fds["events"])
+
+    def close(self) -> None:
+        self.detach_all()
+        if self._obj is not None:
+            self._lib.lib.bpf_object__close(self._obj)
+            self._obj = None
+
+
+def _pow2_pages(n: int) -> int:
+    size = PAGE
+    while size < n:
+        size *= 2
+    return size
+
+
+def _load_failure(code: int, log: list[str]) -> str:
+    text = "\n".join(log)
+    if "-- END PROG LOAD LOG --" in text:
+        # the verifier said no (EACCES is its answer too): its last words before the summary
+        lines = [ln for ln in text.split("\n") if ln and not ln.startswith(("libbpf:", "processed", "--"))]
+        detail = lines[-1] if lines else ""
+        return f"the kernel's verifier refused the BPF program ({_errno_text(code)}): {detail}"
+    if code in (errno.EPERM, errno.EACCES):
+        return f"loading BPF is not permitted ({_errno_text(code)}): run as root (CAP_BPF and CAP_PERFMON)"
+    return f"the kernel refused the BPF program ({_errno_text(code)})"
+
+
+def _attach_failure(code: int, binary: str, pid: int) -> str:
+    if code == errno.EINVAL:
+        return (f"the kernel refused a uprobe_multi link on {binary} for pid {pid} "
+                f"({_errno_text(code)}): needs Linux >= 6.6 with CONFIG_UPROBES")
+    if code == errno.ESRCH:
+        return f"process {pid} is gone"
+    if code in (errno.EPERM, errno.EACCES):
+        return f"attaching uprobes is not permitted ({_errno_text(code)}): run as root"
+    return f"attaching uprobes to {binary} failed ({_errno_text(code)})"
+
+
+# ---- ring buffer consumer ---------------------------------------------------------------------
+
+_BUSY = 1 << 31
+_DISCARD = 1 << 30
+
+
+class Ring:
+    """A BPF ring buffer read through mmap, records copied out in batches.
+
+    Page 0 of the map holds ``consumer_pos`` (ours, writable), page 1
+    ``producer_pos``; the data pages follow, mapped twice by the kernel, so a
+    record never wraps. Each record: u32 length (bit 31 busy, bit 30
+    discarded), u32 page offset, then the data, padded to 8 bytes.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        info = _map_info(fd)
+        self.size = info
+        self.mask = info - 1
+        self._cons = mmap.mmap(fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+        self._prod = mmap.mmap(fd, PAGE + 2 * info, mmap.MAP_SHARED, mmap.PROT_READ, offset=PAGE)
+        self._view = memoryview(self._prod)
+
+    def pending(self) -> int:
+        prod = struct.unpack_from("<Q", self._prod, 0)[0]
+        cons = struct.unpack_from("<Q", self._cons, 0)[0]
+        return int(prod - cons)
+
+    def drain(self, limit: int = 1 << 30) -> list[bytes]:
+        """Copy out every committed record (up to `limit` bytes of ring); frees their space."""
+        cons = struct.unpack_from("<Q", self._cons, 0)[0]
+        prod = struct.unpack_from("<Q", self._prod, 0)[0]
+        out: list[bytes] = []
+        unpack = struct.unpack_from
+        view, mask = self._view, self.mask
+        start = cons
+        while cons < prod and cons - start < limit:
+            off = PAGE + (cons & mask)
+            (hdr,) = unpack("<I", view, off)
+            if hdr & _BUSY:
+                break  # reserved, not yet committed: next time
+            length = hdr & ~(_BUSY | _DISCARD)
+            if not hdr & _DISCARD:
+                out.append(bytes(view[off + 8: off + 8 + length]))
+            cons += (length + 8 + 7) & ~7
+        if cons != start:
+            struct.pack_into("<Q", self._cons, 0, cons)
+        return out
+
+    def close(self) -> None:
+        self._view.release()
+        self._prod.close()
+        self._cons.close()
+
+
+def _map_info(fd: int) -> int:
+    """max_entries of a map (its ring size) through BPF_OBJ_GET_INFO_BY_FD."""
+    info = ctypes.create_string_buffer(96)
+    attr = ctypes.create_string_buffer(16)
+    struct.pack_into("<IIQ", attr, 0, fd, len(info), ctypes.addressof(info))
+    libc = libbpf().libc
+    rc = libc.syscall(ctypes.c_long(SYS_BPF), ctypes.c_long(15), attr, ctypes.c_long(16))  # BPF_OBJ_GET_INFO_BY_FD
+    if rc != 0:
+        raise BpfError(f"cannot read the ring buffer's size: {_errno_text(ctypes.get_errno())}")
+    # struct bpf_map_info: type, id, key_size, value_size, max_entries, ...
+    return int(struct.unpack_from("<IIIII", info, 0)[4])

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: GPL-2.0
+/* asyncrsp's uprobe capture: one program on every resume-function entry, every
+ * `ret` of it and every unwind exit (`call _Unwind_Resume`), attached with one
+ * uprobe_multi link per binary, filtered by pid, the cookie = the site's index
+ * in `sites`.
+ *
+ * Each hit writes one record into the ring buffer `events` (no wakeup: the
+ * proxy drains it on a timer) and counts itself in the per-CPU `counters`
+ * (hits, records, drops, ...): hits = records + drops, always.
+ *
+ *   entry  -> kind, cookie, tid, ns, ip, sp, self (register named by the site),
+ *             return address, __state through self, rbp rbx r12-r15, and the
+ *             first `stack_max` bytes of the stack from sp (read page-safe in
+ *             128-byte chunks: stack_len says how many were readable).
+ *   exit   -> kind, cookie, tid, ns, ip, sp, rax (the Poll result), and self and
+ *             __state when the entry's (tid, entry sp) is still in `scopes`:
+ *             a `ret` leaves with the entry's sp; an unwind exit computes it
+ *             from the site's CFA rule (reg + off - 8), given by the proxy.
+ *
+ * Build: proxy/capture/uprobes/build.py (clang -target bpf; no vmlinux.h, no
+ * CO-RE: only the UAPI pt_regs, so the object is portable and committed).
+ */
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define KIND_ENTRY 0
+#define KIND_EXIT 1
+#define KIND_UNWIND 2
+
+#define REG_RDI 0
+#define REG_RSI 1
+#define REG_RSP 2
+#define REG_RBP 3
+
+#define F_SELF 1   /* self is valid */
+#define F_STATE 2  /* state is valid */
+
+#define CHUNK 128
+#define MAX_CHUNKS 32 /* 4096 bytes of stack at most */
+#define STACK_MAX (CHUNK * MAX_CHUNKS)
+
+#define C_HITS 0
+#define C_RECORDS 1
+#define C_DROPS 2
+#define C_SCOPE_MISS 3
+#define C_OTHER_PID 4
+#define C_SCOPE_FULL 5
+#define N_COUNTERS 8
+
+struct site {
+	__u8 kind;
+	__u8 self_reg;    /* entry: where self is */
+	__u8 state_size;  /* 0: no layout (state not read) */
+	__u8 cfa_reg;     /* exits: the CFA's base register (REG_RSP / REG_RBP) */
+	__s32 cfa_off;    /* exits: CFA = cfa_reg + cfa_off; entry sp = CFA - 8 */
+	__u32 state_off;
+	__u32 pad;
+};
+
+struct config {
+	__u32 tgid;        /* 0: any (the link's pid filter still applies) */
+	__u32 stack_max;   /* bytes of stack at entries, a multiple of CHUNK */
+};
+
+struct scope_key {
+	__u32 tid;
+	__u32 pad;
+	__u64 sp;
+};
+
+struct rec {
+	__u16 kind;
+	__u16 flags;
+	__u32 cookie;
+	__u32 tid;
+	__u32 stack_len;
+	__u64 ts;
+	__u64 ip;
+	__u64 sp;
+	__u64 self;
+	__u64 ret;
+	__u64 rax;
+	__u64 state;
+	/* entries only: */
+	__u64 rbp, rbx, r12, r13, r14, r15;
+	__u8 stack[STACK_MAX];
+};
+
+#define EXIT_SIZE 72   /* offsetof(struct rec, rbp) */
+#define ENTRY_SIZE 120 /* offsetof(struct rec, stack) */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* the proxy resizes it before load */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536); /* the proxy sizes it to its sites */
+	__type(key, __u32);
+	__type(value, struct site);
+} sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rec);
+} scratch SEC(".maps");
+
+/* (tid, sp at entry) -> self: an exit finds its poll's self pointer here */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct scope_key);
+	__type(value, __u64);
+} scopes SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline __u64 read_state(__u64 self, const struct site *s, __u16 *flags)
+{
+	__u64 v = 0;
+	__u32 n = s->state_size;
+	if (!self || n == 0 || n > 8)
+		return 0;
+	if (bpf_probe_read_user(&v, n & 15, (void *)(self + s->state_off)) == 0)
+		*flags |= F_STATE;
+	return v;
+}
+
+SEC("uprobe")
+int asyncrsp_poll(struct pt_regs *ctx)
+{
+	__u32 zero = 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 cookie = (__u32)bpf_get_attach_cookie(ctx);
+	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return 0;
+	if (cfg->tgid && (__u32)(id >> 32) != cfg->tgid) {
+		count(C_OTHER_PID);
+		return 0;
+	}
+	count(C_HITS);
+	struct site *s = bpf_map_lookup_elem(&sites, &cookie);
+	struct rec *r = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s || !r) {
+		count(C_DROPS);
+		return 0;
+	}
+	__u64 sp = PT_REGS_SP(ctx);
+	r->kind = s->kind;
+	r->flags = 0;
+	r->cookie = cookie;
+	r->tid = (__u32)id;
+	r->stack_len = 0;
+	r->ts = bpf_ktime_get_ns();
+	r->ip = PT_REGS_IP(ctx);
+	r->sp = sp;
+	r->rax = ctx->rax;
+	r->ret = 0;
+	bpf_probe_read_user(&r->ret, 8, (void *)sp);
+	struct scope_key key = {.tid = (__u32)id};
+	long size;
+
+	if (s->kind == KIND_ENTRY) {
+		/* read both: the verifier refuses a ctx pointer moved by a variable offset */
+		__u64 rdi = ctx->rdi, rsi = ctx->rsi;
+		barrier_var(rdi);
+		barrier_var(rsi);
+		__u64 self = s->self_reg == REG_RSI ? rsi : rdi;
+		r->self = self;
+		r->flags = F_SELF;
+		r->state = read_state(self, s, &r->flags);
+		r->rbp = ctx->rbp;
+		r->rbx = ctx->rbx;
+		r->r12 = ctx->r12;
+		r->r13 = ctx->r13;
+		r->r14 = ctx->r14;
+		r->r15 = ctx->r15;
+		key.sp = sp;
+		if (bpf_map_update_elem(&scopes, &key, &self, BPF_ANY))
+			count(C_SCOPE_FULL);
+		__u32 want = cfg->stack_max;
+		__u32 got = 0;
+		for (int i = 0; i < MAX_CHUNKS; i++) {
+			if (got >= want)
+				break;
+			__u32 off = i * CHUNK;
+			if (bpf_probe_read_user(&r->stack[off & (STACK_MAX - CHUNK)], CHUNK, (void *)(sp + off)))
+				break; /* the end of the stack's mapping */
+			got = off + CHUNK;
+		}
+		r->stack_len = got;
+		size = ENTRY_SIZE + (got & (STACK_MAX * 2 - 1));
+		if (size > (long)sizeof(*r))
+			size = sizeof(*r);
+	} else {
+		__u64 rbp = ctx->rbp;
+		barrier_var(rbp);
+		__u64 base = s->cfa_reg == REG_RBP ? rbp : sp;
+		key.sp = base + (__s64)s->cfa_off - 8;
+		__u64 *self = bpf_map_lookup_elem(&scopes, &key);
+		r->self = 0;
+		r->state = 0;
+		if (self) {
+			r->self = *self;
+			r->flags = F_SELF;
+			r->state = read_state(*self, s, &r->flags);
+			bpf_map_delete_elem(&scopes, &key);
+		} else {
+			count(C_SCOPE_MISS);
+		}
+		size = EXIT_SIZE;
+	}
+	if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP)) {
+		count(C_DROPS);
+		return 0;
+	}
+	count(C_RECORDS);
+	return 0;
+}
