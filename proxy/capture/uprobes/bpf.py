@@ -44,8 +44,8 @@ SITE = struct.Struct("<BBBBiII")
 CONFIG = struct.Struct("<II")  # tgid, stack_max
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND = 0, 1, 2
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
-CHUNK = 128
-STACK_MAX = 4096
+CHUNK = 256
+STACK_MAX = 16384
 
 COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full")
 

@@ -40,8 +40,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_SELF 1   /* self is valid */
 #define F_STATE 2  /* state is valid */
 
-#define CHUNK 128
-#define MAX_CHUNKS 32 /* 4096 bytes of stack at most */
+#define CHUNK 256
+#define MAX_CHUNKS 64 /* 16 KiB of stack at most */
 #define STACK_MAX (CHUNK * MAX_CHUNKS)
 
 #define C_HITS 0

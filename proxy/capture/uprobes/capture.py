@@ -1,0 +1,477 @@
+"""Capture through Linux uprobes: the program is never stopped to observe a poll.
+
+Theory of operation (../shared/research/linux-uprobes.md has the measured facts):
+
+* ``plan`` plants no hidden breakpoint; it works out the sites (``sites.py``).
+* ``install`` (program stopped, before the first resume) loads the BPF
+  object, writes the site table and the pid, converts the client's software
+  breakpoints already at sites into hardware ones (a uprobe swallows a
+  ``Z0`` at its address), then attaches one uprobe_multi link on the
+  program's file, filtered by its pid.
+* While the program runs, the shell calls ``poll`` every few ms: the ring
+  buffer is drained, the records decoded (``decode.py``) and fed to the
+  engine in order, so the graph is current at every stop; ``sync`` folds
+  whatever is left. Drops (ring full) are read from the BPF counters and fed
+  as ``EventsLost``; the threads are then resynchronised from their next
+  entry's unwound stack.
+* A share of each poll's time goes to the deferred unwinder
+  (``unwind.py``): entries' stacks are unwound from the captured slices,
+  counted full/partial, and their parent checked against the engine's.
+* The client must see the program as without probes: ``m`` replies over a
+  site get the file's bytes back, a ``Z0``/``z0`` at a site goes to the stub
+  as ``Z1``/``z1`` (and its ``hwbreak`` stop is reported as ``swbreak``), and
+  a client write over a site or a fifth hardware breakpoint hands the session
+  over to the breakpoints backend.
+* ``uninstall`` closes the links: the kernel restores the bytes. If the
+  proxy dies, the kernel closes them too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from proxy.analysis.elf import ElfImage, open_elf
+from proxy.analysis.model import Inventory
+from proxy.graph.engine import Engine
+from proxy.graph.events import PollEnter
+from rsp.errors import MalformedPacket
+from rsp.packets.breakpoints import HARDWARE, SOFTWARE, parse_breakpoint
+from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory
+
+from . import bpf as B
+from .decode import Decoder, EntryCapture, entry_capture
+from .sites import SitePlan, plan_sites
+from .unwind import StackUnwinder
+
+DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
+_MIN_KERNEL = (6, 6)  # uprobe_multi links
+
+
+class UprobeCapture:
+    name = "uprobes"
+
+    def __init__(
+        self,
+        load_inventory: Callable[[str], Inventory] | None = None,
+        *,
+        only: str | None = None,
+        exclude: str | None = None,
+        entry_only: bool = False,
+        stack_bytes: int = 4096,
+        ring_bytes: int = 64 << 20,
+        unwind_share: float = 0.25,
+        unwind_queue: int = 4096,
+        poll_budget_s: float = 0.015,
+        object_path: os.PathLike[str] | None = None,
+    ) -> None:
+        self._load = load_inventory
+        self.only, self.exclude, self.entry_only = only, exclude, entry_only
+        self.stack_bytes = stack_bytes
+        self.ring_bytes = ring_bytes
+        self.unwind_share = unwind_share
+        self.poll_budget_s = poll_budget_s
+        self.object_path = object_path
+        self.engine: Engine | None = None
+        self.inventory: Inventory | None = None
+        self.note: str | None = None
+        self.plan_: SitePlan | None = None
+        self.decoder: Decoder | None = None
+        self.unwinder: StackUnwinder | None = None
+        self.events = 0
+        self.lost = 0
+        self._prog: B.Program | None = None
+        self._ring: B.Ring | None = None
+        self._pid = 0
+        self._path: str | None = None
+        self._elf: ElfImage | None = None
+        self._sites_by_addr: dict[int, Any] = {}
+        self._mask: list[tuple[int, bytes]] = []  # (runtime addr, original bytes), sorted
+        self._drops_seen = 0
+        self._resync: set[int] = set()
+        self._unwind_q: deque[EntryCapture] = deque(maxlen=unwind_queue)
+        self._keep_q = unwind_queue > 0 and unwind_share > 0
+        # client breakpoints (the stub's view): software ones at sites we turned into hardware
+        self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
+        self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
+        self._client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
+        self._pending_z: dict[bytes, int] = {}
+        self.attach_s: float | None = None
+        self.detach_s: float | None = None
+        self.notices: list[str] = []
+
+    # ------------------------------------------------------------------ availability
+    @staticmethod
+    def available(target: Any = None) -> tuple[bool, str]:
+        """(can run, why not in one line) for ``--capture auto`` and the error of ``--capture uprobes``."""
+        if target is not None and not getattr(target, "local", True):
+            return False, "uprobes: the program does not run on the proxy's host"
+        return _host_check()
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, target: Any) -> list[Any]:
+        self.engine = getattr(target, "engine", None)
+        self._pid = int(getattr(target, "pid", 0) or 0)
+        self._path = getattr(target, "path", None)
+        inv = getattr(target, "inventory", None)
+        bias = int(getattr(target, "bias", 0) or 0)
+        if inv is None and self._path is not None and self._load is not None:
+            inv = self._load(self._path)
+        self.inventory = inv
+        if inv is None or self._path is None:
+            self.note = getattr(target, "note", None) or "the program's file is unknown"
+            return []
+        ok, why = self.available(target)
+        if not ok:
+            self.note = why
+            return []
+        if not self._pid:
+            self.note = "uprobes: the program's pid is unknown"
+            return []
+        try:
+            self._elf = open_elf(self._path)
+        except Exception as err:  # noqa: BLE001 - AnalysisError and OS errors: one line
+            self.note = f"uprobes: {err}"
+            return []
+        self.unwinder = StackUnwinder(self._elf, inv, bias)
+        cfa = _cfa_rule(self.unwinder)
+        self.plan_ = plan_sites(self._elf, inv, bias, only=self.only, exclude=self.exclude,
+                                entry_only=self.entry_only, cfa_at=cfa)
+        self._sites_by_addr = self.plan_.by_addr()
+        self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
+        if not inv.resume_fns:
+            self.note = "no async resume functions found"
+        return []
+
+    # ------------------------------------------------------------------ lifecycle
+    def install(self) -> Any:
+        """Attach (program stopped). A procedure first turns the client's Z0s at sites into Z1s."""
+        if self.plan_ is None or not self.plan_.sites or self._prog is not None:
+            return None
+        conflicts = sorted(a for a in self._client_sw if a in self._sites_by_addr)
+        if not conflicts:
+            self._attach(set())
+            return None
+        return self._proc_install(conflicts)
+
+    def _proc_install(self, conflicts: list[int]) -> Any:
+        from proxy.session.procedure import Exchange
+
+        free = DEBUG_REGISTERS - len(self._client_hw) - len(self._hw_converted)
+        convert, leave_out = conflicts[:max(free, 0)], set(conflicts[max(free, 0):])
+        if convert:
+            # z0 first: gdbserver puts back the byte it saved; then attach; then Z1
+            bodies = tuple(b"z0,%x,1" % a for a in convert)
+            yield Exchange(bodies)
+        self._attach(leave_out)
+        if convert:
+            replies = yield Exchange(tuple(b"Z1,%x,1" % a for a in convert))
+            for a, rep in zip(convert, replies):
+                self._client_sw.discard(a)
+                if rep == b"OK":
+                    self._hw_converted.add(a)
+                else:
+                    self.notices.append(f"uprobes: the client's breakpoint at 0x{a:x} could not be "
+                                        f"made a hardware breakpoint ({rep.decode(errors='replace')})")
+
+    def _attach(self, leave_out: set[int]) -> None:
+        assert self.plan_ is not None and self._path is not None
+        sites = [s for s in self.plan_.sites if s.addr not in leave_out]
+        if leave_out:
+            self.notices.append(f"uprobes: {len(leave_out)} sites left unprobed: the client has "
+                                "software breakpoints there and no debug register is free")
+        try:
+            prog = B.Program.open(ring_bytes=self.ring_bytes, max_sites=len(sites),
+                                  **({"path": self.object_path} if self.object_path else {}))
+        except B.BpfError as err:
+            self.note = str(err)
+            return
+        try:
+            prog.set_config(self._pid, self.stack_bytes)
+            prog.set_sites([s.spec for s in sites])
+            t0 = time.perf_counter()
+            prog.attach(self._path, [s.file_offset for s in sites], self._pid)
+            self.attach_s = time.perf_counter() - t0
+        except B.BpfError as err:
+            prog.close()
+            self.note = str(err)
+            return
+        self._prog = prog
+        self._ring = prog.ring()
+        self.decoder = Decoder([s.info for s in sites], first_seq=self._next_seq())
+        self._mask = sorted((s.addr, s.original) for s in sites)
+
+    def _next_seq(self) -> int:
+        last = self.engine.cursor_seq if self.engine is not None else None
+        return (last or 0) + 1
+
+    @property
+    def attached(self) -> bool:
+        return self._prog is not None and bool(self._prog.links)
+
+    def uninstall(self) -> None:
+        """Close the links (the kernel restores the bytes), then fold what is left."""
+        if self._prog is None:
+            return None
+        t0 = time.perf_counter()
+        self._prog.detach_all()
+        self.detach_s = time.perf_counter() - t0
+        self._fold(budget_s=None)
+        assert self._ring is not None
+        self._ring.close()
+        self._prog.close()
+        self._prog = None
+        self._ring = None
+        return None
+
+    # ------------------------------------------------------------------ the consumer
+    def wakeup_fd(self) -> int | None:
+        return None  # records are submitted without wakeups: the shell polls on a timer
+
+    def poll(self) -> None:
+        self._fold(budget_s=self.poll_budget_s)
+
+    def sync(self) -> None:
+        self._fold(budget_s=None)
+        return None
+
+    def _fold(self, budget_s: float | None) -> None:
+        ring, dec, engine = self._ring, self.decoder, self.engine
+        if ring is None or dec is None or engine is None:
+            return
+        t0 = time.perf_counter()
+        deadline = None if budget_s is None else t0 + budget_s
+        while True:
+            recs = ring.drain(limit=1 << 20)
+            self._check_drops(dec, engine)
+            if not recs:
+                break
+            self._feed(recs, dec, engine)
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+        if budget_s is None:
+            self._unwind_some(None)
+        else:
+            spent = time.perf_counter() - t0
+            self._unwind_some(max(budget_s * self.unwind_share, 0.0) if spent < budget_s else 0.0)
+
+    def _check_drops(self, dec: Decoder, engine: Engine) -> None:
+        assert self._prog is not None
+        drops = self._prog.counters().get("drops", 0)
+        if drops > self._drops_seen:
+            n = drops - self._drops_seen
+            self._drops_seen = drops
+            self.lost += n
+            engine.feed(dec.lost(n, "uprobe ring buffer full"))
+            self._resync = set(engine.threads_to_resync())
+
+    def _feed(self, recs: list[bytes], dec: Decoder, engine: Engine) -> None:
+        decode, feed = dec.decode, engine.feed
+        keep = self._keep_q
+        resync = self._resync
+        for rec in recs:
+            ev = decode(rec)
+            if ev is None:
+                continue
+            self.events += 1
+            if type(ev) is PollEnter:
+                if keep or (resync and ev.thread in resync):
+                    scope = engine.current_scope(ev.thread)
+                    cap = entry_capture(rec, ev, (scope.site, scope.sp) if scope is not None else None)
+                    if resync and ev.thread in resync:
+                        self._resync_from(cap, engine)
+                    if keep:
+                        self._unwind_q.append(cap)
+            feed(ev)
+
+    def _resync_from(self, cap: EntryCapture, engine: Engine) -> None:
+        """After lost events: the entry's own stack says which polls enclose it."""
+        assert self.unwinder is not None
+        scopes = [(s.site, s.sp) for s in engine.scopes(cap.thread)]
+        engine.resync_thread(cap.thread, self.unwinder.resync_frames(cap, scopes))
+        self._resync.discard(cap.thread)
+
+    def _unwind_some(self, budget_s: float | None) -> None:
+        u, q = self.unwinder, self._unwind_q
+        if u is None:
+            return
+        t_end = None if budget_s is None else time.perf_counter() + budget_s
+        while q:
+            if t_end is not None and time.perf_counter() >= t_end:
+                break
+            u.check(q.popleft())
+
+    def drop_unwind_queue(self) -> None:
+        if self.unwinder is not None:
+            self.unwinder.stats.skipped += len(self._unwind_q)
+        self._unwind_q.clear()
+
+    # ------------------------------------------------------------------ the client's packets
+    def client_request(self, body: bytes) -> Any:
+        """Z0/z0 at a site -> Z1/z1; a write over a site or a 5th debug register -> hand over."""
+        c = body[:1]
+        if c in (b"Z", b"z"):
+            return self._client_z(body)
+        if c in (b"M", b"X") and self._sites_by_addr:
+            try:
+                w = parse_write_memory(body)
+            except MalformedPacket:
+                return None
+            if self._overlaps(w.addr, len(w.data)):
+                return _verdict("Handover", "the client writes code at a uprobe site")
+        return None
+
+    def _client_z(self, body: bytes) -> Any:
+        try:
+            bp = parse_breakpoint(body)
+        except MalformedPacket:
+            return None
+        if bp.type != SOFTWARE:
+            if bp.insert:
+                self._client_hw.add(bp.key)
+            else:
+                self._client_hw.discard(bp.key)
+            return None
+        at_site = bp.addr in self._sites_by_addr and self.attached
+        if bp.insert:
+            if bp.addr in self._hw_converted:
+                return _verdict("Forward", b"Z1" + body[2:])
+            if not at_site:
+                self._client_sw.add(bp.addr)
+                return None
+            if len(self._client_hw) + len(self._hw_converted) >= DEBUG_REGISTERS:
+                return _verdict("Handover", "a client breakpoint at a uprobe site and no free debug register")
+            self._hw_converted.add(bp.addr)
+            return _verdict("Forward", b"Z1" + body[2:])
+        if bp.addr in self._hw_converted:
+            self._hw_converted.discard(bp.addr)
+            return _verdict("Forward", b"z1" + body[2:])
+        self._client_sw.discard(bp.addr)
+        return None
+
+    def client_reply(self, request: bytes, reply: bytes) -> bytes:
+        c = request[:1]
+        if c == b"m" and self._mask and reply[:1] != b"E":
+            return self._mask_m(request, reply)
+        if self._hw_converted and b"hwbreak" in reply and reply[:1] in (b"T", b"S"):
+            return self._swbreak(reply)
+        return reply
+
+    def _mask_m(self, request: bytes, reply: bytes) -> bytes:
+        try:
+            req = parse_read_memory(request)
+            data = parse_memory_reply(reply)
+        except (MalformedPacket, ValueError):
+            return reply
+        if not data or not self._overlaps(req.addr, len(data)):
+            return reply
+        return build_memory_reply(mask_bytes(req.addr, data, self._mask))
+
+    def _overlaps(self, addr: int, size: int) -> bool:
+        return any(a < addr + size and addr < a + len(o) for a, o in self._mask)
+
+    def _swbreak(self, reply: bytes) -> bytes:
+        """A stop at a client breakpoint we made hardware is reported as the software stop it was."""
+        from rsp.packets.stop import parse_stop_reply
+
+        try:
+            sr = parse_stop_reply(reply)
+        except MalformedPacket:
+            return reply
+        pc = sr.register_value(16)
+        if pc is None or pc not in self._hw_converted:
+            return reply
+        return reply.replace(b"hwbreak:", b"swbreak:")
+
+    # ------------------------------------------------------------------ stats
+    def counters(self) -> dict[str, int]:
+        return self._prog.counters() if self._prog is not None else {}
+
+    def stats_lines(self) -> list[str]:
+        n = len(self.plan_.sites) if self.plan_ is not None else 0
+        lines = [f"capture: {self.name} ({self.events} poll events, {n} sites, "
+                 f"{'attached' if self.attached else 'not attached'})"]
+        c = self.counters()
+        if c:
+            lines.append(f"uprobe hits: {c.get('hits', 0)}; records: {c.get('records', 0)}; "
+                         f"dropped: {c.get('drops', 0)}; exits without their entry: {c.get('scope misses', 0)}")
+        elif self.lost:
+            lines.append(f"uprobe events dropped: {self.lost}")
+        if self.decoder is not None and self.decoder.stats.bad:
+            lines.append(f"bad uprobe records: {self.decoder.stats.bad}")
+        if self._hw_converted:
+            lines.append(f"client breakpoints at uprobe sites (as hardware): {len(self._hw_converted)}")
+        if self.unwinder is not None:
+            lines += self.unwinder.stats.lines()
+        if self.note:
+            lines.append(f"capture note: {self.note}")
+        if self.plan_ is not None:
+            lines += [f"capture note: {n}" for n in self.plan_.notes]
+        return lines
+
+
+def mask_bytes(addr: int, data: bytes, mask: list[tuple[int, bytes]]) -> bytes:
+    """`data` read at `addr` with every site's original bytes put back."""
+    out = bytearray(data)
+    end = addr + len(data)
+    for a, orig in mask:
+        if a >= end or a + len(orig) <= addr:
+            continue
+        for i, b in enumerate(orig):
+            j = a + i - addr
+            if 0 <= j < len(out):
+                out[j] = b
+    return bytes(out)
+
+
+def _verdict(kind: str, arg: Any) -> Any:
+    from proxy.capture import base
+
+    return getattr(base, kind)(arg)
+
+
+def _cfa_rule(u: StackUnwinder) -> Callable[[int], tuple[int, int] | None]:
+    def rule(link_pc: int) -> tuple[int, int] | None:
+        row = u._u.row_for(link_pc)
+        if row is None or row.cfa_expr:
+            return None
+        return row.cfa_reg, row.cfa_off
+
+    return rule
+
+
+_HOST: tuple[bool, str] | None = None
+
+
+def _host_check() -> tuple[bool, str]:
+    """Root, a kernel with uprobe_multi, libbpf, the object, and a real load (cached)."""
+    global _HOST
+    if _HOST is not None:
+        return _HOST
+    _HOST = _host_check_uncached()
+    return _HOST
+
+
+def _host_check_uncached() -> tuple[bool, str]:
+    import platform
+
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False, f"uprobes: needs Linux on x86-64 (this is {platform.system()} {platform.machine()})"
+    rel = platform.release().split("-")[0].split(".")
+    try:
+        ver = (int(rel[0]), int(rel[1]))
+    except (ValueError, IndexError):
+        ver = (0, 0)
+    if ver < _MIN_KERNEL:
+        return False, f"uprobes: Linux {platform.release()} has no uprobe_multi links (needs >= 6.6)"
+    if os.geteuid() != 0:
+        return False, "uprobes: loading BPF needs root (CAP_BPF and CAP_PERFMON)"
+    try:
+        prog = B.Program.open(ring_bytes=B.PAGE, max_sites=1)
+    except B.BpfError as err:
+        return False, f"uprobes: {err}"
+    prog.close()
+    return True, "uprobes: available"

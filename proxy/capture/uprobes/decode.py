@@ -1,0 +1,154 @@
+"""Ring-buffer records -> engine events (pure: bytes in, ``proxy.graph.events`` out).
+
+Theory of operation: the BPF program writes one fixed-layout record per hit
+(see uprobes.bpf.c ``struct rec``): 72 bytes at exits, 120 bytes plus a stack
+slice at entries. The ring buffer keeps the order in which the hits reserved
+their space, so the records of one thread come in program order, and the
+decoder numbers them with increasing ``seq``. The cookie of a record is its
+site's index in the table the backend attached (``SiteInfo``), which gives
+the resume function's runtime ``low_pc`` the engine keys on.
+
+What the engine gets:
+
+* entries: ``self`` from the site's register, the return address read at
+  ``sp``, and ``__state`` read through ``self`` at entry (the outcome of the
+  previous poll), with the kernel's timestamp;
+* exits: ``sp`` (a ``ret`` leaves with its entry's sp), ``self`` and
+  ``__state`` when the BPF side still had the entry's (tid, sp) in its scope
+  table. ``rax`` is kept in the record but not given to the engine as the
+  ``Poll`` result: only a ``Poll<()>``-sized return has its discriminant in
+  ``rax``, and nothing in the inventory says which do;
+* unwind exits (``call _Unwind_Resume``): ``panicked``.
+
+Records whose kind or cookie makes no sense are counted, never raised.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
+
+KIND_ENTRY, KIND_EXIT, KIND_UNWIND = 0, 1, 2
+F_SELF, F_STATE = 1, 2
+
+EXIT_REC = struct.Struct("<HHIIIQQQQQQQ")  # kind flags cookie tid stack_len ts ip sp self ret rax state
+ENTRY_REC = struct.Struct("<HHIIIQQQQQQQQQQQQQ")  # ... then rbp rbx r12 r13 r14 r15, stack bytes
+assert EXIT_REC.size == 72 and ENTRY_REC.size == 120
+
+
+@dataclass(frozen=True, slots=True)
+class SiteInfo:
+    """What a cookie stands for."""
+
+    kind: int  # KIND_ENTRY / KIND_EXIT / KIND_UNWIND
+    site: int  # runtime low_pc of the resume function
+    addr: int  # runtime address of the probed instruction
+
+
+@dataclass(frozen=True, slots=True)
+class EntryCapture:
+    """An entry's registers and stack slice, kept for the deferred unwinder."""
+
+    seq: int
+    thread: int
+    site: int
+    regs: dict[str, int]  # rip rsp rbp rbx r12 r13 r14 r15
+    stack: bytes  # memory from regs["rsp"] on
+    parent: tuple[int, int] | None  # (site, sp) of the engine's enclosing scope, if any
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        off = addr - self.regs["rsp"]
+        if off < 0 or off + size > len(self.stack):
+            return None
+        return self.stack[off:off + size]
+
+
+@dataclass(slots=True)
+class DecodeStats:
+    records: int = 0
+    entries: int = 0
+    exits: int = 0
+    unwinds: int = 0
+    bad: int = 0  # unknown kind, cookie or a short record
+    exit_self_known: int = 0
+    exit_state_known: int = 0
+
+
+class Decoder:
+    def __init__(self, sites: list[SiteInfo], *, first_seq: int = 1) -> None:
+        self.sites = sites
+        self.seq = first_seq - 1
+        self.stats = DecodeStats()
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def lost(self, count: int, reason: str) -> EventsLost:
+        return EventsLost(self.next_seq(), count, reason)
+
+    def decode(self, rec: bytes) -> PollEvent | None:
+        """One record -> one event (None: a bad record, counted)."""
+        st = self.stats
+        st.records += 1
+        if len(rec) < EXIT_REC.size:
+            st.bad += 1
+            return None
+        kind, flags, cookie, tid, _slen, ts, _ip, sp, self_ptr, ret, _rax, state = EXIT_REC.unpack_from(rec)
+        if cookie >= len(self.sites):
+            st.bad += 1
+            return None
+        info = self.sites[cookie]
+        if kind != info.kind:
+            st.bad += 1
+            return None
+        if kind == KIND_ENTRY:
+            if len(rec) < ENTRY_REC.size:
+                st.bad += 1
+                return None
+            st.entries += 1
+            return PollEnter(self.next_seq(), tid, info.site, self_ptr, sp, ret or None,
+                             state if flags & F_STATE else None, ts)
+        if kind == KIND_EXIT:
+            st.exits += 1
+        elif kind == KIND_UNWIND:
+            st.unwinds += 1
+        else:
+            st.bad += 1
+            return None
+        if flags & F_SELF:
+            st.exit_self_known += 1
+        if flags & F_STATE:
+            st.exit_state_known += 1
+        return PollExit(self.next_seq(), tid, info.site, sp,
+                        state if flags & F_STATE else None,
+                        self_ptr if flags & F_SELF else None,
+                        None, kind == KIND_UNWIND, ts)
+
+
+def entry_capture(rec: bytes, ev: PollEnter, parent: tuple[int, int] | None) -> EntryCapture:
+    """The unwinder's view of an entry record."""
+    f = ENTRY_REC.unpack_from(rec)
+    stack_len = f[4]
+    regs = {"rip": f[6], "rsp": f[7], "rbp": f[12], "rbx": f[13],
+            "r12": f[14], "r13": f[15], "r14": f[16], "r15": f[17]}
+    stack = rec[ENTRY_REC.size:ENTRY_REC.size + stack_len]
+    return EntryCapture(ev.seq, ev.thread, ev.site, regs, bytes(stack), parent)
+
+
+def pack_entry(cookie: int, tid: int, ts: int, ip: int, sp: int, self_ptr: int, ret: int,
+               state: int | None = None, stack: bytes = b"", regs: dict[str, int] | None = None) -> bytes:
+    """Build an entry record as the BPF program writes it (for tests and benchmarks)."""
+    r = regs or {}
+    flags = F_SELF | (F_STATE if state is not None else 0)
+    return ENTRY_REC.pack(KIND_ENTRY, flags, cookie, tid, len(stack), ts, ip, sp, self_ptr, ret, 0,
+                          state or 0, r.get("rbp", 0), r.get("rbx", 0), r.get("r12", 0),
+                          r.get("r13", 0), r.get("r14", 0), r.get("r15", 0)) + stack
+
+
+def pack_exit(cookie: int, tid: int, ts: int, ip: int, sp: int, self_ptr: int | None = None,
+              state: int | None = None, rax: int = 0, kind: int = KIND_EXIT) -> bytes:
+    flags = (F_SELF if self_ptr is not None else 0) | (F_STATE if state is not None else 0)
+    return EXIT_REC.pack(kind, flags, cookie, tid, 0, ts, ip, sp, self_ptr or 0, 0, rax, state or 0)

@@ -1,0 +1,121 @@
+"""Where the probes go: resume-function entries, rets and unwind exits -> uprobe sites (pure).
+
+For each resume function kept by the filters: its entry (``low_pc``), each
+``ret`` and each unwind exit (``call _Unwind_Resume`` after the landing pad
+wrote ``__state = Panicked``). A site carries what the BPF side needs
+(``SiteSpec``: where self is, where ``__state`` is, the CFA rule at an
+unwind exit), what the decoder needs (``SiteInfo``: the runtime ``low_pc``),
+the file offset to attach at, and the file's bytes of the whole probed
+instruction: memory replies over a site show those bytes (a uprobe writes
+``int3``; on a 5-byte NOP the kernel rewrites all 5 bytes into a ``call``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from proxy.analysis.elf import ElfImage
+from proxy.analysis.model import Inventory, ResumeFn
+
+from .bpf import KIND_ENTRY, KIND_EXIT, KIND_UNWIND, REG_RBP, REG_RDI, REG_RSI, REG_RSP, SiteSpec
+from .decode import SiteInfo
+
+_DWARF_RSP, _DWARF_RBP = 7, 6
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    name: str
+    addr: int  # runtime address of the probed instruction
+    file_offset: int
+    original: bytes  # the file's bytes of the whole instruction
+    spec: SiteSpec
+    info: SiteInfo
+
+
+@dataclass(slots=True)
+class SitePlan:
+    sites: list[Site]
+    notes: list[str]
+
+    def by_addr(self) -> dict[int, Site]:
+        return {s.addr: s for s in self.sites}
+
+
+def file_offset(elf: ElfImage, vaddr: int) -> int | None:
+    """vaddr - p_vaddr + p_offset of the PT_LOAD segment that holds it."""
+    for seg in elf.segments:
+        if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+            return vaddr - seg.vaddr + seg.offset
+    return None
+
+
+def insn_length(elf: ElfImage, vaddr: int) -> int:
+    code = elf.read(vaddr, 16) or elf.read(vaddr, 1)
+    if not code:
+        return 1
+    try:
+        import capstone
+
+        md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+        for insn in md.disasm(code, vaddr, 1):
+            return int(insn.size)
+    except Exception:  # noqa: BLE001 - one byte is what an int3 covers
+        pass
+    return 1
+
+
+def plan_sites(
+    elf: ElfImage,
+    inventory: Inventory,
+    bias: int,
+    *,
+    only: str | None = None,
+    exclude: str | None = None,
+    entry_only: bool = False,
+    cfa_at: "callable[[int], tuple[int, int] | None] | None" = None,  # type: ignore[valid-type]
+) -> SitePlan:
+    """``cfa_at(link pc) -> (DWARF cfa register, offset)`` gives unwind exits their entry sp."""
+    only_re = re.compile(only) if only else None
+    exclude_re = re.compile(exclude) if exclude else None
+    sites: list[Site] = []
+    notes: list[str] = []
+    skipped_unwind = 0
+
+    def add(fn: ResumeFn, name: str, link: int, kind: int, spec: SiteSpec) -> None:
+        off = file_offset(elf, link)
+        if off is None:
+            notes.append(f"{name}: 0x{link:x} is not in the file")
+            return
+        n = insn_length(elf, link)
+        original = elf.read(link, n) or b""
+        sites.append(Site(name, link + bias, off, original, spec, SiteInfo(kind, fn.low_pc + bias, link + bias)))
+
+    for fn in inventory.resume_fns:
+        if not fn.low_pc:
+            continue
+        if only_re is not None and not only_re.search(fn.name):
+            continue
+        if exclude_re is not None and exclude_re.search(fn.name):
+            continue
+        layout = inventory.layouts.get(fn.layout_name) if fn.layout_name else None
+        st_off = layout.state_offset if layout is not None else 0
+        st_size = layout.state_size if layout is not None else 0
+        self_reg = {"rdi": REG_RDI, "rsi": REG_RSI}.get(fn.self_in, REG_RDI)
+        add(fn, fn.name, fn.low_pc, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size))
+        if entry_only:
+            continue
+        for r in fn.rets:
+            add(fn, fn.name + " (ret)", r, KIND_EXIT, SiteSpec(KIND_EXIT, self_reg, st_off, st_size))
+        for x in fn.other_exits:
+            rule = cfa_at(x) if cfa_at is not None else None
+            if rule is None or rule[0] not in (_DWARF_RSP, _DWARF_RBP):
+                skipped_unwind += 1
+                continue
+            reg = REG_RSP if rule[0] == _DWARF_RSP else REG_RBP
+            add(fn, fn.name + " (unwind)", x, KIND_UNWIND,
+                SiteSpec(KIND_UNWIND, self_reg, st_off, st_size, reg, rule[1]))
+    if skipped_unwind:
+        notes.append(f"{skipped_unwind} unwind exits without a CFA rule on rsp/rbp: not probed")
+    return SitePlan(sites, notes)
