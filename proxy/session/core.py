@@ -957,6 +957,9 @@ class Session:
         cap = self.capture
         if cap is None or self.target is None:
             return
+        # The client's breakpoints so far: a backend that must change how the stub
+        # holds some of them (uprobes: Z0 at a probe site -> Z1) keeps the table true.
+        self.target.extra["client_breakpoints"] = self.bps
         planned = self._capture_call("plan", self.target) or []
         self._capture_keys = [(0, p.addr, 1) for p in planned if p.addr not in self.probes]
         yield from self._plant_probes([p for p in planned if p.addr not in self.probes])

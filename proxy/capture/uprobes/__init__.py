@@ -1,0 +1,27 @@
+"""Capture through Linux uprobes and BPF (see capture.py): the program is never stopped."""
+
+from __future__ import annotations
+
+from proxy.capture.target import Target
+
+from .capture import UprobeCapture
+
+
+def available(target: Target | None) -> str | None:
+    """None when uprobes can capture this program, else the one-line reason."""
+    ok, why = UprobeCapture.available(target)
+    return None if ok else why
+
+
+def make(*, mode: str = "full", only: str | None = None, exclude: str | None = None,
+         options: dict[str, object] | None = None) -> UprobeCapture:
+    opts = options or {}
+    kw: dict[str, int] = {}
+    for opt, arg in (("uprobe_stack", "stack_bytes"), ("uprobe_ring", "ring_bytes")):
+        v = opts.get(opt)
+        if isinstance(v, int) and v >= 0:
+            kw[arg] = v
+    return UprobeCapture(only=only, exclude=exclude, entry_only=mode == "entry", **kw)
+
+
+__all__ = ["UprobeCapture", "available", "make"]

@@ -36,8 +36,11 @@ from typing import Any
 
 from proxy.analysis.elf import ElfImage, open_elf
 from proxy.analysis.model import Inventory
+from proxy.capture.base import CaptureBase
+from proxy.capture.target import Target
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter
+from proxy.session.procedure import Exchange, Forward, Handover, Procedure
 from rsp.errors import MalformedPacket
 from rsp.packets.breakpoints import HARDWARE, SOFTWARE, parse_breakpoint
 from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory
@@ -51,8 +54,9 @@ DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
 _MIN_KERNEL = (6, 6)  # uprobe_multi links
 
 
-class UprobeCapture:
+class UprobeCapture(CaptureBase):
     name = "uprobes"
+    filters_replies = True  # m replies masked, hwbreak -> swbreak
 
     def __init__(
         self,
@@ -68,6 +72,7 @@ class UprobeCapture:
         poll_budget_s: float = 0.015,
         object_path: os.PathLike[str] | None = None,
     ) -> None:
+        super().__init__()
         self._load = load_inventory
         self.only, self.exclude, self.entry_only = only, exclude, entry_only
         self.stack_bytes = stack_bytes
@@ -75,13 +80,10 @@ class UprobeCapture:
         self.unwind_share = unwind_share
         self.poll_budget_s = poll_budget_s
         self.object_path = object_path
-        self.engine: Engine | None = None
         self.inventory: Inventory | None = None
-        self.note: str | None = None
         self.plan_: SitePlan | None = None
         self.decoder: Decoder | None = None
         self.unwinder: StackUnwinder | None = None
-        self.events = 0
         self.lost = 0
         self._prog: B.Program | None = None
         self._ring: B.Ring | None = None
@@ -98,7 +100,7 @@ class UprobeCapture:
         self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
         self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
         self._client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
-        self._pending_z: dict[bytes, int] = {}
+        self._table: Any = None  # the session's BreakpointTable (target.extra)
         self.attach_s: float | None = None
         self.detach_s: float | None = None
         self.notices: list[str] = []
@@ -112,8 +114,8 @@ class UprobeCapture:
         return _host_check()
 
     # ------------------------------------------------------------------ planning
-    def plan(self, target: Any) -> list[Any]:
-        self.engine = getattr(target, "engine", None)
+    def plan(self, target: Target) -> list[Any]:
+        self.target = target
         self._pid = int(getattr(target, "pid", 0) or 0)
         self._path = getattr(target, "path", None)
         inv = getattr(target, "inventory", None)
@@ -121,9 +123,10 @@ class UprobeCapture:
         if inv is None and self._path is not None and self._load is not None:
             inv = self._load(self._path)
         self.inventory = inv
-        if inv is None or self._path is None:
+        if inv is None or self._path is None or self.engine is None:
             self.note = getattr(target, "note", None) or "the program's file is unknown"
             return []
+        self._table = target.extra.get("client_breakpoints")
         ok, why = self.available(target)
         if not ok:
             self.note = why
@@ -147,25 +150,32 @@ class UprobeCapture:
         return []
 
     # ------------------------------------------------------------------ lifecycle
-    def install(self) -> Any:
+    def install(self) -> Procedure | None:
         """Attach (program stopped). A procedure first turns the client's Z0s at sites into Z1s."""
         if self.plan_ is None or not self.plan_.sites or self._prog is not None:
             return None
+        table = self._table
+        if table is not None:
+            for t, a, _k in table.client:
+                (self._client_sw.add(a) if t == 0 else self._client_hw.add((t, a, _k)))
         conflicts = sorted(a for a in self._client_sw if a in self._sites_by_addr)
         if not conflicts:
             self._attach(set())
             return None
         return self._proc_install(conflicts)
 
-    def _proc_install(self, conflicts: list[int]) -> Any:
-        from proxy.session.procedure import Exchange
+    def _proc_install(self, conflicts: list[int]) -> Procedure:
+        """The client's Z0s already at sites (gdb inserts before the first resume).
 
+        Order matters (research §3.3): z0 first, so gdbserver puts back the
+        byte it saved; then attach; then the same breakpoint as Z1. A Z0 left
+        under a uprobe would be swallowed, and its z0 would later write the
+        original byte over the uprobe's int3 and silently disable it.
+        """
         free = DEBUG_REGISTERS - len(self._client_hw) - len(self._hw_converted)
         convert, leave_out = conflicts[:max(free, 0)], set(conflicts[max(free, 0):])
         if convert:
-            # z0 first: gdbserver puts back the byte it saved; then attach; then Z1
-            bodies = tuple(b"z0,%x,1" % a for a in convert)
-            yield Exchange(bodies)
+            yield Exchange(tuple(b"z0,%x,1" % a for a in convert))
         self._attach(leave_out)
         if convert:
             replies = yield Exchange(tuple(b"Z1,%x,1" % a for a in convert))
@@ -173,9 +183,18 @@ class UprobeCapture:
                 self._client_sw.discard(a)
                 if rep == b"OK":
                     self._hw_converted.add(a)
+                    self._retype(a, 0, 1)
                 else:
                     self.notices.append(f"uprobes: the client's breakpoint at 0x{a:x} could not be "
                                         f"made a hardware breakpoint ({rep.decode(errors='replace')})")
+
+    def _retype(self, addr: int, old: int, new: int) -> None:
+        """Keep the session's breakpoint table true to what the stub holds."""
+        table = self._table
+        if table is None:
+            return
+        for key in [k for k in table.client if k[0] == old and k[1] == addr]:
+            table.client[(new, addr, key[2])] = table.client.pop(key)
 
     def _attach(self, leave_out: set[int]) -> None:
         assert self.plan_ is not None and self._path is not None
@@ -212,10 +231,28 @@ class UprobeCapture:
     def attached(self) -> bool:
         return self._prog is not None and bool(self._prog.links)
 
-    def uninstall(self) -> None:
-        """Close the links (the kernel restores the bytes), then fold what is left."""
-        if self._prog is None:
+    def uninstall(self) -> Procedure | None:
+        """Close the links (the kernel restores the bytes), fold what is left, and give
+        the client's breakpoints we made hardware back to the stub as software ones
+        (detach first, then Z0: the order research §3.3 found correct)."""
+        self._close_links()
+        converted = sorted(self._hw_converted)
+        self._hw_converted.clear()
+        if not converted:
             return None
+        return self._proc_restore(converted)
+
+    def _proc_restore(self, addrs: list[int]) -> Procedure:
+        yield Exchange(tuple(b"z1,%x,1" % a for a in addrs))
+        replies = yield Exchange(tuple(b"Z0,%x,1" % a for a in addrs))
+        for a, rep in zip(addrs, replies):
+            self._retype(a, 1, 0)
+            if rep != b"OK":
+                self.notices.append(f"uprobes: could not put back the client's breakpoint at 0x{a:x}")
+
+    def _close_links(self) -> None:
+        if self._prog is None:
+            return
         t0 = time.perf_counter()
         self._prog.detach_all()
         self.detach_s = time.perf_counter() - t0
@@ -225,7 +262,6 @@ class UprobeCapture:
         self._prog.close()
         self._prog = None
         self._ring = None
-        return None
 
     # ------------------------------------------------------------------ the consumer
     def wakeup_fd(self) -> int | None:
@@ -234,7 +270,7 @@ class UprobeCapture:
     def poll(self) -> None:
         self._fold(budget_s=self.poll_budget_s)
 
-    def sync(self) -> None:
+    def sync(self) -> Procedure | None:
         self._fold(budget_s=None)
         return None
 
@@ -353,6 +389,9 @@ class UprobeCapture:
         return None
 
     def client_reply(self, request: bytes, reply: bytes) -> bytes:
+        if reply[:1] in (b"W", b"X") and request.startswith(b"vCont"):
+            self._close_links()  # the process is gone: fold its last events, free the links
+            return reply
         c = request[:1]
         if c == b"m" and self._mask and reply[:1] != b"E":
             return self._mask_m(request, reply)
@@ -393,7 +432,7 @@ class UprobeCapture:
     def stats_lines(self) -> list[str]:
         n = len(self.plan_.sites) if self.plan_ is not None else 0
         lines = [f"capture: {self.name} ({self.events} poll events, {n} sites, "
-                 f"{'attached' if self.attached else 'not attached'})"]
+                 f"{'attached' if self.attached else 'not attached'})" + (f" - {self.why}" if self.why else "")]
         c = self.counters()
         if c:
             lines.append(f"uprobe hits: {c.get('hits', 0)}; records: {c.get('records', 0)}; "
@@ -427,10 +466,8 @@ def mask_bytes(addr: int, data: bytes, mask: list[tuple[int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def _verdict(kind: str, arg: Any) -> Any:
-    from proxy.capture import base
-
-    return getattr(base, kind)(arg)
+def _verdict(kind: str, arg: Any) -> Forward | Handover:
+    return Forward(arg) if kind == "Forward" else Handover(arg)
 
 
 def _cfa_rule(u: StackUnwinder) -> Callable[[int], tuple[int, int] | None]:
