@@ -205,3 +205,28 @@ def test_many_events_bounded_memory() -> None:
     assert len(rss) == 2
     assert events >= 100_000
     assert evicted > 0 and live <= 10_002
+
+
+def test_mode_and_capture_switch_at_a_stop() -> None:
+    """`monitor async mode` and `capture` show and switch the backend at a stop:
+    started with nothing planted (mode off), switched to full at main's start,
+    the later polls are seen; switched off again, nothing more is counted."""
+    prog = _binary("debug", "tokio_app")
+    out = session(prog, ["ct"], [
+        f"break {SRC}:{bp_line('main_start')}", f"break {SRC}:{bp_line('c_after_sleep')}",
+        f"break {SRC}:{bp_line('main_done')}", "continue",
+        *ask("mode", "capture", "mode full"), "delete 1", "continue",
+        *ask("bt", "mode off"), "delete 2", "continue",
+        *ask("stats", "tasks")], extra=["--mode", "off"])
+    assert "mode: off" in section(out, "mode"), out[-3000:]
+    capture = section(out, "capture")
+    assert re.search(r"^  breakpoints: available$", capture, re.M), capture
+    assert "mode: off -> full" in section(out, "mode full")
+    # polls were captured between the switch and the stop in c
+    assert re.search(r"^#0\s+tokio_app::c ", section(out, "bt"), re.M), section(out, "bt")
+    stats = section(out, "stats")
+    assert re.search(r"capture switches: 2", stats), stats
+    assert re.search(r"capture: none \(mode off\)", stats), stats
+    # the graph survived the switch: the tasks seen while capturing are still there
+    assert "tokio_app::c" in section(out, "tasks")
+    assert "Breakpoint 3, " in out  # the program ran on to main_done: nothing stray was left
