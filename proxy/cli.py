@@ -32,11 +32,23 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="how poll events are captured: uprobes (in the kernel; the program's own host, root), "
                         "tracepoints (inside gdbserver), breakpoints (hidden stops, any stub); "
                         "auto = the cheapest that can run (default)")
+    p.add_argument("--trace-buffer", type=_trace_buffer_size, metavar="SIZE",
+                   help="tracepoint capture: gdbserver's trace buffer (e.g. 64K, 2M; default 2M); "
+                        "the proxy drains it with hidden stops before it fills")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),
                    help="safe: keep gdbserver<14 from corrupting AVX-512 registers (default when it could); "
                         "full: forward xmlRegisters as the client sent it")
+
+
+def _trace_buffer_size(text: str) -> int:
+    from proxy.capture.tracepoints import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .model import Inventory
 
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 _SAFE = re.compile(r"^[0-9a-fA-F]{2,128}$")
 
 

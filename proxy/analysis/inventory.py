@@ -490,7 +490,35 @@ class _Collector:
             layout_name=layout,
             # SysV: a Poll<T> over 16 bytes comes back through a hidden pointer in rdi
             self_in="rsi" if ret_size > 16 else "rdi",
+            poll_pending=self._poll_pending(origin.get(D.AT_TYPE)),
         )
+
+    def _poll_pending(self, off: int | None) -> tuple[int, int, int] | None:
+        """Poll<T>'s discriminant (offset, size) and the value that means Pending,
+        from the return type's variant part (a niche layout puts the
+        discriminant inside T; Pending then has one niche value)."""
+        t = self._strip_typedefs(self.dwarf.die(off))
+        if t is None:
+            return None
+        vp = self._variant_part(t)
+        unit = self.dwarf.unit_of(t)
+        if vp is None or unit is None:
+            return None
+        discr = self.dwarf.die(vp.get(D.AT_DISCR))
+        if discr is None:
+            return None
+        size = self._size(discr.get(D.AT_TYPE)) or 1
+        for c in vp.children:
+            v = unit.dies[c]
+            if v.tag != D.TAG_VARIANT:
+                continue
+            names = [unit.dies[m].get(D.AT_NAME) for m in v.children if unit.dies[m].tag == D.TAG_MEMBER]
+            if "Pending" in names:
+                value = v.get(D.AT_DISCR_VALUE)
+                if not isinstance(value, int):
+                    return None
+                return (_member_offset(discr), size, value & ((1 << (8 * size)) - 1))
+        return None
 
 
 def _member_offset(m: D.Die) -> int:

@@ -94,6 +94,11 @@ class ResumeFn:
     other_exits: tuple[int, ...] = ()  # e.g. call _Unwind_Resume (panic paths)
     layout_name: str | None = None  # key into Inventory.layouts
     self_in: str = "rdi"  # register that holds the self pointer at entry (rsi for sret)
+    # Where the returned Poll<T> says Pending: (offset in the returned bytes - rax:rdx,
+    # or the return slot whose address comes back in rax when self_in is rsi -,
+    # size, discriminant value). None when DWARF does not tell (Pending is the
+    # niche-less default variant, or no return type).
+    poll_pending: tuple[int, int, int] | None = None
 
     @property
     def panics_unseen(self) -> bool:

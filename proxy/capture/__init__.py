@@ -18,6 +18,7 @@ from proxy.capture.target import Target
 BACKENDS: dict[str, str] = {
     "breakpoints": "proxy.capture.breakpoints",
     "uprobes": "proxy.capture.uprobes",
+    "tracepoints": "proxy.capture.tracepoints",
 }
 # Cheapest first: uprobes (in the kernel), tracepoints (in gdbserver), breakpoints (any stub).
 AUTO_ORDER = ("uprobes", "tracepoints", "breakpoints")

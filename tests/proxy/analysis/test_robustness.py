@@ -22,6 +22,13 @@ def _copy(tmp_path: Path, name: str = "prog") -> Path:
     return dst
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The inventory cache is keyed by build-id, which strip keeps: a cached
+    # inventory of the unstripped corpus binary would answer for the copy.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 def _inspect_ok(path: Path) -> str:
     out = io.StringIO()
     assert inspect_main(str(path), as_json=False, tree=False, out=out) in (0, 1)

@@ -1,0 +1,304 @@
+"""The tracepoint collection program and the frame -> engine event conversion.
+
+Theory of operation (pure, no I/O): `build_program` turns the inventory into
+one gdbserver tracepoint per probed address - the entry of each resume
+function, each of its `ret`s and each unwind exit (`call _Unwind_Resume`
+after the landing pad wrote ``__state = 2``). Every tracepoint has exactly
+one action, a single ``X`` agent expression (research rule 3: one action
+packet; gdbserver ignores the base register of ``M`` actions):
+
+entry::
+
+    reg SELF; const16 state_offset; add; const8 state_size; trace
+                                   -> M block: address = self + state_offset, bytes = __state
+    reg rsp; const8 8; trace       -> M block: address = sp, bytes = return address
+    reg fs_base; setv 2; tracev 2  -> V 2: the thread (frames carry no thread id)
+    tracev 1                       -> V 1: CLOCK_MONOTONIC µs (gdbserver's trace_timestamp)
+
+exit (ret / unwind)::
+
+    reg rsp; setv 3; tracev 3      -> V 3: sp (points at the return address)
+    reg rax; setv 4; tracev 4      -> V 4 (and rdx as V 5 when needed): the returned
+                                       Poll<T>, whose discriminant the analysis
+                                       located (a niche inside T included)
+    or, for Poll<T> over 16 bytes returned through memory:
+    reg rax; const16 off; add; const8 size; trace -> M block: the discriminant
+    reg fs_base; setv 2; tracev 2 ; tracev 1
+
+(``setv`` leaves its value on the stack; the agent ignores what is left at
+``end``. A hit is evaluated by gdbserver's single thread, so ``setv`` then
+``tracev`` of a global state variable cannot interleave with another hit.)
+
+A function without a known layout records one byte at self (the M block's
+address is what matters). An exit carries no ``__state``: the self pointer
+is gone from the registers at a ``ret``: the Poll result says Ready
+(``Returned``) or Pending, and the engine takes the exact ``SuspendN``
+from the task's next entry or reads it at the next stop (``pending_reads``).
+
+`FrameConverter` turns drained frames into `PollEnter`/`PollExit` in buffer
+order (the buffer is written in hit order), mapping ``fs_base`` to the LWP
+with a `ThreadMap`. A frame truncated by a full buffer (fewer blocks than
+the actions asked for) is counted and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from proxy.analysis.model import Inventory, ResumeFn
+from proxy.graph.events import PollEnter, PollEvent, PollExit
+from rsp.agent import Op, Opcode, assemble, x_expression
+from rsp.packets.trace import MAX_TP_NUMBER, TIMESTAMP_TSV, StateVariable, Tracepoint
+from rsp.tracebuf import MemoryBlock, TraceFrame
+
+_U64 = (1 << 64) - 1
+# x86-64 remote register numbers (gdbserver's amd64-linux description)
+REGNUM = {"rax": 0, "rbx": 1, "rcx": 2, "rdx": 3, "rsi": 4, "rdi": 5, "rbp": 6, "rsp": 7}
+FS_BASE_REGNUM = 58
+TSV_FS_BASE = 2
+TSV_SP = 3
+TSV_RAX = 4
+TSV_RDX = 5
+STATE_VARIABLES = (
+    StateVariable(TSV_FS_BASE, 0, False, "asyncrsp_fs_base"),
+    StateVariable(TSV_SP, 0, False, "asyncrsp_sp"),
+    StateVariable(TSV_RAX, 0, False, "asyncrsp_rax"),
+    StateVariable(TSV_RDX, 0, False, "asyncrsp_rdx"),
+)
+OWN_TSV_NUMBERS = frozenset(v.number for v in STATE_VARIABLES)
+
+
+@dataclass(frozen=True, slots=True)
+class SitePoint:
+    """One tracepoint of the program: where, what kind, for which resume fn."""
+
+    number: int
+    addr: int  # runtime
+    kind: str  # "entry", "exit", "unwind"
+    site: int  # runtime low_pc of the resume function
+    name: str
+    tracepoint: Tracepoint
+
+
+@dataclass(slots=True)
+class Program:
+    points: list[SitePoint] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # why some sites have no tracepoint
+
+    def by_number(self) -> dict[int, SitePoint]:
+        return {p.number: p for p in self.points}
+
+    def by_addr(self) -> dict[int, SitePoint]:
+        return {p.addr: p for p in self.points}
+
+    def packets(self) -> list[bytes]:
+        """QTDV for the proxy's state variables, then two QTDP per tracepoint."""
+        out = [v.build() for v in STATE_VARIABLES]
+        for p in self.points:
+            out += p.tracepoint.packets()
+        return out
+
+
+def _fs_base_and_time() -> list[Op]:
+    return [Op(Opcode.reg, FS_BASE_REGNUM), Op(Opcode.setv, TSV_FS_BASE), Op(Opcode.tracev, TSV_FS_BASE),
+            Op(Opcode.tracev, TIMESTAMP_TSV)]
+
+
+def entry_expression(self_reg: str, state_offset: int, state_size: int) -> bytes:
+    ops = [Op(Opcode.reg, REGNUM[self_reg])]
+    if state_offset:
+        ops += [Op(Opcode.const16, state_offset), Opcode.add]
+    ops += [Op(Opcode.const8, state_size), Opcode.trace,
+            Op(Opcode.reg, REGNUM["rsp"]), Op(Opcode.const8, 8), Opcode.trace]
+    ops += _fs_base_and_time()
+    ops.append(Opcode.end)
+    return assemble(ops)
+
+
+def exit_expression(poll_pending: tuple[int, int, int] | None = None, in_memory: bool = False) -> bytes:
+    """`poll_pending` (offset, size, value) says where Poll<T> keeps its
+    discriminant: in rax:rdx, or (`in_memory`, T over 16 bytes) in the
+    return slot whose address the function returns in rax."""
+    ops = [Op(Opcode.reg, REGNUM["rsp"]), Op(Opcode.setv, TSV_SP), Op(Opcode.tracev, TSV_SP)]
+    if poll_pending is not None:
+        off, size, _ = poll_pending
+        if in_memory:
+            ops.append(Op(Opcode.reg, REGNUM["rax"]))
+            if off:
+                ops += [Op(Opcode.const16, off), Opcode.add]
+            ops += [Op(Opcode.const8, size), Opcode.trace]
+        else:
+            ops += [Op(Opcode.reg, REGNUM["rax"]), Op(Opcode.setv, TSV_RAX), Op(Opcode.tracev, TSV_RAX)]
+            if off + size > 8:
+                ops += [Op(Opcode.reg, REGNUM["rdx"]), Op(Opcode.setv, TSV_RDX), Op(Opcode.tracev, TSV_RDX)]
+    ops += _fs_base_and_time()
+    ops.append(Opcode.end)
+    return assemble(ops)
+
+
+def build_program(
+    inventory: Inventory,
+    bias: int,
+    wanted: Callable[[ResumeFn], bool] = lambda fn: True,
+    *,
+    entry_only: bool = False,
+) -> Program:
+    prog = Program()
+    number = 1  # never 0: its frames look like the end of the buffer
+    for fn in inventory.resume_fns:
+        if not fn.low_pc or not wanted(fn):
+            continue
+        layout = inventory.layouts.get(fn.layout_name) if fn.layout_name else None
+        off, size = (layout.state_offset, layout.state_size) if layout is not None else (0, 1)
+        if off >= 1 << 16:
+            off, size = 0, 1
+        site = fn.low_pc + bias
+        exit_x = x_expression(exit_expression(fn.poll_pending, fn.self_in == "rsi"))
+        wants: list[tuple[int, str, bytes]] = [(site, "entry", x_expression(entry_expression(fn.self_in, off, size)))]
+        if not entry_only:
+            wants += [(r + bias, "exit", exit_x) for r in fn.rets]
+            wants += [(x + bias, "unwind", exit_x) for x in fn.other_exits]
+        if number + len(wants) - 1 > MAX_TP_NUMBER:
+            prog.skipped.append(f"{fn.name}: more than {MAX_TP_NUMBER} tracepoints")
+            continue
+        for addr, kind, action in wants:
+            label = fn.name if kind == "entry" else f"{fn.name} ({'ret' if kind == 'exit' else kind})"
+            prog.points.append(SitePoint(number, addr, kind, site, label, Tracepoint(number, addr, (action,))))
+            number += 1
+    return prog
+
+
+# ------------------------------------------------------------------ threads
+class ThreadMap:
+    """fs_base -> LWP. Learnt from the stopped threads' registers (`learn`)
+    or from the thread control blocks (`tid_offset`: glibc keeps the
+    thread's tid in ``struct pthread`` at fs_base + offset)."""
+
+    def __init__(self) -> None:
+        self.lwp: dict[int, int] = {}
+        self.tid_offset: int | None = None
+        self._synthetic: dict[int, int] = {}
+
+    def learn(self, fs_base: int, lwp: int) -> None:
+        if fs_base and lwp > 0:
+            self.lwp[fs_base] = lwp
+
+    def thread(self, fs_base: int) -> int:
+        """The LWP, or a stable negative number for a thread never mapped
+        (it exited before the proxy could read its control block)."""
+        lwp = self.lwp.get(fs_base)
+        if lwp is not None:
+            return lwp
+        syn = self._synthetic.get(fs_base)
+        if syn is None:
+            syn = self._synthetic[fs_base] = -(len(self._synthetic) + 1)
+        return syn
+
+    @property
+    def unmapped(self) -> int:
+        return sum(1 for f in self._synthetic if f not in self.lwp)
+
+    def find_tid_offset(self, tcbs: dict[int, bytes], lwps: set[int]) -> int | None:
+        """The offset in the TCB that holds the tid: the one where every
+        control block read holds a distinct live LWP (0 for an exited
+        thread) and at least one holds a live LWP. glibc 2.36 x86-64: 0x2d0."""
+        if not tcbs or not lwps:
+            return None
+        size = min(len(b) for b in tcbs.values())
+        candidates = []
+        for off in range(0, size - 3, 4):
+            vals = [int.from_bytes(b[off:off + 4], "little") for b in tcbs.values()]
+            live = [v for v in vals if v in lwps]
+            if live and all(v in lwps or v == 0 for v in vals) and len(set(live)) == len(live):
+                candidates.append(off)
+        if not candidates:
+            return None
+        if 0x2D0 in candidates:
+            return 0x2D0
+        return candidates[0] if len(candidates) == 1 else None
+
+
+# --------------------------------------------------------------- conversion
+@dataclass(slots=True)
+class ConvertStats:
+    frames: int = 0
+    events: int = 0
+    truncated: int = 0  # frames with fewer blocks than their actions (full buffer)
+    unknown: int = 0  # frames of a tracepoint number not ours
+
+
+class FrameConverter:
+    def __init__(self, program: Program, threads: ThreadMap, state_offsets: dict[int, int],
+                 poll_pending: dict[int, tuple[int, int, int]] | None = None) -> None:
+        self._pending = poll_pending or {}  # site -> Poll<T>'s (offset, size, Pending value)
+        self._points = program.by_number()
+        self._threads = threads
+        self._state_offset = state_offsets  # site -> __state offset, for sites with a layout
+        self.stats = ConvertStats()
+
+    def fs_bases(self, frames: Iterable[TraceFrame]) -> set[int]:
+        return {v for f in frames if (v := f.variables().get(TSV_FS_BASE))}
+
+    def convert(self, frames: Iterable[TraceFrame], next_seq: Callable[[], int]) -> list[PollEvent]:
+        out: list[PollEvent] = []
+        for f in frames:
+            self.stats.frames += 1
+            point = self._points.get(f.tracepoint)
+            if point is None:
+                self.stats.unknown += 1
+                continue
+            ev = self._event(point, f, next_seq)
+            if ev is None:
+                self.stats.truncated += 1
+                continue
+            out.append(ev)
+        self.stats.events += len(out)
+        return out
+
+    def _event(self, p: SitePoint, f: TraceFrame, next_seq: Callable[[], int]) -> PollEvent | None:
+        v = f.variables()
+        fsb = v.get(TSV_FS_BASE)
+        ts = v.get(TIMESTAMP_TSV)
+        if fsb is None or ts is None:
+            return None
+        thread = self._threads.thread(fsb)
+        time_ns = ts * 1000
+        if p.kind == "entry":
+            mem = f.memory()
+            if len(mem) < 2:
+                return None
+            state_blk, sp_blk = mem[0], mem[1]
+            off = self._state_offset.get(p.site)
+            self_ptr = state_blk.addr - (off or 0)
+            state = _state(state_blk) if off is not None else None
+            ret = int.from_bytes(sp_blk.data, "little") if len(sp_blk.data) == 8 else None
+            return PollEnter(next_seq(), thread, p.site, self_ptr, sp_blk.addr, ret, state, time_ns)
+        sp = v.get(TSV_SP)
+        if sp is None:
+            return None
+        result = None if p.kind == "unwind" else self._poll_result(p.site, f, v)
+        return PollExit(next_seq(), thread, p.site, sp & 0xFFFFFFFFFFFFFFFF, None, None, result,
+                        panicked=p.kind == "unwind", time_ns=time_ns)
+
+    def _poll_result(self, site: int, f: TraceFrame, v: dict[int, int]) -> int | None:
+        """0 Ready / 1 Pending from the collected Poll<T> discriminant."""
+        pp = self._pending.get(site)
+        if pp is None:
+            return None
+        off, size, pending = pp
+        mem = f.memory()
+        if mem:
+            raw = mem[0].data
+        elif TSV_RAX in v:
+            raw = (v[TSV_RAX] & _U64).to_bytes(8, "little") + (v.get(TSV_RDX, 0) & _U64).to_bytes(8, "little")
+            raw = raw[off:off + size]
+        else:
+            return None
+        if len(raw) != size:
+            return None
+        return 1 if int.from_bytes(raw, "little") == pending else 0
+
+
+def _state(blk: MemoryBlock) -> int | None:
+    return int.from_bytes(blk.data, "little") if blk.data else None

@@ -1,0 +1,472 @@
+"""Capture inside gdbserver with its own tracepoints: one ptrace stop per poll event.
+
+Theory of operation (rules from research/gdbserver-tracepoints.md, cited as
+"rule N"):
+
+* `install` (program stopped, before it first runs): ``QTinit``, the
+  proxy's trace state variables, exactly two ``QTDP`` per tracepoint
+  (rule 3; the program comes from `trace_program.build_program`), a linear
+  buffer of `buffer_size` bytes, ``QTStart`` - once: `_tracing` is tracked
+  here and ``QTStart`` is never sent while it is set (rule 3).
+* `sync` (at a stop, before any graph question) drains: ``qTStatus`` gives
+  the bytes used, the ``qTBuffer`` reads go back to back, then
+  ``QTStop; QTBuffer:size:N; QTStart`` clears the buffer and keeps the
+  tracepoints (rule 4). Frames become engine events in buffer order; the
+  threads' ``fs_base`` values are mapped to LWPs by reading the tid in
+  each thread's control block (glibc: ``struct pthread`` at fs_base; the
+  offset is found once by matching live LWPs, 0x2d0 with glibc 2.36).
+* `wants_interrupt` asks for a hidden drain while the program runs long
+  enough to fill half the buffer at the fastest event rate seen (default:
+  20,000 events/s, about 10 µs per event above the cheapest ptrace stop).
+  A full buffer (``tfull``) stops recording in gdbserver: the loss is
+  reported as `EventsLost` (at least the overflowing hits counted by
+  ``qTP``), the graph says incomplete, and the next ``QTStart`` re-arms.
+* `stop`: gdbserver's ``select_event_lwp`` can report a tracepoint hit of
+  one thread as a client-visible ``swbreak`` stop while it reports another
+  event, and records no frame for it (research §1). Such a stop at a
+  tracepoint address where the client has no breakpoint is the proxy's:
+  drain (keeping the order), read the thread's registers, record the hit
+  as an event, and let the session resume hidden.
+* `client_request` hides the experiment (rule 1, option A): ``qTStatus``
+  says no trace ever ran, ``qTfP`` lists nothing, ``qTfV`` only gdbserver's
+  ``trace_timestamp``; frame selection finds nothing. A client that starts
+  its own experiment (``QTinit``/``QTDP``/``QTDV``/``QTStart``) gets it: the
+  backend hands over (the session uninstalls it and switches to hidden
+  breakpoints), and ``stats`` says so.
+* `uninstall` (before detach, kill, hang-up or a switch): drain, then
+  ``QTStop`` and ``QTinit`` - every tracepoint ``int3`` leaves the program
+  (rule 7). After the program exited nothing is sent (rule 8: ``QTStop``
+  after an exit crashes gdbserver); the session stops calling us then.
+
+Known gaps (documented in the README): a fork child inherits the
+tracepoints' ``int3``s and dies of SIGTRAP (rule 9 needs catching fork
+syscalls); in extended-remote mode a second ``run`` after the program
+exited while tracing trips gdbserver's regcache assertion (rule 8).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Mapping
+from typing import Any
+
+from proxy.analysis.model import ResumeFn
+from proxy.capture.base import CaptureBase, Handover, Reply, Verdict
+from proxy.capture.target import Target
+from proxy.capture.trace_program import (
+    FS_BASE_REGNUM,
+    REGNUM,
+    FrameConverter,
+    Program,
+    ThreadMap,
+    build_program,
+)
+from proxy.graph.events import EventsLost, PollEnter, PollExit
+from proxy.session.probes import Probe
+from proxy.session.procedure import Exchange, Procedure
+from rsp.errors import MalformedPacket, StubError
+from rsp.packets.breakpoints import parse_breakpoint
+from rsp.packets.memory import memory_bytes
+from rsp.packets.stop import StopReply
+from rsp.packets.trace import (
+    NOT_RUN_STATUS,
+    QTBUFFER_CHUNK,
+    QTINIT,
+    QTSTART,
+    QTSTATUS,
+    QTSTOP,
+    TIMESTAMP_TSV,
+    build_qtbuffer_read,
+    build_qtbuffer_size,
+    is_trace_packet,
+    parse_qtbuffer_reply,
+    parse_qtstatus_reply,
+    parse_qtv_reply,
+)
+from rsp.threads import ThreadId
+from rsp.tracebuf import FrameDecoder, TraceFrame
+
+DEFAULT_BUFFER = 2 << 20
+MIN_BUFFER = 4096
+ASSUMED_RATE = 20_000.0  # events/s before one is measured
+ASSUMED_FRAME = 64  # bytes per frame before one is measured
+TCB_SCAN = 0x400  # bytes of a thread control block searched for the tid
+# Features a stub must offer (gdbserver's qSupported).
+NEEDED_FEATURES = ("TraceStateVariables", "QTBuffer:size", "InstallInTrace")
+SIGTRAP = 5
+_TIMESTAMP_ONLY_TSV = b"1:0:1:74726163655f74696d657374616d70"  # trace_timestamp, as gdbserver lists it
+# Client packets that start an experiment: the client wants tracing itself.
+_CLIENT_STARTS = (b"QTinit", b"QTDP", b"QTDV", b"QTStart")
+
+
+def available(target: Target) -> str | None:
+    """None when tracepoint capture can run for `target`, else why not."""
+    missing = [f for f in NEEDED_FEATURES if f not in target.stub_features]
+    if missing:
+        return "the stub offers no tracepoints (no " + ", ".join(missing) + " in its qSupported)"
+    if target.inventory is None or target.engine is None:
+        return target.note or "no program analysis"
+    return None
+
+
+def make(*, mode: str, only: str | None = None, exclude: str | None = None,
+         options: Mapping[str, Any] | None = None) -> TracepointCapture:
+    opts = dict(options or {})
+    size = opts.get("trace_buffer") or DEFAULT_BUFFER
+    return TracepointCapture(only=only, exclude=exclude, entry_only=mode == "entry", buffer_size=int(size))
+
+
+def parse_size(text: str) -> int:
+    """``64K``, ``2M``, ``1048576`` -> bytes (for ``--trace-buffer``)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)i?[bB]?\s*", text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (e.g. 64K, 2M)")
+    n = int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+    if not MIN_BUFFER <= n <= 0x7FFFFFFF:
+        raise ValueError(f"trace buffer size {n} outside {MIN_BUFFER}..2 GiB (gdbserver 13.1 limit)")
+    return n
+
+
+class TracepointCapture(CaptureBase):
+    name = "tracepoints"
+
+    def __init__(self, *, only: str | None = None, exclude: str | None = None, entry_only: bool = False,
+                 buffer_size: int = DEFAULT_BUFFER) -> None:
+        super().__init__()
+        self._only = re.compile(only) if only else None
+        self._exclude = re.compile(exclude) if exclude else None
+        self.entry_only = entry_only
+        self.buffer_size = buffer_size
+        self.program = Program()
+        self._by_addr: dict[int, Any] = {}
+        self.threads = ThreadMap()
+        self._converter: FrameConverter | None = None
+        self._state_offsets: dict[int, int] = {}
+        self._seq = 0
+        self._tracing = False  # gdbserver's experiment runs (never QTStart twice)
+        self._installed = False
+        self.handed_over: str | None = None
+        self._client_bps: set[int] = set()
+        # drains and loss
+        self.drains = 0
+        self.frames = 0
+        self.bytes = 0
+        self.lost = 0
+        self.full = 0
+        self.spurious = 0
+        self.tcb_reads = 0
+        self.install_error: str | None = None
+        self._run_start: float | None = None
+        self._armed = False  # a sync ran since the last tick: the next tick starts the clock
+        self._rate = ASSUMED_RATE
+        self._frame_bytes = float(ASSUMED_FRAME)
+
+    # ------------------------------------------------------------ planning
+    def _wanted(self, fn: ResumeFn) -> bool:
+        if self._only is not None and not self._only.search(fn.name):
+            return False
+        return not (self._exclude is not None and self._exclude.search(fn.name))
+
+    def plan(self, target: Target) -> list[Probe]:
+        self.target = target
+        self.note = target.note
+        inv = target.inventory
+        if inv is None or target.engine is None:
+            return []
+        self._seq = target.engine.cursor_seq or 0
+        self.program = build_program(inv, target.bias, self._wanted, entry_only=self.entry_only)
+        self._by_addr = self.program.by_addr()
+        self._state_offsets = {}
+        for fn in inv.resume_fns:
+            layout = inv.layouts.get(fn.layout_name) if fn.layout_name else None
+            if fn.low_pc and layout is not None and layout.state_offset < 1 << 16:
+                self._state_offsets[fn.low_pc + target.bias] = layout.state_offset
+        pending = {fn.low_pc + target.bias: fn.poll_pending for fn in inv.resume_fns
+                   if fn.low_pc and fn.poll_pending is not None}
+        self._converter = FrameConverter(self.program, self.threads, self._state_offsets, pending)
+        if self.program.skipped:
+            self.note = f"{len(self.program.skipped)} resume function(s) not traced: {self.program.skipped[0]}"
+        return []  # no hidden breakpoints: gdbserver plants the tracepoints
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # ---------------------------------------------------------- lifecycle
+    def install(self) -> Procedure | None:
+        if not self.program.points or self.handed_over:
+            return None
+        return self._install()
+
+    def _install(self) -> Procedure:
+        bodies = [QTINIT, *self.program.packets(), build_qtbuffer_size(self.buffer_size), QTSTART]
+        replies = yield Exchange(tuple(bodies))
+        bad = [(b, r) for b, r in zip(bodies, replies) if r != b"OK"]
+        if replies and replies[-1] == b"OK":
+            self._tracing = True
+            self._installed = True
+            self._armed = True
+        if bad:
+            body, reply = bad[0]
+            self.install_error = f"{len(bad)} trace packet(s) refused, first {body[:40]!r} -> {reply[:20]!r}"
+            if not self._tracing:
+                # QTStart failed: nothing is inserted; clear the definitions.
+                yield Exchange((QTINIT,))
+
+    def sync(self) -> Procedure | None:
+        if not self._installed:
+            return None
+        return self._sync()
+
+    def _sync(self, restart: bool = True) -> Generator[Exchange, list[bytes], None]:
+        frames, status_full, used = yield from self._drain()
+        lost_hint = 0
+        if status_full:
+            lost_hint = yield from self._overflow_hits(len(frames))
+        if restart:
+            yield from self._restart()
+        yield from self._map_threads(frames)
+        self._fold(frames, status_full, lost_hint)
+
+    def _drain(self) -> Generator[Exchange, list[bytes], tuple[list[TraceFrame], bool, int]]:
+        (reply,) = yield Exchange((QTSTATUS,))
+        try:
+            st = parse_qtstatus_reply(reply)
+        except (MalformedPacket, StubError):
+            return [], False, 0
+        used = (st.size - st.free) if st.size is not None and st.free is not None else QTBUFFER_CHUNK
+        dec = FrameDecoder()
+        frames: list[TraceFrame] = []
+        off = 0
+        # Everything used plus the 6-byte end marker, back to back.
+        reads = tuple(build_qtbuffer_read(o) for o in range(0, max(used, 0) + 6, QTBUFFER_CHUNK))
+        todo: tuple[bytes, ...] = reads
+        for _ in range(64):
+            replies = yield Exchange(todo)
+            done = False
+            for rep in replies:
+                try:
+                    data = parse_qtbuffer_reply(rep)
+                except (MalformedPacket, StubError):
+                    data = None
+                if data is None:
+                    done = True
+                    break
+                off += len(data)
+                frames += dec.feed(data)
+                if dec.ended:
+                    done = True
+                    break
+            if done:
+                break
+            todo = (build_qtbuffer_read(off),)
+        self.drains += 1
+        self.bytes += off
+        self.frames += len(frames)
+        if frames:
+            self._frame_bytes = max(8.0, off / len(frames))
+        return frames, st.stop_reason == "tfull", used
+
+    def _overflow_hits(self, frames: int) -> Generator[Exchange, list[bytes], int]:
+        """After ``tfull``: hits gdbserver counted (``qTP``, decimal) minus the
+        frames it kept - a lower bound, as later hits are not counted at all."""
+        pts = self.program.points
+        replies = yield Exchange(tuple(b"qTP:%x:%x" % (p.number, p.addr) for p in pts))
+        hits = 0
+        for rep in replies:
+            if rep.startswith(b"V"):
+                try:
+                    hits += int(rep[1:].partition(b":")[0].decode(), 10)
+                except ValueError:
+                    pass
+        return max(hits - frames, 1)
+
+    def _restart(self) -> Generator[Exchange, list[bytes], None]:
+        """Clear the buffer and keep the tracepoints (rule 4): never QTStart while tracing."""
+        replies = yield Exchange((QTSTOP, build_qtbuffer_size(self.buffer_size), QTSTART))
+        self._tracing = replies[-1] == b"OK"
+        self._armed = True
+
+    def _map_threads(self, frames: list[TraceFrame]) -> Generator[Exchange, list[bytes], None]:
+        if self._converter is None:
+            return
+        bases = sorted(self._converter.fs_bases(frames))
+        if not bases:
+            return
+        if self.threads.tid_offset is None:
+            lwps = yield from self._live_lwps()
+            replies = yield Exchange(tuple(b"m%x,%x" % (b, TCB_SCAN) for b in bases))
+            tcbs = {b: d for b, r in zip(bases, replies) if (d := memory_bytes(r)) and len(d) >= 0x20
+                    and int.from_bytes(d[0x10:0x18], "little") == b}  # tcbhead_t.self == fs_base
+            self.threads.tid_offset = self.threads.find_tid_offset(tcbs, lwps)
+            if self.threads.tid_offset is None:
+                return
+        off = self.threads.tid_offset
+        replies = yield Exchange(tuple(b"m%x,4" % (b + off) for b in bases))
+        self.tcb_reads += len(bases)
+        for b, r in zip(bases, replies):
+            d = memory_bytes(r)
+            if d is not None and len(d) == 4:
+                self.threads.learn(b, int.from_bytes(d, "little"))
+
+    def _live_lwps(self) -> Generator[Exchange, list[bytes], set[int]]:
+        out: set[int] = set()
+        ask = b"qfThreadInfo"
+        for _ in range(256):
+            (rep,) = yield Exchange((ask,))
+            if not rep.startswith(b"m"):
+                break
+            for item in rep[1:].split(b","):
+                try:
+                    out.add(ThreadId.parse(item).tid)
+                except MalformedPacket:
+                    pass
+            ask = b"qsThreadInfo"
+        return out
+
+    def _fold(self, frames: list[TraceFrame], full: bool, lost: int) -> None:
+        engine = self.engine
+        if engine is None or self._converter is None:
+            return
+        events = self._converter.convert(frames, self._next_seq)
+        self.events += len(events)
+        engine.feed_many(events)
+        if full:
+            self.full += 1
+            self.lost += lost
+            engine.feed(EventsLost(self._next_seq(), lost, "trace buffer full"))
+
+    def uninstall(self) -> Procedure | None:
+        if not self._installed:
+            return None
+        return self._uninstall()
+
+    def _uninstall(self) -> Procedure:
+        yield from self._sync(restart=False)
+        # QTStop takes every tracepoint int3 out; QTinit forgets them.
+        yield Exchange((QTSTOP, QTINIT))
+        self._tracing = False
+        self._installed = False
+
+    # ------------------------------------------------------- while running
+    def wants_interrupt(self, now: float) -> bool:
+        if not self._tracing:
+            return False
+        if self._armed or self._run_start is None:
+            self._armed = False
+            self._run_start = now
+            return False
+        expected = (now - self._run_start) * self._rate * self._frame_bytes
+        if expected >= self.buffer_size / 2:
+            self._run_start = None
+            return True
+        return False
+
+    # ------------------------------------------------ spurious stops (§1)
+    def stop(self, sr: StopReply) -> Procedure | None:
+        if not self._installed or sr.kind != "T" or sr.signal != SIGTRAP or sr.reason != "swbreak":
+            return None
+        pc = sr.pc(16)
+        if pc is None or pc not in self._by_addr or pc in self._client_bps:
+            return None
+        return self._record_live(sr, self._by_addr[pc])
+
+    def _record_live(self, sr: StopReply, point: Any) -> Procedure:
+        """gdbserver reported this thread's hit as a stop and recorded no frame:
+        drain first (order), then record the hit from the live thread."""
+        self.spurious += 1
+        yield from self._sync()
+        thread = sr.thread
+        sel = b"Hg" + thread.format(thread.pid is not None) if thread is not None else b"Hg0"
+        replies = yield Exchange((sel, b"g", b"qTV:%x" % TIMESTAMP_TSV))
+        regs = memory_bytes(replies[1].replace(b"xx", b"00"))
+        if regs is None or len(regs) < 552 or self.engine is None:
+            return
+        def reg(n: int) -> int:
+            return int.from_bytes(regs[8 * n:8 * n + 8], "little")
+        sp = reg(REGNUM["rsp"])
+        fsb = int.from_bytes(regs[544:552], "little")  # fs_base: register 58 at 544
+        tid = thread.tid if thread is not None else 0
+        self.threads.learn(fsb, tid)
+        try:
+            ts = parse_qtv_reply(replies[2])
+        except (MalformedPacket, StubError):
+            ts = None
+        time_ns = ts * 1000 if ts is not None else None
+        lwp = self.threads.thread(fsb) if fsb else tid
+        if point.kind == "entry":
+            fn = self.engine.catalog.resume_fn(point.site)
+            self_ptr = reg(REGNUM[fn.self_in if fn is not None else "rdi"])
+            off = self._state_offsets.get(point.site)
+            layout = self.engine.catalog.layout_for(point.site)
+            reads = [b"m%x,8" % sp]
+            if off is not None and layout is not None:
+                reads.append(b"m%x,%x" % (self_ptr + off, layout.state_size))
+            mem = yield Exchange(tuple(reads))
+            ret_b = memory_bytes(mem[0])
+            ret = int.from_bytes(ret_b, "little") if ret_b and len(ret_b) == 8 else None
+            state = None
+            if len(mem) > 1 and (sb := memory_bytes(mem[1])):
+                state = int.from_bytes(sb, "little")
+            self.engine.feed(PollEnter(self._next_seq(), lwp, point.site, self_ptr, sp, ret, state, time_ns))
+        else:
+            self.engine.feed(PollExit(self._next_seq(), lwp, point.site, sp, None, None, None,
+                                      panicked=point.kind == "unwind", time_ns=time_ns))
+        self.events += 1
+
+    # ------------------------------------------------- the client's traffic
+    def client_request(self, body: bytes) -> Verdict | None:
+        if body[:2] in (b"Z0", b"z0"):
+            try:
+                bp = parse_breakpoint(body)
+            except MalformedPacket:
+                return None
+            (self._client_bps.add if bp.insert else self._client_bps.discard)(bp.addr)
+            return None
+        if not self._installed or not is_trace_packet(body):
+            return None
+        if body == b"qTV:%x" % TIMESTAMP_TSV:
+            return None  # gdbserver's clock, live outside tfind mode: harmless
+        if body.startswith(_CLIENT_STARTS):
+            self.handed_over = f"the client started its own trace experiment ({body[:12].decode(errors='replace')})"
+            return Handover(self.handed_over)
+        return Reply(_hidden_reply(body))
+
+    def stats_lines(self) -> list[str]:
+        lines = super().stats_lines()
+        n = len(self.program.points)
+        lines.append(f"tracepoints: {n} ({'tracing' if self._tracing else 'not tracing'}), "
+                     f"buffer {self.buffer_size} bytes")
+        lines.append(f"trace drains: {self.drains} ({self.frames} frames, {self.bytes} bytes)")
+        lines.append(f"events lost: {self.lost}" + (f" (buffer full {self.full}x: graph incomplete)" if self.full else ""))
+        if self._converter is not None and self._converter.stats.truncated:
+            lines.append(f"truncated frames dropped: {self._converter.stats.truncated}")
+        lines.append(f"spurious stops recorded by the proxy: {self.spurious}")
+        if self.threads.unmapped:
+            lines.append(f"threads never mapped to an LWP: {self.threads.unmapped}")
+        if self.install_error:
+            lines.append(f"tracepoint install: {self.install_error}")
+        if self.handed_over:
+            lines.append(f"tracing handed over: {self.handed_over}")
+        return lines
+
+
+def _hidden_reply(body: bytes) -> bytes:
+    """What gdbserver answers when no experiment ever ran (research §8, option A)."""
+    if body.startswith(b"qTStatus"):
+        return NOT_RUN_STATUS
+    if body.startswith((b"qTfP", b"qTsP", b"qTsV", b"qTfSTM", b"qTsSTM")):
+        return b"l"
+    if body.startswith(b"qTfV"):
+        return _TIMESTAMP_ONLY_TSV
+    if body.startswith(b"qTV:"):
+        return b"U"  # the proxy's own variables (and any other) are unknown to the client
+    if body.startswith(b"QTFrame"):
+        return b"F-1"
+    if body.startswith((b"qTBuffer", b"qTP")):
+        return b"l"
+    if body.startswith(b"qXfer:"):
+        return b"E01"
+    if body.startswith(b"qTMinFTPILen"):
+        return b""
+    return b"OK"  # QTStop, QTro, QTBuffer:*, QTDisconnected, QTNotes, QTEnable, QTDisable
