@@ -50,8 +50,8 @@ import re
 from collections.abc import Generator, Mapping
 from typing import Any
 
-from proxy.analysis.model import ResumeFn
 from proxy.capture.base import CaptureBase, Handover, Reply, Verdict
+from proxy.capture.breakpoints import BreakpointCapture
 from proxy.capture.target import Target
 from proxy.capture.trace_program import (
     FS_BASE_REGNUM,
@@ -162,10 +162,8 @@ class TracepointCapture(CaptureBase):
         self._frame_bytes = float(ASSUMED_FRAME)
 
     # ------------------------------------------------------------ planning
-    def _wanted(self, fn: ResumeFn) -> bool:
-        if self._only is not None and not self._only.search(fn.name):
-            return False
-        return not (self._exclude is not None and self._exclude.search(fn.name))
+    # --only / --exclude work as for breakpoints (the same _only/_exclude attributes)
+    _wanted = BreakpointCapture._wanted
 
     def plan(self, target: Target) -> list[Probe]:
         self.target = target
