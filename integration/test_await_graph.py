@@ -41,8 +41,13 @@ def _free_port() -> int:
 
 def session(prog: Path, args: list[str], commands: list[str], *, extra: list[str] = (),  # type: ignore[assignment]
             env: dict[str, str] | None = None) -> str:
-    """Run gdb through a fresh proxy over a spawned gdbserver; return gdb's output."""
+    """Run gdb through a fresh proxy over a spawned gdbserver; return gdb's output.
+
+    These tests pin the hidden-breakpoint backend (the one every stub has);
+    the other backends' own tests compare their graphs with it."""
     port = _free_port()
+    if not any(a.startswith("--capture") for a in extra):
+        extra = [*extra, "--capture", "breakpoints"]
     proxy = subprocess.Popen(
         [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
          "--upstream", "|gdbserver --once - " + " ".join([str(prog), *args]), *extra],
