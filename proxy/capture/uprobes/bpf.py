@@ -41,13 +41,13 @@ PAGE = mmap.PAGESIZE
 
 # struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, pad
 SITE = struct.Struct("<BBBBiII")
-CONFIG = struct.Struct("<II")  # tgid, stack_max
+CONFIG = struct.Struct("<IIq")  # tgid, stack_max, stack credits
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND = 0, 1, 2
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
 CHUNK = 256
 STACK_MAX = 16384
 
-COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full")
+COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries")
 
 
 class BpfError(Exception):
@@ -194,9 +194,15 @@ class Program:
                 lib.lib.bpf_object__close(obj)
 
     # -- maps
-    def set_config(self, tgid: int, stack_max: int) -> None:
+    def set_config(self, tgid: int, stack_max: int, credits: int = 1 << 62) -> None:
+        """`credits`: how many entries may still carry a stack slice (the unwinder's sample)."""
         stack_max = max(0, min(STACK_MAX, stack_max // CHUNK * CHUNK))
-        self._update("config", 0, CONFIG.pack(tgid, stack_max))
+        self._config = (tgid, stack_max)
+        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits))
+
+    def set_credits(self, credits: int) -> None:
+        tgid, stack_max = getattr(self, "_config", (0, 0))
+        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits))
 
     def set_sites(self, sites: list[SiteSpec]) -> None:
         for i, s in enumerate(sites):
@@ -320,8 +326,12 @@ class Ring:
         cons = struct.unpack_from("<Q", self._cons, 0)[0]
         return int(prod - cons)
 
-    def drain(self, limit: int = 1 << 30) -> list[bytes]:
-        """Copy out every committed record (up to `limit` bytes of ring); frees their space."""
+    def drain(self, limit: int = 1 << 30, full: int = 1 << 62, head: int = 120) -> list[bytes]:
+        """Copy out every committed record (up to `limit` bytes of ring); frees their space.
+
+        Only the first `full` records are copied whole; the others are cut to
+        their first `head` bytes (an entry's stack slice is only wanted for the
+        entries the unwinder will look at)."""
         cons = struct.unpack_from("<Q", self._cons, 0)[0]
         prod = struct.unpack_from("<Q", self._prod, 0)[0]
         out: list[bytes] = []
@@ -335,7 +345,11 @@ class Ring:
                 break  # reserved, not yet committed: next time
             length = hdr & ~(_BUSY | _DISCARD)
             if not hdr & _DISCARD:
-                out.append(bytes(view[off + 8: off + 8 + length]))
+                if full > 0:
+                    full -= 1
+                    out.append(bytes(view[off + 8: off + 8 + length]))
+                else:
+                    out.append(bytes(view[off + 8: off + 8 + min(length, head)]))
             cons += (length + 8 + 7) & ~7
         if cons != start:
             struct.pack_into("<Q", self._cons, 0, cons)

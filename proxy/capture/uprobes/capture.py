@@ -46,7 +46,7 @@ from rsp.packets.breakpoints import HARDWARE, SOFTWARE, parse_breakpoint
 from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory
 
 from . import bpf as B
-from .decode import Decoder, EntryCapture, entry_capture
+from .decode import ENTRY_REC, Decoder, EntryCapture, entry_capture
 from .sites import SitePlan, plan_sites
 from .unwind import StackUnwinder
 
@@ -65,11 +65,12 @@ class UprobeCapture(CaptureBase):
         only: str | None = None,
         exclude: str | None = None,
         entry_only: bool = False,
-        stack_bytes: int = 4096,
+        stack_bytes: int = 8192,
         ring_bytes: int = 64 << 20,
         unwind_share: float = 0.25,
         unwind_queue: int = 4096,
-        poll_budget_s: float = 0.015,
+        poll_budget_s: float = 0.035,
+        max_backlog: int = 2_000_000,
         object_path: os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
@@ -96,6 +97,8 @@ class UprobeCapture(CaptureBase):
         self._resync: set[int] = set()
         self._unwind_q: deque[EntryCapture] = deque(maxlen=unwind_queue)
         self._keep_q = unwind_queue > 0 and unwind_share > 0
+        self._backlog: deque[bytes] = deque()  # drained records not folded yet
+        self.max_backlog = max_backlog
         # client breakpoints (the stub's view): software ones at sites we turned into hardware
         self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
         self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
@@ -209,7 +212,7 @@ class UprobeCapture(CaptureBase):
             self.note = str(err)
             return
         try:
-            prog.set_config(self._pid, self.stack_bytes)
+            prog.set_config(self._pid, self.stack_bytes, self._credits_wanted())
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             prog.attach(self._path, [s.file_offset for s in sites], self._pid)
@@ -275,17 +278,19 @@ class UprobeCapture(CaptureBase):
         return None
 
     def _fold(self, budget_s: float | None) -> None:
-        ring, dec, engine = self._ring, self.decoder, self.engine
-        if ring is None or dec is None or engine is None:
+        """Empty the ring into the backlog (cheap: the kernel's buffer is freed at
+        once and the program never waits for Python), then fold the backlog into
+        the engine for up to `budget_s` (None: all of it, the program is stopped)."""
+        dec, engine = self.decoder, self.engine
+        if dec is None or engine is None:
             return
         t0 = time.perf_counter()
+        self._drain_ring(dec, engine)
         deadline = None if budget_s is None else t0 + budget_s
-        while True:
-            recs = ring.drain(limit=1 << 20)
-            self._check_drops(dec, engine)
-            if not recs:
-                break
-            self._feed(recs, dec, engine)
+        backlog = self._backlog
+        while backlog:
+            n = min(len(backlog), 2048)
+            self._feed([backlog.popleft() for _ in range(n)], dec, engine)
             if deadline is not None and time.perf_counter() > deadline:
                 break
         if budget_s is None:
@@ -293,6 +298,27 @@ class UprobeCapture(CaptureBase):
         else:
             spent = time.perf_counter() - t0
             self._unwind_some(max(budget_s * self.unwind_share, 0.0) if spent < budget_s else 0.0)
+
+    def _credits_wanted(self) -> int:
+        """Stack slices worth capturing now: room in the unwinder's queue (all of
+        them while threads wait to be resynchronised after lost events)."""
+        if self._resync:
+            return 1 << 62
+        if not self._keep_q:
+            return 0
+        return max((self._unwind_q.maxlen or 0) - len(self._unwind_q) - len(self._backlog), 0)
+
+    def _drain_ring(self, dec: Decoder, engine: Engine) -> None:
+        ring = self._ring
+        if ring is None or self._prog is None:
+            return
+        while len(self._backlog) < self.max_backlog:
+            recs = ring.drain(limit=8 << 20)
+            self._check_drops(dec, engine)
+            if not recs:
+                break
+            self._backlog.extend(recs)
+        self._prog.set_credits(self._credits_wanted())
 
     def _check_drops(self, dec: Decoder, engine: Engine) -> None:
         assert self._prog is not None
@@ -306,7 +332,7 @@ class UprobeCapture(CaptureBase):
 
     def _feed(self, recs: list[bytes], dec: Decoder, engine: Engine) -> None:
         decode, feed = dec.decode, engine.feed
-        keep = self._keep_q
+        q = self._unwind_q
         resync = self._resync
         for rec in recs:
             ev = decode(rec)
@@ -314,7 +340,12 @@ class UprobeCapture(CaptureBase):
                 continue
             self.events += 1
             if type(ev) is PollEnter:
-                if keep or (resync and ev.thread in resync):
+                # the unwinder samples: entries drained without their stack are skipped
+                has_stack = len(rec) > ENTRY_REC.size
+                keep = self._keep_q and has_stack and len(q) < (q.maxlen or 0)
+                if not keep and self._keep_q and self.unwinder is not None:
+                    self.unwinder.stats.skipped += 1
+                if keep or (resync and has_stack and ev.thread in resync):
                     scope = engine.current_scope(ev.thread)
                     cap = entry_capture(rec, ev, (scope.site, scope.sp) if scope is not None else None)
                     if resync and ev.thread in resync:
@@ -436,7 +467,7 @@ class UprobeCapture(CaptureBase):
         c = self.counters()
         if c:
             lines.append(f"uprobe hits: {c.get('hits', 0)}; records: {c.get('records', 0)}; "
-                         f"dropped: {c.get('drops', 0)}; exits without their entry: {c.get('scope misses', 0)}")
+                         f"dropped: {c.get('drops', 0)} (ring retries {c.get('retries', 0)}); exits without their entry: {c.get('scope misses', 0)}")
         elif self.lost:
             lines.append(f"uprobe events dropped: {self.lost}")
         if self.decoder is not None and self.decoder.stats.bad:
