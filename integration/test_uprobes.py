@@ -190,13 +190,14 @@ def test_high_event_rate_drops_under_one_percent() -> None:
 
 # ---------------------------------------------------------------- through gdb
 
-def _norm(text: str) -> str:
-    """Thread ids differ between two runs: number them in order of appearance."""
-    seen: dict[str, str] = {}
-    for tid in re.findall(r"thread (\d+)", text):
-        seen.setdefault(tid, f"T{len(seen) + 1}")
-    for tid, name in seen.items():
-        text = re.sub(rf"\b{tid}\b", name, text)
+def _norm(text: str, polls: bool) -> str:
+    """Thread ids differ between two runs: every tid becomes TID. With `polls`
+    False the POLLS column is masked too: at the end of the run the number of
+    times `run` found a tokio timer still Pending depends on how fast the
+    program ran, and breakpoint capture slows it ~100 times."""
+    text = re.sub(r"(?<![#x\w])\d{4,7}\b", "TID", text)
+    if not polls:
+        text = re.sub(r"^(#\d+\s+\S+\s+\S+(?: on thread TID)?\s+)\d+", r"\1N", text, flags=re.M)
     return text
 
 
@@ -222,7 +223,7 @@ def test_same_graph_as_breakpoint_capture(config: str, program: str, args: list[
                          extra=["--capture", capture])
         stats = ag.section(out, "stats")
         assert f"capture: {capture}" in stats, stats
-        got[capture] = {s: _norm(ag.section(out, s)) for s in ("bt", "edges", "tasks", "tree")}
+        got[capture] = {s: _norm(ag.section(out, s), bp != "main_done") for s in ("bt", "edges", "tasks", "tree")}
     for s in ("bt", "edges", "tasks", "tree"):
         assert got["uprobes"][s] == got["breakpoints"][s], (s, got)
 
