@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Sequence
 
 from proxy.analysis.inventory import build_inventory
@@ -44,6 +45,29 @@ def _proxy_stats(session: Session) -> dict[str, object]:
     return out
 
 
+_REFLECT: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
+
+
+def _reflect_source(session: Session, engine: object) -> object | None:
+    """The session's reflection source (proxy.reflect), built once; None when unavailable."""
+    from proxy.reflect.source import make_source, source_without_capture
+
+    target = session.target
+    inv = getattr(target, "inventory", None)
+    src = _REFLECT.get(session)
+    if src is not None and (inv is None or getattr(src, "inventory", None) is inv):
+        return src if not isinstance(src, str) else None
+    local = session.config.local_exe is not None
+    if inv is not None and (target.bias or not inv.pie):
+        src = make_source(inv, target.bias, local=bool(target.local))
+    else:  # attached and never resumed: no target yet
+        pid = session._stop_pid()
+        path = session.exec_file or (session.config.local_exe(pid) if local and pid else None)
+        src = source_without_capture(path, pid, local)
+    _REFLECT[session] = src
+    return src if not isinstance(src, str) else None
+
+
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
     cap = session.capture
     engine = session.engine
@@ -61,6 +85,7 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         note=note,
         mode=lambda args: _mode_command(session, args),
         capture=lambda args: _capture_command(session, args),
+        reflect=_reflect_source(session, engine),
     )
 
 

@@ -43,6 +43,8 @@ from . import cache as cache_mod
 from . import dies as D
 from .dwarf import DwarfView
 from .elf import ElfImage, open_elf
+from .types import MAX_DEPTH as _TYPE_DEPTH
+from .types import TypeCollector
 from .model import (
     CoroutineKind,
     Era,
@@ -140,6 +142,8 @@ class _Collector:
         self.inv = inv
         self._qual: dict[int, str] = {}
         self._tname: dict[int, str] = {}
+        self.types = TypeCollector(
+            self, lambda t: self._is_env(t) and bool(ASYNC_ENV_RE.match(t.get(D.AT_NAME) or "")))
 
     def run(self) -> None:
         found: dict[int, _Found] = {}
@@ -158,6 +162,10 @@ class _Collector:
             rf = self._resume_fn(low, f, exits)
             if rf is not None:
                 self.inv.resume_fns.append(rf)
+        while self.types.envs:  # coroutines met inside awaited types (MaybeDone<F>, Box<F>...)
+            self._layout(self.types.envs.pop())
+        if self.types.truncated:
+            self.inv.warnings.append("reflection types truncated: too many types reachable from awaitees")
 
     # -- per unit ------------------------------------------------------------------------------
     def _scan_unit(self, unit: D.Unit, found: dict[int, _Found]) -> None:
@@ -395,9 +403,11 @@ class _Collector:
             )
             if mem.name == "__awaitee":
                 awaitee = mem
+                self.types.add(f.get(D.AT_TYPE))
             elif (mem.name, mem.offset) not in seen:  # rustc repeats some locals
                 seen.add((mem.name, mem.offset))
                 locals_.append(mem)
+                self.types.add(f.get(D.AT_TYPE), _TYPE_DEPTH - 1)  # e.g. a MutexGuard's lock
         return State(value, vname, self._loc(m), awaitee, tuple(locals_))
 
     # -- inlined coroutines --------------------------------------------------------------------

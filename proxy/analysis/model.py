@@ -139,6 +139,8 @@ class Inventory:
     resume_fns: list[ResumeFn] = field(default_factory=list)
     layouts: dict[str, Layout] = field(default_factory=dict)
     inlined: list[InlinedCoroutine] = field(default_factory=list)
+    # non-coroutine types reachable from awaitees, by name (proxy.reflect walks them)
+    types: dict[str, "TypeInfo"] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # partial results say why
 
     def resume_fn_at(self, addr: int) -> ResumeFn | None:
@@ -146,3 +148,54 @@ class Inventory:
             if f.low_pc <= addr < f.high_pc:
                 return f
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A member of a struct (or of one enum variant): offset from the start of the value."""
+
+    name: str
+    offset: int
+    size: int
+    type_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One variant of a Rust enum; ``discr`` None is the default (niche-holding) variant."""
+
+    name: str
+    discr: int | None
+    fields: tuple[Field, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TypeInfo:
+    """The layout of a non-coroutine type reachable from an ``__awaitee`` (reflection).
+
+    kind: "struct", "enum" (``discr`` + ``variants``), "union", "pointer"
+    (``pointee``), "base", "array" (``pointee`` = element type) or "other".
+    """
+
+    name: str
+    kind: str
+    size: int
+    fields: tuple[Field, ...] = ()
+    pointee: str | None = None
+    discr: Field | None = None
+    variants: tuple[Variant, ...] = ()
+
+    def field(self, name: str) -> Field | None:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        return None
+
+    def variant_for(self, value: int) -> Variant | None:
+        default = None
+        for v in self.variants:
+            if v.discr is None:
+                default = v
+            elif v.discr == value:
+                return v
+        return default

@@ -39,6 +39,7 @@ class MonitorContext:
     note: str | None = None  # why there is no engine / why the inventory is partial
     mode: Callable[[tuple[str, ...]], str] | None = None
     capture: Callable[[tuple[str, ...]], str] | None = None
+    reflect: object | None = None  # proxy.reflect.ReflectSource: trees read from memory
 
 
 HELP: tuple[tuple[str, str], ...] = (
@@ -84,6 +85,9 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
         if handler is None:
             raise MonitorError(f"'{cmd.name}' is not available in this session")
         return handler(cmd.args)
+    if ctx.reflect is not None and ctx.read_memory is not None and (
+            cmd.name == "tree" or (cmd.name == "tasks" and ctx.engine is None)):
+        return _reflected(cmd, ctx)
     if ctx.engine is None:
         note = f"asyncrsp: {ctx.note or 'no async code found in this program'}"
         if cmd.name == "stats":
@@ -94,6 +98,30 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
         "locals": _locals, "stats": _stats,
     }
     return handlers[cmd.name](cmd.args, ctx, ctx.engine)
+
+
+def _reflected(cmd: MonitorCommand, ctx: MonitorContext) -> str:
+    """tree (and tasks without an engine) read from memory: proxy.reflect."""
+    from proxy.reflect import reflect_tasks, reflect_tree
+
+    assert ctx.read_memory is not None
+    head = _incomplete(ctx.engine) if ctx.engine is not None else []
+    if cmd.name == "tasks":
+        _flags(cmd.args, {"--live": False})
+        return "\n".join(head + [reflect_tasks(ctx.reflect, ctx.read_memory, None, ctx.pcs)])  # type: ignore[arg-type]
+    _at_most(list(cmd.args), 1, "tree [TASK]")
+    only = None
+    if cmd.args:
+        task = ctx.engine.task(cmd.args[0]) if ctx.engine is not None else None
+        if task is None:
+            try:
+                only = int(cmd.args[0], 16)
+            except ValueError:
+                raise MonitorError(f"no task {cmd.args[0]!r} (see 'monitor async tasks')") from None
+        else:
+            only = task.self_ptr
+    text = reflect_tree(ctx.reflect, ctx.read_memory, ctx.engine, ctx.pcs, only)  # type: ignore[arg-type]
+    return "\n".join(head + [text])
 
 
 def _help() -> str:

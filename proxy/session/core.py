@@ -65,6 +65,11 @@ SIGINT = 2
 SIGSTOP = 0x13  # Linux SIGSTOP (19)
 SIGTRAP = 5
 
+# A monitor command runs again after each pass of memory reads; reflection
+# (proxy.reflect) needs one pass per pointer hop of the deepest await tree.
+MONITOR_PASSES = 32
+MONITOR_READS_PER_PASS = 1024
+
 
 @dataclass(slots=True)
 class _Waiter:
@@ -392,7 +397,7 @@ class Session:
         yield from self._resolve_pending_reads()
         cache: dict[tuple[int, int], bytes | None] = {}
         out = ""
-        for _ in range(4):
+        for _ in range(MONITOR_PASSES):
             missing: list[tuple[int, int]] = []
 
             def read(addr: int, size: int) -> bytes | None:
@@ -411,7 +416,7 @@ class Session:
                 break
             if not missing:
                 break
-            missing = list(dict.fromkeys(missing))[:256]
+            missing = list(dict.fromkeys(missing))[:MONITOR_READS_PER_PASS]
             replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
             for key, rep in zip(missing, replies):
                 cache[key] = memory_bytes(rep)

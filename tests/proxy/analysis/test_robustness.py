@@ -16,6 +16,13 @@ from proxy.analysis.inventory import build_inventory
 from proxy.analysis.report import inspect_main
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # strip keeps the build-id: a warm shared cache would rightly answer with the
+    # unstripped build's inventory, so `inspect` of a stripped copy needs its own cache
+    monkeypatch.setenv("ASYNCRSP_CACHE_DIR", str(tmp_path / "cache"))
+
+
 def _copy(tmp_path: Path, name: str = "prog") -> Path:
     dst = tmp_path / name
     shutil.copy(corpus_binary("debug", "nested"), dst)

@@ -1,0 +1,214 @@
+"""Reflection: read every task's pending-future tree from memory at a stop.
+
+Observed polls see only coroutines that exist as code and run while the
+proxy watches; reflection reads the state machines themselves (DESIGN.md §4),
+so it also works for release builds (coroutines inlined into their parent),
+for tasks stuck since before the proxy attached, and with no probe planted
+(``--mode off``). Pure: memory comes from the monitor's ``read`` callable
+(None = not read yet; the session reads and runs the command again).
+
+* ``walker``: ``Reflector.walk(addr, type) -> Node``, bounded.
+* ``describers``: combinators (join!/select!/MaybeDone/Timeout) and leaves
+  (Sleep, JoinHandle, Mutex/semaphore, Notify, oneshot, mpsc, pending).
+* ``tree``: rendering, and the overlay of the threads' running coroutines.
+* ``tokio_adapter``: optional (``--tokio-adapter``) discovery of tokio's tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from proxy.analysis.model import Frame, Inventory
+
+from .memory import BlockReader, ReadMemory
+from .tree import Root, Running, overlay, render, running_from_frames
+from .walker import Node, Reflector, coroutine_path
+
+__all__ = ["ReflectSource", "reflect_tree", "reflect_tasks", "Node", "Reflector", "Root", "coroutine_path"]
+
+
+@dataclass(slots=True)
+class ReflectSource:
+    """What reflection needs about the program; one per session."""
+
+    inventory: Inventory
+    bias: int
+    symbol_at: Callable[[int], str | None] | None = None  # link-time addr -> demangled name
+    frames_at: Callable[[int], list[Frame]] | None = None  # link-time pc -> frames, inlined first
+    now_ns: Callable[[], int] | None = None  # the target host's CLOCK_MONOTONIC (local targets)
+    discover: Callable[[Reflector], "list[Root] | None"] | None = None  # runtime adapter
+    note: str | None = None  # e.g. why the adapter is off
+    seen: dict[int, Root] = field(default_factory=dict)  # tasks found at earlier stops
+
+    def reflector(self, read: ReadMemory | BlockReader) -> Reflector:
+        return Reflector(self.inventory, self.bias, read, now_ns=self.now_ns() if self.now_ns else None,
+                         symbol_at=self.symbol_at)
+
+
+def _engine_roots(engine, src: ReflectSource) -> list[Root]:  # type: ignore[no-untyped-def]
+    out = []
+    if engine is None:
+        return out
+    for t in engine.roots():
+        if t.finished:
+            continue
+        layout = engine.catalog.layout_for(t.site)
+        if layout is None:
+            continue
+        thread = f", thread {t.last_thread}" if t.last_thread is not None else ""
+        out.append(Root(t.self_ptr, layout.type_name, t.label, "observed", t.last_thread,
+                        header=f"root{thread}"))
+    return out
+
+
+def _running(engine, src: ReflectSource, pcs: dict[int, int]) -> list[Running]:  # type: ignore[no-untyped-def]
+    out = []
+    for thread, pc in pcs.items():
+        if src.frames_at is None or pc <= src.bias:
+            continue
+        try:
+            frames = src.frames_at(pc - src.bias)
+        except Exception:  # a line table we cannot read: no overlay, not an error
+            continue
+        addr = None
+        if engine is not None:  # the observed innermost scope pins the physical frame's task
+            scope = engine.current_scope(thread)
+            t = engine.task(scope.task) if scope is not None else None
+            addr = t.self_ptr if t is not None else None
+        run = running_from_frames(thread, frames, None)
+        if run is not None:
+            out.append(run if addr is None else Running(run.thread, run.chain, run.loc, None))
+    return out
+
+
+def collect_roots(src: ReflectSource, r: Reflector, engine) -> list[Root]:  # type: ignore[no-untyped-def]
+    roots: dict[int, Root] = {}
+    for root in _engine_roots(engine, src):
+        roots[root.addr] = root
+    if src.discover is not None:
+        for root in src.discover(r) or ():
+            roots.setdefault(root.addr, root)
+    for addr, root in src.seen.items():
+        roots.setdefault(addr, Root(root.addr, root.type_name, root.label, "seen before", root.thread,
+                                    header="seen at an earlier stop"))
+    return list(roots.values())
+
+
+def _parents_index(inv: Inventory) -> dict[str, list[tuple[str, int, int]]]:
+    """child layout -> [(parent layout, state value, child offset in parent)] for inline awaits."""
+    idx: dict[str, list[tuple[str, int, int]]] = {}
+    for lay in inv.layouts.values():
+        for st in lay.states:
+            a = st.awaitee
+            if a is None:
+                continue
+            child, off = a.type_name, a.offset
+            t = inv.types.get(child)
+            if child not in inv.layouts and t is not None and child.startswith(
+                    "core::future::from_generator::GenFuture<") and t.fields:
+                child, off = t.fields[0].type_name, off + t.fields[0].offset  # rustc 1.63
+            if child in inv.layouts:
+                idx.setdefault(child, []).append((lay.type_name, st.value, off))
+    return idx
+
+
+def lift(r: Reflector, addr: int, type_name: str, max_hops: int = 16) -> tuple[int, str, int]:
+    """The outermost coroutine that stores this one inline (release builds inline the
+    parents' resume functions, so the observed poll may be a grandchild's): step out while
+    exactly one candidate parent's ``__state`` says it awaits this very child."""
+    idx = getattr(r.inv, "_reflect_parents", None)
+    if idx is None:
+        idx = _parents_index(r.inv)
+        try:
+            r.inv._reflect_parents = idx  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+    hops = 0
+    while hops < max_hops:
+        found = []
+        for parent, value, off in idx.get(type_name, ()):
+            lay = r.inv.layouts[parent]
+            p = addr - off
+            if p <= 0:
+                continue
+            if r.mem.u(p + lay.state_offset, lay.state_size) == value:
+                found.append((p, parent))
+        if len(set(found)) != 1:
+            break
+        addr, type_name = found[0]
+        hops += 1
+    return addr, type_name, hops
+
+
+def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int]  # type: ignore[no-untyped-def]
+             ) -> tuple[list[tuple[Root, Node]], Reflector]:
+    r = src.reflector(read)
+    roots = collect_roots(src, r, engine)
+    lifted: dict[int, Root] = {}
+    for root in roots:
+        addr, tname, hops = lift(r, root.addr, root.type_name)
+        if hops:
+            root = Root(addr, tname, "", root.origin, root.thread,
+                        header=f"{root.header}; holds {root.label or 'the observed task'} inline")
+        lifted.setdefault(root.addr, root)
+    out = []
+    for root in lifted.values():
+        tree = r.walk(root.addr, root.type_name)
+        if tree.kind == "coroutine" and tree.status in ("completed", "panicked"):
+            src.seen.pop(root.addr, None)
+            continue
+        if tree.kind == "coroutine" and root.origin != "seen before":
+            src.seen[root.addr] = root
+        out.append((root, tree))
+    for run in _running(engine, src, pcs):
+        for _, tree in out:
+            if overlay(tree, run):
+                break
+    _link_mutexes(out)
+    return out, r
+
+
+def _link_mutexes(trees: list[tuple[Root, Node]]) -> None:
+    """A task waiting on a Mutex another task holds: say who holds it."""
+    holders: dict[int, str] = {}
+    for root, tree in trees:
+        for n in tree.iter():
+            for m in n.holds:
+                holders.setdefault(m, f"task {root.label or hex(root.addr)} {tree.label}")
+    for root, tree in trees:
+        for n in tree.iter():
+            if n.waits_on is not None and n.waits_on in holders:
+                n.detail += f", held by {holders[n.waits_on]}"
+
+
+def reflect_tree(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  # type: ignore[no-untyped-def]
+                 only: int | None = None) -> str:
+    trees, _ = walk_all(src, read, engine, dict(pcs or {}))
+    if only is not None:
+        trees = [(root, t) for root, t in trees if root.addr == only]
+    if not trees:
+        return "no pending tasks" + (f" ({src.note})" if src.note else "")
+    lines: list[str] = []
+    for root, tree in trees:
+        lines += render(root, tree)
+    return "\n".join(lines)
+
+
+def reflect_tasks(src: ReflectSource, read: ReadMemory, engine=None, pcs=None) -> str:  # type: ignore[no-untyped-def]
+    trees, _ = walk_all(src, read, engine, dict(pcs or {}))
+    if not trees:
+        return "no tasks found by reflection" + (f" ({src.note})" if src.note else "")
+    rows = [("TASK", "ADDRESS", "STATE", "FOUND BY", "ASYNC FN")]
+    for root, tree in trees:
+        if tree.kind != "coroutine":
+            state = tree.label
+        elif tree.status == "running":
+            state = f"Running ({tree.detail})"
+        elif tree.status == "pending":
+            state = f"Suspended at {tree.loc}" if tree.loc else "Suspended"
+        else:
+            state = tree.status
+        rows.append((root.label or "-", f"0x{root.addr:x}", state, root.origin, tree.label))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

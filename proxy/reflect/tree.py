@@ -1,0 +1,133 @@
+"""Render reflected trees, with the threads' running coroutines overlaid.
+
+A coroutine's ``__state`` is only written when it suspends or returns, so a
+coroutine that is running right now still shows its last suspend point. The
+``Running`` overlay fixes that: for each stopped thread, the source frames at
+its pc (inlined frames included: in release builds the running coroutine is
+usually inlined into its parent's resume function) name a chain of async
+functions; the matching chain of nodes in a tree is marked running, and the
+innermost one shows the thread's current line instead of stale children.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from proxy.analysis.model import Frame, SourceLoc
+
+from .walker import Node
+
+_CLOSURE_SEG = re.compile(r"::\{[^{}]*\}+|::\{\{closure\}\}")
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """A task to reflect: where its future is and what type it has."""
+
+    addr: int
+    type_name: str
+    label: str = ""  # "#3" when the engine knows it
+    origin: str = "observed"  # observed | stack | tokio runtime | join handle
+    thread: int | None = None
+    header: str = ""  # the task line: extra words ("root, thread 2")
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    thread: int
+    chain: tuple[str, ...]  # normalised async fn paths, outermost first
+    loc: SourceLoc | None  # the innermost frame's line
+    addr: int | None = None  # the outermost's self pointer, when the engine knows it
+
+
+def norm(path: str) -> str:
+    """``a::b::{async_block#0}<T>`` and ``a::b::{{closure}}`` -> ``a::b`` (generics dropped)."""
+    s = re.sub(r"<.*>$", "", path)
+    prev = None
+    while prev != s:
+        prev = s
+        s = re.sub(r"::\{[^{}]*\}$|::\{\{[^{}]*\}\}$", "", s)
+    return s
+
+
+def running_from_frames(thread: int, frames: list[Frame], addr: int | None = None) -> Running | None:
+    """The async frames at a pc (innermost first, from ``pc_to_frames``)."""
+    chain: list[str] = []
+    loc = None
+    for i, f in enumerate(frames):
+        if "{" not in f.function or " as " in f.function:  # not a closure/coroutine
+            if chain:
+                break
+            continue
+        if not chain:
+            loc = f.loc
+        chain.append(norm(f.function))
+        if not f.inlined:
+            break  # only this physical frame's inlined chain is known from the pc
+    if not chain:
+        return None
+    return Running(thread, tuple(reversed(chain)), loc, addr)
+
+
+def overlay(tree: Node, run: Running) -> bool:
+    """Mark the chain of ``run`` in ``tree``; True when it matched."""
+    starts = [n for n in tree.iter() if n.kind == "coroutine" and norm(n.label) == run.chain[0]
+              and (run.addr is None or n.addr == run.addr)]
+    for start in starts:
+        node = start
+        ok = True
+        for name in run.chain[1:]:
+            nxt = _first_coroutine_below(node, name)
+            if nxt is None:
+                ok = False
+                break
+            node = nxt
+        if ok:
+            node.status = "running"
+            node.detail = f"running on thread {run.thread}"
+            node.loc = run.loc
+            node.children = []
+            return True
+    return False
+
+
+def _first_coroutine_below(node: Node, name: str) -> Node | None:
+    stack = list(node.children)
+    while stack:
+        n = stack.pop(0)
+        if n.kind == "coroutine":
+            if norm(n.label) == name and n.status != "completed":
+                return n
+            continue
+        stack.extend(n.children)
+    return None
+
+
+def render(root: Root, tree: Node, show_completed: bool = True) -> list[str]:
+    head = f"task {root.label + ' ' if root.label else ''}0x{root.addr:x}  {root.type_name}"
+    extra = root.header or root.origin
+    lines = [f"{head}  ({extra})", f"╼ {_line(tree)}"]
+    _kids(tree, "", lines, show_completed)
+    return lines
+
+
+def _line(n: Node) -> str:
+    text = n.label
+    if n.branch and n.kind != "combinator":
+        text = f"[{n.branch}] {text}"
+    if n.kind == "coroutine" and n.status in ("pending", "running") and n.loc is not None:
+        text += f" at {n.loc}"
+    if n.detail:
+        text += f" ({n.detail})"
+    if n.status not in ("pending", "running"):
+        text += f" [{n.status}]"
+    return text
+
+
+def _kids(n: Node, prefix: str, lines: list[str], show_completed: bool) -> None:
+    kids = n.children
+    for i, c in enumerate(kids):
+        last = i == len(kids) - 1
+        lines.append(f"{prefix}{'└╼ ' if last else '├╼ '}{_line(c)}")
+        _kids(c, prefix + ("   " if last else "│  "), lines, show_completed)

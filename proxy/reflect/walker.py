@@ -1,0 +1,245 @@
+"""Read a task's pending-future tree from memory (DESIGN.md §4, "Reflection").
+
+``Reflector(inventory, bias, read).walk(addr, type_name)`` returns a ``Node``
+tree: a coroutine reads its ``__state``, picks that variant and recurses into
+its ``__awaitee`` by type; ``GenFuture<T>`` (rustc 1.63) is transparent;
+``Pin<P>`` is transparent; ``Box<T>`` and ``&mut T`` are followed;
+``Box<dyn Future>`` is followed through its vtable (the ``poll`` slot is the
+concrete type's resume function, else the ``drop_in_place<T>`` symbol of the
+drop slot names T); combinators and leaves come from ``describers``.
+
+Bounds: ``max_depth`` nodes deep, ``max_nodes`` per walk, cycle detection on
+(address, type), and the byte budget of the ``BlockReader``. Garbage (a state
+value the layout does not have, a pointer into nowhere, a vtable that names
+nothing) ends the branch in an ``unreadable`` node; nothing raises.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from proxy.analysis.model import Inventory, Layout, SourceLoc, TypeInfo
+
+from .memory import BlockReader, Budget, ReadMemory
+
+MAX_DEPTH = 48
+MAX_NODES = 2000
+
+_MUTEX_GUARD = re.compile(r"tokio::sync::mutex::(Owned)?MutexGuard<")
+_MUTEX_LOCK = re.compile(r"tokio::sync::mutex::\{impl#\d+\}::lock(<.*>)?$")
+_ENV_RE = re.compile(r"::\{(async_fn|async_block|async_closure|coroutine)_env#(\d+)\}")
+
+
+@dataclass(slots=True)
+class Node:
+    kind: str  # coroutine | combinator | leaf | unreadable | missing | truncated
+    label: str  # what the tree prints: "tokio_app::a", "tokio::join!", "tokio::time::Sleep"
+    addr: int
+    type_name: str = ""
+    loc: SourceLoc | None = None  # a coroutine: the .await it is suspended at
+    status: str = "pending"  # pending | completed | gone | not yet polled | panicked | running
+    detail: str = ""  # leaf description ("50 ms left", "task #3")
+    children: list[Node] = field(default_factory=list)
+    state: str | None = None  # a coroutine's variant name ("Suspend0")
+    branch: str | None = None  # inside a combinator: "branch 0", "fast" ...
+    holds: list[int] = field(default_factory=list)  # Mutexes whose guard is a live local
+    waits_on: int | None = None  # the Mutex a `lock().await` waits for
+
+    def iter(self):  # type: ignore[no-untyped-def]
+        yield self
+        for c in self.children:
+            yield from c.iter()
+
+
+def coroutine_path(layout_name: str) -> str:
+    """``a::b::{async_fn_env#0}<T>`` -> ``a::b``; blocks keep ``::{async_block#N}``."""
+    m = _ENV_RE.search(layout_name)
+    if m is None:
+        return layout_name
+    head = layout_name[: m.start()]
+    generics = layout_name[m.end():]
+    if m.group(1) == "async_fn":
+        return head + generics
+    return f"{head}::{{{m.group(1)}#{m.group(2)}}}{generics}"
+
+
+class Reflector:
+    def __init__(self, inventory: Inventory, bias: int, read: ReadMemory | BlockReader, *,
+                 max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES,
+                 now_ns: int | None = None, symbol_at=None) -> None:  # type: ignore[no-untyped-def]
+        from .describers import DESCRIBERS
+
+        self.inv = inventory
+        self.bias = bias
+        self.mem = read if isinstance(read, BlockReader) else BlockReader(read)
+        self.max_depth = max_depth
+        self.max_nodes = max_nodes
+        self.now_ns = now_ns  # CLOCK_MONOTONIC of the target's host (a Sleep's time left)
+        self.symbol_at = symbol_at  # link-time addr -> demangled symbol name (vtables)
+        self.describers = DESCRIBERS
+        self._nodes = 0
+        self.task_names: dict[int, str] = {}  # task header address -> label (JoinHandle)
+
+    # -- entry ---------------------------------------------------------------------------
+    def walk(self, addr: int, type_name: str) -> Node:
+        self._nodes = 0
+        try:
+            return self._walk(addr, type_name, 0, frozenset())
+        except Budget as e:
+            return Node("unreadable", f"<unreadable: {e}>", addr, type_name)
+
+    def child(self, addr: int, type_name: str, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
+        """For describers: walk a sub-future."""
+        return self._walk(addr, type_name, depth + 1, seen)
+
+    def layout(self, type_name: str) -> Layout | None:
+        return self.inv.layouts.get(type_name)
+
+    def type(self, type_name: str) -> TypeInfo | None:
+        return self.inv.types.get(type_name)
+
+    # -- the walk ------------------------------------------------------------------------
+    def _walk(self, addr: int, type_name: str, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
+        if depth > self.max_depth or self._nodes >= self.max_nodes:
+            return Node("truncated", f"{_short(type_name)} ...", addr, type_name, detail="too deep")
+        key = (addr, type_name)
+        if key in seen:
+            return Node("unreadable", f"<unreadable: cycle at 0x{addr:x}>", addr, type_name)
+        seen = seen | {key}
+        self._nodes += 1
+        if addr <= 0 or addr >= 1 << 47:
+            return unreadable(addr, type_name, "bad address")
+        layout = self.inv.layouts.get(type_name)
+        if layout is not None:
+            return self._coroutine(addr, layout, depth, seen)
+        for prefix, fn in self.describers:
+            if type_name.startswith(prefix):
+                node = fn(self, addr, type_name, depth, seen)
+                if node is not None:
+                    return node
+        return self._generic(addr, type_name, depth, seen)
+
+    def _coroutine(self, addr: int, layout: Layout, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
+        path = coroutine_path(layout.type_name)
+        value = self.mem.u(addr + layout.state_offset, layout.state_size)
+        if value is None:
+            return missing_or_unreadable(self, addr, layout.type_name, path)
+        st = layout.state(value)
+        if st is None:
+            return unreadable(addr, layout.type_name, f"{path}: __state {value} is not a state")
+        node = Node("coroutine", path, addr, layout.type_name, loc=st.loc, state=st.name)
+        if value == 0:
+            node.status = "not yet polled"
+        elif value == 1:
+            node.status = "completed"
+        elif value == 2:
+            node.status = "panicked"
+        else:
+            self._mutexes(node, addr, st.locals, path)
+            if st.awaitee is not None:
+                node.children.append(self._walk(addr + st.awaitee.offset, st.awaitee.type_name, depth + 1, seen))
+        return node
+
+    def _mutexes(self, node: Node, addr: int, locals_, path: str) -> None:  # type: ignore[no-untyped-def]
+        """Live ``MutexGuard`` locals (held locks) and ``Mutex::lock``'s own ``self``."""
+        for m in locals_:
+            if _MUTEX_GUARD.match(m.type_name):
+                t = self.type(m.type_name)
+                f = t.field("lock") if t is not None else None
+                p = self.mem.word(addr + m.offset + f.offset) if f is not None else None
+                if p:
+                    node.holds.append(p)
+            elif m.name == "self" and _MUTEX_LOCK.match(path):
+                p = self.mem.word(addr + m.offset)
+                if p:
+                    node.waits_on = p
+                    node.detail = f"waits on Mutex 0x{p:x}"
+
+    def _generic(self, addr: int, type_name: str, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
+        t = self.inv.types.get(type_name)
+        if t is None:
+            return Node("leaf", _short(type_name), addr, type_name)
+        if type_name.startswith("core::future::from_generator::GenFuture<") or type_name.startswith(
+                "core::pin::Pin<"):
+            inner = t.fields[0] if t.fields else None  # __0 / pointer: transparent
+            if inner is not None:
+                return self._walk(addr + inner.offset, inner.type_name, depth, seen)
+        if t.kind == "struct" and {f.name for f in t.fields} >= {"pointer", "vtable"}:
+            return self._dyn(addr, t, depth, seen)
+        if t.kind == "pointer" and t.pointee:
+            target = self.mem.word(addr)
+            if target is None:
+                return missing_or_unreadable(self, addr, type_name, _short(type_name))
+            return self._walk(target, t.pointee, depth, seen)
+        if type_name.startswith("alloc::boxed::Box<") and t.fields:
+            ptr = self.type(t.fields[0].type_name)
+            target = self.mem.word(addr + t.fields[0].offset)
+            pointee = _pointee(self, ptr)
+            if target is None:
+                return missing_or_unreadable(self, addr, type_name, _short(type_name))
+            if pointee:
+                return self._walk(target, pointee, depth, seen)
+        return Node("leaf", _short(type_name), addr, type_name)
+
+    def _dyn(self, addr: int, t: TypeInfo, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
+        """``Box<dyn Future>``: (data, vtable); vtable = [drop, size, align, poll, ...]."""
+        pf, vf = t.field("pointer"), t.field("vtable")
+        assert pf is not None and vf is not None
+        data, vtable = self.mem.word(addr + pf.offset), self.mem.word(addr + vf.offset)
+        if data is None or vtable is None:
+            return missing_or_unreadable(self, addr, t.name, _short(t.name))
+        slots = self.mem.read(vtable, 32)
+        if slots is None:
+            return missing_or_unreadable(self, vtable, t.name, f"{_short(t.name)} vtable")
+        drop, size, _align, poll = (int.from_bytes(slots[i:i + 8], "little") for i in range(0, 32, 8))
+        fn = self.inv.resume_fn_at(poll - self.bias) if poll > self.bias else None
+        if fn is not None and fn.layout_name and fn.layout_name in self.inv.layouts:
+            return self._walk(data, fn.layout_name, depth, seen)
+        concrete = self._drop_type(drop)
+        if concrete:
+            if concrete in self.inv.layouts or concrete in self.inv.types:
+                return self._walk(data, concrete, depth, seen)
+            return Node("leaf", _short(concrete), data, concrete, detail=f"dyn, {size} bytes")
+        return unreadable(addr, t.name, f"vtable 0x{vtable:x} names no known type")
+
+    def _drop_type(self, drop: int) -> str | None:
+        if self.symbol_at is None or drop <= self.bias:
+            return None
+        name = self.symbol_at(drop - self.bias)
+        m = re.match(r"core::ptr::drop_in_place<(.*)>$", name or "")
+        return m.group(1) if m else None
+
+
+def _pointee(r: Reflector, ptr: TypeInfo | None) -> str | None:
+    for _ in range(4):  # NonNull<T> -> *const T -> T, Unique<T> -> NonNull<T> ...
+        if ptr is None:
+            return None
+        if ptr.kind == "pointer":
+            return ptr.pointee
+        if not ptr.fields:
+            return None
+        ptr = r.type(ptr.fields[0].type_name)
+    return None
+
+
+def _short(type_name: str) -> str:
+    """Drop generic arguments for display: ``tokio::time::sleep::Sleep``."""
+    depth = 0
+    out = []
+    for ch in type_name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out) or type_name
+
+
+def unreadable(addr: int, type_name: str, why: str) -> Node:
+    return Node("unreadable", f"<unreadable {why} at 0x{addr:x}>", addr, type_name)
+
+
+def missing_or_unreadable(r: Reflector, addr: int, type_name: str, what: str) -> Node:
+    return Node("unreadable", f"<unreadable {what} at 0x{addr:x}>", addr, type_name)
