@@ -1,0 +1,153 @@
+"""Reflection end to end: real gdb -> asyncrsp -> gdbserver -> corpus programs.
+
+`monitor async tree` reads every task's pending-future tree from memory
+(proxy.reflect). The release, LTO and rustc 1.63 builds inline most resume
+functions, so poll observation alone sees a different, shorter graph; the
+tree read from memory must be the same as the debug build's. Expected lines
+come from the `// await:` / `// bp:` markers of the corpus sources.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration" / "corpus"))
+
+import build  # noqa: E402
+import markers  # noqa: E402
+
+from integration.test_await_graph import ask, section, session  # noqa: E402
+
+SRC = "tokio_app.rs"
+
+
+def _binary(config: str, program: str) -> Path:
+    got = build.build(configs=[config], programs=[program]).get((config, program))
+    if not isinstance(got, Path):
+        pytest.skip(f"{program} ({config}) not built: {got}")
+    return got
+
+
+def await_line(program: str, parent: str, child: str) -> list[int]:
+    return [m.line for m in markers.await_markers(program) if m.parent == parent and m.child == child]
+
+
+def bp_line(name: str, program: str = "tokio_app") -> int:
+    return markers.breakpoint_markers(program)[name][1]
+
+
+def tree_body(text: str) -> list[str]:
+    """The tree lines without task headers, with paths reduced to file names."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("task ") or not line.strip():
+            continue
+        line = re.sub(r"/\S*/([^/\s]+:\d+)", r"\1", line)
+        line = re.sub(r"thread \d+", "thread N", line)
+        line = re.sub(r"0x[0-9a-f]+", "0xADDR", line)
+        out.append(line)
+    return out
+
+
+def tree_at(config: str, hits: int = 1, rt: str = "ct") -> str:
+    prog = _binary(config, "tokio_app")
+    cmds = [f"break {SRC}:{bp_line('c_after_sleep')}"]
+    if hits > 1:
+        cmds.append(f"ignore 1 {hits - 1}")
+    out = session(prog, [rt], cmds + ["continue", *ask("tree")])
+    return section(out, "tree")
+
+
+def test_debug_tree_is_the_serial_chain() -> None:
+    tree = tree_at("debug")
+    body = tree_body(tree)
+    want = [
+        (r"tokio_app::run at tokio_app.rs:(\d+)", await_line("tokio_app", "run", "a")),
+        (r"tokio_app::a at tokio_app.rs:(\d+)", await_line("tokio_app", "a", "b")),
+        (r"tokio_app::b at tokio_app.rs:(\d+)", await_line("tokio_app", "b", "c")),
+        (r"tokio_app::c at tokio_app.rs:(\d+) \(running on thread N\)", [bp_line("c_after_sleep")]),
+    ]
+    assert len(body) == len(want), tree
+    for line, (pattern, lines) in zip(body, want):
+        m = re.search(pattern, line)
+        assert m and int(m.group(1)) in lines, (line, pattern, lines, tree)
+
+
+@pytest.mark.parametrize("config", ["release", "lto", "old-release"])
+def test_optimised_builds_show_the_debug_tree(config: str) -> None:
+    """Inlined coroutines (a, b, run in one resume function) are their own frames."""
+    want = tree_body(tree_at("debug"))
+    got = tree_at(config)
+    assert tree_body(got) == want, f"{config}:\n{got}\n--- debug:\n" + "\n".join(want)
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_join_inside_select_inside_spawned_task(config: str) -> None:
+    """10th stop in c: select_join's join!(c(20), c(21)) with c(20) done, c(21) running."""
+    tree = tree_at(config, hits=10)
+    lines = tree.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("task") and "select_join" in line)
+    block = "\n".join(lines[start:start + 8])
+    body = tree_body(block)
+    assert re.match(r"╼ tokio_app::select_join at select.rs:\d+", body[0]), block
+    assert body[1] == "└╼ tokio::select!", block
+    assert re.match(r"   ├╼ \[branch 0\] tokio_app::select_join::\{async_block#0\} at join.rs:\d+", body[2]), block
+    assert body[3] == "   │  └╼ tokio::join!", block
+    # join! rotates which branch it polls first: one c is Done, the other is running
+    running = rf"tokio_app::c at tokio_app.rs:{bp_line('c_after_sleep')} \(running on thread N\)"
+    done = r"tokio_app::c \[completed\]"
+    b0, b1 = body[4][len("   │     ├╼ [branch 0] "):], body[5][len("   │     └╼ [branch 1] "):]
+    assert body[4].startswith("   │     ├╼ [branch 0] ") and body[5].startswith("   │     └╼ [branch 1] "), block
+    assert {bool(re.fullmatch(running, b)) for b in (b0, b1)} == {True, False}, block
+    assert {bool(re.fullmatch(done, b)) for b in (b0, b1)} == {True, False}, block
+    assert re.match(r"   └╼ \[branch 1\] tokio::time::Sleep \((59\.\d|60\.0) min left\)", body[6]), block
+
+
+def _layout(config: str, name: str):  # type: ignore[no-untyped-def]
+    from proxy.analysis.inventory import build_inventory
+
+    inv = build_inventory(_binary(config, "tokio_app"))
+    return inv.layouts[name]
+
+
+def test_garbage_in_a_state_machine_is_an_unreadable_node() -> None:
+    """Random bytes over b's state machine (and a __state no layout has): a marked node, no error.
+
+    gdb's own Python finds b's address in `monitor async tasks` and writes the bytes
+    (M packets through the proxy), all in one session: stack addresses differ between runs.
+    """
+    prog = _binary("debug", "tokio_app")
+    lay = _layout("debug", "tokio_app::b::{async_fn_env#0}")
+    rnd = random.Random(5)
+    noise = bytes(rnd.randrange(256) for _ in range(16))
+    bad = next(v for v in range(3, 256) if lay.state(v) is None)
+    script = (
+        "python\n"
+        "import re\n"
+        "tasks = gdb.execute('monitor async tasks', to_string=True)\n"
+        "b = int(re.search(r'^#3\\s+0x([0-9a-f]+)(?:/\\d+)?\\s.*tokio_app::b$', tasks, re.M).group(1), 16)\n"
+        "inf = gdb.selected_inferior()\n"
+        f"inf.write_memory(b + {lay.state_offset - 8}, {noise!r})\n"
+        f"inf.write_memory(b + {lay.state_offset}, bytes([{bad}]))\n"
+        "print('==b==0x%x' % b)\n"
+        "end\n"
+    )
+    out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue", script,
+                                 *ask("tree", "tasks")])
+    m = re.search(r"==b==0x([0-9a-f]+)", out)
+    assert m, out[-3000:]
+    tree = section(out, "tree")
+    assert "internal error" not in out and "Traceback" not in out, out[-3000:]
+    assert re.search(rf"<unreadable tokio_app::b: __state {bad} is not a state at 0x{m.group(1)}>", tree), tree
+    assert "tokio_app::a at" in tree, tree  # the healthy part of the tree is still there
