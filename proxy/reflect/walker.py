@@ -59,6 +59,7 @@ def coroutine_path(layout_name: str) -> str:
         return layout_name
     head = layout_name[: m.start()]
     generics = layout_name[m.end():]
+    head = re.sub(r"::\{async_fn#\d+\}", "", head)  # a block inside an async fn: fn::{async_block#0}
     if m.group(1) == "async_fn":
         return head + generics
     return f"{head}::{{{m.group(1)}#{m.group(2)}}}{generics}"
