@@ -141,7 +141,6 @@ def test_garbage_in_a_state_machine_is_an_unreadable_node() -> None:
         f"inf.write_memory(b + {lay.state_offset - 8}, {noise!r})\n"
         f"inf.write_memory(b + {lay.state_offset}, bytes([{bad}]))\n"
         "print('==b==0x%x' % b)\n"
-        "end\n"
     )
     out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue", script,
                                  *ask("tree", "tasks")])

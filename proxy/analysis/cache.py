@@ -46,6 +46,8 @@ def load(build_id: str, cache_dir: Path | None = None) -> Inventory | None:
         return None
     if not isinstance(inv, Inventory) or inv.build_id != build_id:
         return None
+    if any(not hasattr(inv, f) for f in Inventory.__dataclass_fields__):
+        return None  # written by a build of the analysis with another model at this version
     return inv
 
 
