@@ -64,7 +64,7 @@ def run_proxy(prog: Path, args: list[str]) -> tuple[float, int]:
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proxy = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "proxy", "serve", "--capture", "breakpoints", "--listen", f"127.0.0.1:{port}",
          "--upstream", f"|gdbserver --once - {' '.join(args)}"],
         cwd=ROOT, stderr=log, stdout=subprocess.DEVNULL)
     for _ in range(200):

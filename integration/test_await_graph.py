@@ -160,7 +160,7 @@ def test_whole_run_graph(config: str, rt: str) -> None:
 def test_locals_match_what_the_program_prints() -> None:
     prog = _binary("debug", "tokio_app")
     # Second stop in c: a is suspended at its .await with x and label live.
-    out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue",
+    out = session(prog, args, [f"break {SRC}:{bp_line('c_after_sleep')}", "continue",
                                  *ask("tasks"), "monitor async locals #2", "echo ==end2==\\n"])
     tasks = section(out, "tasks")
     assert re.search(r"^#2\s.*tokio_app::a$", tasks, re.M), tasks
@@ -188,7 +188,7 @@ def test_stripped_binary_says_so(tmp_path: Path) -> None:
     # libc's _exit: the stripped program itself has no symbols to break on.
     # A fresh analysis cache: the cache is keyed by build-id, which strip
     # keeps, and would (rightly) answer with the unstripped build's inventory.
-    out = session(prog, ["ct"], ["break _exit", "continue", *ask("tasks")],
+    out = session(prog, args, ["break _exit", "continue", *ask("tasks")],
                   env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     text = section(out, "tasks").lower()
     assert "dwarf" in text or "no async" in text or "debug info" in text, text
@@ -217,7 +217,7 @@ def test_mode_and_capture_switch_at_a_stop() -> None:
     started with nothing planted (mode off), switched to full at main's start,
     the later polls are seen; switched off again, nothing more is counted."""
     prog = _binary("debug", "tokio_app")
-    out = session(prog, ["ct"], [
+    out = session(prog, args, [
         f"break {SRC}:{bp_line('main_start')}", f"break {SRC}:{bp_line('c_after_sleep')}",
         f"break {SRC}:{bp_line('main_done')}", "continue",
         *ask("mode", "capture", "mode full"), "delete 1", "continue",
@@ -235,3 +235,42 @@ def test_mode_and_capture_switch_at_a_stop() -> None:
     # the graph survived the switch: the tasks seen while capturing are still there
     assert "tokio_app::c" in section(out, "tasks")
     assert "Breakpoint 3, " in out  # the program ran on to main_done: nothing stray was left
+
+
+def _registers_after_emulated_probes(program: str, args: list[str], op: str, emulate: bool) -> str:
+    """Stop right after a probed entry instruction and right after a probed
+    ret (through `finish`), and print what the client sees there."""
+    from proxy.analysis.elf import open_elf
+    from proxy.analysis.inventory import build_inventory
+    from proxy.session.emulate import decode
+
+    prog = _binary("debug", program)
+    image = open_elf(prog)
+    found = [(f, decode(image.read(f.low_pc, 8) or b"")) for f in build_inventory(prog).resume_fns]
+    fn, em = next((f, e) for f, e in found if e is not None and e.op == op)
+    main_link = next(s.addr for s in image.symbols_named("main"))
+    delta = fn.low_pc + em.length - main_link
+    show = ["info registers rip rsp rbp eflags rdi rsi rax", "x/4xg $rsp"]
+    out = session(prog, args, [
+        "break main", "continue",
+        f'python gdb.execute("break *%d" % (int(gdb.parse_and_eval("(long)&main")) + {delta}))',
+        "continue", "echo ==after-entry==\\n", *show, "delete",
+        "finish", "echo ==after-ret==\\n", *show, "echo ==end==\\n",
+        *ask("stats")], extra=[] if emulate else ["--step-over-probes"])
+    return out
+
+
+@pytest.mark.parametrize("program,args,op", [("tokio_app", ["ct"], "push"),
+                                             ("tokio_bench", ["2", "ct"], "sub_rsp")])
+def test_emulated_probes_leave_the_registers_as_a_step_would(program: str, args: list[str], op: str) -> None:
+    """The hidden breakpoint at a resume fn's `sub rsp, imm` and at its `ret`
+    are emulated (one resume, flags computed); the client must see exactly
+    the registers and stack that stepping over them gives."""
+    fast = _registers_after_emulated_probes(program, args, op, True)
+    slow = _registers_after_emulated_probes(program, args, op, False)
+    for part in ("after-entry", "after-ret"):
+        a, b = section(fast, part), section(slow, part)
+        assert "rsp" in a and "eflags" in a, a
+        assert a == b, f"{part} differs:\n--- emulated\n{a}\n--- stepped\n{b}"
+    assert re.search(r"emulated\): [1-9]", section(fast, "stats")), section(fast, "stats")
+    assert re.search(r"emulated\): 0", section(slow, "stats")), section(slow, "stats")

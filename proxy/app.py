@@ -203,6 +203,7 @@ def make_session(
     exclude: str | None = None,
     capture: str = "auto",
     options: dict[str, object] | None = None,
+    emulate: bool = True,
 ) -> Session:
     policy = register_policy(upstream, registers)
     target_xml = None
@@ -225,6 +226,7 @@ def make_session(
             name, m, target, only=only, exclude=exclude, options=options),
         capture_name=capture,
         mode=mode,
+        emulate=emulate,
         open_target=lambda path, entry, pid, feats: open_target(
             path, entry, pid, local=upstream.is_local, stub_features=feats, load_inventory=build_inventory),
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,

@@ -35,6 +35,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-buffer", type=_trace_buffer_size, metavar="SIZE",
                    help="tracepoint capture: gdbserver's trace buffer (e.g. 64K, 2M; default 2M); "
                         "the proxy drains it with hidden stops before it fills")
+    p.add_argument("--step-over-probes", action="store_true",
+                   help="breakpoint capture: step over every hidden breakpoint (two resumes) instead of "
+                        "emulating the probed instruction (one resume); for diagnosis")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),
@@ -110,7 +113,8 @@ def _serve(args: argparse.Namespace) -> int:
         def make(up: UpstreamSpec) -> Session:
             return make_session(up, probes=args.probe, elf=elf, registers=args.registers,
                                 mode=args.mode, only=args.only, exclude=args.exclude,
-                                capture=args.capture, options=vars(args))
+                                capture=args.capture, options=vars(args),
+                                emulate=not args.step_over_probes)
 
         return trio.run(serve, opts, make)
     finally:

@@ -13,6 +13,8 @@ round trip. Engine events carry a sequence number in hit order.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+
 from proxy.analysis.model import ResumeFn
 from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
@@ -55,15 +57,16 @@ class BreakpointCapture(CaptureBase):
         if inv is None or target.engine is None:
             return []
         self._seq = target.engine.cursor_seq or 0
+        code = _code_reader(target.path)
         probes = []
         for fn in inv.resume_fns:
             if not fn.low_pc or not self._wanted(fn):
                 continue
             site = fn.low_pc + bias
-            probes.append(Probe(fn.name, site, kind="entry", site=site))
+            probes.append(Probe(fn.name, site, kind="entry", site=site, code=code(fn.low_pc)))
             if not self._entry_only:
                 for r in fn.rets:
-                    probes.append(Probe(fn.name + " (ret)", r + bias, kind="exit", site=site))
+                    probes.append(Probe(fn.name + " (ret)", r + bias, kind="exit", site=site, code=code(r)))
                 # A panic leaves through `call _Unwind_Resume` after the landing
                 # pad wrote __state = 2 (Panicked): ret probes alone miss it.
                 for x in fn.other_exits:
@@ -120,6 +123,17 @@ class BreakpointCapture(CaptureBase):
 def make(*, mode: str = "full", only: str | None = None, exclude: str | None = None,
          options: dict[str, object] | None = None) -> BreakpointCapture:
     return BreakpointCapture(only=only, exclude=exclude, entry_only=mode == "entry")
+
+
+def _code_reader(path: str | None) -> Callable[[int], bytes]:
+    """link-time address -> the file's bytes there (what the session may emulate)."""
+    try:
+        from proxy.analysis.elf import open_elf
+
+        image = open_elf(path) if path else None
+    except Exception:  # noqa: BLE001 - without the bytes the session steps over instead
+        image = None
+    return lambda addr: (image.read(addr, 8) or b"") if image is not None else b""
 
 
 def _bytes(reply: bytes) -> bytes | None:

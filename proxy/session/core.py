@@ -51,6 +51,7 @@ from rsp.packets.resume import Resume, ResumeAction, parse_resume
 from rsp.packets.stop import StopReply, is_stop_reply, parse_stop_reply
 from rsp.threads import ThreadId
 
+from . import emulate
 from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .actions import Action, Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from .breakpoints import BpKey, BreakpointTable
@@ -61,6 +62,7 @@ _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands", "QNonStop
 # Objects the proxy answers itself through qXfer.
 PROXY_QXFER_OBJECTS = ("asyncrsp.graph",)
 PC_REGNUM_AMD64 = 16
+RSP_REGNUM_AMD64 = 7
 SIGINT = 2
 SIGSTOP = 0x13  # Linux SIGSTOP (19)
 SIGTRAP = 5
@@ -111,6 +113,8 @@ class SessionConfig:
     classify_stub: Callable[[bytes], tuple[bool, str]] | None = None
     # The program's file from its pid when the stub cannot tell (local stubs).
     local_exe: Callable[[int], str | None] | None = None
+    # Emulate probed instructions instead of stepping over them (emulate.py).
+    emulate: bool = True
     clock: Callable[[], float] = time.perf_counter
 
 
@@ -128,6 +132,7 @@ class SessionStats:
     hidden_stops: int = 0
     shared_stops: int = 0  # probe hits at a client breakpoint too: processed and reported
     hidden_time: float = 0.0
+    emulated: int = 0  # hidden stops resumed once, the probed instruction emulated
     hidden_interrupts: int = 0  # the proxy stopped the program for its capture (drains)
     capture_switches: int = 0
     interrupts_during_hidden: int = 0
@@ -181,6 +186,7 @@ class Session:
         self._switch_request: tuple[str | None, str | None] | None = None
         self.capture_notice: str | None = None
         self._entry: int | None = None
+        self._emulate = False  # decided from the stub's qSupported reply
 
     # ------------------------------------------------------------------ output
     def take_actions(self) -> list[Action]:
@@ -235,6 +241,13 @@ class Session:
         if waiter.kind == "drop":
             if body != b"OK":
                 self._emit(Notice(f"the stub refused to re-insert a probe: {body[:40]!r}"))
+        elif waiter.kind == "write":
+            if body != b"OK" and self._emulate:
+                # The thread stays at the breakpoint and traps again; from now
+                # on every hit takes the step-over path.
+                self._emulate = False
+                self._emit(Notice(f"the stub refused an emulated instruction's write ({body[:40]!r}); "
+                                  "stepping over probes from now on"))
         elif waiter.kind == "proc":
             self._proc_replies.append(body)
             if len(self._proc_replies) == self._proc_expect:
@@ -358,6 +371,12 @@ class Session:
         (reply,) = yield Exchange((build_qsupported_request(upstream),))
         feats = parse_qsupported_reply(reply)
         self.stub_features = feats
+        # Emulation writes gdb's amd64 `g` block back with `G`: only for
+        # gdbserver asked without xmlRegisters (its layout is known and the
+        # write touches no AVX-512 state, rule 11). QStartupWithShell is
+        # gdbserver's own feature.
+        self._emulate = (self.config.registers_safe and self.config.emulate
+                         and _feature_on(feats, "QStartupWithShell"))
         if _feature_on(feats, "QStartNoAckMode"):
             (ok,) = yield Exchange((b"QStartNoAckMode",))
             if ok == b"OK":
@@ -731,8 +750,34 @@ class Session:
         thread = sr.thread
         step = _step_packet(thread)
         reads = self._capture_reads(probe, sr)
+        em = self._emulation_for(probe, thread)
+        if em is not None:
+            # One resume instead of two: read what the instruction needs with
+            # the capture's reads, then write its effect and resume (emulate.py).
+            extra = () if b"g" in reads else (b"g",)
+            sp = sr.register_value(RSP_REGNUM_AMD64)
+            if em.needs_stack_word and sp is not None:
+                extra += (b"m%x,8" % sp,)
+            replies = yield Exchange(reads + extra)
+            self._capture_hit(probe, sr, replies[: len(reads)])
+            regs = replies[reads.index(b"g")] if b"g" in reads else replies[len(reads)]
+            word = memory_bytes(replies[-1]) if em.needs_stack_word and sp is not None else None
+            effect = emulate.apply(em, regs, word)
+            resume = self._resume
+            if (effect is not None and resume is not None and not self._interrupt_pending
+                    and not self._closing):
+                self.stats.emulated += 1
+                self.stats.hidden_time += self.config.clock() - t0
+                self._proc = None
+                for body in effect.packets:
+                    self._to_stub(body, _Waiter("write"))
+                self._waiters.append(_Waiter("client-resume", True))
+                self._emit(ToStub(_without_signals(resume)))
+                return
+            reads = ()  # captured already: fall back to the step-over
         replies = yield Exchange(reads + (_z(False, key), step), resume=True)
-        self._capture_hit(probe, sr, replies[: len(reads)])
+        if em is None:
+            self._capture_hit(probe, sr, replies[: len(reads)])
         step_reply = replies[-1]
         resume = self._resume
         assert resume is not None
@@ -780,6 +825,19 @@ class Session:
         self._report_stop(sr, raw, pc=self._stop_pc_override)
         if self._stopped is not None:
             self._stopped.counted = True
+
+    def _emulation_for(self, probe: Probe, thread: ThreadId | None) -> emulate.Emulation | None:
+        """Emulate the probed instruction when it is safe: a known instruction,
+        gdbserver's `g` layout without xmlRegisters (rule 11), and a thread
+        that simply continues (a step is the client's own: rule 3)."""
+        if not self._emulate or not probe.code or thread is None or self._resume is None:
+            return None
+        if self._interrupt_pending or self._interrupt_forwarded or self._closing:
+            return None
+        action = self._resume.action_for(thread)
+        if action is None or action.op not in ("c", "C"):
+            return None
+        return emulate.decode(probe.code)
 
     def _capture_reads(self, probe: Probe, sr: StopReply | None) -> tuple[bytes, ...]:
         cap = self.capture
@@ -1097,6 +1155,7 @@ class Session:
             f"time in hidden stops: {s.hidden_time * 1e3:.1f} ms"
             + (f" ({s.hidden_time / s.hidden_stops * 1e6:.0f} us each)" if s.hidden_stops else ""),
             f"interrupts during hidden stops: {s.interrupts_during_hidden}",
+            f"hidden stops resumed once (probed instruction emulated): {s.emulated}",
             f"capture errors: {s.capture_errors}",
             self.register_notice.removeprefix("asyncrsp: "),
         ]

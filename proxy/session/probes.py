@@ -14,6 +14,7 @@ class Probe:
     addr: int  # runtime address (load bias applied)
     kind: str = "count"  # "count" (--probe), "entry" / "exit" (a capture backend's)
     site: int = 0  # for entry/exit: the resume function's runtime low_pc
+    code: bytes = b""  # the program's bytes at addr (from the file): lets the session emulate it
 
 
 @dataclass(slots=True)
