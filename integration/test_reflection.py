@@ -150,3 +150,91 @@ def test_garbage_in_a_state_machine_is_an_unreadable_node() -> None:
     assert "internal error" not in out and "Traceback" not in out, out[-3000:]
     assert re.search(rf"<unreadable tokio_app::b: __state {bad} is not a state at 0x{m.group(1)}>", tree), tree
     assert "tokio_app::a at" in tree, tree  # the healthy part of the tree is still there
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def attached(prog: Path, args: list[str], ready: str, commands: list[str], extra: list[str]) -> str:
+    """Start the program alone; once it printed `ready`, attach gdbserver (which stops it,
+    like a Ctrl-C) behind a proxy, run gdb's commands, detach; the program must survive."""
+    p = subprocess.Popen([str(prog), *args], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert ready in line, line
+        gport, pport = _free_port(), _free_port()
+        gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert gs.stderr is not None
+        for _ in range(50):  # "Listening on port N"
+            if "Listening" in gs.stderr.readline():
+                break
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{pport}",
+             "--upstream", f"127.0.0.1:{gport}", *extra],
+            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        try:
+            assert proxy.stderr is not None
+            assert "listening on" in proxy.stderr.readline()
+            gdb = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", f"target remote 127.0.0.1:{pport}"]
+            for c in commands:
+                gdb += ["-ex", c]
+            gdb += ["-ex", "detach", str(prog)]
+            out = subprocess.run(gdb, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 timeout=120, check=False).stdout
+        finally:
+            for proc in (proxy, gs):
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        time.sleep(0.2)
+        assert p.poll() is None, f"the program died after detach:\n{out[-2000:]}"
+        return out
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("config", ["debug", "release", "old-release"])
+def test_stuck_runtime_attached_mode_off(config: str) -> None:
+    """Every task stuck before the proxy came; nothing planted (--mode off): the tokio
+    adapter finds the tasks, reflection says what each waits on and where."""
+    prog = _binary(config, "stuck")
+    out = attached(prog, ["mt"], "stuck ready", ask("tasks", "tree"), ["--mode", "off", "--tokio-adapter"])
+    tree = section(out, "tree")
+    tasks: dict[str, str] = {}
+    for block in re.split(r"\n(?=task )", tree):
+        m = re.match(r"task \S+ 0x[0-9a-f]+\s+(?:core::future::from_generator::GenFuture<)?stuck::(\w+)::", block)
+        if m:
+            tasks[m.group(1)] = block
+    assert set(tasks) >= {"lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter"}, tree
+
+    def waits_at(name: str, child: str) -> None:
+        lines = await_line("stuck", name, child)
+        m = re.search(rf"╼ stuck::{name} at \S+stuck.rs:(\d+)", tasks[name])
+        assert m and int(m.group(1)) in lines, (name, lines, tasks[name])
+
+    for name, child in (("lock_ab", "lock"), ("lock_ba", "lock"), ("sleeper", "sleep"),
+                        ("receiver", "recv"), ("oneshot_waiter", "oneshot")):
+        waits_at(name, child)
+    # the deadlock: each waits on the Mutex the other holds
+    ab = re.search(r"waits on Mutex (0x[0-9a-f]+), held by task \S+ stuck::lock_ba", tasks["lock_ab"])
+    ba = re.search(r"waits on Mutex (0x[0-9a-f]+), held by task \S+ stuck::lock_ab", tasks["lock_ba"])
+    assert ab and ba and ab.group(1) != ba.group(1), tree
+    assert re.search(r"tokio::time::Sleep \((59\.\d|60\.0) min left\)", tasks["sleeper"]), tasks["sleeper"]
+    assert "waits on mpsc channel 0x" in tasks["receiver"], tasks["receiver"]
+    assert "waits on oneshot channel 0x" in tasks["oneshot_waiter"], tasks["oneshot_waiter"]
+    assert "tokio runtime" in section(out, "tasks")
+
+
+def test_adapter_off_says_how_to_find_tasks() -> None:
+    """Without --tokio-adapter, mode off on an attached program finds no task by itself."""
+    prog = _binary("release", "stuck")
+    out = attached(prog, ["mt"], "stuck ready", ask("tree"), ["--mode", "off"])
+    assert "no pending tasks" in section(out, "tree")

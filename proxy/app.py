@@ -46,6 +46,7 @@ def _proxy_stats(session: Session) -> dict[str, object]:
 
 
 _REFLECT: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
+_TOKIO_ADAPTER: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
 
 
 def _reflect_source(session: Session, engine: object) -> object | None:
@@ -64,6 +65,13 @@ def _reflect_source(session: Session, engine: object) -> object | None:
         pid = session._stop_pid()
         path = session.exec_file or (session.config.local_exe(pid) if local and pid else None)
         src = source_without_capture(path, pid, local)
+    if _TOKIO_ADAPTER.get(session) and not isinstance(src, str):
+        from proxy.reflect.tokio_adapter import TokioAdapter
+
+        pid = getattr(target, "pid", None) or session._stop_pid()
+        adapter = TokioAdapter(src.inventory, src.bias, pid, local)  # type: ignore[attr-defined]
+        src.discover = adapter.discover  # type: ignore[attr-defined]
+        src.note = f"tokio adapter off: {adapter.note}" if adapter.note else None  # type: ignore[attr-defined]
     _REFLECT[session] = src
     return src if not isinstance(src, str) else None
 
@@ -234,4 +242,5 @@ def make_session(
     )
     session = Session(cfg)
     session.register_notice = policy.notice()
+    _TOKIO_ADAPTER[session] = bool((options or {}).get("tokio_adapter"))
     return session

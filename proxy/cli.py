@@ -38,6 +38,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-over-probes", action="store_true",
                    help="breakpoint capture: step over every hidden breakpoint (two resumes) instead of "
                         "emulating the probed instruction (one resume); for diagnosis")
+    p.add_argument("--tokio-adapter", action="store_true",
+                   help="reflection: also find tokio's spawned tasks by scanning the program's heap "
+                        "for task headers (local programs; tokio 1.x layout, checked at start)")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .model import Inventory
 
-ANALYSIS_VERSION = 4  # 3: Poll<T> pending facts (trace); 4: Inventory.types (reflection)
+ANALYSIS_VERSION = 5  # 3: Poll<T> pending facts (trace); 4: Inventory.types, 5: task_polls/vtables (reflection)
 _SAFE = re.compile(r"^[0-9a-fA-F]{2,128}$")
 
 

@@ -59,6 +59,10 @@ from .model import (
 
 ASYNC_FN_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)#\d+\}")
 ASYNC_ENV_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)_env#\d+\}")
+# Runtime task cells whose layout reflection needs (where a spawned future lies in its task)
+RUNTIME_CELL_PREFIXES = ("Cell<",)
+RUNTIME_CELLS = ("tokio::runtime::task::core::Cell<",)
+TASK_POLL = "tokio::runtime::task::raw::poll<"
 _KINDS = {
     "async_fn": CoroutineKind.ASYNC_FN,
     "async_block": CoroutineKind.ASYNC_BLOCK,
@@ -162,6 +166,8 @@ class _Collector:
             rf = self._resume_fn(low, f, exits)
             if rf is not None:
                 self.inv.resume_fns.append(rf)
+        if self.inv.task_polls:
+            self.inv.task_vtables = _task_vtables(self.elf, self.inv.task_polls)
         while self.types.envs:  # coroutines met inside awaited types (MaybeDone<F>, Box<F>...)
             self._layout(self.types.envs.pop())
         if self.types.truncated:
@@ -174,12 +180,24 @@ class _Collector:
                 name = die.get(D.AT_NAME) or ""
                 if ASYNC_ENV_RE.match(name):
                     self._layout(die)
+                elif name.startswith(RUNTIME_CELL_PREFIXES) and self.qualname(die).startswith(RUNTIME_CELLS):
+                    self.types.add(die.offset)  # a spawned task's cell (proxy.reflect.tokio_adapter)
             elif die.tag == D.TAG_SUBPROGRAM and die.get(D.AT_LOW_PC):
+                self._task_poll(die)
                 f = self._classify(unit, die)
                 if f is not None and die.attrs[D.AT_LOW_PC] not in found:
                     found[die.attrs[D.AT_LOW_PC]] = f
             elif die.tag == D.TAG_INLINED_SUBROUTINE:
                 self._inlined(unit, die)
+
+    def _task_poll(self, die: D.Die) -> None:
+        """tokio's ``raw::poll<T, S>``: its address names the task cell ``Cell<T, S>``."""
+        origin = self._origin(die)
+        if not (origin.get(D.AT_NAME) or "").startswith("poll<"):
+            return
+        q = self.qualname(origin)
+        if q.startswith(TASK_POLL) and q.endswith(">"):
+            self.inv.task_polls[int(die.attrs[D.AT_LOW_PC])] = RUNTIME_CELLS[0] + q[len(TASK_POLL):]
 
     def _origin(self, die: D.Die) -> D.Die:
         seen = 0
@@ -529,6 +547,26 @@ class _Collector:
                     return None
                 return (_member_offset(discr), size, value & ((1 << (8 * size)) - 1))
         return None
+
+
+def _task_vtables(elf: ElfImage, polls: dict[int, str]) -> dict[int, str]:
+    """Static tokio task vtables: pointer slots holding a ``raw::poll`` address (``Vtable.poll``
+    is its first field, checked by the adapter against DWARF). A PIE's slots are filled by
+    R_X86_64_RELATIVE relocations (the addend is the target); a non-PIE's hold it as data."""
+    out: dict[int, str] = {}
+    rela = elf.section_data(".rela.dyn") or b""
+    for i in range(0, len(rela) - 23, 24):
+        off, info, addend = struct.unpack_from("<QQq", rela, i)
+        if info & 0xFFFFFFFF == 8 and addend in polls:  # R_X86_64_RELATIVE
+            out[off] = polls[addend]
+    for name in (".data.rel.ro", ".data"):
+        sec = elf.sections.get(name)
+        data = elf.section_data(name) or b""
+        for i in range(0, len(data) - 7, 8):
+            v = int.from_bytes(data[i:i + 8], "little")
+            if v in polls and sec is not None:
+                out.setdefault(sec[0] + i, polls[v])
+    return out
 
 
 def _member_offset(m: D.Die) -> int:

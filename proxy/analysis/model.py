@@ -141,6 +141,10 @@ class Inventory:
     inlined: list[InlinedCoroutine] = field(default_factory=list)
     # non-coroutine types reachable from awaitees, by name (proxy.reflect walks them)
     types: dict[str, "TypeInfo"] = field(default_factory=dict)
+    # tokio's raw::poll<T, S> functions (link addr) and task vtables (link addr of the
+    # static Vtable) -> the task cell type Cell<T, S> (proxy.reflect.tokio_adapter)
+    task_polls: dict[int, str] = field(default_factory=dict)
+    task_vtables: dict[int, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # partial results say why
 
     def resume_fn_at(self, addr: int) -> ResumeFn | None:

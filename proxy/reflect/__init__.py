@@ -188,8 +188,10 @@ def reflect_tree(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  #
     if only is not None:
         trees = [(root, t) for root, t in trees if root.addr == only]
     if not trees:
-        return "no pending tasks" + (f" ({src.note})" if src.note else "")
-    lines: list[str] = []
+        hint = src.note or (None if src.discover is not None else
+                            "tasks are found by observing polls, or with --tokio-adapter without them")
+        return "no pending tasks" + (f" ({hint})" if hint else "")
+    lines: list[str] = [f"note: {src.note}"] if src.note else []
     for root, tree in trees:
         lines += render(root, tree)
     return "\n".join(lines)
