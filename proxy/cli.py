@@ -41,6 +41,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokio-adapter", action="store_true",
                    help="reflection: also find tokio's spawned tasks by scanning the program's heap "
                         "for task headers (local programs; tokio 1.x layout, checked at start)")
+    p.add_argument("--trace-probe", action="append", default=[], metavar="REGEX",
+                   help="tracepoint capture: count the entries and rets of every function whose name "
+                        "matches inside gdbserver (repeatable; `monitor async stats` shows the counts)")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),

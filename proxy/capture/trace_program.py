@@ -169,6 +169,27 @@ def build_program(
     return prog
 
 
+def count_expression() -> bytes:
+    """A counted probe (``--trace-probe``): the thread and the time only."""
+    return assemble([*_fs_base_and_time(), Opcode.end])
+
+
+def add_count_points(prog: Program, funcs: list[tuple[str, int, tuple[int, ...]]]) -> None:
+    """Tracepoints on the entry ("count-entry") and every ret ("count-exit")
+    of plain functions: (name, runtime address, runtime ret addresses)."""
+    action = x_expression(count_expression())
+    number = max((p.number for p in prog.points), default=0) + 1
+    taken = {p.addr for p in prog.points}
+    for name, addr, rets in funcs:
+        for a, kind in [(addr, "count-entry"), *((r, "count-exit") for r in rets)]:
+            if a in taken or number > MAX_TP_NUMBER:
+                continue
+            taken.add(a)
+            label = name if kind == "count-entry" else f"{name} (ret)"
+            prog.points.append(SitePoint(number, a, kind, addr, label, Tracepoint(number, a, (action,))))
+            number += 1
+
+
 # ------------------------------------------------------------------ threads
 class ThreadMap:
     """fs_base -> LWP. Learnt from the stopped threads' registers (`learn`)
@@ -234,6 +255,7 @@ class FrameConverter:
         self._pending = poll_pending or {}  # site -> Poll<T>'s (offset, size, Pending value)
         self._points = program.by_number()
         self._threads = threads
+        self.counts: dict[str, int] = {}  # counted probes: hits per tracepoint label
         self._state_offset = state_offsets  # site -> __state offset, for sites with a layout
         self.stats = ConvertStats()
 
@@ -247,6 +269,9 @@ class FrameConverter:
             point = self._points.get(f.tracepoint)
             if point is None:
                 self.stats.unknown += 1
+                continue
+            if point.kind.startswith("count-"):
+                self.counts[point.name] = self.counts.get(point.name, 0) + 1
                 continue
             ev = self._event(point, f, next_seq)
             if ev is None:

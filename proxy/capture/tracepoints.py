@@ -59,6 +59,7 @@ from proxy.capture.trace_program import (
     FrameConverter,
     Program,
     ThreadMap,
+    add_count_points,
     build_program,
 )
 from proxy.graph.events import EventsLost, PollEnter, PollExit
@@ -113,7 +114,8 @@ def make(*, mode: str, only: str | None = None, exclude: str | None = None,
          options: Mapping[str, Any] | None = None) -> TracepointCapture:
     opts = dict(options or {})
     size = opts.get("trace_buffer") or DEFAULT_BUFFER
-    return TracepointCapture(only=only, exclude=exclude, entry_only=mode == "entry", buffer_size=int(size))
+    return TracepointCapture(only=only, exclude=exclude, entry_only=mode == "entry", buffer_size=int(size),
+                             count_patterns=tuple(opts.get("trace_probe") or ()))
 
 
 def parse_size(text: str) -> int:
@@ -131,8 +133,9 @@ class TracepointCapture(CaptureBase):
     name = "tracepoints"
 
     def __init__(self, *, only: str | None = None, exclude: str | None = None, entry_only: bool = False,
-                 buffer_size: int = DEFAULT_BUFFER) -> None:
+                 buffer_size: int = DEFAULT_BUFFER, count_patterns: tuple[str, ...] = ()) -> None:
         super().__init__()
+        self.count_patterns = count_patterns
         self._only = re.compile(only) if only else None
         self._exclude = re.compile(exclude) if exclude else None
         self.entry_only = entry_only
@@ -173,6 +176,8 @@ class TracepointCapture(CaptureBase):
             return []
         self._seq = target.engine.cursor_seq or 0
         self.program = build_program(inv, target.bias, self._wanted, entry_only=self.entry_only)
+        if self.count_patterns:
+            add_count_points(self.program, self._count_functions(target))
         self._by_addr = self.program.by_addr()
         self._state_offsets = {}
         for fn in inv.resume_fns:
@@ -185,6 +190,27 @@ class TracepointCapture(CaptureBase):
         if self.program.skipped:
             self.note = f"{len(self.program.skipped)} resume function(s) not traced: {self.program.skipped[0]}"
         return []  # no hidden breakpoints: gdbserver plants the tracepoints
+
+    def _count_functions(self, target: Target) -> list[tuple[str, int, tuple[int, ...]]]:
+        """``--trace-probe`` functions with their rets (runtime addresses)."""
+        from proxy.analysis.elf import open_elf
+        from proxy.analysis.inventory import _ExitFinder
+        from proxy.symbols import resolve_probes
+
+        inv = target.inventory
+        if target.path is None or inv is None:
+            return []
+        entry = inv.entry + target.bias
+        elf = open_elf(target.path)
+        finder = _ExitFinder(elf, [])
+        out = []
+        for probe in resolve_probes(target.path, entry, self.count_patterns):
+            sym = elf.symbol_at(probe.addr - target.bias)
+            if sym is None or not sym.size:
+                continue
+            rets, _ = finder.exits(sym.addr, sym.addr + sym.size)
+            out.append((probe.name, probe.addr, tuple(r + target.bias for r in rets)))
+        return out
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -374,6 +400,11 @@ class TracepointCapture(CaptureBase):
         drain first (order), then record the hit from the live thread."""
         self.spurious += 1
         yield from self._sync()
+        if point.kind.startswith("count-"):
+            if self._converter is not None:
+                c = self._converter.counts
+                c[point.name] = c.get(point.name, 0) + 1
+            return
         thread = sr.thread
         sel = b"Hg" + thread.format(thread.pid is not None) if thread is not None else b"Hg0"
         replies = yield Exchange((sel, b"g", b"qTV:%x" % TIMESTAMP_TSV))
@@ -440,6 +471,10 @@ class TracepointCapture(CaptureBase):
         if self._converter is not None and self._converter.stats.truncated:
             lines.append(f"truncated frames dropped: {self._converter.stats.truncated}")
         lines.append(f"spurious stops recorded by the proxy: {self.spurious}")
+        if self.count_patterns and self._converter is not None:
+            counts = self._converter.counts
+            lines.append(f"traced probe hits: {sum(counts.values())}")
+            lines += [f"  {name}: {n}" for name, n in sorted(counts.items())]
         if self.threads.unmapped:
             lines.append(f"threads never mapped to an LWP: {self.threads.unmapped}")
         if self.install_error:
