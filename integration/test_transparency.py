@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from integration.harness import matrix
 from integration.harness.normalise import normalise_transcript
-from integration.harness.scenarios import Scenario, SessionRun, run_session
+from integration.harness.scenarios import PROBES, Scenario, SessionRun, run_session
 from integration.harness.stubs import STUB_TOOLS, pid_alive
 from integration.harness.tools import require_tool
 
@@ -84,13 +84,21 @@ KNOWN_PROXY_GAPS = {
 @pytest.mark.parametrize(("sc", "client", "stub"), _pairs())
 def test_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, Path],
                      request: pytest.FixtureRequest) -> None:
+    check_transparent(sc, client, stub, programs, request)
+
+
+def check_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, Path],
+                      request: pytest.FixtureRequest, probes: tuple[str, ...] = PROBES,
+                      proxy_extra: tuple[str, ...] = ()) -> None:
+    """Direct and proxied transcripts equal; the proxy's probe (a hidden
+    breakpoint, or a tracepoint with --trace-probe) really fired."""
     require_tool(CLIENT_TOOLS[client], STUB_TOOLS[stub])
     gap = KNOWN_PROXY_GAPS.get((sc.name, stub))
     if gap is not None:
         request.applymarker(pytest.mark.xfail(reason=gap, strict=False))
     direct = run_session(client, stub, sc, "direct", programs)
     _check_direct(sc, client, stub, direct)
-    proxied = run_session(client, stub, sc, "proxy", programs)
+    proxied = run_session(client, stub, sc, "proxy", programs, probes, proxy_extra)
 
     d, p = normalise_transcript(direct.steps), normalise_transcript(proxied.steps)
     assert d == p, _diff(d, p) + f"\nproxy stderr:\n{proxied.proxy_stderr}"

@@ -200,25 +200,29 @@ DRIVERS: dict[str, Callable[[Path, Sequence[Step], bool, SessionRun], None]] = {
 
 @contextmanager
 def endpoint(stub_kind: str, program: Path, args: Sequence[str], route: str,
-             probes: Sequence[str] = PROBES) -> Iterator[tuple[StubProc, ProxyProc | None]]:
+             probes: Sequence[str] = PROBES,
+             proxy_extra: Sequence[str] = ()) -> Iterator[tuple[StubProc, ProxyProc | None]]:
     """A stub on ``program`` and, for ``route="proxy"``, the proxy in front of it."""
     with ExitStack() as stack:
         stub = stack.enter_context(start_stub(stub_kind, program, args))
         # QEMU's gdbstub cannot tell the program's file (no qXfer:exec-file,
         # pid 1): the user names it with --elf, as the README says.
         extra = ["--elf", str(program)] if stub_kind == "qemu" else []
+        extra += list(proxy_extra)
         proxy = (stack.enter_context(start_proxy(stub.address, probes, extra))
                  if route == "proxy" else None)
         yield stub, proxy
 
 
 def run_session(client: str, stub_kind: str, scenario: Scenario, route: str,
-                programs: dict[str, Path]) -> SessionRun:
-    """Run ``scenario`` with ``client`` against ``stub_kind`` via ``route``."""
+                programs: dict[str, Path], probes: Sequence[str] = PROBES,
+                proxy_extra: Sequence[str] = ()) -> SessionRun:
+    """Run ``scenario`` with ``client`` against ``stub_kind`` via ``route``
+    (the proxy with ``--probe`` for each of `probes` and `proxy_extra`)."""
     program = programs[scenario.program]
     run = SessionRun(steps=[])
     become_subreaper()  # a detached program becomes our child: its exit status is readable
-    with endpoint(stub_kind, program, scenario.args, route) as (stub, proxy):
+    with endpoint(stub_kind, program, scenario.args, route, probes, proxy_extra) as (stub, proxy):
         run.inferior_pid = stub.find_inferior()
         address = proxy.address if proxy else stub.address
         steps = (_connect_step(client, address), *scenario.scripts[client])

@@ -474,7 +474,8 @@ class TracepointCapture(CaptureBase):
         if self.count_patterns and self._converter is not None:
             counts = self._converter.counts
             lines.append(f"traced probe hits: {sum(counts.values())}")
-            lines += [f"  {name}: {n}" for name, n in sorted(counts.items())]
+            names = sorted({p.name for p in self.program.points if p.kind.startswith("count-")} | set(counts))
+            lines += [f"  {name}: {counts.get(name, 0)}" for name in names]
         if self.threads.unmapped:
             lines.append(f"threads never mapped to an LWP: {self.threads.unmapped}")
         if self.install_error:

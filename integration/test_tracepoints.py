@@ -1,0 +1,256 @@
+"""Tracepoint capture end to end: real gdb -> asyncrsp --capture tracepoints -> gdbserver 13.1.
+
+* the same await graph as hidden breakpoints (tasks, edges, bt, tree) on the
+  corpus tokio program and the std-only nested program (rustc 1.95 debug and
+  Debian's rustc 1.63 debug);
+* exact counts on the C probe program (``--trace-probe``: N entries and N
+  rets), one and four threads, with the client's own breakpoint on the same
+  function (the ``select_event_lwp`` spurious stops are recorded by the
+  proxy), and while the client single-steps;
+* the client's own trace experiment works (``trace``/``tstart``/``tfind``/
+  ``tstatus``) and the proxy hands tracing over to it;
+* nothing left behind: after detach the code bytes at every tracepoint are
+  the file's (``/proc/PID/mem``) and the program runs to a normal exit;
+* a 64 KiB buffer with 100,000 events: hidden drains, nothing lost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from integration.harness.gdb import gdb_batch
+from integration.harness.stubs import become_subreaper, pid_alive, start_proxy, start_stub, wait_orphan
+from integration.harness.tools import require_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration"))
+
+import test_await_graph as graph  # noqa: E402
+
+TRACE = ["--capture", "tracepoints"]
+COUNT = [*TRACE, "--trace-probe", "^probed$"]
+
+
+def _printf_line() -> int:
+    src = ROOT / "integration" / "programs" / "probe_count.c"
+    for no, line in enumerate(src.read_text().splitlines(), 1):
+        if 'printf("sum=' in line:
+            return no
+    raise AssertionError("probe_count.c has no printf line")
+
+
+# ------------------------------------------------------------ the same graph
+def _normal(text: str) -> str:
+    """Drop what depends on timing or on the run: poll counts, thread ids."""
+    out = []
+    for line in text.splitlines():
+        line = re.sub(r"\b(thread|THREAD)\s+\d+", r"\1 N", line)
+        line = re.sub(r"^(#\d+\s+\S+\s+.*?)\s+\d+\s+\d+\s+(root|#\d+)\s", r"\1 P T \2 ", line)
+        out.append(line.rstrip())
+    return "\n".join(out)
+
+
+GRAPH_CASES = [("debug", "tokio_app", "c_after_sleep", ["ct"]),
+               ("old-debug", "tokio_app", "c_after_sleep", ["ct"]),
+               ("debug", "nested", "c_after_yield", []),
+               ("old-debug", "nested", "c_after_yield", [])]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config,program,bp,args", GRAPH_CASES)
+def test_same_graph_as_breakpoints(config: str, program: str, bp: str, args: list[str]) -> None:
+    prog = graph._binary(config, program)
+    import markers  # integration/corpus, on the path through test_await_graph
+
+    file, line = markers.breakpoint_markers(program)[bp]
+    cmds = [f"break {file.name}:{line}", "continue", *graph.ask("tasks", "edges --completed", "bt", "tree", "stats")]
+    got = {}
+    for cap in ("breakpoints", "tracepoints"):
+        out = graph.session(prog, args, cmds, extra=["--capture", cap])
+        got[cap] = {c: _normal(graph.section(out, c)) for c in ("tasks", "edges --completed", "bt", "tree")}
+        stats = graph.section(out, "stats")
+        assert f"capture: {cap}" in stats and "events lost: 0" in stats or cap == "breakpoints", stats
+    for c in got["breakpoints"]:
+        assert got["breakpoints"][c] == got["tracepoints"][c], (
+            f"{c} differs\n--- breakpoints\n{got['breakpoints'][c]}\n--- tracepoints\n{got['tracepoints'][c]}")
+    assert "#1" in got["tracepoints"]["tasks"]
+
+
+# ------------------------------------------------------------ transparency
+def _gdb_pairs() -> list[object]:
+    from integration.harness import matrix
+
+    return [pytest.param(sc, client, id=f"{sc.name}-{client}") for sc in matrix.SCENARIOS
+            for client in ("gdb", "mi") if not matrix.broken_reason(client, "gdbserver", sc.name)]
+
+
+@pytest.mark.parametrize(("sc", "client"), _gdb_pairs())
+def test_transparent_with_tracepoints(sc: object, client: str, programs: dict[str, Path],
+                                      request: pytest.FixtureRequest) -> None:
+    """The transparency matrix, gdb CLI and MI against gdbserver, with the
+    proxy tracing probed() inside gdbserver instead of stopping on it."""
+    from integration.test_transparency import check_transparent
+
+    check_transparent(sc, client, "gdbserver", programs, request,  # type: ignore[arg-type]
+                      probes=(), proxy_extra=(*TRACE, "--trace-probe", "^probed$"))
+
+
+# ------------------------------------------------------------ exact counts
+def _count_run(prog: Path, n: int, threads: int, cmds: list[str], extra: list[str] = COUNT,
+               timeout: float = 120) -> str:
+    with start_stub("gdbserver", prog, [str(n), str(threads)]) as stub, \
+            start_proxy(stub.address, extra=extra) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", *cmds,
+                               f"break probe_count.c:{_printf_line()}", "continue",
+                               "monitor async stats", "continue"], timeout=timeout)
+        assert px.wait(timeout=30) == 0, px.stderr_text()
+        stub.wait(timeout=10)
+        assert f"sum={n * n} calls={n}" in stub.output_text(), stub.output_text()
+    assert "exited normally" in run.output, run.output
+    return run.output
+
+
+def _counts(out: str) -> tuple[int, int]:
+    entry = re.search(r"^\s*probed: (\d+)", out, re.M)
+    ret = re.search(r"^\s*probed \(ret\): (\d+)", out, re.M)
+    assert entry and ret, out
+    return int(entry.group(1)), int(ret.group(1))
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("client_bp", [False, True], ids=["proxy-only", "client-breakpoint"])
+def test_exact_counts(threads: int, client_bp: bool, programs: dict[str, Path]) -> None:
+    require_tool("gdb", "gdbserver")
+    n = 400
+    cmds = ["break probed", *["continue"] * 20, "delete"] if client_bp else []
+    out = _count_run(programs["probe_count"], n, threads, cmds)
+    assert _counts(out) == (n, n), out
+    assert "capture: tracepoints" in out and "events lost: 0" in out, out
+
+
+def test_exact_counts_while_stepping(programs: dict[str, Path]) -> None:
+    require_tool("gdb", "gdbserver")
+    n = 50
+    cmds = ["break probed", "continue", "stepi", "stepi", "stepi", "stepi", "stepi", "stepi", "continue",
+            "next", "next", "finish", "step", "step", "delete"]
+    out = _count_run(programs["probe_count"], n, 1, cmds)
+    assert _counts(out) == (n, n), out
+
+
+def test_count_is_zero_without_calls(programs: dict[str, Path]) -> None:
+    require_tool("gdb", "gdbserver")
+    out = _count_run(programs["probe_count"], 0, 1, [])
+    assert _counts(out) == (0, 0), out
+
+
+# ----------------------------------------------------- the client's own tracing
+def test_client_runs_its_own_trace_experiment(programs: dict[str, Path]) -> None:
+    require_tool("gdb", "gdbserver")
+    prog = programs["probe_count"]
+    with start_stub("gdbserver", prog, ["20"]) as stub, start_proxy(stub.address, extra=COUNT) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "break main", "continue",
+                               "tstatus", "info tracepoints",
+                               "trace probed",
+                               "tstart", f"break probe_count.c:{_printf_line()}", "continue",
+                               "tstop", "tstatus", "tfind start", "tfind end",
+                               "monitor async stats", "continue"], timeout=120)
+        assert px.wait(timeout=30) == 0, px.stderr_text()
+    out = run.output
+    # before: the proxy's experiment is invisible
+    assert "No trace has been run on the target" in out, out
+    assert "No tracepoints." in out, out
+    # the client's experiment works as without the proxy
+    assert re.search(r"Collected 20 trace frames", out), out
+    assert re.search(r"Found trace frame 0, tracepoint \d+", out), out
+    # and the proxy switched to breakpoints, saying why
+    assert re.search(r"capture: breakpoints", out), out
+    assert "exited normally" in out, out
+
+
+# ------------------------------------------------------- nothing left behind
+def _code_sites(prog: Path) -> list[int]:
+    """Link-time addresses of probed's entry and rets (what --trace-probe plants)."""
+    from proxy.analysis.elf import open_elf
+    from proxy.analysis.inventory import _ExitFinder
+
+    elf = open_elf(str(prog))
+    (sym,) = [s for s in elf.symbols if s.name == "probed"]
+    rets, _ = _ExitFinder(elf, []).exits(sym.addr, sym.addr + sym.size)
+    return [sym.addr, *rets]
+
+
+def _mem_equals_file(pid: int, prog: Path) -> None:
+    from proxy.analysis.elf import open_elf
+
+    elf = open_elf(str(prog))
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    base = min(int(line.split("-")[0], 16) for line in maps if line.endswith(str(prog)))
+    bias = base if elf.pie else 0
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        for addr in _code_sites(prog):
+            mem.seek(addr + bias)
+            assert mem.read(1) == elf.read(addr, 1), f"int3 left at {addr + bias:#x}"
+
+
+@pytest.mark.parametrize("how", ["detach", "hangup"])
+def test_nothing_left_behind(how: str, programs: dict[str, Path]) -> None:
+    """An attached program (spin: calls probed() in a loop for 8 s of wall
+    time): after detach, or the client hanging up while it runs, every code
+    byte is the file's and it runs on to a normal exit, still calling probed."""
+    require_tool("gdb", "gdbserver")
+    become_subreaper()
+    prog = programs["spin"]
+    # its own process group: gdbserver interrupts an attached program by
+    # signalling its group (kill(-pid)), which fails for a non-leader
+    child = subprocess.Popen([str(prog), "8"], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        time.sleep(0.3)
+        with start_stub("gdbserver", prog, [], attach=child.pid) as stub, \
+                start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
+            if how == "detach":
+                cmds = ["break probed", "continue", "continue", "delete", "monitor async stats", "detach"]
+                run = gdb_batch(prog, [f"target remote {px.address}", *cmds], timeout=60)
+                hits = re.search(r"traced probe hits: (\d+)", run.output)
+                assert hits and int(hits.group(1)) > 0, run.output
+            else:
+                gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-ex", f"target remote {px.address}",
+                                        "-ex", "continue", str(prog)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                time.sleep(3)
+                gdb.kill()  # the client vanishes while the program runs
+                gdb.wait()
+            px.wait(timeout=30)
+            stub.wait(timeout=30)
+        assert pid_alive(child.pid), "the program died after the proxy left"
+        _mem_equals_file(child.pid, prog)
+        code = child.wait(timeout=60)
+        assert code == 0, f"exit status {code}"
+        assert child.stdout is not None and b"spun ok" in child.stdout.read()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+# ------------------------------------------------------------ no silent loss
+@pytest.mark.timeout(300)
+def test_small_buffer_many_events_nothing_lost(programs: dict[str, Path]) -> None:
+    require_tool("gdb", "gdbserver")
+    n = 50_000  # 100,000 events through a 64 KiB buffer (32-byte frames: ~50 buffers full)
+    out = _count_run(programs["probe_count"], n, 2, [], extra=[*COUNT, "--trace-buffer", "64K"], timeout=280)
+    drains = re.search(r"trace drains: (\d+)", out)
+    assert drains and int(drains.group(1)) > 20, out
+    lost = re.search(r"events lost: (\d+)", out)
+    assert lost, out
+    if int(lost.group(1)) == 0:
+        assert _counts(out) == (n, n), out
+    else:  # a loss is never silent: counted, and the counts fall short by at least that much
+        e, r = _counts(out)
+        assert 2 * n - (e + r) >= int(lost.group(1)), out
