@@ -136,7 +136,10 @@ MODE_LOSES = {
     "full": "entries and exits observed: exact Ready/Pending and poll times",
     "entry": "entries only: exits inferred from the next entry on the thread (stack pointer), "
              "so Ready/Pending lag by one poll and poll durations are unknown",
-    "off": "nothing planted, zero overhead while running: the graph holds only what was seen before",
+    "off": "nothing planted, zero overhead while running: tasks/edges/bt hold only what was seen before;"
+           " `tree` (and `tasks` with no graph) is read from memory at each stop (reflection): no poll"
+           " counts, no parent edges beyond what memory shows, tasks found only if seen before"
+           " or with --tokio-adapter",
 }
 
 
