@@ -238,3 +238,13 @@ def test_adapter_off_says_how_to_find_tasks() -> None:
     prog = _binary("release", "stuck")
     out = attached(prog, ["mt"], "stuck ready", ask("tree"), ["--mode", "off"])
     assert "no pending tasks" in section(out, "tree")
+
+
+def test_release_bt_shows_inlined_frames() -> None:
+    """Like gdb's bt: c is inlined into b's resume function, b is the observed frame."""
+    prog = _binary("release", "tokio_app")
+    out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue", *ask("bt")])
+    bt = section(out, "bt")
+    assert re.search(rf"^#0  tokio_app::c \[inlined\] at \S+tokio_app.rs:{bp_line('c_after_sleep')}$", bt, re.M), bt
+    m = re.search(r"^#1  tokio_app::b \(task #\d+\) awaiting at \S+tokio_app.rs:(\d+)$", bt, re.M)
+    assert m and int(m.group(1)) in await_line("tokio_app", "b", "c"), bt

@@ -236,14 +236,51 @@ def _bt(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
     if not frames:
         return f"thread {thread} is not polling any coroutine"
     lines = _incomplete(engine) + [f"logical async backtrace of thread {thread}:"]
+    inlined = _inlined_at_pc(ctx, thread)  # release builds: coroutines inlined into frame #0
+    level = 0
     for f in frames:
         where = "?" if f.loc is None else str(f.loc)
         verb = "at" if f.executing else "awaiting at"
-        lines.append(f"#{f.level}  {f.path} (task #{f.task}) {verb} {where}")
+        if f.level == 0 and inlined and inlined[-1][0] == _norm(f.path):
+            for name, loc in inlined[:-1]:
+                lines.append(f"#{level}  {name} [inlined] at {'?' if loc is None else loc}")
+                level += 1
+            where, verb = str(inlined[-1][1] or where), "awaiting at"
+        lines.append(f"#{level}  {f.path} (task #{f.task}) {verb} {where}")
+        level += 1
     outer = engine.task(frames[-1].task)
     if outer is not None and outer.is_root:
-        lines.append(f"#{len(frames)}  <root: polled by the executor>")
+        lines.append(f"#{level}  <root: polled by the executor>")
     return "\n".join(lines)
+
+
+def _norm(path: str) -> str:
+    from proxy.reflect.tree import norm
+
+    return norm(path)
+
+
+def _inlined_at_pc(ctx: MonitorContext, thread: int) -> list[tuple[str, object]]:
+    """Async frames at the thread's pc, innermost first, ending with the physical one, each
+    with its line (the pc's line, then each inlined call's .await line), like gdb's bt."""
+    src, pc = ctx.reflect, ctx.pcs.get(thread)
+    frames_at = getattr(src, "frames_at", None)
+    if frames_at is None or pc is None:
+        return []
+    try:
+        frames = frames_at(pc - src.bias)  # type: ignore[attr-defined]
+    except Exception:  # no line table for this pc: no inlined frames, not an error
+        return []
+    out: list[tuple[str, object]] = []
+    for f in frames:
+        if "{" not in f.function or " as " in f.function:
+            if out:
+                break
+            continue
+        out.append((_norm(f.function), f.loc))
+        if not f.inlined:
+            break
+    return out if len(out) > 1 else []
 
 
 def _edges(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
