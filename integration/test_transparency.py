@@ -1,8 +1,11 @@
-"""Acceptance, issue 2, bullet 1: the transparency matrix.
+"""Acceptance, issue 2, bullet 1 (and issue 9: with uprobe capture on): the transparency matrix.
 
 Each scenario of harness.matrix runs once with the client straight against
-the stub and once through ``python -m proxy serve --probe ^probed$`` (so the
-proxy really stops, hides and resumes while the client works). The two
+the stub and once through ``python -m proxy serve --probe ^probed$
+--capture C`` for each capture of ``matrix.CAPTURES``: with ``breakpoints``
+the proxy really stops, hides and resumes while the client works; with
+``uprobes`` a kernel uprobe sits on ``probed`` (an ``int3`` under the
+client's reads, breakpoints and steps) and counts it. The two
 transcripts must be equal after harness.normalise; the direct one must also
 show the scenario's evidence (so two equally broken runs cannot pass), and
 the proxy must really have hit its probe where the program calls it.
@@ -25,22 +28,41 @@ from integration.harness.stubs import STUB_TOOLS, pid_alive
 from integration.harness.tools import require_tool
 
 CLIENT_TOOLS = {"gdb": "gdb", "mi": "gdb", "lldb": "lldb"}
-PROBE_HITS = re.compile(r"probe hits: (\d+)")
+PROBE_HITS = re.compile(r"\bprobe hits: (\d+)")  # not "uprobe hits:"
 # scenarios whose program calls probed() before the session ends
 CALLS_PROBED = {"inspect", "threads", "signals", "interrupt", "kill"}
 
 
 def _pairs() -> list[object]:
     out = []
-    for sc in matrix.SCENARIOS:
-        for client in matrix.CLIENTS:
-            for stub in matrix.STUBS:
-                marks = []
-                reason = matrix.broken_reason(client, stub, sc.name)
-                if reason:
-                    marks.append(pytest.mark.skip(reason=f"does not work without the proxy either: {reason}"))
-                out.append(pytest.param(sc, client, stub, id=f"{sc.name}-{client}-{stub}", marks=marks))
+    for capture in matrix.CAPTURES:
+        for sc in matrix.SCENARIOS:
+            for client in matrix.CLIENTS:
+                for stub in matrix.STUBS:
+                    reason = matrix.broken_reason(client, stub, sc.name)
+                    if reason:
+                        reason = f"does not work without the proxy either: {reason}"
+                    elif matrix.capture_reason(capture, client, stub):
+                        continue  # not a pair this capture runs with (matrix.capture_reason)
+                    marks = [pytest.mark.skip(reason=reason)] if reason else []
+                    if reason and capture != matrix.CAPTURES[0]:
+                        continue  # one skip per broken pair is enough
+                    out.append(pytest.param(sc, client, stub, capture,
+                                            id=f"{sc.name}-{client}-{stub}-{capture}", marks=marks))
     return out
+
+
+_DIRECT: dict[tuple[str, str, str], SessionRun] = {}
+
+
+def _direct(client: str, stub: str, sc: Scenario, programs: dict[str, Path]) -> SessionRun:
+    """The run straight against the stub, checked once and shared by every capture."""
+    key = (sc.name, client, stub)
+    if key not in _DIRECT:
+        run = run_session(client, stub, sc, "direct", programs)
+        _check_direct(sc, client, stub, run)
+        _DIRECT[key] = run
+    return _DIRECT[key]
 
 
 def _diff(direct: list[tuple[str, str]], proxied: list[tuple[str, str]]) -> str:
@@ -81,23 +103,31 @@ KNOWN_PROXY_GAPS = {
 }
 
 
-@pytest.mark.parametrize(("sc", "client", "stub"), _pairs())
-def test_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, Path],
+@pytest.mark.parametrize(("sc", "client", "stub", "capture"), _pairs())
+def test_transparent(sc: Scenario, client: str, stub: str, capture: str, programs: dict[str, Path],
                      request: pytest.FixtureRequest) -> None:
-    check_transparent(sc, client, stub, programs, request)
+    check_transparent(sc, client, stub, programs, request, proxy_extra=("--capture", capture))
 
 
 def check_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, Path],
                       request: pytest.FixtureRequest, probes: tuple[str, ...] = PROBES,
                       proxy_extra: tuple[str, ...] = ()) -> None:
     """Direct and proxied transcripts equal; the proxy's probe (a hidden
-    breakpoint, or a tracepoint with --trace-probe) really fired."""
+    breakpoint, a uprobe with --capture uprobes, or a tracepoint with
+    --trace-probe) really fired."""
     require_tool(CLIENT_TOOLS[client], STUB_TOOLS[stub])
+    extra = list(proxy_extra)
+    capture = extra[extra.index("--capture") + 1] if "--capture" in extra[:-1] else "auto"
+    if capture == "uprobes":
+        from proxy.capture.uprobes import available
+
+        why = available(None)
+        if why is not None:
+            pytest.skip(why)
     gap = KNOWN_PROXY_GAPS.get((sc.name, stub))
     if gap is not None:
         request.applymarker(pytest.mark.xfail(reason=gap, strict=False))
-    direct = run_session(client, stub, sc, "direct", programs)
-    _check_direct(sc, client, stub, direct)
+    direct = _direct(client, stub, sc, programs)
     proxied = run_session(client, stub, sc, "proxy", programs, probes, proxy_extra)
 
     d, p = normalise_transcript(direct.steps), normalise_transcript(proxied.steps)
@@ -106,6 +136,10 @@ def check_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, 
     if sc.name in CALLS_PROBED:
         hits = [int(m) for s in proxied.stats for m in PROBE_HITS.findall(s)]
         assert hits and hits[-1] > 0, f"the proxy's probe never fired: {proxied.stats!r}"
+    if capture == "uprobes" and proxied.stats:
+        # the probe really was a uprobe: attached, and no hidden stop at all
+        assert re.search(r"capture: uprobes \([^)]*, attached\)", proxied.stats[-1]), proxied.stats[-1]
+        assert "hidden stops: 0" in proxied.stats[-1], proxied.stats[-1]
     assert proxied.proxy_exit == 0, f"proxy exit {proxied.proxy_exit}: {proxied.proxy_stderr}"
     if sc.name == "kill":
         assert direct.inferior_pid and not pid_alive(direct.inferior_pid)

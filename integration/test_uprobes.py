@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 from types import SimpleNamespace
 
 import pytest
@@ -238,3 +239,172 @@ def test_c_program_near_100k_events_per_second_drops_under_one_percent() -> None
           f"({n / cap.program_wall:,.0f}/s); lost {cap.lost}")  # type: ignore[attr-defined]
     assert n + cap.lost == 1_000_000
     assert cap.lost < 0.01 * 1_000_000
+
+
+# ---------------------------------------------------------------- the client's view with --probe served by uprobes
+#
+# `--capture uprobes --probe REGEX`: the named C functions get a counting
+# uprobe (no record, no stop) under the client's breakpoints, steps and
+# reads. Each test runs the same gdb session straight against gdbserver and
+# through the proxy, and compares the transcripts.
+
+from integration.harness.gdb import gdb_cli  # noqa: E402
+from integration.harness.normalise import normalise_transcript  # noqa: E402
+from integration.harness.stubs import become_subreaper, pid_alive, start_proxy, start_stub, wait_orphan  # noqa: E402
+
+STATS = "monitor async stats"
+BIAS = 0x555555554000  # gdbserver runs the program with ASLR off
+
+
+def _file_bytes(prog: Path, fn: str, n: int) -> bytes:
+    elf = open_elf(prog)
+    [sym] = [s for s in elf.symbols if s.name == fn]
+    data = elf.read(sym.addr, n)
+    assert data is not None
+    return data
+
+
+def _addr(prog: Path, fn: str) -> int:
+    [sym] = [s for s in open_elf(prog).symbols if s.name == fn]
+    return sym.addr + (BIAS if open_elf(prog).pie else 0)
+
+
+def _mem(pid: int, addr: int, n: int) -> bytes:
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(addr)
+        return f.read(n)
+
+
+def _xb(out: str) -> bytes:
+    """gdb's `x/Nxb` output -> the bytes."""
+    return bytes(int(h, 16) for h in re.findall(r"\b0x([0-9a-f]{2})\b", out.split(":", 1)[1] if ":" in out else out))
+
+
+def _gdb_run(prog: Path, args: list[str], steps: list[object], probes: list[str], route: str,
+             capture: str = "uprobes") -> tuple[list[tuple[str, str]], list[str], int | None]:
+    """Run `steps` in an interactive gdb (a step is a command, or a callable (con, stub, route) -> None
+    for checks between commands); (transcript without stats, stats outputs, program pid)."""
+    transcript: list[tuple[str, str]] = []
+    stats: list[str] = []
+    with start_stub("gdbserver", prog, args) as stub:
+        pid = stub.find_inferior()
+        px_cm = start_proxy(stub.address, probes, ["--capture", capture]) if route == "proxy" else None
+        px = px_cm.__enter__() if px_cm is not None else None
+        try:
+            con = gdb_cli(prog)
+            try:
+                con.cmd(f"target remote {px.address if px else stub.address}")
+                for st in steps:
+                    if callable(st):
+                        st(con, stub, route)
+                    elif st == STATS:
+                        if route == "proxy":
+                            stats.append(con.cmd(STATS))
+                    else:
+                        transcript.append((str(st), con.cmd(str(st))))
+            finally:
+                con.close()
+        finally:
+            if px_cm is not None:
+                px_cm.__exit__(None, None, None)
+    return transcript, stats, pid
+
+
+def _same(direct: list[tuple[str, str]], proxied: list[tuple[str, str]]) -> None:
+    d, p = normalise_transcript(direct), normalise_transcript(proxied)
+    for (dl, do), (pl, po) in zip(d, p):
+        assert (dl, do) == (pl, po), f"{dl!r}:\n--- direct\n{do}\n--- proxy\n{po}"
+    assert len(d) == len(p)
+
+
+def _hits(stats: str, fn: str) -> int:
+    m = re.search(rf"^\s*{fn}: (\d+)", stats, re.M)
+    assert m, stats
+    return int(m.group(1))
+
+
+def test_client_breakpoint_step_and_reads_over_a_probed_entry() -> None:
+    """`spin` calls probed() in a loop. Under the client's `break *probed`, `stepi`, `finish`,
+    `x/`: the same transcript as without the proxy, the uprobe in memory the whole time, the
+    reads showing the file's bytes, and every call counted exactly once."""
+    prog = cprogs.build("spin")
+    site = _addr(prog, "probed")
+    orig = _file_bytes(prog, "probed", 8)
+    seen: dict[str, object] = {}
+
+    def armed(con: object, stub: Any, route: str) -> None:
+        seen[f"{route} mem"] = _mem(stub.find_inferior(), site, 1)
+
+    steps = ["break main", "continue", armed, "x/8xb probed", "x/2i probed",
+             "break *probed", "continue", "print calls", STATS, "stepi", "print calls", STATS,
+             "x/8xb probed", "continue", "finish", "next", "step", "until", "until", "print calls",
+             STATS, "delete", "set var keep_going = 0", "continue"]
+    direct, _, _ = _gdb_run(prog, ["20"], steps, [], "direct")
+    proxied, stats, _ = _gdb_run(prog, ["20"], steps, ["^probed$"], "proxy")
+    _same(direct, proxied)
+    out = dict(proxied)
+    # the kernel's int3 is really in the program, and the client reads the file's bytes
+    assert seen["proxy mem"] == b"\xcc" and seen["direct mem"] == orig[:1]
+    assert _xb(out["x/8xb probed"]) == orig
+    assert re.search(r"capture: uprobes \([^)]*, attached\)", stats[0]) and "hidden stops: 0" in stats[-1]
+    # at the stop the call has not run its first instruction yet: counted when it does
+    calls = [int(re.search(r"= (\d+)", o).group(1)) for lbl, o in proxied if lbl == "print calls"]  # type: ignore[union-attr]
+    assert _hits(stats[0], "probed") == calls[0] - 1
+    assert _hits(stats[1], "probed") == calls[1] == calls[0]
+    assert _hits(stats[2], "probed") in (calls[2], calls[2] - 1)  # the last until may stop on the call's line
+    assert "Breakpoint 2, probed" in proxied[5][1] and "exited normally" in proxied[-1][1]
+
+
+def test_detach_leaves_the_file_bytes_and_the_program_runs_to_its_exit() -> None:
+    prog = cprogs.build("spin")
+    site = _addr(prog, "probed")
+    orig = _file_bytes(prog, "probed", 4)
+    seen: dict[str, object] = {}
+    become_subreaper()  # once gdbserver lets it go, the program is our child: its status is ours
+
+    def before(con: object, stub: Any, route: str) -> None:
+        seen["before"] = _mem(stub.find_inferior(), site, 4)
+
+    def after(con: object, stub: Any, route: str) -> None:
+        pid = stub.find_inferior()
+        seen["alive"] = pid_alive(pid)
+        seen["after"] = _mem(pid, site, 4)
+        # its status: ours as subreaper once gdbserver is gone, or gdbserver's line if it reaped
+        # it (gdbserver, still alive after a detach, may reap it silently: then its last line)
+        code = wait_orphan(pid, timeout=20)
+        m = re.search(r"Child exited with status (\d+)", stub.output_text())
+        seen["exit"] = code if code is not None else (int(m.group(1)) if m else None)
+        seen["output"] = stub.output_text()
+
+    steps = ["break main", "continue", "delete", before, "detach", after]
+    _gdb_run(prog, ["3"], steps, ["^probed$"], "proxy")
+    assert seen["before"][:1] == b"\xcc"  # probed while gdb held the program  # type: ignore[index]
+    assert seen["alive"], "the program ended before it could be checked"
+    assert seen["after"] == orig  # the links closed before the stub let it go
+    # spin ran its 3 s and returned 0 (it prints "spun ok" just before)
+    assert seen["exit"] == 0 or (seen["exit"] is None and "spun ok" in str(seen["output"])), seen
+
+
+def test_more_client_breakpoints_at_probe_sites_than_debug_registers_hands_over() -> None:
+    """4 debug registers: `break *f6`, then `*f1`..`*f4` (a fifth breakpoint at a uprobe site).
+    The session hands over to breakpoint capture (the links close, the Z1s go back to Z0s, the
+    count probes become hidden breakpoints) and the client sees no difference; the counts made
+    by the uprobes before the switch are kept: every function counts N calls at `done`."""
+    prog = cprogs.build("sites")
+    n = 60
+    steps = ["break main", "continue", "break *f6", "continue", "continue", STATS,
+             "break *f1", "break *f2", "break *f3", "break *f4",
+             "continue", "continue", "continue", "continue", "continue", STATS,
+             "delete", "break done", "continue", STATS, "continue"]
+    direct, _, _ = _gdb_run(prog, [str(n)], steps, [], "direct")
+    proxied, stats, _ = _gdb_run(prog, [str(n)], steps, ["^f[1-6]$"], "proxy")
+    _same(direct, proxied)
+    assert "exited normally" in proxied[-1][1]
+    # two calls of each ran under uprobes (f6's second is at the stop), no stop hidden
+    first = stats[0]
+    assert re.search(r"capture: uprobes \([^)]*, attached\)", first) and "hidden stops: 0" in first
+    assert [_hits(first, f"f{i}") for i in range(1, 7)] == [2, 2, 2, 2, 2, 1]
+    second = stats[1]
+    assert "capture switches: 1" in second and "capture: breakpoints" in second, second
+    assert "capture errors: 0" in stats[2]
+    assert [_hits(stats[2], f"f{i}") for i in range(1, 7)] == [n] * 6, stats[2]

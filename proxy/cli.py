@@ -23,7 +23,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"where the client connects (default {DEFAULT_LISTEN}; port 0 picks a free one)")
     p.add_argument("--probe", action="append", default=[], metavar="REGEX",
-                   help="plant a hidden entry breakpoint on every function whose name matches (repeatable)")
+                   help="plant a hidden entry breakpoint on every function whose name matches (repeatable; "
+                        "with --capture uprobes a uprobe counts it instead, without stopping the program)")
     p.add_argument("--log-packets", metavar="FILE", help="write every byte exchanged to FILE")
     p.add_argument("--mode", choices=("full", "entry", "off"), default="full",
                    help="poll capture: full = entry and exit breakpoints on every resume function; "

@@ -5,7 +5,10 @@ client (``gdb`` CLI, ``mi``, ``lldb``), a list of :class:`Step`. The same
 steps are run once with the client connected straight to the stub
 (``route="direct"``) and once through ``python -m proxy serve`` with
 ``--probe`` on the program's probed function (``route="proxy"``), so hidden
-stops really happen. :func:`run_session` returns a :class:`SessionRun`: the
+stops really happen. The matrix adds ``--capture C`` for each capture it
+runs under (``proxy_extra``): with ``breakpoints`` the probe is a hidden
+breakpoint (hidden stops), with ``uprobes`` a kernel uprobe counts it (an
+``int3`` the kernel owns under the client's reads, breakpoints and steps). :func:`run_session` returns a :class:`SessionRun`: the
 (label, output) transcript to compare after normalisation, the program's own
 output, the proxy's ``monitor async stats`` text (proxy route only) and
 exit codes.

@@ -21,6 +21,9 @@ with *procedures* (generators yielding `Exchange`s, see
 * `wants_interrupt(now)`: while running, the backend needs a hidden stop.
 * `poll()` / `wakeup_fd()`: a continuous consumer the shell drives while the
   program runs.
+* `count_probes(probes)` (after `plan`, before `install`): the `--probe`
+  functions the backend counts itself (uprobes), by address; the session
+  plants hidden breakpoints for the others. `probe_counts()` gives their hits.
 
 Everything here is sync and pure; backends never talk to the stub
 themselves. `CaptureBase` gives every hook a do-nothing default.
@@ -61,6 +64,13 @@ class CaptureBase:
 
     def uninstall(self) -> Procedure | None:
         return None
+
+    # -- the session's count probes (--probe)
+    def count_probes(self, probes: list[Probe]) -> list[int]:
+        return []
+
+    def probe_counts(self) -> dict[int, int]:
+        return {}
 
     # -- hidden breakpoints
     def reads(self, probe: Probe, thread: int, stop: StopReply) -> tuple[bytes, ...]:

@@ -181,6 +181,8 @@ class Session:
         self.mode = config.mode
         self.target: Any = None
         self._capture_keys: list[BpKey] = []  # hidden breakpoints the capture planted
+        self._count_probes: list[Probe] = []  # --probe: hidden breakpoints unless the capture counts them
+        self._capture_counts: dict[int, Probe] = {}  # the count probes the capture counts itself
         self._capture_installed = False
         self._capture_interrupt = False  # our own 0x03 for the capture is in flight
         self._switch_request: tuple[str | None, str | None] | None = None
@@ -998,6 +1000,7 @@ class Session:
                 self.capture_notice = f"capture {self.capture_name}: {err}; using breakpoints"
                 self._emit(Notice(self.capture_notice))
                 self.capture = self.config.make_capture("breakpoints", self.mode, self.target)
+        self._count_probes = probes
         yield from self._plant_probes(probes)
         self._emit(Notice(f"planted {len(self.probes)} probe(s)"))
         yield from self._install_capture()
@@ -1024,6 +1027,14 @@ class Session:
         # holds some of them (uprobes: Z0 at a probe site -> Z1) keeps the table true.
         self.target.extra["client_breakpoints"] = self.bps
         planned = self._capture_call("plan", self.target) or []
+        # A backend may count some --probe functions itself (uprobes): our hidden
+        # breakpoints there go out first (a uprobe swallows a Z0 at its address).
+        taken = set(self._capture_call("count_probes", list(self._count_probes)) or ())
+        self._capture_counts = {p.addr: p for p in self._count_probes if p.addr in taken}
+        keys = [(0, a, 1) for a in self._capture_counts if self.probes.pop(a, None) is not None]
+        bodies = tuple(_z(False, k) for k in keys if self.bps.proxy_remove(k))
+        if bodies:
+            yield Exchange(bodies)
         self._capture_keys = [(0, p.addr, 1) for p in planned if p.addr not in self.probes]
         yield from self._plant_probes([p for p in planned if p.addr not in self.probes])
         proc = self._capture_call("install")
@@ -1031,7 +1042,7 @@ class Session:
             yield from proc
         self._capture_installed = True
 
-    def _uninstall_capture(self) -> Generator[Exchange, list[bytes], None]:
+    def _uninstall_capture(self, replant: bool = True) -> Generator[Exchange, list[bytes], None]:
         """Take the capture out of the program (its hidden breakpoints and its own state)."""
         cap = self.capture
         if cap is None:
@@ -1041,6 +1052,15 @@ class Session:
             if proc is not None:
                 yield from proc
             self._capture_installed = False
+        if self._capture_counts:
+            # the capture's counts join ours; its probes become hidden breakpoints again
+            # (after its uninstall: the uprobes are out before our Z0 goes in)
+            for addr, n in (self._capture_call("probe_counts") or {}).items():
+                if addr in self._capture_counts:
+                    self.stats.probe_stats.add(self._capture_counts[addr], n)
+            counted, self._capture_counts = list(self._capture_counts.values()), {}
+            if replant:
+                yield from self._plant_probes(counted)
         bodies = []
         for key in self._capture_keys:
             self.probes.pop(key[1], None)
@@ -1091,7 +1111,7 @@ class Session:
         return pid if pid > 1 else None
 
     def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
-        yield from self._uninstall_capture()
+        yield from self._uninstall_capture(replant=False)
         keys = self.bps.proxy_only()
         bodies = tuple(_z(False, k) for k in keys)
         stray = self._capture_interrupt
@@ -1148,8 +1168,14 @@ class Session:
 
     def stats_lines(self) -> list[str]:
         s = self.stats
+        per_probe, total = s.probe_stats.per_probe.copy(), s.probe_stats.total
+        if self._capture_counts and self.capture is not None:  # counted by the capture (uprobes)
+            for addr, n in (self._capture_call("probe_counts") or {}).items():
+                if addr in self._capture_counts:
+                    per_probe[self._capture_counts[addr].name] += n
+                    total += n
         lines = [
-            f"probe hits: {s.probe_stats.total}",
+            f"probe hits: {total}",
             f"hidden stops: {s.hidden_stops}",
             f"shared stops (reported): {s.shared_stops}",
             f"time in hidden stops: {s.hidden_time * 1e3:.1f} ms"
@@ -1171,7 +1197,7 @@ class Session:
             lines.append(f"capture: none (mode {self.mode})")
         if self._plant_failed:
             lines.append(f"probes not planted: {self._plant_failed}")
-        for name, n in s.probe_stats.by_probe():
+        for name, n in sorted(per_probe.items()):
             lines.append(f"  {name}: {n}")
         return lines
 

@@ -28,5 +28,10 @@ class ProbeStats:
         self.per_probe[probe.name] += 1
         self.per_thread[thread.tid if thread is not None else 0] += 1
 
+    def add(self, probe: Probe, n: int) -> None:
+        """`n` hits counted elsewhere (a capture backend that counts probes itself)."""
+        self.total += n
+        self.per_probe[probe.name] += n
+
     def by_probe(self) -> list[tuple[str, int]]:
         return sorted(self.per_probe.items())

@@ -42,7 +42,7 @@ PAGE = mmap.PAGESIZE
 # struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, pad
 SITE = struct.Struct("<BBBBiII")
 CONFIG = struct.Struct("<IIq")  # tgid, stack_max, stack credits
-KIND_ENTRY, KIND_EXIT, KIND_UNWIND = 0, 1, 2
+KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT = 0, 1, 2, 3
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
 CHUNK = 256
 STACK_MAX = 16384
@@ -156,7 +156,7 @@ class Program:
         self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
-            for name in ("events", "sites", "config", "counters", "scopes")
+            for name in ("events", "sites", "config", "counters", "scopes", "site_hits")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -175,7 +175,7 @@ class Program:
         ok = False
         try:
             ring = _pow2_pages(ring_bytes)
-            for name, n in (("events", ring), ("sites", max(max_sites, 1))):
+            for name, n in (("events", ring), ("sites", max(max_sites, 1)), ("site_hits", max(max_sites, 1))):
                 m = lib.lib.bpf_object__find_map_by_name(obj, name.encode())
                 if not m or lib.lib.bpf_map__set_max_entries(m, n) != 0:
                     raise BpfError(f"the BPF object has no usable map {name!r}")
@@ -223,6 +223,16 @@ class Program:
             if self._lib.lib.bpf_map_lookup_elem(self.fds["counters"], ctypes.byref(k), buf) != 0:
                 continue
             out[name] = sum(struct.unpack_from(f"<{self.ncpus}Q", buf.raw))
+        return out
+
+    def site_hits(self, cookies: list[int]) -> dict[int, int]:
+        """Hits of each site (cookie = its index), summed over CPUs."""
+        out: dict[int, int] = {}
+        buf = ctypes.create_string_buffer(8 * self.ncpus)
+        for c in cookies:
+            k = ctypes.c_uint32(c)
+            if self._lib.lib.bpf_map_lookup_elem(self.fds["site_hits"], ctypes.byref(k), buf) == 0:
+                out[c] = sum(struct.unpack_from(f"<{self.ncpus}Q", buf.raw))
         return out
 
     # -- links

@@ -24,6 +24,13 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   over to the breakpoints backend.
 * ``uninstall`` closes the links: the kernel restores the bytes. If the
   proxy dies, the kernel closes them too.
+* The user's ``--probe`` functions (count probes): under ``--capture
+  uprobes`` the session hands them over (``count_probes``) and they become
+  uprobe sites that only count (``KIND_COUNT``, no record): the client's
+  breakpoints, steps and reads over them take the same path as over a poll
+  site, and ``probe_counts`` gives the session the hits for ``stats``. Under
+  ``auto`` only a count probe at a poll site is taken (a hidden ``Z0`` there
+  would be swallowed by the uprobe); the others stay hidden breakpoints.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter
+from proxy.session.probes import Probe
 from proxy.session.procedure import Exchange, Forward, Handover, Procedure
 from rsp.errors import MalformedPacket
 from rsp.packets.breakpoints import HARDWARE, SOFTWARE, parse_breakpoint
@@ -47,7 +55,7 @@ from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_rea
 
 from . import bpf as B
 from .decode import ENTRY_REC, Decoder, EntryCapture, entry_capture
-from .sites import SitePlan, plan_sites
+from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
 
 DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
@@ -104,6 +112,9 @@ class UprobeCapture(CaptureBase):
         self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
         self._client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
         self._table: Any = None  # the session's BreakpointTable (target.extra)
+        self._count: dict[int, Probe] = {}  # the session's count probes we count (runtime addr)
+        self._cookies: dict[int, int] = {}  # runtime addr -> cookie (index) of the attached sites
+        self._final_hits: dict[int, int] = {}  # count-probe hits when the links closed
         self.attach_s: float | None = None
         self.detach_s: float | None = None
         self.notices: list[str] = []
@@ -152,22 +163,77 @@ class UprobeCapture(CaptureBase):
             self.note = "no async resume functions found"
         return []
 
+    def count_probes(self, probes: list[Probe]) -> list[int]:
+        """The session's count probes (``--probe``) this backend counts itself: their addresses.
+
+        All of them when uprobes were asked for by name; under ``auto`` only
+        those at a poll site (the session's hidden Z0 there would be swallowed).
+        Called after ``plan``, before ``install``."""
+        if self.plan_ is None or self._elf is None or self._prog is not None:
+            return []
+        explicit = not self.why.startswith("auto")
+        bias = int(getattr(self.target, "bias", 0) or 0)
+        for p in probes:
+            if p.addr in self._count:
+                continue
+            if p.addr not in self._sites_by_addr:
+                if not explicit:
+                    continue
+                site = count_site(self._elf, p.name, p.addr, bias)
+                if site is None:
+                    continue
+                self.plan_.sites.append(site)
+                self._sites_by_addr[p.addr] = site
+            self._count[p.addr] = p
+        # a count probe under a client Z0 that gets no debug register stays the session's
+        _, leave_out = self._split_conflicts()
+        for a in leave_out & set(self._count):
+            del self._count[a]
+            if self._sites_by_addr[a].spec.kind == B.KIND_COUNT:
+                del self._sites_by_addr[a]
+                self.plan_.sites = [s for s in self.plan_.sites if s.addr != a]
+        self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
+        return sorted(self._count)
+
+    def probe_counts(self) -> dict[int, int]:
+        """Hits of the count probes we took (runtime address -> executions so far)."""
+        if self._prog is None:
+            return dict(self._final_hits)
+        return self._read_hits()
+
+    def _read_hits(self) -> dict[int, int]:
+        assert self._prog is not None
+        want = {self._cookies[a]: a for a in self._count if a in self._cookies}
+        got = self._prog.site_hits(list(want))
+        return {a: got.get(c, 0) for c, a in want.items()}
+
     # ------------------------------------------------------------------ lifecycle
     def install(self) -> Procedure | None:
         """Attach (program stopped). A procedure first turns the client's Z0s at sites into Z1s."""
         if self.plan_ is None or not self.plan_.sites or self._prog is not None:
             return None
+        convert, leave_out = self._split_conflicts()
+        if not convert:
+            self._attach(leave_out)
+            return None
+        return self._proc_install(convert, leave_out)
+
+    def _split_conflicts(self) -> tuple[list[int], set[int]]:
+        """The client's Z0s already at sites: (made Z1 at install, sites left unprobed).
+
+        Only 4 debug registers: past them a site stays unprobed while the
+        client's Z0 is there, count-only sites first (the session counts
+        those with its hidden breakpoint instead: nothing is lost)."""
         table = self._table
         if table is not None:
             for t, a, _k in table.client:
                 (self._client_sw.add(a) if t == 0 else self._client_hw.add((t, a, _k)))
-        conflicts = sorted(a for a in self._client_sw if a in self._sites_by_addr)
-        if not conflicts:
-            self._attach(set())
-            return None
-        return self._proc_install(conflicts)
+        conflicts = sorted((a for a in self._client_sw if a in self._sites_by_addr),
+                           key=lambda a: (self._sites_by_addr[a].spec.kind == B.KIND_COUNT, a))
+        free = max(DEBUG_REGISTERS - len(self._client_hw) - len(self._hw_converted), 0)
+        return conflicts[:free], set(conflicts[free:])
 
-    def _proc_install(self, conflicts: list[int]) -> Procedure:
+    def _proc_install(self, convert: list[int], leave_out: set[int]) -> Procedure:
         """The client's Z0s already at sites (gdb inserts before the first resume).
 
         Order matters (research §3.3): z0 first, so gdbserver puts back the
@@ -175,10 +241,7 @@ class UprobeCapture(CaptureBase):
         under a uprobe would be swallowed, and its z0 would later write the
         original byte over the uprobe's int3 and silently disable it.
         """
-        free = DEBUG_REGISTERS - len(self._client_hw) - len(self._hw_converted)
-        convert, leave_out = conflicts[:max(free, 0)], set(conflicts[max(free, 0):])
-        if convert:
-            yield Exchange(tuple(b"z0,%x,1" % a for a in convert))
+        yield Exchange(tuple(b"z0,%x,1" % a for a in convert))
         self._attach(leave_out)
         if convert:
             replies = yield Exchange(tuple(b"Z1,%x,1" % a for a in convert))
@@ -223,6 +286,7 @@ class UprobeCapture(CaptureBase):
             return
         self._prog = prog
         self._ring = prog.ring()
+        self._cookies = {s.addr: i for i, s in enumerate(sites)}
         self.decoder = Decoder([s.info for s in sites], first_seq=self._next_seq())
         self._mask = sorted((s.addr, s.original) for s in sites)
 
@@ -259,6 +323,8 @@ class UprobeCapture(CaptureBase):
         t0 = time.perf_counter()
         self._prog.detach_all()
         self.detach_s = time.perf_counter() - t0
+        if self._count:
+            self._final_hits = self._read_hits()  # no more hits: the links are closed
         self._fold(budget_s=None)
         assert self._ring is not None
         self._ring.close()

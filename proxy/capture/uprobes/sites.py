@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from proxy.analysis.elf import ElfImage
 from proxy.analysis.model import Inventory, ResumeFn
 
-from .bpf import KIND_ENTRY, KIND_EXIT, KIND_UNWIND, REG_RBP, REG_RDI, REG_RSI, REG_RSP, SiteSpec
+from .bpf import KIND_COUNT, KIND_ENTRY, KIND_EXIT, KIND_UNWIND, REG_RBP, REG_RDI, REG_RSI, REG_RSP, SiteSpec
 from .decode import SiteInfo
 
 _DWARF_RSP, _DWARF_RBP = 7, 6
@@ -119,3 +119,13 @@ def plan_sites(
     if skipped_unwind:
         notes.append(f"{skipped_unwind} unwind exits without a CFA rule on rsp/rbp: not probed")
     return SitePlan(sites, notes)
+
+
+def count_site(elf: ElfImage, name: str, addr: int, bias: int) -> Site | None:
+    """A site that only counts its hits (the user's ``--probe`` function at runtime `addr`)."""
+    link = addr - bias
+    off = file_offset(elf, link)
+    if off is None:
+        return None
+    original = elf.read(link, insn_length(elf, link)) or b""
+    return Site(name, addr, off, original, SiteSpec(KIND_COUNT), SiteInfo(KIND_COUNT, addr, addr))

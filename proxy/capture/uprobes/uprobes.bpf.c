@@ -17,6 +17,10 @@
  *             a `ret` leaves with the entry's sp; an unwind exit computes it
  *             from the site's CFA rule (reg + off - 8), given by the proxy.
  *
+ * Every hit also counts in `site_hits[cookie]` (per CPU). A count site
+ * (KIND_COUNT: the user's `--probe` functions under `--capture uprobes`) only
+ * counts there and writes no record.
+ *
  * Build: proxy/capture/uprobes/build.py (clang -target bpf; no vmlinux.h, no
  * CO-RE: only the UAPI pt_regs, so the object is portable and committed).
  */
@@ -31,6 +35,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define KIND_ENTRY 0
 #define KIND_EXIT 1
 #define KIND_UNWIND 2
+#define KIND_COUNT 3
 
 #define REG_RDI 0
 #define REG_RSI 1
@@ -129,6 +134,14 @@ struct {
 	__type(value, struct rec);
 } scratch SEC(".maps");
 
+/* hits per site (cookie), per CPU; sized by the proxy to its sites */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u64);
+} site_hits SEC(".maps");
+
 /* (tid, sp at entry) -> self: an exit finds its poll's self pointer here */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -168,8 +181,13 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		count(C_OTHER_PID);
 		return 0;
 	}
-	count(C_HITS);
+	__u64 *sh = bpf_map_lookup_elem(&site_hits, &cookie);
+	if (sh)
+		*sh += 1;
 	struct site *s = bpf_map_lookup_elem(&sites, &cookie);
+	if (s && s->kind == KIND_COUNT)
+		return 0; /* counted, no record (not in hits = records + drops) */
+	count(C_HITS);
 	struct rec *r = bpf_map_lookup_elem(&scratch, &zero);
 	if (!s || !r) {
 		count(C_DROPS);

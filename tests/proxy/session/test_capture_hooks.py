@@ -247,3 +247,47 @@ def test_hidden_breakpoints_of_the_capture_are_removed_on_switch() -> None:
     assert bodies(stub(s, b"OK"), ToStub) == [b"z0,%x,1" % SITE]
     stub(s, b"OK")
     assert s.bps.proxy_only() == [] and SITE not in s.probes
+
+
+class CountingRecorder(Recorder):
+    """A backend that counts the session's --probe functions itself (as uprobes do)."""
+
+    def __init__(self, hits: int) -> None:
+        super().__init__()
+        self.hits = hits
+
+    def count_probes(self, probes: list[Probe]) -> list[int]:
+        self.calls.append("count_probes")
+        return [p.addr for p in probes]
+
+    def probe_counts(self) -> dict[int, int]:
+        return {SITE: self.hits}
+
+
+def test_count_probes_taken_by_the_capture() -> None:
+    """The hidden breakpoint goes out before the backend installs (a uprobe swallows a Z0 at
+    its address), comes back after it uninstalls, and the backend's hits stay in stats."""
+    rec = CountingRecorder(hits=7)
+    cfg = SessionConfig(
+        elf_path="/bin/true",
+        resolve_probes=lambda path, entry: [Probe("probed", SITE)],
+        make_capture=lambda name, mode, target: (rec if name == "recorder" else None) if mode != "off" else None,
+        capture_name="recorder",
+        open_target=lambda path, entry, pid, feats: Target(path, pid, True, feats),
+    )
+    s = Session(cfg)
+    assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
+    assert bodies(stub(s, b"OK"), ToStub) == [b"z0,%x,1" % SITE]
+    assert bodies(stub(s, b"OK"), ToStub) == [b"rec-install"]
+    stub(s, b"OK")
+    assert rec.calls[:3] == ["plan", "count_probes", "install"]
+    assert SITE not in s.probes and s.bps.proxy_only() == []
+    stub(s, stop_at(0x1000, reason=b""))
+    assert "probe hits: 7" in s.stats_lines() and "  probed: 7" in s.stats_lines()
+    s._start_proc(s._proc_switch(None, "off"))
+    assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
+    assert bodies(stub(s, b"OK"), ToStub) == [b"Z0,%x,1" % SITE]  # after the uninstall, never before
+    stub(s, b"OK")
+    assert SITE in s.probes and s.stats.probe_stats.total == 7
+    rec.hits = 100  # gone: its counts were folded once, at the uninstall
+    assert "probe hits: 7" in s.stats_lines()
