@@ -1,0 +1,301 @@
+"""Cost of one poll event for every way of watching polls, in the same run.
+
+    .venv/bin/python bench/bench_capture.py [--sizes 3 30] [--configs debug release]
+                                            [--modes ct mt] [--repeat 1] [--only M ...]
+
+Program: the corpus `tokio_bench` (rustc 1.95; `debug`, and `release` with
+debug info), current-thread (`ct`) and 2-worker multi-thread (`mt`) tokio
+runtimes. Every method watches the same addresses - the entry, each `ret`
+and each unwind exit of every coroutine resume function (the tracepoint
+program's addresses, `trace_program.build_program`) - through the same
+gdbserver binary (`gdbserver --once` on TCP, one per run):
+
+* ``bare``        gdb -> gdbserver, no breakpoint: the baseline of the run;
+* ``floor``       a raw RSP client (no ``xmlRegisters``) plants
+                  ``Z0,addr,1;X..`` whose agent expression counts the hit in
+                  a trace state variable and evaluates to 0: gdbserver
+                  evaluates it and steps over by itself - the cheapest
+                  ptrace stop there is (count read back with ``qTV``);
+* ``tracepoints`` gdb -> asyncrsp --capture tracepoints -> gdbserver;
+* ``breakpoints`` gdb -> asyncrsp --capture breakpoints (probed instruction
+                  emulated, one resume per event);
+* ``bp-step``     the same with --step-over-probes (two resumes per event);
+* ``uprobes``     gdb -> asyncrsp --capture uprobes (skipped, with the
+                  reason, when BPF is not available);
+* ``gdb-python``  gdb -> gdbserver with a ``gdb.Breakpoint`` per address whose
+                  ``stop()`` counts and returns False (what a user can script).
+
+Each run is timed inside gdb (or the raw client) from ``main`` to ``_exit``,
+including the ``monitor async stats`` that makes the proxy drain and count.
+The slope between two sizes cancels start-up and the final drain's fixed
+part: µs/event = (Δt(method) - Δt(bare)) / Δevents; the slowdown is the
+program's time per iteration under the method, Δt(method) / ΔN, against its
+time per iteration under plain gdbserver, t(bare) / N at the larger size
+(gdbserver without breakpoints runs the program at native speed). Every run checks the program's own result line
+(``check=ok``): a crash or a wrong result is printed, never averaged in.
+Stock gdb sends ``xmlRegisters=i386``, so ``bare`` and ``gdb-python`` run
+with gdbserver 13.1's AVX-512 write-back (research/gdbserver-xsave-corruption.md;
+a multi-thread run may then fail), the proxy and the floor client without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration" / "corpus"))
+sys.path.insert(0, str(ROOT / "integration" / "regsafety"))
+sys.path.insert(0, str(ROOT))
+
+import build  # noqa: E402
+from rspdriver import GDB_FEATURES, RspClient, StopReply  # noqa: E402
+
+from integration.harness.gdb import gdb_batch  # noqa: E402
+from integration.harness.stubs import start_proxy, start_stub  # noqa: E402
+from proxy.analysis.inventory import build_inventory  # noqa: E402
+from proxy.capture.trace_program import build_program  # noqa: E402
+from rsp.agent import Op, Opcode, assemble  # noqa: E402
+
+PIE_BASE = 0x555555554000  # gdbserver disables address randomisation by default
+DONE = re.compile(r"bench done n=\d+ mode=\w+ leaves=\d+ acc=\d+ check=(\w+)")
+FLOOR_TSV = 0x7F00  # the floor's hit counter
+DEFAULT_SIZES = {"debug": (3, 30), "release": (5, 70)}
+
+
+@dataclass
+class Run:
+    seconds: float
+    events: int
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class Case:
+    """One program binary and runtime, the addresses every method watches."""
+
+    prog: Path
+    mode: str
+    addrs: list[int]
+
+
+# ------------------------------------------------------------ gdb sessions
+def _gdb_timed(address: str, prog: Path, setup: list[str], after: list[str]) -> str:
+    """main -> _exit under gdb, timed inside gdb around the continue and `after`."""
+    cmds = [f"target remote {address}", "break main", "continue", *setup, "break _exit",
+            "python import time; _t0 = time.perf_counter()", "continue", *after,
+            "python print('ELAPSED %.6f' % (time.perf_counter() - _t0))", "kill"]
+    with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
+        f.write("\n".join(cmds) + "\n")  # gdb -batch reads `python ... end` only from files
+    try:
+        return gdb_batch(prog, [f"source {f.name}"], timeout=1800).output
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+
+
+def _result(out: str, program_out: str, events: int, note: str = "") -> Run:
+    m = re.search(r"ELAPSED ([\d.]+)", out)
+    done = DONE.search(program_out)
+    ok = m is not None and done is not None and done.group(1) == "ok"
+    if not ok:
+        tail = " | ".join((out + program_out).strip().splitlines()[-4:])
+        note = (note + " " if note else "") + ("wrong result" if done else "crashed or stuck") + f": {tail[:300]}"
+    return Run(float(m.group(1)) if m else float("nan"), events, ok, note)
+
+
+def run_bare(case: Case, n: int) -> Run:
+    with start_stub("gdbserver", case.prog, [str(n), case.mode]) as stub:
+        out = _gdb_timed(stub.address, case.prog, [], [])
+        return _result(out, stub.output_text(), 0)
+
+
+def _proxy(capture: str, extra: list[str]) -> Callable[[Case, int], Run]:
+    def run(case: Case, n: int) -> Run:
+        with start_stub("gdbserver", case.prog, [str(n), case.mode]) as stub, \
+                start_proxy(stub.address, extra=["--capture", capture, *extra]) as px:
+            out = _gdb_timed(px.address, case.prog, [], ["monitor async stats"])
+            program_out = stub.output_text()
+        m = re.search(r"capture: (\S+) \((\d+) poll events", out)
+        note = ""
+        if m is None or m.group(1) != capture:
+            note = "capture not in use: " + " | ".join(ln for ln in out.splitlines() if "capture" in ln)[:200]
+        lost = re.search(r"events lost: (\d+)", out)
+        if lost and int(lost.group(1)):
+            note += f" lost {lost.group(1)}"
+        return _result(out, program_out, int(m.group(2)) if m else 0, note.strip())
+    return run
+
+
+PY_BREAKPOINTS = """import gdb
+class _Count(gdb.Breakpoint):
+    hits = 0
+    def stop(self):
+        _Count.hits += 1
+        return False
+for _a in ADDRS:
+    _Count('*0x%x' % _a, internal=True)
+"""
+
+
+def run_gdb_python(case: Case, n: int) -> Run:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(PY_BREAKPOINTS.replace("ADDRS", repr(case.addrs)))
+    try:
+        with start_stub("gdbserver", case.prog, [str(n), case.mode]) as stub:
+            out = _gdb_timed(stub.address, case.prog, [f"source {f.name}"], ["python print('HITS', _Count.hits)"])
+            program_out = stub.output_text()
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    m = re.search(r"HITS (\d+)", out)
+    return _result(out, program_out, int(m.group(1)) if m else 0)
+
+
+def floor_condition() -> bytes:
+    """getv C; +1; setv C; 0: counts the hit, never true."""
+    return assemble([Op(Opcode.getv, FLOOR_TSV), Op(Opcode.const8, 1), Opcode.add, Op(Opcode.setv, FLOOR_TSV),
+                     Op(Opcode.const8, 0), Opcode.end])
+
+
+def run_floor(case: Case, n: int) -> Run:
+    cond = floor_condition()
+    with start_stub("gdbserver", case.prog, [str(n), case.mode]) as stub:
+        sock = socket.create_connection(("127.0.0.1", stub.port), timeout=1800)
+        try:
+            c = RspClient(sock.makefile("rb"), sock.makefile("wb"))
+            c.handshake(GDB_FEATURES)  # no xmlRegisters=i386 (research: XSAVE write-back)
+            c.request(b"?")
+            # qTV answers U for every variable until a trace run has been: an
+            # empty run (no tracepoint, nothing inserted) makes the counter readable.
+            for body in (b"QTDV:%x:0:0:%s" % (FLOOR_TSV, b"floor".hex().encode()), b"QTStart", b"QTStop"):
+                if (r := c.request(body)) != b"OK":
+                    return Run(float("nan"), 0, False, f"{body!r} -> {r!r}")
+            x = b"X%x,%s" % (len(cond), cond.hex().encode())
+            for a in case.addrs:
+                if (r := c.request(b"Z0,%x,1;%s" % (a, x))) != b"OK":
+                    return Run(float("nan"), 0, False, f"Z0 {a:#x} with a condition -> {r!r}")
+            t0 = time.perf_counter()
+            stop = StopReply(c.request(b"vCont;c"))
+            seconds = time.perf_counter() - t0
+            hits = c.request(b"qTV:%x" % FLOOR_TSV)  # still answered after the exit (research §4)
+        finally:
+            sock.close()
+        # gdbserver evaluates a Z0 condition twice per hit: to decide whether to
+        # report it, and again in thread_needs_step_over (counted: 712 for
+        # the 356 hits gdb-python and the proxy see in `debug ct` N=3).
+        events = int(hits[1:], 16) // 2 if hits.startswith(b"V") else 0
+        time.sleep(0.05)
+        out = f"ELAPSED {seconds:.6f}" if stop.kind == "W" else f"stopped: {stop.body[:80]!r}"
+        return _result(out, stub.output_text(), events)
+
+
+def uprobes_unavailable() -> str | None:
+    from proxy.capture.uprobes.capture import UprobeCapture
+
+    ok, why = UprobeCapture.available(None)
+    return None if ok else why
+
+
+METHODS: dict[str, Callable[[Case, int], Run]] = {
+    "bare": run_bare,
+    "floor": run_floor,
+    "tracepoints": _proxy("tracepoints", []),
+    "breakpoints": _proxy("breakpoints", []),
+    "bp-step": _proxy("breakpoints", ["--step-over-probes"]),
+    "uprobes": _proxy("uprobes", []),
+    "gdb-python": run_gdb_python,
+}
+SKIP: dict[str, Callable[[], str | None]] = {"uprobes": uprobes_unavailable}
+RATIOS = (  # (numerator, denominator, target text)
+    ("tracepoints", "floor", "<= 1.2"),
+    ("gdb-python", "tracepoints", ">= 4"),
+    ("uprobes", "floor", "<= 0.1"),
+    ("breakpoints", "gdb-python", "< 1"),
+)
+
+
+def make_case(config: str, mode: str) -> Case:
+    prog = Path(build.binary(config, "tokio_bench"))
+    inv = build_inventory(prog)  # warm the analysis cache: start-up is not what is measured
+    bias = PIE_BASE if inv.pie else 0
+    return Case(prog, mode, [p.addr for p in build_program(inv, bias).points])
+
+
+def measure(case: Case, sizes: tuple[int, int], methods: list[str], repeat: int) -> dict[str, dict]:
+    """Per method: the slope (s, events) between the sizes, median of `repeat`."""
+    runs: dict[str, list[tuple[Run, Run]]] = {m: [] for m in methods}
+    for _ in range(repeat):  # interleaved, so drift hits every method alike
+        for m in methods:
+            runs[m].append((METHODS[m](case, sizes[0]), METHODS[m](case, sizes[1])))
+    out = {}
+    for m, pairs in runs.items():
+        good = [(a, b) for a, b in pairs if a.ok and b.ok]
+        notes = [r.note for p in pairs for r in p if r.note]
+        if not good:
+            out[m] = {"dt": float("nan"), "t": float("nan"), "events": (0, 0), "failed": len(pairs), "notes": notes}
+            continue
+        out[m] = {"dt": statistics.median(b.seconds - a.seconds for a, b in good),
+                  "t": statistics.median(b.seconds for _, b in good),
+                  "events": (good[-1][0].events, good[-1][1].events),
+                  "failed": len(pairs) - len(good), "notes": notes}
+    base, base_t = (out["bare"]["dt"], out["bare"]["t"]) if "bare" in out else (0.0, float("nan"))
+    for m, r in out.items():
+        e0, e1 = r["events"]
+        r["us"] = (r["dt"] - base) / (e1 - e0) * 1e6 if e1 > e0 else float("nan")
+        r["slowdown"] = 1.0 if m == "bare" else r["dt"] / (base_t * (sizes[1] - sizes[0]) / sizes[1])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs=2, metavar=("SMALL", "LARGE"),
+                    help="tokio_bench iterations for every config (default: debug 3 30, release 5 70: "
+                         "about 3,000 events apart; debug polls ~118 events an iteration, release ~31)")
+    ap.add_argument("--configs", nargs="+", default=["debug", "release"])
+    ap.add_argument("--modes", nargs="+", default=["ct", "mt"])
+    ap.add_argument("--repeat", type=int, default=1, help="runs per size and method (median of the slopes)")
+    ap.add_argument("--only", nargs="+", choices=list(METHODS), help="methods to run (bare always runs)")
+    args = ap.parse_args()
+    methods = [m for m in METHODS if args.only is None or m in args.only or m == "bare"]
+    skipped = {}
+    for m in list(methods):
+        why = SKIP[m]() if m in SKIP else None
+        if why:
+            skipped[m] = why
+            methods.remove(m)
+    t_start = time.monotonic()
+    for config in args.configs:
+        for mode in args.modes:
+            case = make_case(config, mode)
+            sizes = tuple(args.sizes) if args.sizes else DEFAULT_SIZES.get(config, (3, 30))
+            res = measure(case, sizes, methods, args.repeat)
+            print(f"\ntokio_bench {config} {mode}, N={sizes[0]} and N={sizes[1]}, "
+                  f"{len(case.addrs)} addresses, repeat {args.repeat}")
+            print(f"{'method':12} {'t s':>7} {'dt s':>7} {'events':>13} {'us/event':>9} {'slowdown':>9}  notes")
+            for m, r in res.items():
+                e0, e1 = r["events"]
+                fail = f"{r['failed']} failed run pair(s); " if r["failed"] else ""
+                print(f"{m:12} {r['t']:7.3f} {r['dt']:7.3f} {e0:6d} {e1:6d} {r['us']:9.1f} {r['slowdown']:8.1f}x  "
+                      f"{fail}{'; '.join(r['notes'])[:300]}")
+            for m, why in skipped.items():
+                print(f"{m:12} skipped: {why}")
+            for a, b, target in RATIOS:
+                if a in res and b in res:
+                    print(f"ratio {a}/{b}: {res[a]['us'] / res[b]['us']:.2f} (target {target})")
+                else:
+                    print(f"ratio {a}/{b}: not measured ({'; '.join(skipped.get(x, 'not run') for x in (a, b) if x not in res)})")
+            sys.stdout.flush()
+    print(f"\ntotal {time.monotonic() - t_start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
