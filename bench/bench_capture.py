@@ -49,6 +49,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +57,8 @@ sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 sys.path.insert(0, str(ROOT / "integration" / "regsafety"))
 sys.path.insert(0, str(ROOT))
 
-import build  # noqa: E402
-from rspdriver import GDB_FEATURES, RspClient, StopReply  # noqa: E402
+import build  # type: ignore[import-not-found]  # noqa: E402
+from rspdriver import GDB_FEATURES, RspClient, StopReply  # type: ignore[import-not-found]  # noqa: E402
 
 from integration.harness.gdb import gdb_batch  # noqa: E402
 from integration.harness.stubs import start_proxy, start_stub  # noqa: E402
@@ -229,13 +230,13 @@ def make_case(config: str, mode: str) -> Case:
     return Case(prog, mode, [p.addr for p in build_program(inv, bias).points])
 
 
-def measure(case: Case, sizes: tuple[int, int], methods: list[str], repeat: int) -> dict[str, dict]:
+def measure(case: Case, sizes: tuple[int, int], methods: list[str], repeat: int) -> dict[str, dict[str, Any]]:
     """Per method: the slope (s, events) between the sizes, median of `repeat`."""
     runs: dict[str, list[tuple[Run, Run]]] = {m: [] for m in methods}
     for _ in range(repeat):  # interleaved, so drift hits every method alike
         for m in methods:
             runs[m].append((METHODS[m](case, sizes[0]), METHODS[m](case, sizes[1])))
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for m, pairs in runs.items():
         good = [(a, b) for a, b in pairs if a.ok and b.ok]
         notes = [r.note for p in pairs for r in p if r.note]

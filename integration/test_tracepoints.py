@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from integration.harness.gdb import gdb_batch
+from integration.harness.normalise import mask_timing
 from integration.harness.stubs import become_subreaper, pid_alive, start_proxy, start_stub, wait_orphan
 from integration.harness.tools import require_tool
 
@@ -48,11 +49,11 @@ def _printf_line() -> int:
 
 # ------------------------------------------------------------ the same graph
 def _normal(text: str) -> str:
-    """Drop what depends on timing or on the run: poll counts, thread ids."""
+    """Drop what depends on timing or on the run: poll counts, thread ids, poll times."""
     out = []
-    for line in text.splitlines():
+    for line in mask_timing(text).splitlines():
         line = re.sub(r"\b(thread|THREAD)\s+\d+", r"\1 N", line)
-        line = re.sub(r"^(#\d+\s+\S+\s+.*?)\s+\d+\s+\d+\s+(root|#\d+)\s", r"\1 P T \2 ", line)
+        line = re.sub(r"^(#\d+\s+\S+\s+.*?)\s+\d+(?: D D D)?\s+\d+\s+(root|#\d+)\s", r"\1 P T \2 ", line)
         out.append(line.rstrip())
     return "\n".join(out)
 
@@ -254,3 +255,43 @@ def test_small_buffer_many_events_nothing_lost(programs: dict[str, Path]) -> Non
     else:  # a loss is never silent: counted, and the counts fall short by at least that much
         e, r = _counts(out)
         assert 2 * n - (e + r) >= int(lost.group(1)), out
+
+
+# ------------------------------------------------------------ poll timing
+@pytest.mark.timeout(300)
+def test_top_ranks_a_spinning_task_above_a_sleeping_one() -> None:
+    """poll_timing: `spinner` busy-loops 3 ms in each of its 10 polls, `sleeper`
+    sleeps 6 ms between 10 polls that do nothing. With the timestamps
+    gdbserver records, `top` puts the spinner first; its busy time is at
+    least the spinning (timing accuracy is measured, not asserted: README)."""
+    require_tool("gdb", "gdbserver")
+    polls, spin_ms = 10, 3
+    prog = graph._binary("debug", "poll_timing")
+    hist_of_spinner = ("python import re; gdb.execute('monitor async top ' + re.search(r'^(#\\d+)\\s.*spinner', "
+                       "gdb.execute('monitor async top', to_string=True), re.M).group(1))")
+    out = graph.session(prog, [str(polls), str(spin_ms)],
+                        ["break _exit", "continue", *graph.ask("top", "stats"), "echo ==hist==\\n", hist_of_spinner,
+                         "echo ==end==\\n"], extra=TRACE)
+    stats = graph.section(out, "stats")
+    assert "capture: tracepoints" in stats and "events lost: 0" in stats, stats
+    top = graph.section(out, "top").splitlines()
+    assert top[0].startswith("capture cost subtracted: ") and "calibrated" in top[0], top
+    rows = [line.split() for line in top[2:] if line.startswith("#")]
+    names = [r[-1] for r in rows]
+    spinner = next(i for i, n in enumerate(names) if n.startswith("poll_timing::spinner"))
+    sleeper = next(i for i, n in enumerate(names) if n.startswith("poll_timing::sleeper"))
+    assert spinner < sleeper, top
+    # the spinner's busy time is at least what it spun; the sleeper's is tiny
+    busy = _ns(rows[spinner][1])
+    assert busy >= 0.5 * polls * spin_ms * 1e6, top
+    assert _ns(rows[sleeper][1]) < busy / 10, top
+    hist = graph.section(out, "hist")
+    assert hist.startswith(f"{rows[spinner][0]} poll_timing::spinner"), hist
+    assert "poll durations" in hist and re.search(r"\d+ #+$", hist, re.M), hist
+    print("\n" + "\n".join(top) + "\n" + hist)
+
+
+def _ns(cell: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(ns|us|ms|s)", cell)
+    assert m, cell
+    return float(m.group(1)) * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[m.group(2)]

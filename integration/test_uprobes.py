@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from integration.harness import programs as cprogs
+from integration.harness.normalise import mask_timing
 from proxy.analysis.elf import open_elf
 from proxy.analysis.inventory import build_inventory
 from proxy.analysis.model import CoroutineKind, Era, Inventory, ResumeFn
@@ -195,8 +196,8 @@ def _norm(text: str, polls: bool) -> str:
     """Thread ids differ between two runs: every tid becomes TID. With `polls`
     False the POLLS column is masked too: at the end of the run the number of
     times `run` found a tokio timer still Pending depends on how fast the
-    program ran, and breakpoint capture slows it ~100 times."""
-    text = re.sub(r"(?<![#x\w])\d{4,7}\b", "TID", text)
+    program ran, and breakpoint capture slows it ~100 times. Poll times are masked."""
+    text = re.sub(r"(?<![#x\w])\d{4,7}\b", "TID", mask_timing(text))
     if not polls:
         text = re.sub(r"^(#\d+\s+\S+\s+\S+(?: on thread TID)?\s+)\d+", r"\1N", text, flags=re.M)
     return text

@@ -79,6 +79,8 @@ def _reflect_source(session: Session, engine: object) -> object | None:
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
     cap = session.capture
     engine = session.engine
+    if engine is not None and cap is not None:
+        engine.timing.set_backend(cap.name)  # its benchmark cost, until the run calibrates its own
     note = session.target.note if session.target is not None else None
     if cap is None and engine is None:
         note = note or f"poll capture is off (mode {session.mode})"

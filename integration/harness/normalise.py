@@ -79,3 +79,18 @@ def normalise_transcript(steps: Iterable[tuple[str, str]]) -> list[tuple[str, st
     """Normalise (label, output) pairs with one LWP numbering for the whole run."""
     rename = _lwp_renamer()
     return [(normalise(label, rename), normalise(out, rename)) for label, out in steps]
+
+
+_DURATION_CELL = re.compile(r"(?<=\s)(?:\d+(?:\.\d+)?(?:ns|us|ms|s)|-)(?=\s|$)")
+
+
+def mask_timing(text: str) -> str:
+    """Poll timing differs run to run (``monitor async tasks``' BUSY/IDLE/LONGEST
+    cells and its ``capture cost subtracted`` line): cells become ``D`` and runs
+    of blanks one blank (column widths follow the values)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("capture cost subtracted:"):
+            continue
+        out.append(re.sub(r"[ \t]+", " ", _DURATION_CELL.sub("D", line)))
+    return "\n".join(out)

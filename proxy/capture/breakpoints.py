@@ -13,6 +13,7 @@ round trip. Engine events carry a sequence number in hit order.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 from proxy.analysis.model import ResumeFn
@@ -99,6 +100,9 @@ class BreakpointCapture(CaptureBase):
             return
         self._seq += 1
         self.events += 1
+        # No timestamp comes from the stub: the proxy's clock when it handles
+        # the hit (CLOCK_MONOTONIC, like gdbserver's trace_timestamp).
+        now = time.monotonic_ns()
         sp = stop.register_value(RSP_REGNUM) or 0
         if probe.kind == "entry":
             regs = _bytes(replies[0]) if replies else None
@@ -108,7 +112,7 @@ class BreakpointCapture(CaptureBase):
             ret = _le(_bytes(replies[1]), 0, 8) if len(replies) > 1 else None
             if self_ptr is None:
                 return
-            self.engine.feed(PollEnter(self._seq, thread, probe.site, self_ptr, sp, ret))
+            self.engine.feed(PollEnter(self._seq, thread, probe.site, self_ptr, sp, ret, time_ns=now))
         else:
             state = None
             if replies:
@@ -117,7 +121,7 @@ class BreakpointCapture(CaptureBase):
                     state = int.from_bytes(data, "little")
             self_ptr = self._scope_self(thread, probe.site)
             self.engine.feed(PollExit(self._seq, thread, probe.site, sp, state, self_ptr,
-                                      panicked=probe.kind == "unwind"))
+                                      panicked=probe.kind == "unwind", time_ns=now))
 
 
 def make(*, mode: str = "full", only: str | None = None, exclude: str | None = None,

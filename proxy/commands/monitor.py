@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from proxy.commands.top import cost_line, has_timing, render_top, timing_cells
 from proxy.commands.tree import render_tree
 from proxy.commands.values import ReadMemory, decode_member
 from proxy.graph.engine import Engine
@@ -43,7 +44,8 @@ class MonitorContext:
 
 
 HELP: tuple[tuple[str, str], ...] = (
-    ("tasks [--live]", "every task: id, address, state, polls, last thread, parent, async fn"),
+    ("tasks [--live]", "every task: id, address, state, polls, busy/idle/longest poll, last thread, parent, async fn"),
+    ("top [N | TASK]", "the N tasks with the most busy time; or TASK's histogram of poll durations"),
     ("tree [TASK]", "the pending-future tree of every root task (or of TASK)"),
     ("bt [THREAD]", "logical async backtrace of a thread (the current one by default)"),
     ("edges [--parent TASK] [--completed]", "await edges PARENT -> CHILD at file:line"),
@@ -95,7 +97,7 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
         return note
     handlers: dict[str, Callable[[tuple[str, ...], MonitorContext, Engine], str]] = {
         "tasks": _tasks, "tree": _tree, "bt": _bt, "edges": _edges, "where": _where,
-        "locals": _locals, "stats": _stats,
+        "locals": _locals, "stats": _stats, "top": _top,
     }
     return handlers[cmd.name](cmd.args, ctx, ctx.engine)
 
@@ -204,16 +206,27 @@ def _tasks(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
         if probed == 0:
             return "\n".join(head + ["no async functions found in this program"])
         return "\n".join(head + [f"no tasks seen yet ({probed} resume functions watched)"])
-    rows = [("ID", "ADDRESS", "STATE", "POLLS", "THREAD", "PARENT", "ASYNC FN")]
+    timed = has_timing(engine)
+    rows = [("ID", "ADDRESS", "STATE", "POLLS", *(("BUSY", "IDLE", "LONGEST") if timed else ()),
+             "THREAD", "PARENT", "ASYNC FN")]
     for t in tasks:
         gen = f"/{t.generation}" if t.generation else ""
         state = str(t.state) + (" (dropped)" if t.dropped else "")
         rows.append((
             t.label, f"0x{t.self_ptr:x}{gen}", state, str(t.polls),
+            *(timing_cells(engine, t) if timed else ()),
             "-" if t.last_thread is None else str(t.last_thread),
             "root" if t.parent is None else f"#{t.parent}", t.path,
         ))
-    return "\n".join(head + _table(rows))
+    tail = [cost_line(engine)] if timed else []
+    return "\n".join(head + _table(rows) + tail)
+
+
+def _top(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
+    try:
+        return "\n".join(_incomplete(engine) + [render_top(engine, args)])
+    except ValueError as e:
+        raise MonitorError(str(e)) from None
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

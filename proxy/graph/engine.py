@@ -48,6 +48,7 @@ from proxy.graph.model import (
     Task,
     TaskState,
 )
+from proxy.graph.timing import PollTiming
 from proxy.graph.state import (
     FINISHED_OK,
     FINISHED_PANIC,
@@ -144,6 +145,8 @@ class Engine:
         self.catalog = catalog
         self._limits = Limits(max_completed, max(max_tasks, 2), completed_ttl_ns)
         self._g = GraphState(catalog, self._limits)
+        self.timing = PollTiming()  # outside the checkpoints: a refold does not count twice
+        self._g.timing = self.timing
         self._keep_log = keep_log
         self._every = max(checkpoint_every, 1)
         self._max_cp = max(max_checkpoints, 1)
@@ -217,6 +220,7 @@ class Engine:
                 f"seq {seq} is older than the oldest retained checkpoint (seq {self._cps[0].last_seq})"
             )
         self._g = GraphState.restore(cp.state, self.catalog, self._limits)
+        self._g.timing = self.timing
         self._cursor = cp.index
         self.forward_to(seq)
 

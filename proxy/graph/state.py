@@ -46,6 +46,7 @@ from typing import Any
 from proxy.graph.catalog import Catalog
 from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
 from proxy.graph.model import PollScope, StateRead
+from proxy.graph.timing import PollTiming
 
 RETURNED = 1
 PANICKED = 2
@@ -198,6 +199,7 @@ class GraphState:
         self.last_time: int | None = None
         self.resync_needed: set[int] | None = None  # None: complete
         self.c = Counters()
+        self.timing: PollTiming | None = None  # per-poll durations (kept across rewinds by the engine)
 
     # ---- snapshot for checkpoints -------------------------------------------------
 
@@ -407,7 +409,7 @@ class GraphState:
         rec = self.tasks.get(scope.task)
         if rec is None:
             return
-        self._end_poll(rec, scope, ev.time_ns)
+        self._end_poll(rec, scope, ev.time_ns, ev.seq)
         if ev.panicked:
             self._outcome(rec, PANICKED)
         elif ev.state is not None:
@@ -440,11 +442,13 @@ class GraphState:
             self._missed_exit(stack.pop())
         return stack.pop()
 
-    def _end_poll(self, rec: TaskRec, scope: PollScope, time_ns: int | None) -> None:
+    def _end_poll(self, rec: TaskRec, scope: PollScope, time_ns: int | None, seq: int | None = None) -> None:
         rec.running_on = None
         if time_ns is not None:
             if scope.time_ns is not None:
                 rec.busy_ns += max(time_ns - scope.time_ns, 0)
+                if self.timing is not None and seq is not None:
+                    self.timing.poll(rec.id, scope.entry_seq, seq, scope.time_ns, time_ns)
             rec.last_exit_ns = time_ns
 
     def _missed_exit(self, scope: PollScope) -> None:

@@ -52,14 +52,18 @@ def run(text: str, c: MonitorContext | None = None) -> str:
 
 
 def test_tasks_table() -> None:
+    # The script's events are 1 µs apart: a's first poll spans entry 1 µs to
+    # exit 6 µs (busy 5 µs), its second starts at 13 µs (idle 7 µs); no
+    # backend is named, so no capture cost is subtracted.
     assert run("async tasks") == "\n".join([
-        "ID  ADDRESS   STATE                                   POLLS  THREAD  PARENT  ASYNC FN",
-        "#1  0x100000  Running on thread 1                     2      1       root    rt::a",
-        "#2  0x100040  Running on thread 1                     2      1       #1      rt::b",
-        "#3  0x100080  Running on thread 1                     2      1       #2      rt::c",
-        "#4  0x200000  Suspended at src/main.rs:20 (Suspend0)  1      2       root    rt::sel",
-        "#5  0x200100  Suspended at src/main.rs:13 (Suspend0)  1      2       #4      rt::x",
-        "#6  0x200200  Suspended at src/main.rs:16 (Suspend0)  1      2       #4      rt::y",
+        "ID  ADDRESS   STATE                                   POLLS  BUSY  IDLE  LONGEST  THREAD  PARENT  ASYNC FN",
+        "#1  0x100000  Running on thread 1                     2      5us   7us   5us      1       root    rt::a",
+        "#2  0x100040  Running on thread 1                     2      3us   9us   3us      1       #1      rt::b",
+        "#3  0x100080  Running on thread 1                     2      1us   11us  1us      1       #2      rt::c",
+        "#4  0x200000  Suspended at src/main.rs:20 (Suspend0)  1      5us   0ns   5us      2       root    rt::sel",
+        "#5  0x200100  Suspended at src/main.rs:13 (Suspend0)  1      1us   0ns   1us      2       #4      rt::x",
+        "#6  0x200200  Suspended at src/main.rs:16 (Suspend0)  1      1us   0ns   1us      2       #4      rt::y",
+        "capture cost subtracted: 0ns per event (not known: raw durations)",
     ])
 
 

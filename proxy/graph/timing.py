@@ -1,0 +1,156 @@
+"""Poll timing per task: poll count, busy time with the capture's own cost
+taken out, longest poll, and a histogram of poll durations.
+
+Theory of operation (pure, no clock): the graph state calls `PollTiming.poll`
+at the end of every poll whose entry and exit both carry a timestamp
+(tracepoints and uprobes record one at the hit; the breakpoints backend uses
+the proxy's clock when it handles the hit). The raw duration, exit - entry,
+is too long by the capture's cost: every event recorded while the poll ran
+stalled the program (a ptrace stop stops every thread of the program while
+gdbserver steps over), and so did the rest of the entry's own stop. With
+``k`` events recorded between the entry and the exit (the gap in their
+sequence numbers, on any thread) the poll's own time is about
+
+    raw - (k + 1) * cost
+
+where ``cost`` is the time one event takes from the program (what
+``bench/bench_capture.py`` measures as µs per event). The cost is
+calibrated from the run itself: a poll with no event inside (a leaf:
+``yield_now``, a timer, a channel) costs exactly one event's worth (the tail
+of the entry stop plus the head of the exit stop) on top of its work, which
+is usually a few µs. The cost is the lower quartile of the last
+`LEAF_SAMPLES` leaf polls: the shortest one is the cost on an idle machine,
+but on a loaded one a stopped thread waits for a CPU after each resume, so
+the typical stop costs more than the cheapest (measured: 67 µs minimum, ms
+typical at load 6 on 2 cores). Until `MIN_LEAVES` leaves are seen the
+backend's figure from the benchmark (`DEFAULT_COST_US`) is used. Busy times
+are clamped at 0 per poll.
+
+Busy time is inclusive: a poll's time includes the polls of the futures it
+awaits (as tokio-console counts a task's busy time). Idle time (exit to
+next entry) comes from the graph state (`TaskRec.idle_ns`): the capture's
+cost never falls into it except for the stops of other threads.
+
+A rewind of the engine refolds logged events; `poll` ignores exits at or
+below the highest sequence number already counted, so nothing counts twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+SAMPLES = 1024  # poll durations kept per task for the histogram
+MAX_TASKS = 50_000  # tasks with timing kept (the oldest are forgotten first)
+MIN_LEAVES = 8  # polls with no event inside needed before the run calibrates the cost
+LEAF_SAMPLES = 4096  # the last leaf polls' durations kept for the calibration
+LEAF_QUANTILE = 0.25
+# µs one event costs the program, from bench/bench_capture.py (debug ct, this machine)
+DEFAULT_COST_US = {"tracepoints": 150.0, "breakpoints": 900.0, "uprobes": 12.0}
+
+
+@dataclass(slots=True)
+class TaskTiming:
+    polls: int = 0  # polls with both timestamps
+    raw_ns: int = 0  # sum of exit - entry
+    events: int = 0  # sum over those polls of 1 + events recorded inside
+    longest: tuple[int, int] = (0, 0)  # (raw_ns, events) of the poll with the longest raw time
+    samples: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=SAMPLES))
+
+
+class PollTiming:
+    def __init__(self) -> None:
+        self.tasks: dict[int, TaskTiming] = {}
+        self.default_cost_ns: int | None = None  # the backend's benchmark figure (set by the session)
+        self.backend: str | None = None
+        self.leaf_polls = 0
+        self._leaves: deque[int] = deque(maxlen=LEAF_SAMPLES)
+        self._cost_cache: tuple[int, int] | None = None  # (leaf_polls, cost) of the last sort
+        self._high = -1
+
+    # ---- feeding (from GraphState) -----------------------------------------------
+    def poll(self, task: int, enter_seq: int, exit_seq: int, enter_ns: int, exit_ns: int) -> None:
+        if exit_seq <= self._high:
+            return  # refolded after a rewind: counted already
+        self._high = exit_seq
+        raw = max(exit_ns - enter_ns, 0)
+        inside = max(exit_seq - enter_seq - 1, 0)
+        if inside == 0:
+            self.leaf_polls += 1
+            self._leaves.append(raw)
+        t = self.tasks.get(task)
+        if t is None:
+            if len(self.tasks) >= MAX_TASKS:
+                del self.tasks[next(iter(self.tasks))]
+            t = self.tasks[task] = TaskTiming()
+        t.polls += 1
+        t.raw_ns += raw
+        t.events += inside + 1
+        t.samples.append((raw, inside + 1))
+        if raw > t.longest[0]:
+            t.longest = (raw, inside + 1)
+
+    def set_backend(self, name: str | None) -> None:
+        """The capture backend in use: its benchmark cost until the run calibrates its own."""
+        if name != self.backend:
+            self.backend = name
+            us = DEFAULT_COST_US.get(name or "")
+            self.default_cost_ns = int(us * 1000) if us is not None else None
+
+    # ---- questions ----------------------------------------------------------------
+    def cost(self) -> tuple[int, str]:
+        """(ns per event subtracted, where the figure comes from)."""
+        if self.leaf_polls >= MIN_LEAVES:
+            if self._cost_cache is None or self._cost_cache[0] != self.leaf_polls:
+                leaves = sorted(self._leaves)
+                self._cost_cache = (self.leaf_polls, leaves[int(len(leaves) * LEAF_QUANTILE)])
+            return self._cost_cache[1], (f"calibrated: the lower quartile of {len(self._leaves)} polls "
+                                         "with no event inside")
+        if self.default_cost_ns is not None:
+            return self.default_cost_ns, f"{self.backend}'s figure from bench/bench_capture.py"
+        return 0, "not known: raw durations"
+
+    def of(self, task: int) -> TaskTiming | None:
+        return self.tasks.get(task)
+
+    def busy_ns(self, task: int) -> int:
+        t = self.tasks.get(task)
+        if t is None:
+            return 0
+        c, _ = self.cost()
+        if len(t.samples) == t.polls:  # every poll kept: clamp each at 0
+            return sum(max(r - e * c, 0) for r, e in t.samples)
+        return max(t.raw_ns - t.events * c, 0)
+
+    def longest_ns(self, task: int) -> int:
+        t = self.tasks.get(task)
+        if t is None:
+            return 0
+        c, _ = self.cost()
+        cands = [t.longest, *t.samples]
+        return max(max(r - e * c, 0) for r, e in cands)
+
+    def durations(self, task: int) -> list[int]:
+        """The last `SAMPLES` poll durations of the task, cost subtracted (ns)."""
+        t = self.tasks.get(task)
+        if t is None:
+            return []
+        c, _ = self.cost()
+        return [max(r - e * c, 0) for r, e in t.samples]
+
+
+def histogram(values: list[int]) -> list[tuple[int, int, int]]:
+    """Buckets of powers of two in µs: (low ns, high ns, count), empty ends trimmed."""
+    if not values:
+        return []
+    buckets: dict[int, int] = {}
+    for v in values:
+        us = v // 1000
+        b = us.bit_length()  # 0: < 1 µs; b: [2^(b-1), 2^b) µs
+        buckets[b] = buckets.get(b, 0) + 1
+    lo, hi = min(buckets), max(buckets)
+    out = []
+    for b in range(lo, hi + 1):
+        low = 0 if b == 0 else (1 << (b - 1)) * 1000
+        out.append((low, (1 << b) * 1000, buckets.get(b, 0)))
+    return out

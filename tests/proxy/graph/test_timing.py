@@ -1,0 +1,120 @@
+"""Poll timing (proxy/graph/timing.py) and `monitor async top`, on recorded events.
+
+The events model a capture whose every event stalls the program for COST ns
+(the Script advances its clock by 1 µs per event) on top of the work the
+script adds between events: subtracting the calibrated cost must give the
+work back exactly.
+"""
+
+from __future__ import annotations
+
+from graphfix import Script, engine
+
+from proxy.commands.monitor import MonitorContext, run_monitor
+from proxy.commands.top import fmt_ns
+from proxy.graph.engine import Engine
+from proxy.graph.timing import MIN_LEAVES, histogram
+
+COST = 1000  # ns: the Script's clock step per event
+SPIN, NAP = 0x300000, 0x300100
+
+
+def spinner_and_sleeper(polls: int = 10, spin_us: int = 2000) -> Engine:
+    """Task a ("spinner") works spin_us in each poll, with a child c polled inside
+    (work 5 µs); task x ("sleeper") works 0 in each poll and sleeps 3 ms between."""
+    s = Script()
+    for i in range(polls):
+        s.enter("a", SPIN, state=0 if i == 0 else 3)
+        s.time += spin_us * 1000 // 2
+        s.enter("c", SPIN + 0x40, state=0 if i == 0 else 3)
+        s.time += 5_000
+        s.exit(3)
+        s.time += spin_us * 1000 // 2
+        s.exit(3)
+        s.enter("x", NAP, thread=2, state=0 if i == 0 else 3)
+        s.exit(3, thread=2)
+        s.time += 3_000_000
+    e = engine()
+    e.feed_many(s.events)
+    return e
+
+
+def task_id(e: Engine, path: str) -> int:
+    (t,) = [t for t in e.tasks() if t.path == path]
+    return t.id
+
+
+def test_calibrated_cost_gives_the_work_back() -> None:
+    e = spinner_and_sleeper()
+    cost, source = e.timing.cost()
+    # c and x are leaves (no event between entry and exit): 20 polls, x's 10
+    # took one event's cost plus no work, c's 10 5 µs more: the lower
+    # quartile is exactly COST.
+    assert cost == COST and "calibrated" in source and "20 polls" in source
+    a, c, x = (task_id(e, p) for p in ("rt::a", "rt::c", "rt::x"))
+    assert e.timing.busy_ns(a) == 10 * (2_000_000 + 5_000)  # inclusive: c's work inside a's polls
+    assert e.timing.busy_ns(c) == 10 * 5_000
+    assert e.timing.busy_ns(x) == 0
+    assert e.timing.longest_ns(a) == 2_005_000
+    assert e.timing.of(a).polls == 10  # type: ignore[union-attr]
+    # raw, without subtraction, each poll of a is 3 events' cost longer
+    assert e.timing.of(a).raw_ns == 10 * (2_005_000 + 3 * COST)  # type: ignore[union-attr]
+
+
+def test_backend_figure_until_enough_leaves() -> None:
+    e = spinner_and_sleeper(polls=MIN_LEAVES // 2 - 1)
+    e.timing.set_backend("tracepoints")
+    cost, source = e.timing.cost()
+    assert cost == 150_000 and "tracepoints" in source and "bench_capture" in source
+    # busy never goes negative: x's polls are shorter than the assumed cost
+    assert e.timing.busy_ns(task_id(e, "rt::x")) == 0
+    e.timing.set_backend("no-such-backend")
+    assert e.timing.cost() == (0, "not known: raw durations")
+
+
+def test_rewind_and_refold_count_nothing_twice() -> None:
+    e = spinner_and_sleeper()
+    a = task_id(e, "rt::a")
+    before = (e.timing.of(a).polls, e.timing.busy_ns(a))  # type: ignore[union-attr]
+    last = e.cursor_seq
+    assert last is not None
+    e.rewind_to(last // 2)
+    e.forward_to(last)
+    assert (e.timing.of(a).polls, e.timing.busy_ns(a)) == before  # type: ignore[union-attr]
+
+
+def test_top_ranks_by_busy_time_and_shows_a_histogram() -> None:
+    e = spinner_and_sleeper()
+    ctx = MonitorContext(e)
+    out = run_monitor("async top", ctx).splitlines()
+    assert out[0] == "capture cost subtracted: 1us per event (calibrated: the lower quartile of 20 polls with no event inside)"
+    assert out[1].split() == ["ID", "BUSY", "POLLS", "MEAN", "LONGEST", "IDLE", "ASYNC", "FN"]
+    ranked = [line.split()[-1] for line in out[2:]]
+    assert ranked == ["rt::a", "rt::c", "rt::x"]
+    assert out[2].split()[1:5] == ["20.1ms", "10", "2ms", "2ms"]  # 3 significant digits
+    assert run_monitor("async top 1", ctx).splitlines()[-1] == "... 2 more (monitor async top N)"
+    hist = run_monitor(f"async top #{task_id(e, 'rt::a')}", ctx).splitlines()
+    assert hist[0].startswith("#1 rt::a: 10 polls, busy 20.1ms, longest 2ms")
+    assert hist[3].split() == ["1.02ms", "..", "2.05ms", "10", "#" * 40]
+    assert run_monitor("async top #99", ctx) == "asyncrsp: no task '#99' (see 'monitor async tasks')"
+    assert run_monitor("async top 1 2", ctx) == "asyncrsp: usage: top [N | TASK]"
+
+
+def test_events_without_time_give_no_timing() -> None:
+    s = Script()
+    s.enter("a", SPIN)
+    s.exit(3)
+    e = engine()
+    e.feed_many([type(ev)(**{**{f: getattr(ev, f) for f in ev.__slots__}, "time_ns": None})  # type: ignore[attr-defined]
+                 for ev in s.events])
+    out = run_monitor("async tasks", MonitorContext(e))
+    assert "BUSY" not in out and "capture cost" not in out
+    assert run_monitor("async top", MonitorContext(e)).startswith("no timed polls yet")
+
+
+def test_histogram_buckets_and_formatting() -> None:
+    assert histogram([]) == []
+    assert histogram([500, 1_500, 3_000, 3_500, 9_000]) == [
+        (0, 1000, 1), (1000, 2000, 1), (2000, 4000, 2), (4000, 8000, 0), (8000, 16000, 1)]
+    assert [fmt_ns(v) for v in (999, 1_000, 12_345, 2_500_000, 3_000_000_000)] == [
+        "999ns", "1us", "12.3us", "2.5ms", "3s"]
