@@ -72,3 +72,24 @@ def test_probe_hits_zero_without_calls(programs: dict[str, Path]) -> None:
         px.wait(timeout=20)
     m = re.search(r"probe hits: (\d+)", run.output)
     assert m and int(m.group(1)) == 0, run.output
+
+
+@pytest.mark.parametrize("capture", ["breakpoints", "auto"])
+def test_fork_child_does_not_inherit_the_probes(capture: str, programs: dict[str, Path]) -> None:
+    """A forked child gets a copy of the parent's memory, the proxy's int3s
+    included; gdb detaches the child after taking out only its own
+    breakpoints. The proxy takes its own out of the child first: the child
+    calls the probed function and exits normally."""
+    require_tool("gdb", "gdbserver")
+    prog = programs["forking"]
+    with start_stub("gdbserver", prog, []) as stub, \
+            start_proxy(stub.address, probes=["^probed$"], extra=["--capture", capture]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
+                               "monitor async stats", "delete", "continue"], timeout=120)
+        assert px.wait(timeout=20) == 0, px.stderr_text()
+        stub.wait(timeout=10)
+        out = run.output
+        child = stub.output_text()
+    assert "child: exit 0" in child, child + out
+    assert "fork children cleaned of the proxy's breakpoints: 1" in out, out
+    assert re.search(r"^\s*probed: 3$", out, re.M), out  # the parent's three calls, hidden

@@ -15,7 +15,7 @@ from pathlib import Path
 
 SOURCES = Path(__file__).resolve().parents[1] / "programs"
 CFLAGS = ("-g", "-O0", "-pthread", "-Wall", "-Wextra", "-fno-omit-frame-pointer")
-NAMES = ("probe_count", "threads", "signals", "watch", "spin", "exitcode")
+NAMES = ("probe_count", "threads", "signals", "watch", "spin", "exitcode", "forking")
 
 
 class BuildError(RuntimeError):

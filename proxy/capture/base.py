@@ -72,6 +72,13 @@ class CaptureBase:
     def probe_counts(self) -> dict[int, int]:
         return {}
 
+    def forked(self, child: object) -> Procedure | None:
+        """The program forked; the stub's selected process is the child
+        (`child` is its ThreadId): take whatever this backend put in the
+        parent's memory out of the child's copy. Hidden breakpoints are
+        already removed by the session."""
+        return None
+
     # -- hidden breakpoints
     def reads(self, probe: Probe, thread: int, stop: StopReply) -> tuple[bytes, ...]:
         return ()

@@ -135,6 +135,7 @@ class SessionStats:
     emulated: int = 0  # hidden stops resumed once, the probed instruction emulated
     hidden_interrupts: int = 0  # the proxy stopped the program for its capture (drains)
     capture_switches: int = 0
+    forks_cleaned: int = 0  # fork children whose copies of the proxy's breakpoints were removed
     interrupts_during_hidden: int = 0
     capture_errors: int = 0
     client_packets: int = 0
@@ -189,6 +190,7 @@ class Session:
         self.capture_notice: str | None = None
         self._entry: int | None = None
         self._emulate = False  # decided from the stub's qSupported reply
+        self._main_pid: int | None = None  # the program's process (fork children are others)
 
     # ------------------------------------------------------------------ output
     def take_actions(self) -> list[Action]:
@@ -391,6 +393,10 @@ class Session:
         self._reply(build_qsupported_reply(shown))
 
     def _client_breakpoint(self, body: bytes, raw: bytes | None) -> None:
+        if self._client_selects_other_process():
+            # gdb taking its breakpoints out of a fork child (Hg child; z0):
+            # that process is not the program, its table is not ours.
+            return self._forward(body, raw)
         bp = parse_breakpoint(body)
         key: BpKey = (bp.type, bp.addr, bp.kind)
         if bp.insert:
@@ -556,6 +562,10 @@ class Session:
 
     def _client_leave(self, body: bytes, raw: bytes | None) -> None:
         """Rule 9: detach/kill: remove every proxy breakpoint first."""
+        if self._other_process(body):
+            # gdb detaching (or killing) a fork child it does not follow:
+            # the program itself stays, and so do the probes.
+            return self._forward(body, raw)
         if self._holds_program() and not self._program_exited:
             self._start_proc(self._proc_leave(then=(body, raw)))
         else:
@@ -630,6 +640,24 @@ class Session:
             self._capture_installed = False  # nothing is left in a process that is gone
             self._report_stop(sr, raw)
             return
+        if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self._holds_program():
+            try:
+                child: ThreadId | None = ThreadId.parse(sr.reason_value)
+            except MalformedPacket:
+                child = None
+            if child is not None:
+                self._start_proc(self._proc_clean_fork_child(sr, raw, child))
+                return
+        if sr.kind == "T" and sr.reason == "exec" and self._holds_program():
+            # A new image: the probes went with the old one (the stub forgets
+            # the process's breakpoints at exec). Stop capturing, say so.
+            self.bps.proxy.clear()
+            self.probes.clear()
+            self._capture_keys = []
+            self._capture_installed = False
+            self.capture = None
+            self.capture_notice = "the program called exec: capture stopped (its probes belonged to the old image)"
+            self._emit(Notice(self.capture_notice))
         if self._capture_interrupt and sr.signal == SIGINT and not self._interrupt_forwarded and not self._closing:
             # Our own interrupt (a drain the capture asked for): hidden.
             self._capture_interrupt = False
@@ -871,6 +899,26 @@ class Session:
         """The proxy has something in the program to take out before it goes."""
         return bool(self.bps.proxy_only()) or self._capture_installed or self._capture_interrupt
 
+    def _proc_clean_fork_child(self, sr: StopReply, raw: bytes, child: ThreadId) -> Procedure:
+        """A fork child inherits the parent's memory, the proxy's int3s
+        included: gdb detaches the child once it has taken *its* breakpoints
+        out, and the child would die of SIGTRAP at the first probe it meets.
+        Take the proxy's out of the child first (the stub applies z0 to the
+        process selected with Hg), then put the stub's selection back on the
+        thread that reported the fork (rule 6), then report the fork."""
+        assert sr.thread is not None
+        bodies = [b"Hg" + child.format(True)]
+        bodies += [_z(False, k) for k in self.bps.proxy_only()]
+        yield Exchange(tuple(bodies))
+        if self.capture is not None:
+            proc = self._capture_call("forked", child)
+            if proc is not None:
+                yield from proc
+        yield Exchange((b"Hg" + sr.thread.format(True),))
+        self.stats.forks_cleaned += 1
+        self._proc = None
+        self._report_stop(sr, raw)
+
     def _proc_capture_stop(self, proc: Procedure | None) -> Procedure:
         """A stop the capture caused: its own interrupt (drain), or a stop it
         records itself. Hidden: run the capture's procedure, resume as the
@@ -976,6 +1024,7 @@ class Session:
             if reply[:1] in (b"l", b"m"):
                 self.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
         pid = self._stop_pid()
+        self._main_pid = pid
         if self.exec_file is None and self.config.local_exe is not None and pid is not None:
             self.exec_file = self.config.local_exe(pid)
         entry: int | None = None
@@ -1101,6 +1150,26 @@ class Session:
             self.capture = self.config.make_capture(name, mode, self.target)
             yield from self._install_capture()
 
+    def _client_selects_other_process(self) -> bool:
+        g = self.client_g_thread
+        if not g or self._main_pid is None or not g.startswith(b"p"):
+            return False
+        try:
+            pid = ThreadId.parse(g).pid
+        except MalformedPacket:
+            return False
+        return pid is not None and pid > 0 and pid != self._main_pid
+
+    def _other_process(self, body: bytes) -> bool:
+        """`D;pid` / `vKill;pid` naming a process other than the program's."""
+        _, sep, arg = body.partition(b";")
+        if not sep or self._main_pid is None:
+            return False
+        try:
+            return int(arg, 16) != self._main_pid
+        except ValueError:
+            return False
+
     def _stop_pid(self) -> int | None:
         """The program's pid from the last stop (without multiprocess ids the
         first stop's thread is the main thread, whose tid is the pid)."""
@@ -1187,6 +1256,8 @@ class Session:
         ]
         if s.hidden_interrupts:
             lines.append(f"hidden interrupts (capture drains): {s.hidden_interrupts}")
+        if s.forks_cleaned:
+            lines.append(f"fork children cleaned of the proxy's breakpoints: {s.forks_cleaned}")
         if s.capture_switches:
             lines.append(f"capture switches: {s.capture_switches}")
         if self.capture_notice:

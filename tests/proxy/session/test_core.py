@@ -253,3 +253,32 @@ def test_hang_up_during_a_hidden_stop_sends_no_interrupt() -> None:
     acts = d.stub(b"OK")
     assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]
     assert any(isinstance(a, Close) for a in d.stub(b"OK"))
+
+
+def test_fork_child_loses_the_proxy_breakpoints_and_is_not_the_program() -> None:
+    """gdbserver reports a fork (`fork:` reason) with the child stopped; the
+    child holds copies of the proxy's int3s. The proxy removes them in the
+    child (Hg child; z0), puts the stub's selection back, reports the fork.
+    gdb's own z0s in the child and its `D;child` leave the program's table
+    and probes alone."""
+    d = Driver()
+    d.client(b"?")
+    d.stub(stop_at(0x1000, reason=b""))  # the program's pid comes from its first stop
+    d.start_running()
+    child = b"p3a99.3a99"
+    acts = d.stub(stop_at(0x1000, reason=b"fork:" + child + b";"))
+    assert bodies(acts, ToStub) == [b"Hg" + child, f"z0,{PROBE:x},1".encode()]
+    acts = d.stub(b"OK") + d.stub(b"OK")
+    assert bodies(acts, ToStub) == [b"Hg" + THREAD]
+    acts = d.stub(b"OK")
+    assert bodies(acts, ToClientRaw)  # the fork is reported
+    d.client(b"Hg" + child)
+    d.stub(b"OK")
+    assert bodies(d.client(b"z0,2000,1"), ToStubRaw) == [frame(b"z0,2000,1")]  # forwarded as is
+    d.stub(b"OK")
+    d.client(b"Hg" + THREAD)
+    d.stub(b"OK")
+    assert bodies(d.client(b"D;3a99"), ToStubRaw) == [frame(b"D;3a99")]  # not a leave
+    d.stub(b"OK")
+    assert d.s.bps.proxy_only() == [(0, PROBE, 1)] and PROBE in d.s.probes
+    assert d.s.stats.forks_cleaned == 1
