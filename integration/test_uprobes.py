@@ -409,3 +409,99 @@ def test_more_client_breakpoints_at_probe_sites_than_debug_registers_hands_over(
     assert "capture switches: 1" in second and "capture: breakpoints" in second, second
     assert "capture errors: 0" in stats[2]
     assert [_hits(stats[2], f"f{i}") for i in range(1, 7)] == [n] * 6, stats[2]
+
+
+# ---------------------------------------------------------------- fork and exec
+
+def _children_of(pid: int) -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
+def test_kernel_fact_a_forked_child_keeps_the_int3s_and_is_not_recorded() -> None:
+    """What the backend has to handle (Linux 6.18, uprobe_multi filtered by pid): the child
+    of a probed process inherits the int3s (the kernel copies the code pages with them) and
+    the link neither records it nor takes them out. No proxy here, no gdb: the capture alone."""
+    prog = cprogs.build("forker")
+    n = 200
+    inv = _c_inventory(prog, "probed")
+    eng = Engine(Catalog(inv, BIAS), keep_log=False)
+    pid = spawn_stopped([str(prog), str(n), "fork"])
+    target = SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=BIAS, engine=eng,
+                             note=None, extra={})
+    cap = UprobeCapture(unwind_share=0.0)
+    cap.plan(target)  # type: ignore[arg-type]
+    cap.install()
+    assert cap.attached, cap.note
+    os.kill(pid, signal.SIGCONT)
+    child_mem = None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        cap.poll()
+        kids = _children_of(pid)
+        if kids:
+            time.sleep(0.3)  # the child is in its 1.5 s of calls
+            child_mem = _mem(kids[0], _addr(prog, "probed"), 1)
+            break
+        time.sleep(0.002)
+    _, status = os.waitpid(pid, 0)
+    cap.sync()
+    cap.uninstall()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert child_mem == b"\xcc"
+    assert cap.decoder is not None and cap.decoder.stats.entries == 2 * n  # the parent's calls only
+
+
+def _forker_session(mode: str, seen: dict[str, object]) -> tuple[list[tuple[str, str]], list[str]]:
+    prog = cprogs.build("forker")
+    n = 50
+    site = _addr(prog, "probed")
+
+    def look(con: object, stub: Any, route: str) -> None:
+        pid = stub.find_inferior()
+        seen[f"{route} parent"] = _mem(pid, site, 1)
+        kids = [k for k in _children_of(pid)]
+        if kids:
+            seen[f"{route} child"] = _mem(kids[0], site, 4)
+
+    def output(con: object, stub: Any, route: str) -> None:
+        time.sleep(0.2)
+        seen[f"{route} output"] = stub.output_text()
+
+    steps = [f"catch {mode}", "continue", look, STATS, "continue", output]
+    direct, _, _ = _gdb_run(prog, [str(n), mode], steps, [], "direct")
+    proxied, stats, _ = _gdb_run(prog, [str(n), mode], steps, ["^probed$"], "proxy")
+    _same(direct, proxied)
+    seen["orig"] = _file_bytes(prog, "probed", 4)
+    seen["n"] = n
+    return proxied, stats
+
+
+def test_a_forked_child_is_cleaned_of_the_probes() -> None:
+    """gdb asks for fork events: at the fork report (the child stopped under gdbserver) the
+    proxy writes the file's bytes over the child's copies of the int3s; the parent stays
+    probed and counted, the child runs to its exit 0."""
+    seen: dict[str, object] = {}
+    proxied, stats = _forker_session("fork", seen)
+    assert "Catchpoint 1 (forked process" in proxied[1][1]
+    assert seen["proxy child"] == seen["orig"]
+    assert seen["proxy parent"] == b"\xcc"  # the capture stays with the parent
+    assert _hits(stats[0], "probed") == seen["n"]
+    assert "forked children cleaned of the probes: 1" in stats[0]
+    assert "exited normally" in proxied[-1][1] and "forker child=0 " in str(seen["proxy output"])
+
+
+def test_exec_closes_the_probes_and_says_so() -> None:
+    """An exec of the same file (the case where the kernel would keep probing the new image):
+    the links close at the exec report, the new image has the file's bytes, `stats` says why
+    capture stopped, and the program runs on to its exit."""
+    seen: dict[str, object] = {}
+    proxied, stats = _forker_session("exec", seen)
+    assert "Catchpoint 1 (exec'd" in proxied[1][1]
+    assert seen["proxy parent"] == seen["orig"][:1]
+    assert re.search(r"capture note: uprobes: the program exec'd .*: capture stopped", stats[0]), stats[0]
+    assert _hits(stats[0], "probed") == seen["n"]
+    assert "exited normally" in proxied[-1][1] and "forker exec'd" in str(seen["proxy output"])

@@ -118,6 +118,7 @@ class UprobeCapture(CaptureBase):
         self.attach_s: float | None = None
         self.detach_s: float | None = None
         self.notices: list[str] = []
+        self.children_cleaned = 0  # forked children whose copies of the probes were taken out
 
     # ------------------------------------------------------------------ availability
     @staticmethod
@@ -486,15 +487,93 @@ class UprobeCapture(CaptureBase):
         return None
 
     def client_reply(self, request: bytes, reply: bytes) -> bytes:
-        if reply[:1] in (b"W", b"X") and request.startswith(b"vCont"):
+        if reply[:1] in (b"W", b"X") and request.startswith(b"vCont") and self._own_exit(reply):
             self._close_links()  # the process is gone: fold its last events, free the links
             return reply
+        if reply[:1] == b"T" and (b"fork:" in reply or b"exec:" in reply):
+            self._process_event(reply)
         c = request[:1]
         if c == b"m" and self._mask and reply[:1] != b"E":
             return self._mask_m(request, reply)
         if self._hw_converted and b"hwbreak" in reply and reply[:1] in (b"T", b"S"):
             return self._swbreak(reply)
         return reply
+
+    def _own_exit(self, reply: bytes) -> bool:
+        """The exit of our process (not of a forked child the client follows too)."""
+        from rsp.packets.stop import parse_stop_reply
+
+        try:
+            pid = parse_stop_reply(reply).pid
+        except MalformedPacket:
+            return True
+        return pid is None or not self._pid or pid == self._pid
+
+    def _process_event(self, reply: bytes) -> None:
+        """Fork and exec, as gdbserver reports them to a client that asked for
+        ``fork-events+`` / ``exec-events+`` (gdb does).
+
+        * fork: the kernel copies the parent's code pages with the uprobes'
+          ``int3`` in them, and a uprobe_multi link filtered by pid neither
+          records the child nor takes them out of it (checked on Linux 6.18,
+          ``integration/test_uprobes.py``: the child runs, each call traps
+          into the kernel for nothing). The child is stopped at this report:
+          its memory gets the file's bytes back through ``/proc/CHILD/mem``.
+          The capture stays with the parent.
+        * vfork: the child shares the parent's memory until it execs: nothing
+          of its own to clean (and its calls are not recorded: other pid).
+        * exec: the process is a new image. A link on the same file would
+          probe it again (the kernel keys uprobes by inode) at addresses and
+          with a graph planned for the old one: the links are closed and the
+          capture stops, said in ``stats``.
+        """
+        from rsp.packets.stop import parse_stop_reply
+        from rsp.threads import ThreadId
+
+        try:
+            sr = parse_stop_reply(reply)
+        except MalformedPacket:
+            return
+        if sr.reason == "fork":
+            try:
+                child = ThreadId.parse(sr.reason_value)
+            except MalformedPacket:
+                return
+            pid = child.pid or child.tid
+            if pid > 0 and pid != self._pid:
+                self._clean_child(pid)
+        elif sr.reason == "exec" and self._prog is not None:
+            try:
+                path = bytes.fromhex(sr.reason_value.decode()).decode(errors="replace")
+            except ValueError:
+                path = "?"
+            self._close_links()
+            self._mask, self._sites_by_addr = [], {}
+            self._hw_converted.clear()  # the stub forgets breakpoints at an exec, and so does gdb
+            self.note = (f"uprobes: the program exec'd {path}: capture stopped, the probes are out "
+                         "of the new image (start a new session to capture it)")
+            self.notices.append(self.note)
+
+    def _clean_child(self, pid: int) -> None:
+        """Put the file's bytes back at every site in a forked child's memory."""
+        failed = 0
+        try:
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+        except OSError as err:
+            self.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: {err}")
+            return
+        try:
+            for addr, orig in self._mask:
+                try:
+                    if os.pread(fd, len(orig), addr) != orig:
+                        os.pwrite(fd, orig, addr)
+                except OSError:
+                    failed += 1
+        finally:
+            os.close(fd)
+        self.children_cleaned += 1
+        if failed:
+            self.notices.append(f"uprobes: forked child {pid}: {failed} probe sites could not be restored")
 
     def _mask_m(self, request: bytes, reply: bytes) -> bytes:
         try:
@@ -540,8 +619,11 @@ class UprobeCapture(CaptureBase):
             lines.append(f"bad uprobe records: {self.decoder.stats.bad}")
         if self._hw_converted:
             lines.append(f"client breakpoints at uprobe sites (as hardware): {len(self._hw_converted)}")
+        if self.children_cleaned:
+            lines.append(f"forked children cleaned of the probes: {self.children_cleaned}")
         if self.unwinder is not None:
             lines += self.unwinder.stats.lines()
+        lines += [f"capture note: {n}" for n in self.notices if n != self.note]
         if self.note:
             lines.append(f"capture note: {self.note}")
         if self.plan_ is not None:

@@ -172,3 +172,28 @@ def test_committed_object_matches_its_source() -> None:
     stamp = Path(bpf_build.STAMP).read_text().strip()
     assert stamp == hashlib.sha256(Path(bpf_build.SOURCE).read_bytes()).hexdigest()
     assert Path(bpf_build.OBJECT).stat().st_size > 0
+
+
+def test_exit_of_a_followed_child_keeps_the_parents_links() -> None:
+    cap = _capture_with_sites({0x1000: b"\x55"})
+    cap._pid = 0x10
+    closed: list[int] = []
+    cap._close_links = lambda: closed.append(1)  # type: ignore[method-assign]
+    cap.client_reply(b"vCont;c", b"W00;process:11")  # a child gdb followed too
+    assert closed == []
+    cap.client_reply(b"vCont;c", b"W00;process:10")
+    cap.client_reply(b"vCont;c", b"W00")  # no multiprocess: the only process
+    assert closed == [1, 1]
+
+
+def test_exec_report_closes_the_links_and_stops_masking() -> None:
+    cap = _capture_with_sites({0x1000: b"\x55"})
+    cap._pid = 0x10
+    closed: list[int] = []
+    cap._close_links = lambda: closed.append(1)  # type: ignore[method-assign]
+    path = b"/bin/true".hex().encode()
+    cap.client_reply(b"vCont;c", b"T05exec:" + path + b";thread:p10.10;")
+    assert closed == [1] and "exec'd /bin/true" in (cap.note or "")
+    # the new image's code is not the planned file's: no masking any more
+    assert cap.client_reply(b"m1000,1", b"90") == b"90"
+    assert any("exec'd /bin/true" in ln for ln in cap.stats_lines())
