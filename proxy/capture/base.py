@@ -79,6 +79,14 @@ class CaptureBase:
         already removed by the session."""
         return None
 
+    def exec_happened(self, path: str | None) -> None:
+        """The program exec'd `path`: the old image and the stub's breakpoints
+        are gone and the session drops this backend without an uninstall.
+        Take out what the backend holds in the process outside the stub
+        (uprobes: kernel links on the file, which an exec of the same file
+        keeps). Talk to no one: the session says why capture stopped."""
+        return None
+
     # -- hidden breakpoints
     def reads(self, probe: Probe, thread: int, stop: StopReply) -> tuple[bytes, ...]:
         return ()

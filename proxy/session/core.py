@@ -655,6 +655,13 @@ class Session:
             self.probes.clear()
             self._capture_keys = []
             self._capture_installed = False
+            if self.capture is not None:
+                try:
+                    path: str | None = bytes.fromhex(sr.reason_value.decode()).decode(errors="replace")
+                except ValueError:
+                    path = None
+                self._capture_call("exec_happened", path)
+                self._fold_capture_counts()
             self.capture = None
             self.capture_notice = "the program called exec: capture stopped (its probes belonged to the old image)"
             self._emit(Notice(self.capture_notice))
@@ -1104,10 +1111,7 @@ class Session:
         if self._capture_counts:
             # the capture's counts join ours; its probes become hidden breakpoints again
             # (after its uninstall: the uprobes are out before our Z0 goes in)
-            for addr, n in (self._capture_call("probe_counts") or {}).items():
-                if addr in self._capture_counts:
-                    self.stats.probe_stats.add(self._capture_counts[addr], n)
-            counted, self._capture_counts = list(self._capture_counts.values()), {}
+            counted = self._fold_capture_counts()
             if replant:
                 yield from self._plant_probes(counted)
         bodies = []
@@ -1118,6 +1122,14 @@ class Session:
         self._capture_keys = []
         if bodies:
             yield Exchange(tuple(bodies))
+
+    def _fold_capture_counts(self) -> list[Probe]:
+        """The count probes the capture counted: their hits join ours; returns them."""
+        for addr, n in (self._capture_call("probe_counts") or {}).items():
+            if addr in self._capture_counts:
+                self.stats.probe_stats.add(self._capture_counts[addr], n)
+        counted, self._capture_counts = list(self._capture_counts.values()), {}
+        return counted
 
     def request_switch(self, capture: str | None = None, mode: str | None = None) -> None:
         """Ask for another capture backend or mode; done after the command that asked."""

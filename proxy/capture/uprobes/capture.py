@@ -490,8 +490,6 @@ class UprobeCapture(CaptureBase):
         if reply[:1] in (b"W", b"X") and request.startswith(b"vCont") and self._own_exit(reply):
             self._close_links()  # the process is gone: fold its last events, free the links
             return reply
-        if reply[:1] == b"T" and (b"fork:" in reply or b"exec:" in reply):
-            self._process_event(reply)
         c = request[:1]
         if c == b"m" and self._mask and reply[:1] != b"E":
             return self._mask_m(request, reply)
@@ -509,50 +507,33 @@ class UprobeCapture(CaptureBase):
             return True
         return pid is None or not self._pid or pid == self._pid
 
-    def _process_event(self, reply: bytes) -> None:
-        """Fork and exec, as gdbserver reports them to a client that asked for
-        ``fork-events+`` / ``exec-events+`` (gdb does).
+    # Fork and exec, as gdbserver reports them to a client that asked for
+    # fork-events+ / exec-events+ (gdb does); the session calls these hooks.
+    # * fork: the kernel copies the parent's code pages with the uprobes' int3s
+    #   in them, and a uprobe_multi link filtered by pid neither records the
+    #   child nor takes them out of it (checked on Linux 6.18,
+    #   integration/test_uprobes.py: the child runs, each of its calls traps
+    #   into the kernel for nothing). The child is stopped at the report: its
+    #   memory gets the file's bytes back through /proc/CHILD/mem. The capture
+    #   stays with the parent.
+    # * vfork: the child shares the parent's memory until it execs: nothing of
+    #   its own to clean (and its calls are not recorded: another pid).
+    # * exec: a new image. A link on the same file would probe it again (the
+    #   kernel keys uprobes by inode) with a plan made for the old one: the
+    #   links close and the capture stops, said in stats.
+    def forked(self, child: object) -> Procedure | None:
+        pid = int(getattr(child, "pid", 0) or getattr(child, "tid", 0) or 0)
+        if pid > 0 and pid != self._pid and self._mask:
+            self._clean_child(pid)
+        return None
 
-        * fork: the kernel copies the parent's code pages with the uprobes'
-          ``int3`` in them, and a uprobe_multi link filtered by pid neither
-          records the child nor takes them out of it (checked on Linux 6.18,
-          ``integration/test_uprobes.py``: the child runs, each call traps
-          into the kernel for nothing). The child is stopped at this report:
-          its memory gets the file's bytes back through ``/proc/CHILD/mem``.
-          The capture stays with the parent.
-        * vfork: the child shares the parent's memory until it execs: nothing
-          of its own to clean (and its calls are not recorded: other pid).
-        * exec: the process is a new image. A link on the same file would
-          probe it again (the kernel keys uprobes by inode) at addresses and
-          with a graph planned for the old one: the links are closed and the
-          capture stops, said in ``stats``.
-        """
-        from rsp.packets.stop import parse_stop_reply
-        from rsp.threads import ThreadId
-
-        try:
-            sr = parse_stop_reply(reply)
-        except MalformedPacket:
-            return
-        if sr.reason == "fork":
-            try:
-                child = ThreadId.parse(sr.reason_value)
-            except MalformedPacket:
-                return
-            pid = child.pid or child.tid
-            if pid > 0 and pid != self._pid:
-                self._clean_child(pid)
-        elif sr.reason == "exec" and self._prog is not None:
-            try:
-                path = bytes.fromhex(sr.reason_value.decode()).decode(errors="replace")
-            except ValueError:
-                path = "?"
-            self._close_links()
-            self._mask, self._sites_by_addr = [], {}
-            self._hw_converted.clear()  # the stub forgets breakpoints at an exec, and so does gdb
-            self.note = (f"uprobes: the program exec'd {path}: capture stopped, the probes are out "
-                         "of the new image (start a new session to capture it)")
-            self.notices.append(self.note)
+    def exec_happened(self, path: str | None) -> None:
+        self._close_links()
+        self._mask, self._sites_by_addr = [], {}
+        self._hw_converted.clear()  # the stub forgets breakpoints at an exec, and so does gdb
+        self.note = (f"uprobes: the program exec'd {path or '?'}: capture stopped, the probes are out "
+                     "of the new image (start a new session to capture it)")
+        self.notices.append(self.note)
 
     def _clean_child(self, pid: int) -> None:
         """Put the file's bytes back at every site in a forked child's memory."""

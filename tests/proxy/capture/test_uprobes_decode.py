@@ -191,8 +191,7 @@ def test_exec_report_closes_the_links_and_stops_masking() -> None:
     cap._pid = 0x10
     closed: list[int] = []
     cap._close_links = lambda: closed.append(1)  # type: ignore[method-assign]
-    path = b"/bin/true".hex().encode()
-    cap.client_reply(b"vCont;c", b"T05exec:" + path + b";thread:p10.10;")
+    cap.exec_happened("/bin/true")
     assert closed == [1] and "exec'd /bin/true" in (cap.note or "")
     # the new image's code is not the planned file's: no masking any more
     assert cap.client_reply(b"m1000,1", b"90") == b"90"
