@@ -295,3 +295,35 @@ def _ns(cell: str) -> float:
     m = re.fullmatch(r"([\d.]+)(ns|us|ms|s)", cell)
     assert m, cell
     return float(m.group(1)) * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[m.group(2)]
+
+
+# ------------------------------------------------------------ program exit
+def _stats_counts(out: str) -> tuple[int, int, int]:
+    m = re.search(r"events: (\d+) \(enters (\d+), exits (\d+), lost (\d+)", out)
+    assert m, out[-3000:]
+    assert m.group(4) == "0", out[-3000:]
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+@pytest.mark.timeout(300)
+def test_exit_while_tracing_drains_the_last_frames() -> None:
+    """The program runs to its exit with no stop in between: every frame is
+    still in gdbserver's buffer at the `W`. The proxy drains it before the
+    client sees the exit (gdbserver answers qTStatus/qTBuffer after the
+    process is gone) - the same events as a run that stops at `_exit`."""
+    require_tool("gdb", "gdbserver")
+    prog = graph._binary("debug", "tokio_bench")
+    got = {}
+    for how, cmds in (("exit", ["continue"]), ("_exit", ["break _exit", "continue"])):
+        with start_stub("gdbserver", prog, ["5", "ct"]) as stub, start_proxy(stub.address, extra=TRACE) as px:
+            # extended-remote: gdb stays connected after the exit and can still ask
+            run = gdb_batch(prog, [f"target extended-remote {px.address}", *cmds, "monitor async stats", "kill"],
+                            timeout=240)
+            assert "check=ok" in stub.output_text(), stub.output_text()
+        if how == "exit":
+            assert "exited normally" in run.output, run.output
+            assert "trace drains after the program exited: 1" in run.output, run.output
+        events, enters, exits = _stats_counts(run.output)
+        assert enters == exits and events == enters + exits, run.output
+        got[how] = events
+    assert got["exit"] == got["_exit"] > 500, got

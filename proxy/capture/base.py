@@ -87,6 +87,12 @@ class CaptureBase:
         keeps). Talk to no one: the session says why capture stopped."""
         return None
 
+    def exited(self, sr: StopReply) -> Procedure | None:
+        """The program exited (`sr` is the W/X reply), nothing of the backend is
+        left in it: collect what it recorded since the last stop. Only
+        requests a stub answers after the exit (no memory of the program)."""
+        return None
+
     # -- hidden breakpoints
     def reads(self, probe: Probe, thread: int, stop: StopReply) -> tuple[bytes, ...]:
         return ()

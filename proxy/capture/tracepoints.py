@@ -157,6 +157,7 @@ class TracepointCapture(CaptureBase):
         self.lost = 0
         self.full = 0
         self.spurious = 0
+        self.exit_drains = 0  # drains after the program exited
         self.tcb_reads = 0
         self.install_error: str | None = None
         self._run_start: float | None = None
@@ -372,6 +373,21 @@ class TracepointCapture(CaptureBase):
         self._tracing = False
         self._installed = False
 
+    def exited(self, sr: StopReply) -> Procedure | None:
+        """The program exited: gdbserver keeps the trace buffer readable after
+        the process is gone, so the frames recorded since the last stop are
+        drained and folded here (before the client sees the exit). Nothing
+        else is sent: ``QTStop`` after an exit crashes gdbserver 13.1 (rule 8)."""
+        if not self._installed:
+            return None
+        return self._drain_after_exit()
+
+    def _drain_after_exit(self) -> Procedure:
+        self._tracing = False
+        self._installed = False
+        yield from self._sync(restart=False)
+        self.exit_drains += 1
+
     # ------------------------------------------------------- while running
     def wants_interrupt(self, now: float) -> bool:
         if not self._tracing:
@@ -471,6 +487,8 @@ class TracepointCapture(CaptureBase):
         if self._converter is not None and self._converter.stats.truncated:
             lines.append(f"truncated frames dropped: {self._converter.stats.truncated}")
         lines.append(f"spurious stops recorded by the proxy: {self.spurious}")
+        if self.exit_drains:
+            lines.append(f"trace drains after the program exited: {self.exit_drains}")
         if self.count_patterns and self._converter is not None:
             counts = self._converter.counts
             lines.append(f"traced probe hits: {sum(counts.values())}")

@@ -637,7 +637,11 @@ class Session:
         if sr.kind in ("W", "X"):
             self._program_exited = True
             self.bps.forget_all()
-            self._capture_installed = False  # nothing is left in a process that is gone
+            installed, self._capture_installed = self._capture_installed, False  # nothing is left in a process that is gone
+            proc = self._capture_call("exited", sr) if installed and self.capture is not None else None
+            if proc is not None:
+                self._start_proc(self._proc_capture_exited(proc, sr, raw))
+                return
             self._report_stop(sr, raw)
             return
         if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self._holds_program():
@@ -905,6 +909,13 @@ class Session:
     def _holds_program(self) -> bool:
         """The proxy has something in the program to take out before it goes."""
         return bool(self.bps.proxy_only()) or self._capture_installed or self._capture_interrupt
+
+    def _proc_capture_exited(self, proc: Procedure, sr: StopReply, raw: bytes) -> Procedure:
+        """The program exited: the capture collects what it recorded since the
+        last stop (a tracepoint buffer stays readable), then the client sees the exit."""
+        yield from proc
+        self._proc = None
+        self._report_stop(sr, raw)
 
     def _proc_clean_fork_child(self, sr: StopReply, raw: bytes, child: ThreadId) -> Procedure:
         """A fork child inherits the parent's memory, the proxy's int3s
