@@ -327,3 +327,30 @@ def test_exit_while_tracing_drains_the_last_frames() -> None:
         assert enters == exits and events == enters + exits, run.output
         got[how] = events
     assert got["exit"] == got["_exit"] > 500, got
+
+
+# ------------------------------------------------------------ fork
+@pytest.mark.timeout(300)
+def test_fork_child_survives_and_the_parent_keeps_recording() -> None:
+    """forker 5 fork: `probed` 5 times, fork, then parent and child 5 more
+    each (the child keeps calling it ~1.5 s). The child gets copies of the
+    tracepoints' int3s; the proxy writes the file's bytes back into it at the
+    fork report, and restarts the experiment gdbserver stops when gdb
+    detaches the child: the child exits 0 and the parent's 10 calls are all
+    counted, entries and rets."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness import programs as cprogs
+
+    prog = cprogs.build("forker")
+    with start_stub("gdbserver", prog, ["5", "fork"]) as stub, \
+            start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
+                               "monitor async stats", "continue"], timeout=120)
+        assert px.wait(timeout=30) == 0, px.stderr_text()
+        stub.wait(timeout=10)
+        program_out = stub.output_text()
+    out = run.output
+    assert "forker child=0 " in program_out, program_out + out
+    assert "fork children cleaned of the tracepoints' int3s: 1; experiment restarted after a child's detach: 1" in out, out
+    assert re.search(r"^\s*probed: 10$", out, re.M) and re.search(r"^\s*probed \(ret\): 10$", out, re.M), out
+    assert "exited normally" in out, out

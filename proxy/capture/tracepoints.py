@@ -46,6 +46,7 @@ exited while tracing trips gdbserver's regcache assertion (rule 8).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Generator, Mapping
 from typing import Any
@@ -158,6 +159,14 @@ class TracepointCapture(CaptureBase):
         self.full = 0
         self.spurious = 0
         self.exit_drains = 0  # drains after the program exited
+        self.children_cleaned = 0  # fork children whose copies of the int3s were written back
+        self.fork_notes: list[str] = []
+        self.fork_restarts = 0  # experiments restarted after gdbserver stopped it at a child's detach
+        self._restart_pending = False  # gdbserver stopped the experiment (a fork child's D)
+        self._gap = False  # tracing was off for a while: say so after the next fold
+        self._ran_untraced = False  # the program ran while the experiment was stopped
+        self._vfork_pending = False  # a vfork child shares the memory: no int3 until vforkdone
+        self._originals: list[tuple[int, bytes]] | None = None  # (tracepoint address, the file's byte)
         self.tcb_reads = 0
         self.install_error: str | None = None
         self._run_start: float | None = None
@@ -308,9 +317,17 @@ class TracepointCapture(CaptureBase):
 
     def _restart(self) -> Generator[Exchange, list[bytes], None]:
         """Clear the buffer and keep the tracepoints (rule 4): never QTStart while tracing."""
+        if self._restart_pending and self._vfork_pending:
+            return  # a vfork child still shares the memory
         replies = yield Exchange((QTSTOP, build_qtbuffer_size(self.buffer_size), QTSTART))
         self._tracing = replies[-1] == b"OK"
         self._armed = True
+        if self._restart_pending:
+            self._restart_pending = False
+            self.fork_restarts += 1
+            # said after the frames recorded before the detach (`_fold`); none
+            # lost when the session synced right at the detach (the program stopped)
+            self._gap, self._ran_untraced = self._ran_untraced, False
 
     def _map_threads(self, frames: list[TraceFrame]) -> Generator[Exchange, list[bytes], None]:
         if self._converter is None:
@@ -356,6 +373,9 @@ class TracepointCapture(CaptureBase):
         events = self._converter.convert(frames, self._next_seq)
         self.events += len(events)
         engine.feed_many(events)
+        if self._gap:
+            self._gap = False
+            engine.feed(EventsLost(self._next_seq(), 0, "tracing was off from a fork child's detach to the next hidden stop"))
         if full:
             self.full += 1
             self.lost += lost
@@ -372,6 +392,89 @@ class TracepointCapture(CaptureBase):
         yield Exchange((QTSTOP, QTINIT))
         self._tracing = False
         self._installed = False
+
+    # ------------------------------------------------------- fork / vfork
+    # Research §9: a fork child gets copies of the tracepoints' int3s, and
+    # gdbserver never takes them out (its cloned breakpoints stay in the
+    # child; ``M`` writes go under them); the child dies of SIGTRAP at its
+    # first poll. When gdb detaches the child (``D;child``) gdbserver stops
+    # the whole experiment (``stop_tracing`` is global), and the parent's
+    # tracepoints go with it. So:
+    # * at the fork report (the child is stopped): the file's byte goes back
+    #   at every tracepoint address in the child through /proc/CHILD/mem
+    #   (the proxy runs on the program's host; elsewhere the note says so);
+    # * at the client's ``D;child``: the experiment is marked stopped; the
+    #   session syncs right after the detach (the program is still stopped):
+    #   that drain restarts it (``QTStart`` only when not tracing, rule 3);
+    #   nothing is lost. Should the program run before (a vfork child), the
+    #   next tick asks for a hidden stop that restarts it, and an
+    #   `EventsLost` (count unknown) says events went unrecorded;
+    # * vfork: the child shares the memory: nothing to write back; the
+    #   restart waits for ``vforkdone`` (an int3 back in shared memory
+    #   before the child execs would kill it).
+    def forked(self, child: object) -> Procedure | None:
+        if not self._installed or not isinstance(child, ThreadId):
+            return None
+        pid = child.pid or child.tid
+        target = self.target
+        if target is None or not getattr(target, "local", False):
+            self.fork_notes.append(f"fork child {pid} keeps the tracepoints' int3s (the program is not on this host)")
+            return None
+        err = self._clean_child(pid)
+        if err:
+            self.fork_notes.append(f"fork child {pid}: {err}")
+        else:
+            self.children_cleaned += 1
+        return None
+
+    def _clean_child(self, pid: int) -> str | None:
+        originals = self._file_bytes()
+        if originals is None:
+            return "the program's file is unreadable: the child keeps the int3s"
+        try:
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+        except OSError as err:
+            return f"keeps the int3s ({err})"
+        failed = 0
+        try:
+            for addr, orig in originals:
+                try:
+                    if os.pread(fd, 1, addr) != orig:
+                        os.pwrite(fd, orig, addr)
+                except OSError:
+                    failed += 1
+        finally:
+            os.close(fd)
+        return f"{failed} tracepoint address(es) could not be restored" if failed else None
+
+    def _file_bytes(self) -> list[tuple[int, bytes]] | None:
+        if self._originals is None:
+            target = self.target
+            if target is None or target.path is None:
+                return None
+            try:
+                from proxy.analysis.elf import open_elf
+
+                elf = open_elf(target.path)
+                self._originals = [(p.addr, elf.read(p.addr - target.bias, 1) or b"") for p in self.program.points]
+            except Exception:  # noqa: BLE001 - an unreadable file: said in the note
+                return None
+            self._originals = [(a, b) for a, b in self._originals if len(b) == 1]
+        return self._originals
+
+    def _child_detached(self, body: bytes) -> None:
+        """The client's ``D;pid`` of a process that is not the program: gdbserver
+        will stop the experiment (all of it) before detaching."""
+        pid_text = body[2:].split(b";")[0]
+        try:
+            pid = int(pid_text, 16)
+        except ValueError:
+            return
+        main = getattr(self.target, "pid", None)
+        if main is None or pid == main or not self._tracing:
+            return
+        self._tracing = False
+        self._restart_pending = True
 
     def exited(self, sr: StopReply) -> Procedure | None:
         """The program exited: gdbserver keeps the trace buffer readable after
@@ -390,6 +493,9 @@ class TracepointCapture(CaptureBase):
 
     # ------------------------------------------------------- while running
     def wants_interrupt(self, now: float) -> bool:
+        if self._restart_pending and self._installed:
+            self._ran_untraced = True  # the program runs while the experiment is stopped
+            return not self._vfork_pending  # the drain of that stop restarts the experiment
         if not self._tracing:
             return False
         if self._armed or self._run_start is None:
@@ -404,6 +510,9 @@ class TracepointCapture(CaptureBase):
 
     # ------------------------------------------------ spurious stops (§1)
     def stop(self, sr: StopReply) -> Procedure | None:
+        if sr.kind == "T" and sr.reason in ("vfork", "vforkdone"):
+            self._vfork_pending = sr.reason == "vfork"
+            return None
         if not self._installed or sr.kind != "T" or sr.signal != SIGTRAP or sr.reason != "swbreak":
             return None
         pc = sr.pc(16)
@@ -461,6 +570,9 @@ class TracepointCapture(CaptureBase):
 
     # ------------------------------------------------- the client's traffic
     def client_request(self, body: bytes) -> Verdict | None:
+        if body.startswith(b"D;") and self._installed:
+            self._child_detached(body)
+            return None
         if body[:2] in (b"Z0", b"z0"):
             try:
                 bp = parse_breakpoint(body)
@@ -487,6 +599,10 @@ class TracepointCapture(CaptureBase):
         if self._converter is not None and self._converter.stats.truncated:
             lines.append(f"truncated frames dropped: {self._converter.stats.truncated}")
         lines.append(f"spurious stops recorded by the proxy: {self.spurious}")
+        if self.children_cleaned or self.fork_restarts:
+            lines.append(f"fork children cleaned of the tracepoints' int3s: {self.children_cleaned}; "
+                         f"experiment restarted after a child's detach: {self.fork_restarts}")
+        lines += [f"fork: {n}" for n in self.fork_notes[-3:]]
         if self.exit_drains:
             lines.append(f"trace drains after the program exited: {self.exit_drains}")
         if self.count_patterns and self._converter is not None:

@@ -565,6 +565,9 @@ class Session:
         if self._other_process(body):
             # gdb detaching (or killing) a fork child it does not follow:
             # the program itself stays, and so do the probes.
+            if self.capture is not None and self._capture_installed and body[:1] == b"D":
+                self._start_proc(self._proc_detach_child(body))
+                return None
             return self._forward(body, raw)
         if self._holds_program() and not self._program_exited:
             self._start_proc(self._proc_leave(then=(body, raw)))
@@ -909,6 +912,17 @@ class Session:
     def _holds_program(self) -> bool:
         """The proxy has something in the program to take out before it goes."""
         return bool(self.bps.proxy_only()) or self._capture_installed or self._capture_interrupt
+
+    def _proc_detach_child(self, body: bytes) -> Procedure:
+        """The client detaches a fork child; then the capture syncs before the
+        client hears back (gdbserver stops a trace experiment at any detach:
+        the tracepoint backend restarts it here, while the program is stopped)."""
+        (reply,) = yield Exchange((body,))
+        proc = self._capture_call("sync")
+        if proc is not None:
+            yield from proc
+        self._proc = None
+        self._reply(reply)
 
     def _proc_capture_exited(self, proc: Procedure, sr: StopReply, raw: bytes) -> Procedure:
         """The program exited: the capture collects what it recorded since the
