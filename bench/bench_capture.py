@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_capture.py [--sizes 3 30] [--configs debug release]
                                             [--modes ct mt] [--repeat 1] [--only M ...]
+    .venv/bin/python bench/bench_capture.py --timing [--repeat 3]
 
 Program: the corpus `tokio_bench` (rustc 1.95; `debug`, and `release` with
 debug info), current-thread (`ct`) and 2-worker multi-thread (`mt`) tokio
@@ -255,6 +256,46 @@ def measure(case: Case, sizes: tuple[int, int], methods: list[str], repeat: int)
     return out
 
 
+TIMING_BACKENDS = ("tracepoints", "uprobes", "breakpoints")
+
+
+def timing_accuracy(polls: int, spin_ms: int, repeat: int) -> None:
+    """`monitor async top`'s busy time of poll_timing's spinner against the
+    spinner's own measure (wall clock from its resumption to its `.await`,
+    summed over its polls): the error left after the capture's cost per event
+    is subtracted, per backend."""
+    prog = Path(build.binary("debug", "poll_timing"))
+    print(f"\npoll timing accuracy: poll_timing {polls} {spin_ms} (debug), spinner's busy time, "
+          f"asyncrsp / the program's own clock, {repeat} run(s) each")
+    for cap in TIMING_BACKENDS:
+        if cap in SKIP and (why := SKIP[cap]()):
+            print(f"{cap:12} skipped: {why}")
+            continue
+        ratios, costs = [], []
+        for _ in range(repeat):
+            with start_stub("gdbserver", prog, [str(polls), str(spin_ms)]) as stub, \
+                    start_proxy(stub.address, extra=["--capture", cap]) as px:
+                out = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
+                                       "monitor async top 3", "kill"], timeout=600).output
+                program_out = stub.output_text()
+            own = re.search(r"spinner_busy_us=(\d+)", program_out)
+            row = re.search(r"^#\d+\s+(\S+)\s.*poll_timing::spinner", out, re.M)
+            cost = re.search(r"capture cost subtracted: (\S+) per event", out)
+            if not own or not row:
+                print(f"{cap:12} failed run: {' | '.join(out.splitlines()[-3:])[:200]}")
+                continue
+            ratios.append(_ns(row.group(1)) / (int(own.group(1)) * 1000))
+            costs.append(cost.group(1) if cost else "?")
+        if ratios:
+            print(f"{cap:12} reported / own: median {statistics.median(ratios):.2f} "
+                  f"(runs: {', '.join(f'{r:.2f}' for r in ratios)}); cost subtracted: {', '.join(costs)}")
+
+
+def _ns(cell: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(ns|us|ms|s)", cell)
+    return float(m.group(1)) * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[m.group(2)] if m else float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs=2, metavar=("SMALL", "LARGE"),
@@ -264,7 +305,12 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=["ct", "mt"])
     ap.add_argument("--repeat", type=int, default=1, help="runs per size and method (median of the slopes)")
     ap.add_argument("--only", nargs="+", choices=list(METHODS), help="methods to run (bare always runs)")
+    ap.add_argument("--timing", action="store_true",
+                    help="instead: the accuracy of poll timing (poll_timing's spinner, every backend)")
     args = ap.parse_args()
+    if args.timing:
+        timing_accuracy(20, 2, args.repeat)
+        return 0
     methods = [m for m in METHODS if args.only is None or m in args.only or m == "bare"]
     skipped = {}
     for m in list(methods):

@@ -354,3 +354,31 @@ def test_fork_child_survives_and_the_parent_keeps_recording() -> None:
     assert "fork children cleaned of the tracepoints' int3s: 1; experiment restarted after a child's detach: 1" in out, out
     assert re.search(r"^\s*probed: 10$", out, re.M) and re.search(r"^\s*probed \(ret\): 10$", out, re.M), out
     assert "exited normally" in out, out
+
+
+@pytest.mark.timeout(300)
+def test_exec_while_tracing_stops_the_experiment_cleanly() -> None:
+    """forker 5 exec: `probed` 5 times, then the program execs itself and
+    calls it 5 more times. At the exec report the proxy drains what the old
+    image recorded, then `QTStop; QTinit` (gdbserver freed the tracepoints'
+    breakpoints but would still report a running experiment); the session
+    stops capturing. The new image runs to a normal exit and the client sees
+    no running trace experiment."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness import programs as cprogs
+
+    prog = cprogs.build("forker")
+    with start_stub("gdbserver", prog, ["5", "exec"]) as stub, \
+            start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "catch exec", "continue", "tstatus", "continue"],
+                        timeout=120)
+        px.wait(timeout=30)
+        stub.wait(timeout=10)
+        program_out = stub.output_text()
+    out = run.output
+    assert "forker exec'd sum=" in program_out, program_out + out
+    assert "exited normally" in out, out
+    assert "process" in out and "is executing new program" in out, out
+    # gdbserver's own status after QTStop (`Trace stopped by a tstop command`):
+    # the client sees that an experiment ran, not one running (known gap)
+    assert "Trace is running" not in out and "tracepoint" not in out.lower(), out

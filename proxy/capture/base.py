@@ -88,9 +88,11 @@ class CaptureBase:
         return None
 
     def exited(self, sr: StopReply) -> Procedure | None:
-        """The program exited (`sr` is the W/X reply), nothing of the backend is
-        left in it: collect what it recorded since the last stop. Only
-        requests a stub answers after the exit (no memory of the program)."""
+        """The program exited (`sr` is the W/X reply) or exec'd (`sr` is the
+        T05exec stop; the session stops capturing after this): nothing of
+        the backend is left in the image, collect what it recorded since the
+        last stop. After an exit only requests a stub answers without a
+        process (no memory of the program)."""
         return None
 
     # -- hidden breakpoints

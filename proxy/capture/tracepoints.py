@@ -252,14 +252,15 @@ class TracepointCapture(CaptureBase):
             return None
         return self._sync()
 
-    def _sync(self, restart: bool = True) -> Generator[Exchange, list[bytes], None]:
+    def _sync(self, restart: bool = True, map_threads: bool = True) -> Generator[Exchange, list[bytes], None]:
         frames, status_full, used = yield from self._drain()
         lost_hint = 0
         if status_full:
             lost_hint = yield from self._overflow_hits(len(frames))
         if restart:
             yield from self._restart()
-        yield from self._map_threads(frames)
+        if map_threads:
+            yield from self._map_threads(frames)
         self._fold(frames, status_full, lost_hint)
 
     def _drain(self) -> Generator[Exchange, list[bytes], tuple[list[TraceFrame], bool, int]]:
@@ -480,16 +481,23 @@ class TracepointCapture(CaptureBase):
         """The program exited: gdbserver keeps the trace buffer readable after
         the process is gone, so the frames recorded since the last stop are
         drained and folded here (before the client sees the exit). Nothing
-        else is sent: ``QTStop`` after an exit crashes gdbserver 13.1 (rule 8)."""
+        else is sent: ``QTStop`` after an exit crashes gdbserver 13.1 (rule 8).
+        At an exec the same drain, then ``QTStop; QTinit``."""
         if not self._installed:
             return None
-        return self._drain_after_exit()
+        return self._drain_after_exit(sr)
 
-    def _drain_after_exit(self) -> Procedure:
+    def _drain_after_exit(self, sr: StopReply) -> Procedure:
         self._tracing = False
         self._installed = False
-        yield from self._sync(restart=False)
+        # No thread mapping: the thread control blocks are gone (or belong
+        # to the new image).
+        yield from self._sync(restart=False, map_threads=False)
         self.exit_drains += 1
+        if sr.kind == "T":  # exec: the process lives on; gdbserver freed the
+            # tracepoints' breakpoints but still runs the experiment (research
+            # §9): stop it and forget the definitions, so the client sees none.
+            yield Exchange((QTSTOP, QTINIT))
 
     # ------------------------------------------------------- while running
     def wants_interrupt(self, now: float) -> bool:

@@ -658,6 +658,8 @@ class Session:
         if sr.kind == "T" and sr.reason == "exec" and self._holds_program():
             # A new image: the probes went with the old one (the stub forgets
             # the process's breakpoints at exec). Stop capturing, say so.
+            # The capture first collects what it recorded in the old image.
+            proc = self._capture_call("exited", sr) if self._capture_installed and self.capture is not None else None
             self.bps.proxy.clear()
             self.probes.clear()
             self._capture_keys = []
@@ -672,6 +674,9 @@ class Session:
             self.capture = None
             self.capture_notice = "the program called exec: capture stopped (its probes belonged to the old image)"
             self._emit(Notice(self.capture_notice))
+            if proc is not None:
+                self._start_proc(self._proc_capture_exited(proc, sr, raw))
+                return
         if self._capture_interrupt and sr.signal == SIGINT and not self._interrupt_forwarded and not self._closing:
             # Our own interrupt (a drain the capture asked for): hidden.
             self._capture_interrupt = False
@@ -925,8 +930,9 @@ class Session:
         self._reply(reply)
 
     def _proc_capture_exited(self, proc: Procedure, sr: StopReply, raw: bytes) -> Procedure:
-        """The program exited: the capture collects what it recorded since the
-        last stop (a tracepoint buffer stays readable), then the client sees the exit."""
+        """The program exited (or exec'd): the capture collects what it recorded
+        since the last stop (a tracepoint buffer stays readable), then the
+        client sees the exit (the exec)."""
         yield from proc
         self._proc = None
         self._report_stop(sr, raw)
