@@ -210,10 +210,12 @@ def test_stuck_runtime_attached_mode_off(config: str) -> None:
     tree = section(out, "tree")
     tasks: dict[str, str] = {}
     for block in re.split(r"\n(?=task )", tree):
-        m = re.match(r"task \S+ 0x[0-9a-f]+\s+(?:core::future::from_generator::GenFuture<)?stuck::(\w+)::", block)
+        m = re.match(r"task (?:\S+ )?0x[0-9a-f]+\s+(?:core::future::from_generator::GenFuture<)?stuck::(\w+)::", block)
         if m:
             tasks[m.group(1)] = block
-    assert set(tasks) >= {"lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter"}, tree
+    # the five spawned tasks from tokio's heap, `run` (block_on's future) from the main thread's stack
+    assert set(tasks) >= {"lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter", "run"}, tree
+    assert "(on the stack of thread" in tasks["run"], tasks["run"]
 
     def waits_at(name: str, child: str) -> None:
         lines = await_line("stuck", name, child)
@@ -221,7 +223,7 @@ def test_stuck_runtime_attached_mode_off(config: str) -> None:
         assert m and int(m.group(1)) in lines, (name, lines, tasks[name])
 
     for name, child in (("lock_ab", "lock"), ("lock_ba", "lock"), ("sleeper", "sleep"),
-                        ("receiver", "recv"), ("oneshot_waiter", "oneshot")):
+                        ("receiver", "recv"), ("oneshot_waiter", "oneshot"), ("run", "pending")):
         waits_at(name, child)
     # the deadlock: each waits on the Mutex the other holds
     ab = re.search(r"waits on Mutex (0x[0-9a-f]+), held by task \S+ stuck::lock_ba", tasks["lock_ab"])
@@ -233,11 +235,37 @@ def test_stuck_runtime_attached_mode_off(config: str) -> None:
     assert "tokio runtime" in section(out, "tasks")
 
 
-def test_adapter_off_says_how_to_find_tasks() -> None:
-    """Without --tokio-adapter, mode off on an attached program finds no task by itself."""
-    prog = _binary("release", "stuck")
-    out = attached(prog, ["mt"], "stuck ready", ask("tree"), ["--mode", "off"])
-    assert "no pending tasks" in section(out, "tree")
+@pytest.mark.parametrize("config", ["debug", "release", "old-release"])
+def test_stack_discovery_finds_block_on_future_without_adapter(config: str) -> None:
+    """Without --tokio-adapter, mode off on an attached program: the threads' stacks give
+    `run`, the future `block_on` polls (its pinned `f`: a DWARF location in debug builds,
+    optimized out in release ones, where the frame is scanned); spawned tasks parked in
+    tokio's heap are on no stack and are not found."""
+    prog = _binary(config, "stuck")
+    out = attached(prog, ["mt"], "stuck ready", ask("tasks", "tree"), ["--mode", "off"])
+    tree = section(out, "tree")
+    heads = [line for line in tree.splitlines() if line.startswith("task ")]
+    assert len(heads) == 1 and "stuck::run::{async_fn_env#0}" in heads[0], tree
+    assert re.search(r"\(on the stack of thread \d+, in tokio::runtime::park::CachedParkThread::block_on", heads[0]), tree
+    m = re.search(r"╼ stuck::run at \S+stuck.rs:(\d+)\n└╼ core::future::pending \(never completes\)", tree)
+    assert m and int(m.group(1)) in await_line("stuck", "run", "pending"), tree
+    assert re.search(r"^-\s+0x[0-9a-f]+\s+Suspended at \S+stuck.rs:\d+\s+stack\s+stuck::run$",
+                     section(out, "tasks"), re.M), section(out, "tasks")
+
+
+def test_release_mode_off_finds_the_observed_tasks() -> None:
+    """At a user breakpoint in c (release: c inlined into b's resume function), mode off
+    (nothing planted, nothing observed) reads the same tree from b's frame on the stack
+    (its self in a callee-saved register, from the location list) as the observed graph."""
+    prog = _binary("release", "tokio_app")
+    trees = {}
+    for mode in ("full", "off"):
+        out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue", *ask("tree")],
+                      extra=["--mode", mode])
+        trees[mode] = section(out, "tree")
+    assert "on the stack of thread" in trees["off"], trees["off"]
+    assert tree_body(trees["off"]) == tree_body(trees["full"]), trees
+    assert len(tree_body(trees["off"])) == 4, trees["off"]  # run -> a -> b -> c
 
 
 def test_release_bt_shows_inlined_frames() -> None:

@@ -96,6 +96,7 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         mode=lambda args: _mode_command(session, args),
         capture=lambda args: _capture_command(session, args),
         reflect=_reflect_source(session, engine),
+        threads=session.monitor_threads,
     )
 
 

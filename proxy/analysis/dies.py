@@ -73,8 +73,10 @@ AT_STR_OFFSETS_BASE = 0x72
 AT_ADDR_BASE = 0x73
 AT_RNGLISTS_BASE = 0x74
 AT_ALIGNMENT = 0x88
+AT_FRAME_BASE = 0x40
 AT_HIGH_PC_OFFSET = -AT_HIGH_PC  # pseudo attribute: DW_AT_high_pc given as a length
 AT_RANGES_INDEX = -AT_RANGES  # pseudo attribute: DW_AT_ranges given as a DW_FORM_rnglistx index
+AT_LOCATION_INDEX = -AT_LOCATION  # pseudo attribute: DW_AT_location given as a DW_FORM_loclistx index
 
 KEEP_ATTRS = frozenset(
     {
@@ -83,6 +85,7 @@ KEEP_ATTRS = frozenset(
         AT_DISCR, AT_DISCR_VALUE, AT_SPECIFICATION, AT_TYPE, AT_RANGES, AT_ENTRY_PC,
         AT_CALL_FILE, AT_CALL_LINE, AT_LINKAGE_NAME, AT_MIPS_LINKAGE_NAME, AT_STMT_LIST,
         AT_COMP_DIR, AT_STR_OFFSETS_BASE, AT_ADDR_BASE, AT_RNGLISTS_BASE, AT_ALIGNMENT,
+        AT_LOCATION, AT_FRAME_BASE,  # variables on the stack (proxy.reflect.stacks)
     }
 )
 _STRING_ATTRS = frozenset({AT_NAME, AT_LINKAGE_NAME, AT_MIPS_LINKAGE_NAME, AT_COMP_DIR})
@@ -456,6 +459,8 @@ class DieReader:
             attr = AT_HIGH_PC_OFFSET
         elif form == 0x23 and attr == AT_RANGES:
             attr = AT_RANGES_INDEX
+        elif form == 0x22 and attr == AT_LOCATION:
+            attr = AT_LOCATION_INDEX
         attrs[attr] = v
 
     def _resolve_pending(

@@ -28,9 +28,10 @@ _PYELF_ERRORS = (DWARFError, ELFError, ELFParseError, struct.error, ValueError, 
 
 
 class DwarfView:
-    def __init__(self, elf: ElfImage, warnings: list[str]) -> None:
+    def __init__(self, elf: ElfImage, warnings: list[str], keep_tags: frozenset[int] | None = None) -> None:
         self.elf = elf
         self.warnings = warnings
+        self.keep_tags = KEEP_TAGS if keep_tags is None else keep_tags
         sections = {n: elf.section_data(n) or b"" for n in elf.sections if n.startswith(".debug")}
         self.reader = D.DieReader(sections)
         self.sections = sections
@@ -42,11 +43,11 @@ class DwarfView:
         self._aranges_tried = False
 
     @staticmethod
-    def open(elf: ElfImage, warnings: list[str]) -> DwarfView | None:
+    def open(elf: ElfImage, warnings: list[str], keep_tags: frozenset[int] | None = None) -> DwarfView | None:
         if not elf.has_section(".debug_info") or not elf.has_section(".debug_abbrev"):
             return None
         try:
-            return DwarfView(elf, warnings)
+            return DwarfView(elf, warnings, keep_tags)
         except D.DwarfFormatError as e:
             warnings.append(f"DWARF unreadable: {e}")
             return None
@@ -95,7 +96,7 @@ class DwarfView:
         u = self._units.get(offset)
         if u is None:
             try:
-                u = self.reader.read_unit(offset, KEEP_TAGS)
+                u = self.reader.read_unit(offset, self.keep_tags)
             except D.DwarfFormatError as e:
                 self.warnings.append(str(e))
                 self._units[offset] = u = D.Unit(offset, 0, 8, {}, -1, offset)

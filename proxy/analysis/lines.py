@@ -33,10 +33,10 @@ class _Rows:
 
 
 class SourceMap:
-    def __init__(self, elf: ElfImage, warnings: list[str] | None = None) -> None:
+    def __init__(self, elf: ElfImage, warnings: list[str] | None = None, dwarf: DwarfView | None = None) -> None:
         self.elf = elf
         self.warnings = warnings if warnings is not None else []
-        self.dwarf = DwarfView.open(elf, self.warnings)
+        self.dwarf = dwarf if dwarf is not None else DwarfView.open(elf, self.warnings)
         self._rows: dict[int, _Rows | None] = {}
 
     # -- line tables -----------------------------------------------------------------
@@ -151,9 +151,13 @@ class SourceMap:
             for c in children:
                 d = unit.dies[c]
                 if d.tag not in (D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE, D.TAG_NAMESPACE,
-                                 D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION):
+                                 D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION, D.TAG_LEXICAL_BLOCK):
                     continue
-                if d.tag in (D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE):
+                if d.tag == D.TAG_LEXICAL_BLOCK:  # kept only by views that ask (proxy.reflect.stacks)
+                    if any(lo <= pc < hi for lo, hi in self.dwarf.die_ranges(unit, d)):
+                        hit = d
+                        break
+                elif d.tag in (D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE):
                     if any(lo <= pc < hi for lo, hi in self.dwarf.die_ranges(unit, d)):
                         hit = d
                         break

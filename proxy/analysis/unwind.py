@@ -19,7 +19,7 @@ import io
 import struct
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from elftools.dwarf.callframe import CIE, FDE, CallFrameInfo
@@ -43,6 +43,9 @@ class UnwoundFrame:
     cfa: int | None  # the canonical frame address of this frame (None when unknown)
     sp: int  # the stack pointer in this frame
     method: str = "cfi"  # "cfi", "fp" (rbp chain, no CFI for pc), or "none" (last frame)
+    # the registers known in this frame (frame 0: all given; callers: callee-saved ones,
+    # rsp, rip): for DWARF locations of the frame's variables (proxy.reflect.stacks)
+    regs: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
 
 @dataclass(slots=True)
@@ -169,11 +172,11 @@ class Unwinder:
                             nxt[r] = cur[r]
                 cfa = cur.get(DWARF_REGS[row.cfa_reg])
                 cfa = cfa + row.cfa_off if cfa is not None else None
-                frames.append(UnwoundFrame(pc, cfa, sp, "cfi"))
+                frames.append(UnwoundFrame(pc, cfa, sp, "cfi", tuple(cur.items())))
             else:
                 nxt = _step_fp(cur, read_memory)
                 rbp = cur.get("rbp")
-                frames.append(UnwoundFrame(pc, rbp + 16 if rbp else None, sp, "fp"))
+                frames.append(UnwoundFrame(pc, rbp + 16 if rbp else None, sp, "fp", tuple(cur.items())))
             if nxt is None or nxt.get("rip", 0) == 0:
                 break
             if nxt["rsp"] <= sp and depth:  # the stack must grow towards the caller

@@ -41,6 +41,8 @@ class MonitorContext:
     mode: Callable[[tuple[str, ...]], str] | None = None
     capture: Callable[[tuple[str, ...]], str] | None = None
     reflect: object | None = None  # proxy.reflect.ReflectSource: trees read from memory
+    # every thread's `g` reply (LWP -> reply), None until the session has read them
+    threads: Callable[[], Mapping[int, bytes] | None] | None = None
 
 
 HELP: tuple[tuple[str, str], ...] = (
@@ -104,13 +106,15 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
 
 def _reflected(cmd: MonitorCommand, ctx: MonitorContext) -> str:
     """tree (and tasks without an engine) read from memory: proxy.reflect."""
-    from proxy.reflect import reflect_tasks, reflect_tree
+    from proxy.reflect import reflect_tasks, reflect_tree, thread_regs
 
     assert ctx.read_memory is not None
     head = _incomplete(ctx.engine) if ctx.engine is not None else []
+    threads = thread_regs(dict(ctx.threads() or {})) if ctx.threads is not None else None
     if cmd.name == "tasks":
         _flags(cmd.args, {"--live": False})
-        return "\n".join(head + [reflect_tasks(ctx.reflect, ctx.read_memory, None, ctx.pcs)])  # type: ignore[arg-type]
+        return "\n".join(head + [reflect_tasks(ctx.reflect, ctx.read_memory, None, ctx.pcs,  # type: ignore[arg-type]
+                                                threads)])
     _at_most(list(cmd.args), 1, "tree [TASK]")
     only = None
     if cmd.args:
@@ -122,7 +126,7 @@ def _reflected(cmd: MonitorCommand, ctx: MonitorContext) -> str:
                 raise MonitorError(f"no task {cmd.args[0]!r} (see 'monitor async tasks')") from None
         else:
             only = task.self_ptr
-    text = reflect_tree(ctx.reflect, ctx.read_memory, ctx.engine, ctx.pcs, only)  # type: ignore[arg-type]
+    text = reflect_tree(ctx.reflect, ctx.read_memory, ctx.engine, ctx.pcs, only, threads)  # type: ignore[arg-type]
     return "\n".join(head + [text])
 
 

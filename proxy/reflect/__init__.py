@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from proxy.analysis.model import Frame, Inventory
 
 from .memory import BlockReader, ReadMemory
+from .stacks import StackFinder, parse_g, stack_roots
 from .tree import Root, Running, overlay, render, running_from_frames
 from .walker import Node, Reflector, coroutine_path
 
@@ -40,6 +41,8 @@ class ReflectSource:
     discover: Callable[[Reflector], "list[Root] | None"] | None = None  # runtime adapter
     note: str | None = None  # e.g. why the adapter is off
     seen: dict[int, Root] = field(default_factory=dict)  # tasks found at earlier stops
+    stacks: Callable[[], "StackFinder | None"] | None = None  # built on first use (stacks.py)
+    stack_notes: list[str] = field(default_factory=list)  # what the last stack discovery could not do
 
     def reflector(self, read: ReadMemory | BlockReader) -> Reflector:
         return Reflector(self.inventory, self.bias, read, now_ns=self.now_ns() if self.now_ns else None,
@@ -82,10 +85,32 @@ def _running(engine, src: ReflectSource, pcs: dict[int, int]) -> list[Running]: 
     return out
 
 
-def collect_roots(src: ReflectSource, r: Reflector, engine) -> list[Root]:  # type: ignore[no-untyped-def]
+def thread_regs(raw: dict[int, bytes] | None) -> dict[int, dict[str, int]]:
+    """The session's `g` replies per thread -> register dicts (unparsable ones left out)."""
+    out = {}
+    for tid, reply in (raw or {}).items():
+        regs = parse_g(reply)
+        if regs is not None:
+            out[tid] = regs
+    return out
+
+
+def _stack_roots(src: ReflectSource, r: Reflector, threads: dict[int, dict[str, int]]) -> list[Root]:
+    finder = src.stacks() if src.stacks is not None and threads else None
+    if finder is None:
+        return []
+    found = finder.find(r, threads)
+    src.stack_notes = list(finder.notes)
+    return stack_roots(found)
+
+
+def collect_roots(src: ReflectSource, r: Reflector, engine,  # type: ignore[no-untyped-def]
+                  threads: dict[int, dict[str, int]] | None = None) -> list[Root]:
     roots: dict[int, Root] = {}
     for root in _engine_roots(engine, src):
         roots[root.addr] = root
+    for root in _stack_roots(src, r, threads or {}):
+        roots.setdefault(root.addr, root)
     if src.discover is not None:
         for root in src.discover(r) or ():
             roots.setdefault(root.addr, root)
@@ -141,10 +166,12 @@ def lift(r: Reflector, addr: int, type_name: str, max_hops: int = 16) -> tuple[i
     return addr, type_name, hops
 
 
-def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int]  # type: ignore[no-untyped-def]
-             ) -> tuple[list[tuple[Root, Node]], Reflector]:
+def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int],  # type: ignore[no-untyped-def]
+             threads: dict[int, dict[str, int]] | None = None) -> tuple[list[tuple[Root, Node]], Reflector]:
     r = src.reflector(read)
-    roots = collect_roots(src, r, engine)
+    roots = collect_roots(src, r, engine, threads)
+    for tid, regs in (threads or {}).items():  # every thread's pc marks what runs there
+        pcs.setdefault(tid, regs.get("rip", 0))
     lifted: dict[int, Root] = {}
     for root in roots:
         addr, tname, hops = lift(r, root.addr, root.type_name)
@@ -161,12 +188,23 @@ def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int]  
         if tree.kind == "coroutine" and root.origin != "seen before":
             src.seen[root.addr] = root
         out.append((root, tree))
+    out = _outermost(out)
     for run in _running(engine, src, pcs):
         for _, tree in out:
             if overlay(tree, run):
                 break
     _link_mutexes(out)
     return out, r
+
+
+def _outermost(trees: list[tuple[Root, Node]]) -> list[tuple[Root, Node]]:
+    """Drop a root that another root's tree holds (a frame's coroutine inside its task)."""
+    inner: set[tuple[int, str]] = set()
+    for _, tree in trees:
+        for n in tree.iter():
+            if n is not tree and n.kind == "coroutine":
+                inner.add((n.addr, n.type_name))
+    return [(root, tree) for root, tree in trees if (tree.addr, tree.type_name) not in inner]
 
 
 def _link_mutexes(trees: list[tuple[Root, Node]]) -> None:
@@ -183,8 +221,8 @@ def _link_mutexes(trees: list[tuple[Root, Node]]) -> None:
 
 
 def reflect_tree(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  # type: ignore[no-untyped-def]
-                 only: int | None = None) -> str:
-    trees, _ = walk_all(src, read, engine, dict(pcs or {}))
+                 only: int | None = None, threads: dict[int, dict[str, int]] | None = None) -> str:
+    trees, _ = walk_all(src, read, engine, dict(pcs or {}), threads)
     if only is not None:
         trees = [(root, t) for root, t in trees if root.addr == only]
     if not trees:
@@ -192,13 +230,15 @@ def reflect_tree(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  #
                             "tasks are found by observing polls, or with --tokio-adapter without them")
         return "no pending tasks" + (f" ({hint})" if hint else "")
     lines: list[str] = [f"note: {src.note}"] if src.note else []
+    lines += [f"note: {n}" for n in src.stack_notes]
     for root, tree in trees:
         lines += render(root, tree)
     return "\n".join(lines)
 
 
-def reflect_tasks(src: ReflectSource, read: ReadMemory, engine=None, pcs=None) -> str:  # type: ignore[no-untyped-def]
-    trees, _ = walk_all(src, read, engine, dict(pcs or {}))
+def reflect_tasks(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  # type: ignore[no-untyped-def]
+                  threads: dict[int, dict[str, int]] | None = None) -> str:
+    trees, _ = walk_all(src, read, engine, dict(pcs or {}), threads)
     if not trees:
         return "no tasks found by reflection" + (f" ({src.note})" if src.note else "")
     rows = [("TASK", "ADDRESS", "STATE", "FOUND BY", "ASYNC FN")]

@@ -20,6 +20,7 @@ from proxy.analysis.lines import pc_to_frames
 from proxy.analysis.model import Inventory
 
 from . import ReflectSource
+from .stacks import StackFinder
 
 
 def make_source(inventory: Inventory, bias: int, *, local: bool,
@@ -37,10 +38,17 @@ def make_source(inventory: Inventory, bias: int, *, local: bool,
     def frames_at(pc: int):  # type: ignore[no-untyped-def]
         return pc_to_frames(elf, pc) if elf is not None else []
 
+    finder: list[StackFinder | None] = []
+
+    def stacks() -> StackFinder | None:
+        if not finder:
+            finder.append(StackFinder(elf, inventory, bias) if elf is not None else None)
+        return finder[0]
+
     return ReflectSource(
         inventory, bias, symbol_at=symbol_at, frames_at=frames_at,
         now_ns=(lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC)) if local else None,
-        discover=discover, note=note,
+        discover=discover, note=note, stacks=stacks,
     )
 
 

@@ -160,6 +160,10 @@ class Session:
         self.client_features: list[Feature] = []
         self.stub_features: list[Feature] = []
         self.client_g_thread: bytes | None = None  # raw thread id of the client's last Hg
+        # the stub's selected thread as the client believes it: its last Hg, or the
+        # thread of the last stop it saw (a stop reply moves it; rule 6)
+        self._stub_g: bytes | None = None
+        self.monitor_threads: Callable[[], dict[int, bytes] | None] | None = None
         self._resume: Resume | None = None  # the client's outstanding resume
         self._interrupt_pending = False
         self._interrupt_forwarded = False
@@ -334,7 +338,7 @@ class Session:
             if head in (b"Z", b"z") and body[1:2] in (b"0", b"1"):
                 return self._client_breakpoint(body, raw)
             if head == b"H" and body[1:2] == b"g":
-                self.client_g_thread = body[2:]
+                self.client_g_thread = self._stub_g = body[2:]
                 return self._forward(body, raw)
             if body.startswith(b"qRcmd,"):
                 return self._client_monitor(body, raw)
@@ -424,6 +428,15 @@ class Session:
         yield from self._resolve_pending_reads()
         cache: dict[tuple[int, int], bytes | None] = {}
         out = ""
+        threads: dict[int, bytes] | None = None  # LWP -> `g` reply, read when a command asks
+        wants_threads = False
+
+        def thread_registers() -> dict[int, bytes] | None:
+            nonlocal wants_threads
+            wants_threads = threads is None
+            return threads
+
+        self.monitor_threads = thread_registers
         for _ in range(MONITOR_PASSES):
             missing: list[tuple[int, int]] = []
 
@@ -441,12 +454,16 @@ class Session:
             except Exception as err:  # a command must never take the session down
                 out = f"asyncrsp: internal error in '{text}': {err!r}\n"
                 break
-            if not missing:
+            if wants_threads and threads is None:
+                threads = yield from self._read_thread_registers()
+            elif not missing:
                 break
             missing = list(dict.fromkeys(missing))[:MONITOR_READS_PER_PASS]
-            replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
-            for key, rep in zip(missing, replies):
-                cache[key] = memory_bytes(rep)
+            if missing:
+                replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
+                for key, rep in zip(missing, replies):
+                    cache[key] = memory_bytes(rep)
+        self.monitor_threads = None
         if self._switch_request is not None:
             name, mode = self._switch_request
             self._switch_request = None
@@ -460,6 +477,40 @@ class Session:
         for i in range(0, len(out), 400):
             self._reply(build_console_output(out[i:i + 400]))
         self._reply(b"OK")
+
+    def _note_stop_thread(self, sr: StopReply) -> None:
+        if sr.thread is not None:
+            self._stub_g = sr.thread.format(sr.thread.pid is not None)
+
+    def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]:
+        """Every thread's `g` block (qfThreadInfo/qsThreadInfo, then `Hg` + `g` per thread,
+        back to back), then the stub's selected thread as the client believes it (rule 6).
+        lldb-server with QThreadSuffixSupported takes `g;thread:TID;` and no Hg."""
+        ids: list[bytes] = []
+        ask = b"qfThreadInfo"
+        for _ in range(256):
+            (rep,) = yield Exchange((ask,))
+            if not rep.startswith(b"m"):
+                break
+            ids += [t for t in rep[1:].split(b",") if t]
+            ask = b"qsThreadInfo"
+        tids: list[int] = []
+        for t in ids:
+            try:
+                tids.append(ThreadId.parse(t).tid)
+            except MalformedPacket:
+                tids.append(-1)
+        if _feature_on(self.stub_features, "QThreadSuffixSupported"):
+            bodies = [b"g;thread:%x;" % tid for tid in tids]
+            replies = yield Exchange(tuple(bodies))
+            regs = replies
+        else:
+            bodies = [p for t in ids for p in (b"Hg" + t, b"g")]
+            if self._stub_g is not None:
+                bodies.append(b"Hg" + self._stub_g)
+            replies = yield Exchange(tuple(bodies))
+            regs = replies[1:2 * len(ids):2]
+        return {tid: r for tid, r in zip(tids, regs) if tid > 0 and not r.startswith(b"E") and r}
 
     def _resolve_pending_reads(self) -> Generator[Exchange, list[bytes], None]:
         """The capture's drain, then the engine's deferred __state reads, at
@@ -613,6 +664,7 @@ class Session:
             if sr is not None:
                 self._last_stop = sr
                 self._stopped = _Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
+                self._note_stop_thread(sr)
         if self._closing:
             return
         self._emit(ToClientRaw(raw))
@@ -748,6 +800,7 @@ class Session:
         if sr is not None and sr.kind in ("T", "S"):
             known = sr.pc(self.pc_regnum) if sr.kind == "T" else None
             self._stopped = _Stopped(sr.thread, known if known is not None else pc)
+            self._note_stop_thread(sr)
         else:
             self._stopped = None
         if self._closing:

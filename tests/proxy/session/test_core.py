@@ -282,3 +282,38 @@ def test_fork_child_loses_the_proxy_breakpoints_and_is_not_the_program() -> None
     d.stub(b"OK")
     assert d.s.bps.proxy_only() == [(0, PROBE, 1)] and PROBE in d.s.probes
     assert d.s.stats.forks_cleaned == 1
+
+def _monitor_wanting_threads(seen: list[object]):  # type: ignore[no-untyped-def]
+    def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
+        got = s.monitor_threads() if s.monitor_threads is not None else "no accessor"
+        seen.append(got)
+        return "ok\n"
+    return monitor
+
+
+@pytest.mark.parametrize("hg_after_stop", [False, True])
+def test_monitor_reads_every_thread_then_restores_the_clients_thread(hg_after_stop: bool) -> None:
+    """Rule 6: `Hg` + `g` per thread for stack discovery, then the stub's selected thread
+    as the client believes it: its own Hg if sent after the last stop, else the stop's."""
+    seen: list[object] = []
+    d = Driver(probes=[], monitor=_monitor_wanting_threads(seen))
+    d.client(b"Hgp3a4d.3a51")  # the client looked at thread 3a51 before resuming
+    d.stub(b"OK")
+    d.client(b"vCont;c:p3a4d.-1")
+    d.stub(stop_at(0x1000, sig=b"02", reason=b""))  # the stop moves the stub to 3a50
+    want = b"p3a4d.3a50"
+    if hg_after_stop:
+        d.client(b"Hgp3a4d.3a52")
+        d.stub(b"OK")
+        want = b"p3a4d.3a52"
+    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
+    assert bodies(acts, ToStub) == [b"qfThreadInfo"]
+    assert bodies(d.stub(b"mp3a4d.3a50,p3a4d.3a51"), ToStub) == [b"qsThreadInfo"]
+    acts = d.stub(b"l")
+    assert bodies(acts, ToStub) == [b"Hgp3a4d.3a50", b"g", b"Hgp3a4d.3a51", b"g", b"Hg" + want]
+    for reply in (b"OK", b"00" * 8, b"OK", b"11" * 8):
+        assert d.stub(reply) == []
+    acts = d.stub(b"OK")
+    out = bodies(acts, ToClient)
+    assert out[-1] == b"OK" and bytes.fromhex(out[0][1:].decode()) == b"ok\n"
+    assert seen == [None, {0x3a50: b"00" * 8, 0x3a51: b"11" * 8}]

@@ -1,0 +1,503 @@
+"""Task discovery from the threads' stacks (DESIGN.md §4; issue 5, point 4).
+
+At a stop, every thread's stack is unwound with the CFI unwinder
+(``proxy.analysis.unwind``) from the registers the session read (``g`` per
+thread). For each frame, the DIEs covering its pc (the subprogram and every
+inlined subroutine, ``proxy.analysis.lines``) name the frame's parameters and
+variables; those whose type is a coroutine state machine, ``GenFuture<ENV>``
+(rustc 1.63), or a pointer / ``Pin<&mut _>`` to one, are located with their
+DWARF location at that pc (an expression or a location list) and evaluated
+with the frame's registers: a coroutine's address. That finds
+
+* the resume functions being polled (their ``self``: in release builds, the
+  out-of-line resume function's location list names the callee-saved
+  register that holds it at the call of the child, which the CFI restores);
+* the futures an executor polls from its own frame, ``block_on``'s pinned
+  future in particular, which no task list holds.
+
+Facts (rustc 1.95 and 1.63, corpus): inlined coroutines' ``self`` parameters
+have no location at all in release builds (the out-of-line parent's does);
+``block_on<F>``'s pinned ``f`` is optimized out in release builds. For such
+frames (a subprogram or inlined subroutine with a template type parameter
+that is a coroutine, and no located variable of that type) the physical
+frame ``[sp, cfa)`` is scanned for a value of that type in a suspended state
+whose walk is fully readable; a unique survivor is taken (``found by scan``),
+several are reported as ambiguous and none taken. A value-typed variable
+must be suspended (a moved-from copy keeps ``Unresumed``); a pointer may
+point at a coroutine in any valid state (one running its first poll still
+says ``Unresumed``).
+
+Pure: memory comes from the reflector's ``BlockReader``; registers from the
+caller. Every step is bounded (frames per thread, scan bytes, locations).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from proxy.analysis import dies as D
+from proxy.analysis.dwarf import KEEP_TAGS, DwarfView
+from proxy.analysis.elf import ElfImage
+from proxy.analysis.lines import SourceMap, _qualname
+from proxy.analysis.model import Inventory
+from proxy.analysis.unwind import DWARF_REGS, Unwinder, UnwoundFrame
+
+from .memory import BLOCK, BlockReader
+from .tree import Root
+from .walker import Node, Reflector
+
+# gdb's amd64 `g` block order: 16 GPRs, then rip (8 bytes each)
+G_ORDER = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
+           "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip")
+STACK_TAGS = KEEP_TAGS | {D.TAG_VARIABLE, D.TAG_LEXICAL_BLOCK, D.TAG_TEMPLATE_TYPE_PARAM}
+MAX_FRAMES = 64
+PREFETCH = 16 * BLOCK  # stack bytes read up front from each thread's sp (one pass)
+MAX_SCAN = 64 << 10  # bytes of one frame scanned for a pinned future
+RA_SCAN = 4096  # bytes above sp searched for a return address into the program
+
+
+def parse_g(reply: bytes) -> dict[str, int] | None:
+    """The integer registers from an x86-64 ``g`` reply (hex; ``xx`` = unavailable)."""
+    try:
+        data = bytes.fromhex(reply.replace(b"xx", b"00").decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if len(data) < 8 * len(G_ORDER):
+        return None
+    return {n: int.from_bytes(data[8 * i:8 * i + 8], "little") for i, n in enumerate(G_ORDER)}
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    addr: int
+    type_name: str
+    thread: int
+    function: str  # the frame that holds it
+    how: str  # "location" | "scan"
+
+
+class StackFinder:
+    def __init__(self, elf: ElfImage, inv: Inventory, bias: int) -> None:
+        self.inv = inv
+        self.bias = bias
+        self.warnings: list[str] = []
+        self.dwarf = DwarfView.open(elf, self.warnings, STACK_TAGS)
+        self.map = SourceMap(elf, self.warnings, self.dwarf) if self.dwarf is not None else None
+        self.unwinder = Unwinder(elf, bias)
+        self._types: dict[int, tuple[str, str, int] | None] = {}
+        self.notes: list[str] = []  # ambiguous scans, last discovery
+
+    # -- entry ---------------------------------------------------------------------------
+    def find(self, r: Reflector, threads: dict[int, dict[str, int]]) -> list[Found]:
+        self.notes = []
+        for regs in threads.values():  # one pass brings the usual stack in
+            sp = regs.get("rsp", 0)
+            for base in range(sp - sp % BLOCK, sp + PREFETCH, BLOCK):
+                r.mem.read(base, 1)
+        out: dict[int, Found] = {}
+        for tid, regs in sorted(threads.items()):
+            try:
+                frames = self._unwind(r, regs)
+            except Exception as e:  # noqa: BLE001 - corrupt CFI must not end the command
+                self.notes.append(f"thread {tid}: unwinding failed ({type(e).__name__})")
+                continue
+            # the stack's extent: the outermost sane CFA (a last frame unwound through a
+            # garbage rbp chain can say anything)
+            sp0 = regs.get("rsp", 0)
+            top = max((f.cfa for f in frames if f.cfa and sp0 < f.cfa < sp0 + (8 << 20)), default=sp0)
+            located: set[str] = set()
+            wanted: dict[str, tuple[str, int]] = {}  # layout -> (function, sp) of the innermost frame
+            for i, frame in enumerate(frames):
+                for f in self._frame(r, tid, frame, i, wanted):
+                    out.setdefault(f.addr, f)
+                    located.add(f.type_name)
+            for layout, (fname, sp) in wanted.items():
+                if layout in located:
+                    continue
+                # that frame and its callers': a by-value argument may live in its caller's memory
+                hits = self._scan(r, sp, top, layout)
+                if len(hits) == 1:
+                    out.setdefault(hits[0], Found(hits[0], layout, tid, fname, "scan"))
+                elif hits:
+                    self.notes.append(f"thread {tid}: {len(hits)} candidates for {layout} in {fname}; none taken")
+        return list(out.values())
+
+    def _unwind(self, r: Reflector, regs: dict[str, int]) -> list[UnwoundFrame]:
+        """The thread's frames. A thread stopped outside the program (in libc's ``syscall``
+        or futex wrappers, whose CFI the proxy does not have) is entered at the first
+        return address into the program's code found on its stack: the rbp chain
+        guesses wrong there when rbp is not a frame pointer (rustc 1.63 release)."""
+        pc = regs.get("rip", 0)
+        if self._in_program(pc, call=False):
+            return self.unwinder.unwind(regs, r.mem.read, max_frames=MAX_FRAMES)
+        sp = regs.get("rsp", 0)
+        for slot in range(sp, sp + RA_SCAN, 8):
+            ra = r.mem.word(slot)
+            if ra is None:
+                break
+            if self._in_program(ra, call=True):
+                outer = dict(regs, rip=ra, rsp=slot + 8)
+                frames = self.unwinder.unwind(outer, r.mem.read, max_frames=MAX_FRAMES)
+                return [UnwoundFrame(pc, slot + 8, sp, "none", tuple(regs.items()))] + frames
+        return []
+
+    def _in_program(self, addr: int, call: bool) -> bool:
+        """Is addr in the program's code with CFI (and, for a return address, after a call)?"""
+        link = addr - self.bias
+        if link <= 0 or self.unwinder.fde_for(link - (1 if call else 0)) is None:
+            return False
+        if not call:
+            return True
+        code = self.unwinder.elf.read(link - 7, 7)
+        return code is not None and (code[2] == 0xE8 or code[5] == 0xFF or code[4] == 0xFF
+                                     or code[1] == 0xFF or code[0] == 0xFF)
+
+    # -- one frame -----------------------------------------------------------------------
+    def _frame(self, r: Reflector, tid: int, frame: UnwoundFrame, depth: int,
+               wanted: dict[str, tuple[str, int]]) -> Iterator[Found]:
+        if self.map is None or self.dwarf is None:
+            return
+        pc = frame.pc - self.bias - (1 if depth else 0)  # a return address: the call itself
+        chain = self.map._die_chain(pc)
+        if not chain:
+            return
+        regs = dict(frame.regs)
+        unit0, sub = chain[0]
+        fb_expr = sub.get(D.AT_FRAME_BASE)
+        fbase = None
+        if isinstance(fb_expr, bytes):
+            got = evaluate(fb_expr, regs, None, frame.cfa, r.mem, self.bias)
+            fbase = got[1] if got is not None else None
+        for unit, die in chain:
+            fname = self.map._fn_name(die)
+            for var in _variables(self.dwarf, unit, die, pc):
+                kind = self._future_type(var)
+                if kind is None:
+                    continue
+                mode, layout, extra = kind
+                expr = self._location(unit, var, pc)
+                if expr is None:
+                    continue
+                got = evaluate(expr, regs, fbase, frame.cfa, r.mem, self.bias)
+                addr = _address(got, mode, r.mem)
+                if addr is None:
+                    continue
+                addr += extra
+                if self._plausible(r, addr, layout, any_state=mode == "pointer"):
+                    yield Found(addr, layout, tid, fname, "location")
+            for layout in self._template_layouts(die):
+                wanted.setdefault(layout, (fname, frame.sp))
+
+    def _plausible(self, r: Reflector, addr: int, layout_name: str, any_state: bool) -> bool:
+        lay = self.inv.layouts.get(layout_name)
+        if lay is None or addr <= 0 or addr >= 1 << 47:
+            return False
+        v = r.mem.u(addr + lay.state_offset, lay.state_size)
+        return v is not None and lay.state(v) is not None and (any_state or v >= 3)
+
+    def _scan(self, r: Reflector, lo: int, hi: int, layout_name: str) -> list[int]:
+        lay = self.inv.layouts[layout_name]
+        step = max(8, lay.align)
+        hi = min(hi, lo + MAX_SCAN)
+        hits = []
+        for base in range(lo - lo % BLOCK, hi, BLOCK):  # block by block: an unread one is skipped
+            data = r.mem.read(base, BLOCK)
+            if data is None:
+                continue
+            first = max(lo, base)
+            first += (-first) % step
+            for addr in range(first, min(base + BLOCK, hi - lay.size + 1), step):
+                i = addr - base + lay.state_offset
+                if i + lay.state_size <= BLOCK:
+                    v = int.from_bytes(data[i:i + lay.state_size], "little")
+                    if v < 3 or lay.state(v) is None:
+                        continue
+                elif not self._plausible(r, addr, layout_name, any_state=False):
+                    continue
+                if _clean(r.walk(addr, layout_name)):
+                    hits.append(addr)
+        return hits
+
+    # -- DWARF ---------------------------------------------------------------------------
+    def _origin(self, die: D.Die) -> D.Die:
+        assert self.dwarf is not None
+        d = die
+        for _ in range(4):
+            ref = d.get(D.AT_ABSTRACT_ORIGIN, d.get(D.AT_SPECIFICATION))
+            nxt = self.dwarf.die(ref) if ref is not None else None
+            if nxt is None:
+                break
+            d = nxt
+        return d
+
+    def _future_type(self, var: D.Die) -> tuple[str, str, int] | None:
+        t = var.get(D.AT_TYPE)
+        if t is None:
+            t = self._origin(var).get(D.AT_TYPE)
+        if t is None:
+            return None
+        if t not in self._types:
+            self._types[t] = self._resolve(t, 0)
+        return self._types[t]
+
+    def _resolve(self, off: int | None, depth: int) -> tuple[str, str, int] | None:
+        """(value | pointer, layout name, offset of the env in the pointee) for a type."""
+        assert self.dwarf is not None
+        t = self.dwarf.die(off)
+        for _ in range(8):
+            if t is None or t.tag != D.TAG_TYPEDEF:
+                break
+            t = self.dwarf.die(t.get(D.AT_TYPE))
+        if t is None or depth > 4:
+            return None
+        if t.tag == D.TAG_POINTER:
+            inner = self._resolve(t.get(D.AT_TYPE), depth + 1)
+            return ("pointer", inner[1], inner[2]) if inner is not None and inner[0] == "value" else None
+        if t.tag != D.TAG_STRUCTURE:
+            return None
+        name = _qualname(self.dwarf, t)
+        if name in self.inv.layouts:
+            return ("value", name, 0)
+        if name.startswith(("core::future::from_generator::GenFuture<", "core::pin::Pin<")):
+            m = self._first_member(t)
+            if m is None:
+                return None
+            inner = self._resolve(m.get(D.AT_TYPE), depth + 1)
+            if inner is None:
+                return None
+            mode, lay, extra = inner
+            return (mode, lay, extra + (int(m.get(D.AT_DATA_MEMBER_LOCATION, 0) or 0) if mode == "value" else 0))
+        return None
+
+    def _first_member(self, t: D.Die) -> D.Die | None:
+        assert self.dwarf is not None
+        unit = self.dwarf.unit_of(t)
+        for c in t.children if unit is not None else ():
+            m = unit.dies[c]  # type: ignore[union-attr]
+            if m.tag == D.TAG_MEMBER:
+                return m
+        return None
+
+    def _template_layouts(self, die: D.Die) -> list[str]:
+        """Coroutine types among a function's template type parameters (``block_on<F>``)."""
+        assert self.dwarf is not None
+        d = self._origin(die)
+        unit = self.dwarf.unit_of(d)
+        if unit is None:
+            return []
+        out = []
+        for c in d.children:
+            p = unit.dies.get(c)
+            if p is not None and p.tag == D.TAG_TEMPLATE_TYPE_PARAM:
+                kind = self._resolve(p.get(D.AT_TYPE), 0)
+                if kind is not None and kind[0] == "value" and kind[2] == 0:
+                    out.append(kind[1])
+        return out
+
+    def _location(self, unit: D.Unit, var: D.Die, pc: int) -> bytes | None:
+        assert self.dwarf is not None
+        loc = var.get(D.AT_LOCATION)
+        if isinstance(loc, bytes):
+            return loc
+        if isinstance(loc, int):
+            try:
+                return _loclist(self.dwarf, unit, loc, pc)
+            except (IndexError, struct.error):
+                return None
+        return None  # no location (optimized out) or a DW_FORM_loclistx index
+
+
+def _variables(dwarf: DwarfView, unit: D.Unit, die: D.Die, pc: int) -> Iterator[D.Die]:
+    """Parameters and variables of a function (or inlined call) in scope at pc."""
+    stack = list(die.children)
+    while stack:
+        c = unit.dies.get(stack.pop())
+        if c is None:
+            continue
+        if c.tag in (D.TAG_FORMAL_PARAMETER, D.TAG_VARIABLE):
+            yield c
+        elif c.tag == D.TAG_LEXICAL_BLOCK:
+            ranges = dwarf.die_ranges(unit, c)
+            if not ranges or any(lo <= pc < hi for lo, hi in ranges):
+                stack.extend(c.children)
+
+
+def _clean(node: Node) -> bool:
+    return not any(n.kind == "unreadable" for n in node.iter())
+
+
+def _address(got: tuple[str, int] | None, mode: str, mem: BlockReader) -> int | None:
+    """The coroutine's address from an evaluated location."""
+    if got is None:
+        return None
+    kind, v = got
+    if mode == "value":
+        return v if kind == "addr" else None
+    return mem.word(v) if kind == "addr" else v
+
+
+def _loclist(dwarf: DwarfView, unit: D.Unit, off: int, pc: int) -> bytes | None:
+    """The expression of a location list entry that covers pc (DWARF 4 .debug_loc, 5 .debug_loclists)."""
+    base = unit.top_die.get(D.AT_LOW_PC) or 0
+    if unit.version < 5:
+        data = dwarf.sections.get(".debug_loc", b"")
+        for _ in range(4096):
+            lo, hi = struct.unpack_from("<QQ", data, off)
+            off += 16
+            if lo == 0 and hi == 0:
+                return None
+            if lo == 0xFFFFFFFFFFFFFFFF:
+                base = hi
+                continue
+            (n,) = struct.unpack_from("<H", data, off)
+            off += 2
+            if base + lo <= pc < base + hi:
+                return data[off:off + n]
+            off += n
+        return None
+    data = dwarf.sections.get(".debug_loclists", b"")
+    addrx = dwarf._addrx_reader(unit)
+    for _ in range(4096):
+        kind = data[off]
+        off += 1
+        lo = hi = None
+        if kind == 0:  # DW_LLE_end_of_list
+            return None
+        if kind == 1:  # base_addressx
+            i, off = D._uleb(data, off)
+            base = addrx(i)
+            continue
+        if kind == 6:  # base_address
+            (base,) = struct.unpack_from("<Q", data, off)
+            off += 8
+            continue
+        if kind == 2:  # startx_endx
+            a, off = D._uleb(data, off)
+            b, off = D._uleb(data, off)
+            lo, hi = addrx(a), addrx(b)
+        elif kind == 3:  # startx_length
+            a, off = D._uleb(data, off)
+            n, off = D._uleb(data, off)
+            lo = addrx(a)
+            hi = lo + n
+        elif kind == 4:  # offset_pair
+            a, off = D._uleb(data, off)
+            b, off = D._uleb(data, off)
+            lo, hi = base + a, base + b
+        elif kind == 5:  # default_location
+            lo, hi = 0, 1 << 64
+        elif kind == 7:  # start_end
+            lo, hi = struct.unpack_from("<QQ", data, off)
+            off += 16
+        elif kind == 8:  # start_length
+            (lo,) = struct.unpack_from("<Q", data, off)
+            off += 8
+            n, off = D._uleb(data, off)
+            hi = lo + n
+        else:
+            return None
+        n, off = D._uleb(data, off)
+        if lo <= pc < hi:
+            return data[off:off + n]
+        off += n
+    return None
+
+
+def evaluate(expr: bytes, regs: dict[str, int], fbase: int | None, cfa: int | None,
+             mem: BlockReader, bias: int) -> tuple[str, int] | None:
+    """A DWARF location expression: ("addr", a) the variable lies at a; ("value", v) it is v.
+    Only what rustc emits for frame variables is known; anything else is None."""
+    stack: list[int] = []
+    pos = 0
+    M = (1 << 64) - 1
+
+    def reg(n: int) -> int | None:
+        return regs.get(DWARF_REGS[n]) if 0 <= n < len(DWARF_REGS) else None
+
+    try:
+        while pos < len(expr):
+            op = expr[pos]
+            pos += 1
+            if 0x50 <= op <= 0x6F or op == 0x90:  # DW_OP_reg*, regx: the value is in a register
+                n = op - 0x50 if op != 0x90 else D._uleb(expr, pos)[0]
+                v = reg(n)
+                return ("value", v) if v is not None else None
+            if 0x70 <= op <= 0x8F:  # DW_OP_breg*
+                off, pos = D._sleb(expr, pos)
+                v = reg(op - 0x70)
+                if v is None:
+                    return None
+                stack.append((v + off) & M)
+            elif op == 0x92:  # bregx
+                n, pos = D._uleb(expr, pos)
+                off, pos = D._sleb(expr, pos)
+                v = reg(n)
+                if v is None:
+                    return None
+                stack.append((v + off) & M)
+            elif op == 0x91:  # fbreg
+                off, pos = D._sleb(expr, pos)
+                if fbase is None:
+                    return None
+                stack.append((fbase + off) & M)
+            elif op == 0x9C:  # call_frame_cfa
+                if cfa is None:
+                    return None
+                stack.append(cfa)
+            elif op == 0x03:  # addr (link time)
+                (a,) = struct.unpack_from("<Q", expr, pos)
+                pos += 8
+                stack.append(a + bias)
+            elif 0x30 <= op <= 0x4F:  # lit*
+                stack.append(op - 0x30)
+            elif op in (0x08, 0x0A, 0x0C, 0x0E):  # const1u..const8u
+                w = {0x08: 1, 0x0A: 2, 0x0C: 4, 0x0E: 8}[op]
+                stack.append(int.from_bytes(expr[pos:pos + w], "little"))
+                pos += w
+            elif op in (0x09, 0x0B, 0x0D, 0x0F):  # const1s..const8s
+                w = {0x09: 1, 0x0B: 2, 0x0D: 4, 0x0F: 8}[op]
+                stack.append(int.from_bytes(expr[pos:pos + w], "little", signed=True) & M)
+                pos += w
+            elif op == 0x10:  # constu
+                v, pos = D._uleb(expr, pos)
+                stack.append(v)
+            elif op == 0x11:  # consts
+                v, pos = D._sleb(expr, pos)
+                stack.append(v & M)
+            elif op == 0x23:  # plus_uconst
+                v, pos = D._uleb(expr, pos)
+                stack.append((stack.pop() + v) & M)
+            elif op == 0x22:  # plus
+                b, a = stack.pop(), stack.pop()
+                stack.append((a + b) & M)
+            elif op == 0x1C:  # minus
+                b, a = stack.pop(), stack.pop()
+                stack.append((a - b) & M)
+            elif op == 0x12:  # dup
+                stack.append(stack[-1])
+            elif op == 0x06:  # deref
+                w = mem.word(stack.pop())
+                if w is None:
+                    return None
+                stack.append(w)
+            elif op == 0x9F:  # stack_value
+                return ("value", stack[-1]) if stack else None
+            elif op == 0x93:  # piece: the first piece is where the value starts
+                break
+            else:  # entry_value, implicit pointers, TLS, ...: not located
+                return None
+    except (IndexError, struct.error):
+        return None
+    return ("addr", stack[-1]) if stack else None
+
+
+def stack_roots(found: list[Found]) -> list[Root]:
+    out = []
+    for f in found:
+        where = f.function.split("<")[0]
+        how = "" if f.how == "location" else ", found by scan"
+        out.append(Root(f.addr, f.type_name, "", "stack", f.thread,
+                        header=f"on the stack of thread {f.thread}, in {where}{how}"))
+    return out
