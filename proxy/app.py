@@ -97,6 +97,7 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         capture=lambda args: _capture_command(session, args),
         reflect=_reflect_source(session, engine),
         threads=session.monitor_threads,
+        mode_name=session.mode,
     )
 
 

@@ -43,6 +43,7 @@ class MonitorContext:
     reflect: object | None = None  # proxy.reflect.ReflectSource: trees read from memory
     # every thread's `g` reply (LWP -> reply), None until the session has read them
     threads: Callable[[], Mapping[int, bytes] | None] | None = None
+    mode_name: str = "full"  # the capture mode: in `off`, `tasks` is read from memory too
 
 
 HELP: tuple[tuple[str, str], ...] = (
@@ -90,7 +91,7 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
             raise MonitorError(f"'{cmd.name}' is not available in this session")
         return handler(cmd.args)
     if ctx.reflect is not None and ctx.read_memory is not None and (
-            cmd.name == "tree" or (cmd.name == "tasks" and ctx.engine is None)):
+            cmd.name == "tree" or (cmd.name == "tasks" and (ctx.engine is None or ctx.mode_name == "off"))):
         return _reflected(cmd, ctx)
     if ctx.engine is None:
         note = f"asyncrsp: {ctx.note or 'no async code found in this program'}"
@@ -106,15 +107,28 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
 
 def _reflected(cmd: MonitorCommand, ctx: MonitorContext) -> str:
     """tree (and tasks without an engine) read from memory: proxy.reflect."""
-    from proxy.reflect import reflect_tasks, reflect_tree, thread_regs
+    from proxy.reflect import TASK_COLUMNS, reflect_task_rows, reflect_tasks, reflect_tree, table, thread_regs
 
     assert ctx.read_memory is not None
     head = _incomplete(ctx.engine) if ctx.engine is not None else []
     threads = thread_regs(dict(ctx.threads() or {})) if ctx.threads is not None else None
-    if cmd.name == "tasks":
+    if cmd.name == "tasks" and ctx.engine is None:
         _flags(cmd.args, {"--live": False})
         return "\n".join(head + [reflect_tasks(ctx.reflect, ctx.read_memory, None, ctx.pcs,  # type: ignore[arg-type]
                                                 threads)])
+    if cmd.name == "tasks":  # mode off after a switch: read from memory, plus every task seen before
+        flags, rest = _flags(cmd.args, {"--live": False})
+        _at_most(rest, 0, "tasks [--live]")
+        rows = reflect_task_rows(ctx.reflect, ctx.read_memory, ctx.engine, ctx.pcs,  # type: ignore[arg-type]
+                                 threads, "seen before")
+        found = {r[1] for r in rows}
+        for t in ctx.engine.tasks():
+            if f"0x{t.self_ptr:x}" in found or (flags.get("--live") and t.finished):
+                continue
+            rows.append((t.label, f"0x{t.self_ptr:x}", f"{t.state} (when last seen)", "seen before", t.path))
+        note = ["note: mode off: tasks read from memory at this stop, and those seen before (their state"
+                " then)"]
+        return "\n".join(head + note + [table([TASK_COLUMNS, *rows])])
     _at_most(list(cmd.args), 1, "tree [TASK]")
     only = None
     if cmd.args:

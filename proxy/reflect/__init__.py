@@ -17,7 +17,7 @@ for tasks stuck since before the proxy attached, and with no probe planted
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from proxy.analysis.model import Frame, Inventory
 
@@ -40,16 +40,17 @@ class ReflectSource:
     now_ns: Callable[[], int] | None = None  # the target host's CLOCK_MONOTONIC (local targets)
     discover: Callable[[Reflector], "list[Root] | None"] | None = None  # runtime adapter
     note: str | None = None  # e.g. why the adapter is off
-    seen: dict[int, Root] = field(default_factory=dict)  # tasks found at earlier stops
+    seen: dict[tuple[int, str], Root] = field(default_factory=dict)  # tasks found at earlier stops
     stacks: Callable[[], "StackFinder | None"] | None = None  # built on first use (stacks.py)
     stack_notes: list[str] = field(default_factory=list)  # what the last stack discovery could not do
+    stack_chains: dict[int, list[tuple[int, str] | None]] = field(default_factory=dict)  # stacks.StackFinder.chains
 
     def reflector(self, read: ReadMemory | BlockReader) -> Reflector:
         return Reflector(self.inventory, self.bias, read, now_ns=self.now_ns() if self.now_ns else None,
                          symbol_at=self.symbol_at)
 
 
-def _engine_roots(engine, src: ReflectSource) -> list[Root]:  # type: ignore[no-untyped-def]
+def _engine_roots(engine, src: ReflectSource, origin: str = "observed") -> list[Root]:  # type: ignore[no-untyped-def]
     out = []
     if engine is None:
         return out
@@ -60,7 +61,7 @@ def _engine_roots(engine, src: ReflectSource) -> list[Root]:  # type: ignore[no-
         if layout is None:
             continue
         thread = f", thread {t.last_thread}" if t.last_thread is not None else ""
-        out.append(Root(t.self_ptr, layout.type_name, t.label, "observed", t.last_thread,
+        out.append(Root(t.self_ptr, layout.type_name, t.label, origin, t.last_thread,
                         header=f"root{thread}"))
     return out
 
@@ -101,22 +102,23 @@ def _stack_roots(src: ReflectSource, r: Reflector, threads: dict[int, dict[str, 
         return []
     found = finder.find(r, threads)
     src.stack_notes = list(finder.notes)
+    src.stack_chains = dict(finder.chains)
     return stack_roots(found)
 
 
 def collect_roots(src: ReflectSource, r: Reflector, engine,  # type: ignore[no-untyped-def]
-                  threads: dict[int, dict[str, int]] | None = None) -> list[Root]:
-    roots: dict[int, Root] = {}
-    for root in _engine_roots(engine, src):
-        roots[root.addr] = root
+                  threads: dict[int, dict[str, int]] | None = None, engine_origin: str = "observed") -> list[Root]:
+    roots: dict[tuple[int, str], Root] = {}
+    for root in _engine_roots(engine, src, engine_origin):
+        roots[root.addr, root.type_name] = root
     for root in _stack_roots(src, r, threads or {}):
-        roots.setdefault(root.addr, root)
+        roots.setdefault((root.addr, root.type_name), root)
     if src.discover is not None:
         for root in src.discover(r) or ():
-            roots.setdefault(root.addr, root)
-    for addr, root in src.seen.items():
-        roots.setdefault(addr, Root(root.addr, root.type_name, root.label, "seen before", root.thread,
-                                    header="seen at an earlier stop"))
+            roots.setdefault((root.addr, root.type_name), root)
+    for (addr, tname), root in src.seen.items():
+        roots.setdefault((addr, tname), Root(root.addr, root.type_name, root.label, "seen before", root.thread,
+                                             header="seen at an earlier stop"))
     return list(roots.values())
 
 
@@ -167,34 +169,65 @@ def lift(r: Reflector, addr: int, type_name: str, max_hops: int = 16) -> tuple[i
 
 
 def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int],  # type: ignore[no-untyped-def]
-             threads: dict[int, dict[str, int]] | None = None) -> tuple[list[tuple[Root, Node]], Reflector]:
+             threads: dict[int, dict[str, int]] | None = None,
+             engine_origin: str = "observed") -> tuple[list[tuple[Root, Node]], Reflector]:
+    """Every root's tree. ``engine_origin``: how the engine's tasks are marked ("seen
+    before" when nothing observes any more, mode off)."""
     r = src.reflector(read)
-    roots = collect_roots(src, r, engine, threads)
+    src.stack_chains = {}
+    roots = collect_roots(src, r, engine, threads, engine_origin)
     for tid, regs in (threads or {}).items():  # every thread's pc marks what runs there
         pcs.setdefault(tid, regs.get("rip", 0))
-    lifted: dict[int, Root] = {}
+    lifted: dict[tuple[int, str], Root] = {}
     for root in roots:
         addr, tname, hops = lift(r, root.addr, root.type_name)
         if hops:
             root = Root(addr, tname, "", root.origin, root.thread,
                         header=f"{root.header}; holds {root.label or 'the observed task'} inline")
-        lifted.setdefault(root.addr, root)
+        key = (root.addr, root.type_name)
+        prev = lifted.get(key)
+        if prev is None:
+            lifted[key] = root
+        elif root.origin == "stack" and "stack" not in prev.origin:  # seen, and on a stack now
+            lifted[key] = replace(prev, origin=f"{prev.origin}, stack")
     out = []
     for root in lifted.values():
         tree = r.walk(root.addr, root.type_name)
         if tree.kind == "coroutine" and tree.status in ("completed", "panicked"):
-            src.seen.pop(root.addr, None)
+            src.seen.pop((root.addr, root.type_name), None)
             continue
         if tree.kind == "coroutine" and root.origin != "seen before":
-            src.seen[root.addr] = root
+            src.seen[root.addr, root.type_name] = root
         out.append((root, tree))
-    out = _outermost(out)
+    out = _outermost(_nest_stack_chains(out, src.stack_chains))
     for run in _running(engine, src, pcs):
         for _, tree in out:
             if overlay(tree, run):
                 break
     _link_mutexes(out)
     return out, r
+
+
+def _nest_stack_chains(trees: list[tuple[Root, Node]], chains: dict[int, list[tuple[int, str] | None]]
+                       ) -> list[tuple[Root, Node]]:
+    """A coroutine polled by another one on a thread's stack is its child now, even when the
+    parent's ``__state`` does not say so yet (its first poll, or a new await since its last
+    suspend): put the child's tree under the parent, marked running."""
+    for tid, chain in chains.items():
+        for inner, outer in zip(chain, chain[1:]):
+            if inner is None or outer is None:
+                continue
+            nodes = {(n.addr, n.type_name): n for _, t in trees for n in t.iter() if n.kind == "coroutine"}
+            parent = nodes.get(outer)
+            child = next(((rt, t) for rt, t in trees if (t.addr, t.type_name) == inner), None)
+            if parent is None or child is None or child[1] is parent:
+                continue
+            if any((n.addr, n.type_name) == inner for n in parent.iter()):
+                continue  # the parent's state already shows it
+            parent.status, parent.detail = "running", f"running on thread {tid}"
+            parent.children = [child[1]]
+            trees = [x for x in trees if x is not child]
+    return trees
 
 
 def _outermost(trees: list[tuple[Root, Node]]) -> list[tuple[Root, Node]]:
@@ -236,12 +269,28 @@ def reflect_tree(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  #
     return "\n".join(lines)
 
 
+TASK_COLUMNS = ("TASK", "ADDRESS", "STATE", "FOUND BY", "ASYNC FN")
+
+
 def reflect_tasks(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  # type: ignore[no-untyped-def]
-                  threads: dict[int, dict[str, int]] | None = None) -> str:
-    trees, _ = walk_all(src, read, engine, dict(pcs or {}), threads)
-    if not trees:
+                  threads: dict[int, dict[str, int]] | None = None, engine_origin: str = "observed") -> str:
+    rows = reflect_task_rows(src, read, engine, pcs, threads, engine_origin)
+    if not rows:
         return "no tasks found by reflection" + (f" ({src.note})" if src.note else "")
-    rows = [("TASK", "ADDRESS", "STATE", "FOUND BY", "ASYNC FN")]
+    return table([TASK_COLUMNS, *rows])
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def reflect_task_rows(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  # type: ignore[no-untyped-def]
+                      threads: dict[int, dict[str, int]] | None = None,
+                      engine_origin: str = "observed") -> list[tuple[str, ...]]:
+    """One row per task read from memory (TASK_COLUMNS)."""
+    trees, _ = walk_all(src, read, engine, dict(pcs or {}), threads, engine_origin)
+    rows = []
     for root, tree in trees:
         if tree.kind != "coroutine":
             state = tree.label
@@ -252,5 +301,4 @@ def reflect_tasks(src: ReflectSource, read: ReadMemory, engine=None, pcs=None,  
         else:
             state = tree.status
         rows.append((root.label or "-", f"0x{root.addr:x}", state, root.origin, tree.label))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return rows

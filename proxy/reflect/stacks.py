@@ -76,6 +76,7 @@ class Found:
     thread: int
     function: str  # the frame that holds it
     how: str  # "location" | "scan"
+    polling: bool = False  # the self of the frame's own resume function: it runs now
 
 
 class StackFinder:
@@ -88,6 +89,8 @@ class StackFinder:
         self.unwinder = Unwinder(elf, bias)
         self._types: dict[int, tuple[str, str, int] | None] = {}
         self.notes: list[str] = []  # ambiguous scans, last discovery
+        # per thread, the located coroutines in frame order (innermost first), last discovery
+        self.chains: dict[int, list[tuple[int, str] | None]] = {}
 
     # -- entry ---------------------------------------------------------------------------
     def find(self, r: Reflector, threads: dict[int, dict[str, int]]) -> list[Found]:
@@ -96,7 +99,8 @@ class StackFinder:
             sp = regs.get("rsp", 0)
             for base in range(sp - sp % BLOCK, sp + PREFETCH, BLOCK):
                 r.mem.read(base, 1)
-        out: dict[int, Found] = {}
+        out: dict[tuple[int, str], Found] = {}  # a child stored at offset 0 shares its parent's address
+        self.chains = {}
         for tid, regs in sorted(threads.items()):
             try:
                 frames = self._unwind(r, regs)
@@ -109,17 +113,25 @@ class StackFinder:
             top = max((f.cfa for f in frames if f.cfa and sp0 < f.cfa < sp0 + (8 << 20)), default=sp0)
             located: set[str] = set()
             wanted: dict[str, tuple[str, int]] = {}  # layout -> (function, sp) of the innermost frame
+            chain: list[tuple[int, str] | None] = []  # innermost first: who polls whom on this thread
             for i, frame in enumerate(frames):
+                polled = False
                 for f in self._frame(r, tid, frame, i, wanted):
-                    out.setdefault(f.addr, f)
+                    out.setdefault((f.addr, f.type_name), f)
                     located.add(f.type_name)
+                    if f.polling and (f.addr, f.type_name) not in chain:
+                        chain.append((f.addr, f.type_name))
+                        polled = True
+                if not polled and self.inv.resume_fn_at(frame.pc - self.bias - (1 if i else 0)) is not None:
+                    chain.append(None)  # a resume frame whose self is unknown or garbage: no link across it
+            self.chains[tid] = chain
             for layout, (fname, sp) in wanted.items():
                 if layout in located:
                     continue
                 # that frame and its callers': a by-value argument may live in its caller's memory
                 hits = self._scan(r, sp, top, layout)
                 if len(hits) == 1:
-                    out.setdefault(hits[0], Found(hits[0], layout, tid, fname, "scan"))
+                    out.setdefault((hits[0], layout), Found(hits[0], layout, tid, fname, "scan"))
                 elif hits:
                     self.notes.append(f"thread {tid}: {len(hits)} candidates for {layout} in {fname}; none taken")
         return list(out.values())
@@ -165,6 +177,7 @@ class StackFinder:
             return
         regs = dict(frame.regs)
         unit0, sub = chain[0]
+        resume = self.inv.resume_fn_at(pc)  # the physical frame polls this coroutine
         fb_expr = sub.get(D.AT_FRAME_BASE)
         fbase = None
         if isinstance(fb_expr, bytes):
@@ -186,9 +199,11 @@ class StackFinder:
                     continue
                 addr += extra
                 if self._plausible(r, addr, layout, any_state=mode == "pointer"):
-                    yield Found(addr, layout, tid, fname, "location")
-            for layout in self._template_layouts(die):
-                wanted.setdefault(layout, (fname, frame.sp))
+                    polling = resume is not None and resume.layout_name == layout and mode == "pointer"
+                    yield Found(addr, layout, tid, fname, "location", polling)
+            if resume is None:  # an executor's frame (a coroutine's own are reached by walking it)
+                for layout in self._template_layouts(die):
+                    wanted.setdefault(layout, (fname, frame.sp))
 
     def _plausible(self, r: Reflector, addr: int, layout_name: str, any_state: bool) -> bool:
         lay = self.inv.layouts.get(layout_name)
