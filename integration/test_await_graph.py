@@ -160,7 +160,7 @@ def test_whole_run_graph(config: str, rt: str) -> None:
 def test_locals_match_what_the_program_prints() -> None:
     prog = _binary("debug", "tokio_app")
     # Second stop in c: a is suspended at its .await with x and label live.
-    out = session(prog, args, [f"break {SRC}:{bp_line('c_after_sleep')}", "continue",
+    out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue",
                                  *ask("tasks"), "monitor async locals #2", "echo ==end2==\\n"])
     tasks = section(out, "tasks")
     assert re.search(r"^#2\s.*tokio_app::a$", tasks, re.M), tasks
@@ -188,7 +188,7 @@ def test_stripped_binary_says_so(tmp_path: Path) -> None:
     # libc's _exit: the stripped program itself has no symbols to break on.
     # A fresh analysis cache: the cache is keyed by build-id, which strip
     # keeps, and would (rightly) answer with the unstripped build's inventory.
-    out = session(prog, args, ["break _exit", "continue", *ask("tasks")],
+    out = session(prog, ["ct"], ["break _exit", "continue", *ask("tasks")],
                   env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     text = section(out, "tasks").lower()
     assert "dwarf" in text or "no async" in text or "debug info" in text, text
@@ -217,7 +217,7 @@ def test_mode_and_capture_switch_at_a_stop() -> None:
     started with nothing planted (mode off), switched to full at main's start,
     the later polls are seen; switched off again, nothing more is counted."""
     prog = _binary("debug", "tokio_app")
-    out = session(prog, args, [
+    out = session(prog, ["ct"], [
         f"break {SRC}:{bp_line('main_start')}", f"break {SRC}:{bp_line('c_after_sleep')}",
         f"break {SRC}:{bp_line('main_done')}", "continue",
         *ask("mode", "capture", "mode full"), "delete 1", "continue",

@@ -18,7 +18,9 @@ async fn spinner(polls: u32, spin: Duration) -> (u64, Duration) {
     for i in 0..polls {
         let start = Instant::now();
         while start.elapsed() < spin {
-            acc = std::hint::black_box(acc.wrapping_mul(31).wrapping_add(u64::from(i)));
+            // A volatile read keeps the loop (std::hint::black_box is
+            // unstable in rustc 1.63, which builds the old-* corpus).
+            acc = unsafe { std::ptr::read_volatile(&acc.wrapping_mul(31).wrapping_add(u64::from(i))) };
         }
         busy += start.elapsed();
         tokio::task::yield_now().await;
