@@ -124,7 +124,8 @@ def test_exact_counts_on_the_c_probe_program(calls: int, threads: int) -> None:
 def test_release_build_without_frame_pointers_unwinds_from_the_slice() -> None:
     prog = _binary("release", "tokio_bench")
     inv = build_inventory(str(prog))
-    cap, eng, code = run_captured(prog, [300, "mt"], inv, unwind_share=1.0, unwind_queue=1 << 20)
+    cap, eng, code = run_captured(prog, [300, "mt"], inv, unwind_share=1.0, unwind_queue=1 << 20,
+                                  stop_unwind_s=None)
     assert code == 0
     u = cap.unwinder
     assert u is not None

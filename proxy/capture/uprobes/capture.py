@@ -76,6 +76,7 @@ class UprobeCapture(CaptureBase):
         stack_bytes: int = 8192,
         ring_bytes: int = 64 << 20,
         unwind_share: float = 0.25,
+        stop_unwind_s: float | None = 0.02,
         unwind_queue: int = 4096,
         poll_budget_s: float = 0.035,
         max_backlog: int = 2_000_000,
@@ -87,6 +88,9 @@ class UprobeCapture(CaptureBase):
         self.stack_bytes = stack_bytes
         self.ring_bytes = ring_bytes
         self.unwind_share = unwind_share
+        # Unwinding at a stop is for the stats' sample, not for the graph: a
+        # full queue (4096 entries, ~0.1 ms each) kept every stop ~0.5 s long.
+        self.stop_unwind_s = stop_unwind_s
         self.poll_budget_s = poll_budget_s
         self.object_path = object_path
         self.inventory: Inventory | None = None
@@ -361,7 +365,7 @@ class UprobeCapture(CaptureBase):
             if deadline is not None and time.perf_counter() > deadline:
                 break
         if budget_s is None:
-            self._unwind_some(None)
+            self._unwind_some(self.stop_unwind_s)
         else:
             spent = time.perf_counter() - t0
             self._unwind_some(max(budget_s * self.unwind_share, 0.0) if spent < budget_s else 0.0)
