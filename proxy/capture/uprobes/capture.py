@@ -75,9 +75,9 @@ class UprobeCapture(CaptureBase):
         entry_only: bool = False,
         stack_bytes: int = 8192,
         ring_bytes: int = 64 << 20,
-        unwind_share: float = 0.25,
+        unwind_share: float = 0.1,
         stop_unwind_s: float | None = 0.02,
-        unwind_queue: int = 4096,
+        unwind_queue: int = 512,
         poll_budget_s: float = 0.035,
         max_backlog: int = 2_000_000,
         object_path: os.PathLike[str] | None = None,
@@ -385,27 +385,34 @@ class UprobeCapture(CaptureBase):
             return
         while len(self._backlog) < self.max_backlog:
             recs = ring.drain(limit=8 << 20)
-            self._check_drops(dec, engine)
+            self._backlog.extend(recs)
+            self._check_drops()
             if not recs:
                 break
-            self._backlog.extend(recs)
         self._prog.set_credits(self._credits_wanted())
 
-    def _check_drops(self, dec: Decoder, engine: Engine) -> None:
+    def _check_drops(self) -> None:
+        """Events the ring had no room for: a marker in the backlog, after the records
+        that filled it (the drops happened while they sat in the ring). The engine
+        learns of the loss in stream order: fed at once, before the backlog, it made
+        the parent check disagree on entries folded after it."""
         assert self._prog is not None
         drops = self._prog.counters().get("drops", 0)
         if drops > self._drops_seen:
             n = drops - self._drops_seen
             self._drops_seen = drops
             self.lost += n
-            engine.feed(dec.lost(n, "uprobe ring buffer full"))
-            self._resync = set(engine.threads_to_resync())
+            self._backlog.append(n)  # type: ignore[arg-type]  # an int: n events lost here
 
     def _feed(self, recs: list[bytes], dec: Decoder, engine: Engine) -> None:
         decode, feed = dec.decode, engine.feed
         q = self._unwind_q
         resync = self._resync
         for rec in recs:
+            if type(rec) is int:  # the ring's drops, in stream order (_check_drops)
+                engine.feed(dec.lost(rec, "uprobe ring buffer full"))
+                resync = self._resync = set(engine.threads_to_resync())
+                continue
             ev = decode(rec)
             if ev is None:
                 continue
