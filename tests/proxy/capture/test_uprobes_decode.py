@@ -196,3 +196,29 @@ def test_exec_report_closes_the_links_and_stops_masking() -> None:
     # the new image's code is not the planned file's: no masking any more
     assert cap.client_reply(b"m1000,1", b"90") == b"90"
     assert any("exec'd /bin/true" in ln for ln in cap.stats_lines())
+
+
+def test_past_four_debug_registers_count_sites_are_left_out_first() -> None:
+    """The client's Z0s already at sites when the capture installs: 4 become Z1s; the
+    rest stay unprobed, count-only sites (the session counts those with its own
+    hidden breakpoint instead) before poll sites."""
+    from proxy.capture.uprobes import bpf as B
+    from proxy.session.breakpoints import BreakpointTable
+
+    poll = [0x1000, 0x1100, 0x1200, 0x1300]
+    count = [0x1050, 0x1150]
+    cap = _capture_with_sites({a: b"\x55" for a in poll + count})
+    for a in poll:
+        cap._sites_by_addr[a] = SimpleNamespace(addr=a, spec=B.SiteSpec(B.KIND_ENTRY))
+    for a in count:
+        cap._sites_by_addr[a] = SimpleNamespace(addr=a, spec=B.SiteSpec(B.KIND_COUNT))
+    table = BreakpointTable()
+    for a in poll + count:
+        table.client_insert((0, a, 1))
+    cap._table = table
+    convert, leave_out = cap._split_conflicts()
+    assert convert == poll and leave_out == set(count)
+    table.client_insert((2, 0x9000, 8))  # a watchpoint takes a debug register too
+    cap._client_sw.clear()
+    convert, leave_out = cap._split_conflicts()
+    assert convert == poll[:3] and leave_out == {poll[3], *count}
