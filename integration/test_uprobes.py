@@ -506,3 +506,32 @@ def test_exec_closes_the_probes_and_says_so() -> None:
     assert "the program called exec: capture stopped" in stats[0], stats[0]
     assert _hits(stats[0], "probed") == seen["n"]
     assert "exited normally" in proxied[-1][1] and "forker exec'd" in str(seen["proxy output"])
+
+
+def test_client_stepping_over_poll_sites_of_a_rust_program() -> None:
+    """The poll capture's own sites (every resume function's entry and `ret`s) under the
+    client: `break` on a resume function's entry, `x/` there, `stepi`, a breakpoint on one
+    of its `ret`s and `stepi` through it, `finish`, `next`, `step`, `until`: the same
+    transcript as straight against gdbserver, and the capture saw every poll."""
+    prog = _binary("debug", "nested")
+    inv = build_inventory(str(prog))
+    [c] = [f for f in inv.resume_fns if f.name.endswith("c::{async_fn#0}") and "nested" in f.name]
+    entry, ret = c.low_pc + BIAS, c.rets[0] + BIAS
+    orig = open_elf(prog).read(c.low_pc, 8)
+    steps = [f"break *{entry:#x}", "continue", "x/8xb $pc", "x/2i $pc", "stepi", "stepi", "bt 3",
+             f"tbreak *{ret:#x}", "continue", f"x/1xb {ret:#x}", "x/i $pc", "stepi", "bt 2",
+             "finish", STATS, "next", "step", "until", "until", STATS, "delete", "continue"]
+    direct, _, _ = _gdb_run(prog, [], steps, [], "direct")
+    proxied, stats, _ = _gdb_run(prog, [], steps, [], "proxy")
+    _same(direct, proxied)
+    out = dict(proxied)
+    assert _xb(out["x/8xb $pc"]) == orig
+    assert "ret" in out["x/i $pc"] and _xb(out[f"x/1xb {ret:#x}"]) == b"\xc3"
+    assert "exited normally" in proxied[-1][1]
+    # the first poll of c, stopped at: the polls of main's block, a, b and c entered, c's
+    # `ret` stepped through and b's run by `finish`: each seen exactly once
+    assert "events: 6 (enters 4, exits 2, lost 0, rejected 0)" in stats[0], stats[0]
+    s = stats[1]
+    assert re.search(r"capture: uprobes \([^)]*, attached\)", s) and "hidden stops: 0" in s, s
+    m = re.search(r"events: (\d+) \(enters (\d+), exits (\d+), lost 0, rejected 0\)", s)
+    assert m and int(m.group(1)) > 6, s  # the stepping went on through more poll exits
