@@ -382,3 +382,28 @@ def test_exec_while_tracing_stops_the_experiment_cleanly() -> None:
     # gdbserver's own status after QTStop (`Trace stopped by a tstop command`):
     # the client sees that an experiment ran, not one running (known gap)
     assert "Trace is running" not in out and "tracepoint" not in out.lower(), out
+
+
+@pytest.mark.timeout(300)
+def test_vfork_child_survives_and_the_restart_waits_for_vforkdone() -> None:
+    """vforker 5: `probed` 5 times, vfork (the child execs /bin/true), 5 more
+    after a pause. The child shares the parent's memory until its exec:
+    gdbserver's stop at gdb's `D;child` takes the int3s out of both, the
+    proxy clears the drained buffer without restarting, and restarts at a
+    hidden stop after `vforkdone`; the window is said (graph incomplete),
+    and here nothing fell in it: 10 entries and 10 rets."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness import programs as cprogs
+
+    prog = cprogs.build("vforker")
+    with start_stub("gdbserver", prog, ["5"]) as stub, \
+            start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
+                               "monitor async stats", "continue"], timeout=120)
+        px.wait(timeout=30)
+        stub.wait(timeout=10)
+        program_out = stub.output_text()
+    out = run.output
+    assert "vforker child=0 sum=50" in program_out, program_out + out
+    assert "experiment restarted after a child's detach: 1" in out and "graph: incomplete" in out, out
+    assert re.search(r"^\s*probed: 10$", out, re.M) and re.search(r"^\s*probed \(ret\): 10$", out, re.M), out

@@ -319,7 +319,11 @@ class TracepointCapture(CaptureBase):
     def _restart(self) -> Generator[Exchange, list[bytes], None]:
         """Clear the buffer and keep the tracepoints (rule 4): never QTStart while tracing."""
         if self._restart_pending and self._vfork_pending:
-            return  # a vfork child still shares the memory
+            # A vfork child still shares the memory: no QTStart (its int3s
+            # would be the child's too), but clear what was just drained
+            # (the experiment is stopped, so the size can be set).
+            yield Exchange((build_qtbuffer_size(self.buffer_size),))
+            return
         replies = yield Exchange((QTSTOP, build_qtbuffer_size(self.buffer_size), QTSTART))
         self._tracing = replies[-1] == b"OK"
         self._armed = True
