@@ -100,6 +100,7 @@ class FrameDecoder:
         self.ended = False  # saw the EOB
         self.frames = 0
         self.bytes = 0
+        self.consumed = 0  # bytes of complete frames: where the next read may start
 
     def feed(self, chunk: bytes) -> list[TraceFrame]:
         """Frames completed by `chunk` (bytes after the EOB are ignored)."""
@@ -115,6 +116,7 @@ class FrameDecoder:
             num, size = _HEADER.unpack_from(view, pos)
             if num == 0 and size == 0:
                 self.ended = True
+                self.consumed += pos
                 pos = len(view)
                 break
             end = pos + _HEADER.size + size
@@ -122,6 +124,8 @@ class FrameDecoder:
                 break
             out.append(TraceFrame(num, tuple(self._blocks(view, pos + _HEADER.size, end))))
             pos = end
+        if not self.ended:
+            self.consumed += pos
         del buf[:pos]
         self.frames += len(out)
         return out

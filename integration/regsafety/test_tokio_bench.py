@@ -118,3 +118,56 @@ def test_bench_straight_against_gdbserver_reports_failure_rate(bench: Path) -> N
     # Reported, not asserted for the XML case (CPU-dependent); without
     # xmlRegisters no run may fail.
     assert rates[False] == 0
+
+
+# ---------------------------------------------------------------- tracepoints
+HASH_PROBE = r"^tokio_bench::Block::hash$"  # 6 calls an iteration: 3 leaves + 3 in the synchronous twin
+DERIVE_CALLS = 12  # Block::derive an iteration: 2 per top() (workers) + 2 per top_sync (main thread), 3 each
+TRACE_STATS = re.compile(r"capture: tracepoints \((\d+) poll events\)")
+
+
+def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
+    """Issue 8, "safe with several threads": the multi-thread bench under
+    tracepoint capture of every resume function plus ``--trace-probe`` counting
+    Block::hash inside gdbserver, while the client's own breakpoint on
+    Block::derive fires on the worker threads (commands: silent, continue).
+    Every run: the right result, exact counts (hash entries and rets, the
+    client's hits), nothing lost, as many poll entries as exits; gdbserver's
+    ``select_event_lwp`` spurious stops at tracepoint addresses are hidden
+    and recorded by the proxy (their number is printed)."""
+    n = int(ITERATIONS)
+    failures: list[str] = []
+    spurious = events = 0
+    script = ["break tokio_bench::Block::derive", "commands", "silent", "continue", "end",
+              "break _exit", "continue", "monitor async stats", "info breakpoints", "continue"]
+    for run in range(RUNS):
+        with h.ProxyProcess(h.gdbserver_upstream([str(bench), ITERATIONS, "mt"]),
+                            ["--capture", "tracepoints", "--trace-probe", HASH_PROBE]) as proxy:
+            out = h.run_gdb(bench, f"127.0.0.1:{proxy.port}", script, timeout=600)
+        text = out + proxy.output()
+        problems = []
+        if "exited normally" not in out or not DONE.search(text):
+            problems.append("crashed or wrong result")
+        m = TRACE_STATS.search(out)
+        if not m:
+            problems.append("no tracepoint stats")
+        else:
+            events += int(m.group(1))
+        hits = re.findall(r"tokio_bench::Block::hash(?: \(ret\))?: (\d+)", out)
+        if hits != [str(6 * n), str(6 * n)]:
+            problems.append(f"hash entries/rets {hits}, want {6 * n} each")
+        derive = re.search(r"breakpoint already hit (\d+) time", out)
+        if not derive or int(derive.group(1)) != DERIVE_CALLS * n:
+            problems.append(f"client breakpoint hits {derive and derive.group(1)}, want {DERIVE_CALLS * n}")
+        if not re.search(r"events lost: 0\b", out):
+            problems.append("events lost")
+        ee = re.search(r"\(enters (\d+), exits (\d+), lost 0, rejected 0\)", out)
+        if not ee or ee.group(1) != ee.group(2) or "exits missed (recovered by sp): 0; unmatched exits: 0" not in out:
+            problems.append("poll entries and exits do not pair up")
+        sp = re.search(r"spurious stops recorded by the proxy: (\d+)", out)
+        spurious += int(sp.group(1)) if sp else 0
+        if problems:
+            failures.append(f"run {run}: {'; '.join(problems)}\n" + "\n".join(text.splitlines()[-12:]))
+    print(f"\nunder tracepoints: {len(failures)}/{RUNS} failed; {events} poll events, "
+          f"{spurious} spurious stops hidden and recorded by the proxy")
+    assert not failures, "\n\n".join(failures[:5])

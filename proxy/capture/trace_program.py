@@ -200,25 +200,33 @@ class ThreadMap:
         self.lwp: dict[int, int] = {}
         self.tid_offset: int | None = None
         self._synthetic: dict[int, int] = {}
+        self._pinned: dict[int, int] = {}  # fs_base -> the thread id its events were given
+        self.relabelled = 0  # fs_bases later read as another LWP than the one pinned
 
     def learn(self, fs_base: int, lwp: int) -> None:
         if fs_base and lwp > 0:
+            pinned = self._pinned.get(fs_base)
+            if pinned is not None and pinned != lwp:
+                self.relabelled += 1
             self.lwp[fs_base] = lwp
 
     def thread(self, fs_base: int) -> int:
         """The LWP, or a stable negative number for a thread never mapped
-        (it exited before the proxy could read its control block)."""
+        (it exited before the proxy could read its control block). Pinned at
+        first use: a thread's events must keep one identity for the engine
+        (its scopes are per thread), even if a later read names another LWP."""
+        pinned = self._pinned.get(fs_base)
+        if pinned is not None:
+            return pinned
         lwp = self.lwp.get(fs_base)
-        if lwp is not None:
-            return lwp
-        syn = self._synthetic.get(fs_base)
-        if syn is None:
-            syn = self._synthetic[fs_base] = -(len(self._synthetic) + 1)
-        return syn
+        if lwp is None:
+            lwp = self._synthetic[fs_base] = -(len(self._synthetic) + 1)
+        self._pinned[fs_base] = lwp
+        return lwp
 
     @property
     def unmapped(self) -> int:
-        return sum(1 for f in self._synthetic if f not in self.lwp)
+        return sum(1 for f in self._synthetic if self._pinned.get(f) == self._synthetic[f])
 
     def find_tid_offset(self, tcbs: dict[int, bytes], lwps: set[int]) -> int | None:
         """The offset in the TCB that holds the tid: the one where every

@@ -147,6 +147,7 @@ class TracepointCapture(CaptureBase):
         self._converter: FrameConverter | None = None
         self._state_offsets: dict[int, int] = {}
         self._seq = 0
+        self._read_off = 0  # buffer offset up to which frames were drained (0 after a restart)
         self._tracing = False  # gdbserver's experiment runs (never QTStart twice)
         self._installed = False
         self.handed_over: str | None = None
@@ -233,6 +234,7 @@ class TracepointCapture(CaptureBase):
         return self._install()
 
     def _install(self) -> Procedure:
+        self._read_off = 0
         bodies = [QTINIT, *self.program.packets(), build_qtbuffer_size(self.buffer_size), QTSTART]
         replies = yield Exchange(tuple(bodies))
         bad = [(b, r) for b, r in zip(bodies, replies) if r != b"OK"]
@@ -272,9 +274,9 @@ class TracepointCapture(CaptureBase):
         used = (st.size - st.free) if st.size is not None and st.free is not None else QTBUFFER_CHUNK
         dec = FrameDecoder()
         frames: list[TraceFrame] = []
-        off = 0
+        start = off = self._read_off  # frames before it were drained already (no restart since)
         # Everything used plus the 6-byte end marker, back to back.
-        reads = tuple(build_qtbuffer_read(o) for o in range(0, max(used, 0) + 6, QTBUFFER_CHUNK))
+        reads = tuple(build_qtbuffer_read(o) for o in range(start, max(used, start) + 6, QTBUFFER_CHUNK))
         todo: tuple[bytes, ...] = reads
         for _ in range(64):
             replies = yield Exchange(todo)
@@ -296,10 +298,11 @@ class TracepointCapture(CaptureBase):
                 break
             todo = (build_qtbuffer_read(off),)
         self.drains += 1
-        self.bytes += off
+        self.bytes += off - start
         self.frames += len(frames)
+        self._read_off = start + dec.consumed
         if frames:
-            self._frame_bytes = max(8.0, off / len(frames))
+            self._frame_bytes = max(8.0, dec.consumed / len(frames))
         return frames, st.stop_reason == "tfull", used
 
     def _overflow_hits(self, frames: int) -> Generator[Exchange, list[bytes], int]:
@@ -323,10 +326,12 @@ class TracepointCapture(CaptureBase):
             # would be the child's too), but clear what was just drained
             # (the experiment is stopped, so the size can be set).
             yield Exchange((build_qtbuffer_size(self.buffer_size),))
+            self._read_off = 0
             return
         replies = yield Exchange((QTSTOP, build_qtbuffer_size(self.buffer_size), QTSTART))
         self._tracing = replies[-1] == b"OK"
         self._armed = True
+        self._read_off = 0
         if self._restart_pending:
             self._restart_pending = False
             self.fork_restarts += 1
@@ -536,7 +541,11 @@ class TracepointCapture(CaptureBase):
         """gdbserver reported this thread's hit as a stop and recorded no frame:
         drain first (order), then record the hit from the live thread."""
         self.spurious += 1
-        yield from self._sync()
+        # Drain (order) but do not restart: QTStop/QTStart while threads sit
+        # at tracepoint addresses, some with their trap still pending in
+        # gdbserver, replaces the breakpoints under them. The next drain
+        # reads on from where this one stopped.
+        yield from self._sync(restart=False)
         if point.kind.startswith("count-"):
             if self._converter is not None:
                 c = self._converter.counts
@@ -622,6 +631,8 @@ class TracepointCapture(CaptureBase):
             lines.append(f"traced probe hits: {sum(counts.values())}")
             names = sorted({p.name for p in self.program.points if p.kind.startswith("count-")} | set(counts))
             lines += [f"  {name}: {counts.get(name, 0)}" for name in names]
+        if self.threads.relabelled:
+            lines.append(f"thread reads naming another LWP than the one an fs_base was given (kept): {self.threads.relabelled}")
         if self.threads.unmapped:
             lines.append(f"threads never mapped to an LWP: {self.threads.unmapped}")
         if self.install_error:

@@ -88,3 +88,18 @@ def test_round_trip_in_any_chunking(frames: list[TraceFrame], chunk: int) -> Non
         out += dec.feed(raw[i:i + chunk])
     assert out == frames
     assert dec.ended
+
+
+@given(st.lists(_frame, min_size=1, max_size=20), st.integers(1, 64), st.integers(0, 19))
+def test_consumed_is_where_a_later_read_continues(frames: list[TraceFrame], chunk: int, cut: int) -> None:
+    """A drain that stops at the end marker, then a read from `consumed` of
+    the same linear buffer after more frames were appended (over the old
+    marker), gives exactly the new frames."""
+    first, more = frames[:cut % len(frames) + 1], frames[cut % len(frames) + 1:]
+    dec = FrameDecoder(16)
+    raw = encode_buffer(first)
+    for i in range(0, len(raw), chunk):
+        dec.feed(raw[i:i + chunk])
+    assert dec.ended and dec.consumed == len(raw) - 6
+    later = encode_buffer(first + more)[dec.consumed:]
+    assert decode_buffer(later, 16) == more

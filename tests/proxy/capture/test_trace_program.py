@@ -112,3 +112,22 @@ def test_tid_offset_found_from_live_threads() -> None:
     tm = ThreadMap()
     assert tm.find_tid_offset({0x1000: tcb(0x1000, 300), 0x2000: tcb(0x2000, 301)}, {300, 301}) == 0x2D0
     assert tm.find_tid_offset({0x1000: tcb(0x1000, 300)}, {999}) is None
+
+
+def test_a_thread_keeps_the_identity_its_first_events_got() -> None:
+    """Seen on tokio_bench mt (2 relabels a run in about half the runs): a
+    later control-block read named another LWP for an fs_base whose events
+    the engine already had under the first; splitting a thread's events over
+    two ids made exits unmatched (the engine's scopes are per thread)."""
+    threads = ThreadMap()
+    threads.learn(0xA000, 11)
+    assert threads.thread(0xA000) == 11
+    threads.learn(0xA000, 12)
+    assert threads.thread(0xA000) == 11 and threads.relabelled == 1
+    # a thread first seen unmapped keeps its synthetic id, and is counted as unmapped
+    assert threads.thread(0xB000) == -1
+    threads.learn(0xB000, 13)
+    assert threads.thread(0xB000) == -1 and threads.unmapped == 1 and threads.relabelled == 2
+    # one never used before it is mapped gets its LWP
+    threads.learn(0xC000, 14)
+    assert threads.thread(0xC000) == 14
