@@ -230,16 +230,18 @@ class ThreadMap:
 
     def find_tid_offset(self, tcbs: dict[int, bytes], lwps: set[int]) -> int | None:
         """The offset in the TCB that holds the tid: the one where every
-        control block read holds a distinct live LWP (0 for an exited
-        thread) and at least one holds a live LWP. glibc 2.36 x86-64: 0x2d0."""
+        control block read holds a distinct live LWP (0 or -1 for a thread
+        that exited: both read here, -1 from tokio's workers after the
+        runtime shut down) and at least one holds a live LWP. glibc 2.36
+        x86-64: 0x2d0."""
         if not tcbs or not lwps:
             return None
         size = min(len(b) for b in tcbs.values())
         candidates = []
         for off in range(0, size - 3, 4):
-            vals = [int.from_bytes(b[off:off + 4], "little") for b in tcbs.values()]
+            vals = [int.from_bytes(b[off:off + 4], "little", signed=True) for b in tcbs.values()]
             live = [v for v in vals if v in lwps]
-            if live and all(v in lwps or v == 0 for v in vals) and len(set(live)) == len(live):
+            if live and all(v in lwps or v in (0, -1) for v in vals) and len(set(live)) == len(live):
                 candidates.append(off)
         if not candidates:
             return None

@@ -359,7 +359,12 @@ class TracepointCapture(CaptureBase):
         for b, r in zip(bases, replies):
             d = memory_bytes(r)
             if d is not None and len(d) == 4:
-                self.threads.learn(b, int.from_bytes(d, "little"))
+                # signed: a thread that exited reads -1 (seen for tokio's
+                # workers after the runtime shut down) or 0; learn() keeps
+                # only LWPs > 0.
+                # Read unsigned, -1 became LWP 4294967295 and relabelled the
+                # thread's last frames at the drain after the runtime shut down.
+                self.threads.learn(b, int.from_bytes(d, "little", signed=True))
 
     def _live_lwps(self) -> Generator[Exchange, list[bytes], set[int]]:
         out: set[int] = set()
