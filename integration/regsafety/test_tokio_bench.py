@@ -132,8 +132,8 @@ def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
     Block::hash inside gdbserver, while the client's own breakpoint on
     Block::derive fires on the worker threads (commands: silent, continue).
     Every run: the right result, exact counts (hash entries and rets, the
-    client's hits), nothing lost, as many poll entries as exits (and at most
-    2% of the runs with exits the engine paired late); gdbserver's
+    client's hits), nothing lost, every poll exit paired with its entry;
+    gdbserver's
     ``select_event_lwp`` spurious stops at tracepoint addresses are hidden
     and recorded by the proxy (their number is printed)."""
     n = int(ITERATIONS)
@@ -179,7 +179,5 @@ def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
           f"{spurious} spurious stops hidden and recorded by the proxy; "
           f"runs with unpaired exits: {len(unpaired)} {unpaired[:5]}")
     assert not failures, "\n\n".join(failures[:5])
-    # Known residual (README, Tracepoint capture): 1 run in 100 saw a few exits
-    # the engine could not pair at once (recovered by sp); 6 in 100 before a
-    # thread's identity was pinned. More than 2% of the runs is a regression.
-    assert len(unpaired) <= max(1, RUNS // 50), unpaired
+    # 6 runs in 100 had some before exited threads' tids were read signed
+    assert not unpaired, unpaired
