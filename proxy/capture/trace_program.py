@@ -100,13 +100,13 @@ class Program:
         return out
 
 
-def _fs_base_and_time() -> list[Op]:
+def _fs_base_and_time() -> list[Op | Opcode]:
     return [Op(Opcode.reg, FS_BASE_REGNUM), Op(Opcode.setv, TSV_FS_BASE), Op(Opcode.tracev, TSV_FS_BASE),
             Op(Opcode.tracev, TIMESTAMP_TSV)]
 
 
 def entry_expression(self_reg: str, state_offset: int, state_size: int) -> bytes:
-    ops = [Op(Opcode.reg, REGNUM[self_reg])]
+    ops: list[Op | Opcode] = [Op(Opcode.reg, REGNUM[self_reg])]
     if state_offset:
         ops += [Op(Opcode.const16, state_offset), Opcode.add]
     ops += [Op(Opcode.const8, state_size), Opcode.trace,
@@ -120,7 +120,7 @@ def exit_expression(poll_pending: tuple[int, int, int] | None = None, in_memory:
     """`poll_pending` (offset, size, value) says where Poll<T> keeps its
     discriminant: in rax:rdx, or (`in_memory`, T over 16 bytes) in the
     return slot whose address the function returns in rax."""
-    ops = [Op(Opcode.reg, REGNUM["rsp"]), Op(Opcode.setv, TSV_SP), Op(Opcode.tracev, TSV_SP)]
+    ops: list[Op | Opcode] = [Op(Opcode.reg, REGNUM["rsp"]), Op(Opcode.setv, TSV_SP), Op(Opcode.tracev, TSV_SP)]
     if poll_pending is not None:
         off, size, _ = poll_pending
         if in_memory:

@@ -16,8 +16,9 @@ Theory of operation (rules from research/gdbserver-tracepoints.md, cited as
   each thread's control block (glibc: ``struct pthread`` at fs_base; the
   offset is found once by matching live LWPs, 0x2d0 with glibc 2.36).
 * `wants_interrupt` asks for a hidden drain while the program runs long
-  enough to fill half the buffer at the fastest event rate seen (default:
-  20,000 events/s, about 10 µs per event above the cheapest ptrace stop).
+  enough to fill half the buffer at an assumed 20,000 events/s (an upper
+  bound: the cheapest ptrace stop costs over 100 µs here) and the mean
+  frame size seen.
   A full buffer (``tfull``) stops recording in gdbserver: the loss is
   reported as `EventsLost` (at least the overflowing hits counted by
   ``qTP``), the graph says incomplete, and the next ``QTStart`` re-arms.
@@ -51,6 +52,7 @@ import re
 from collections.abc import Generator, Mapping
 from typing import Any
 
+from proxy.analysis.model import ResumeFn
 from proxy.capture.base import CaptureBase, Handover, Reply, Verdict
 from proxy.capture.breakpoints import BreakpointCapture
 from proxy.capture.target import Target
@@ -176,8 +178,9 @@ class TracepointCapture(CaptureBase):
         self._frame_bytes = float(ASSUMED_FRAME)
 
     # ------------------------------------------------------------ planning
-    # --only / --exclude work as for breakpoints (the same _only/_exclude attributes)
-    _wanted = BreakpointCapture._wanted
+    def _wanted(self, fn: ResumeFn) -> bool:
+        """--only / --exclude work as for breakpoints (the same _only/_exclude attributes)."""
+        return BreakpointCapture._wanted(self, fn)  # type: ignore[arg-type]
 
     def plan(self, target: Target) -> list[Probe]:
         self.target = target
