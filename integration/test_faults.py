@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from integration.harness.gdb import gdb_cli
+from integration.harness.gdb import gdb_batch, gdb_cli
 from integration.harness.rawrsp import RawPeer, checksum, frame
 from integration.harness.stubs import pid_alive, spawn_proxy, start_proxy, start_stub
 from integration.harness.tools import require_tool
@@ -181,14 +181,32 @@ def _code_bytes(prog: Path, pid: int) -> tuple[bytes, bytes]:
         return file_bytes, mem.read(len(file_bytes))
 
 
-def test_client_disconnect_leaves_no_breakpoint(programs: dict[str, Path]) -> None:
+# How each capture backend watches spin's `probed`: hidden breakpoint,
+# in-stub tracepoint, or count-only uprobe.
+CAPTURE_PROBES = {
+    "breakpoints": (["^probed$"], ["--capture", "breakpoints"]),
+    "tracepoints": ([], ["--capture", "tracepoints", "--trace-probe", "^probed$"]),
+    "uprobes": (["^probed$"], ["--capture", "uprobes"]),
+}
+
+
+def _require_capture(capture: str, stats: str) -> None:
+    """A backend that cannot run here falls back to breakpoints and says why."""
+    if f"capture: {capture}" not in stats:
+        reason = re.search(r"^.*capture %s:.*$" % capture, stats, re.M)
+        pytest.skip(f"{capture} capture cannot run here: {reason.group(0) if reason else stats[-300:]}")
+
+
+@pytest.mark.parametrize("capture", list(CAPTURE_PROBES))
+def test_client_disconnect_leaves_no_breakpoint(capture: str, programs: dict[str, Path]) -> None:
     require_tool("gdb", "gdbserver")
     prog = programs["spin"]
+    probes, extra = CAPTURE_PROBES[capture]
     victim = subprocess.Popen([str(prog), "4"], stdout=subprocess.PIPE, start_new_session=True)
     try:
         time.sleep(0.2)
         with start_stub("gdbserver", prog, attach=victim.pid) as stub, \
-                start_proxy(stub.address, probes=["^probed$"]) as px:
+                start_proxy(stub.address, probes=probes, extra=extra) as px:
             con = gdb_cli(prog)
             con.cmd(f"target remote {px.address}")
             con.start("continue")
@@ -197,6 +215,8 @@ def test_client_disconnect_leaves_no_breakpoint(programs: dict[str, Path]) -> No
             px.wait(timeout=15)
             stub.wait(timeout=15)                 # gdbserver detaches an attached process
             _assert_no_traceback(px.stderr_text())
+            if "; using breakpoints" in px.stderr_text():  # the session's fallback notice
+                pytest.skip(f"{capture} capture cannot run here: {px.stderr_text()[-300:]}")
         if not pid_alive(victim.pid):
             code = victim.wait(timeout=5)
             pytest.fail(f"the program died when the client disconnected (status {code}; "
@@ -210,6 +230,36 @@ def test_client_disconnect_leaves_no_breakpoint(programs: dict[str, Path]) -> No
         if victim.poll() is None:
             victim.kill()
             victim.wait()
+
+
+@pytest.mark.parametrize("capture", list(CAPTURE_PROBES))
+def test_kill_takes_the_capture_out_first_and_ends_cleanly(capture: str, programs: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    """`kill` with a capture installed: the proxy takes its probes out of the
+    program before the stub sees the kill (gdbserver 13.1 crashes on a QTStop
+    after the process is gone), the program is gone, and the proxy and the
+    stub both exit normally."""
+    require_tool("gdb", "gdbserver")
+    prog = programs["spin"]
+    probes, extra = CAPTURE_PROBES[capture]
+    log = tmp_path / "packets.log"
+    with start_stub("gdbserver", prog, ["20"]) as stub, \
+            start_proxy(stub.address, probes=probes, extra=[*extra, "--log-packets", str(log)]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "break probed", "continue", "continue",
+                               "delete", "monitor async stats", "kill"], timeout=60)
+        _require_capture(capture, run.output)
+        pid = stub.find_inferior()
+        assert px.wait(timeout=20) == 0, px.stderr_text()
+        assert stub.wait(timeout=20) == 0, stub.output_text()
+        _assert_no_traceback(px.stderr_text())
+    assert re.search(r"\[Inferior 1 \(process \d+\) killed\]", run.output), run.output
+    assert pid is None or not pid_alive(pid)
+    sent = [line for line in log.read_text().splitlines() if " s< " in line]
+    kill = next(i for i, line in enumerate(sent) if "$vKill" in line or "$k#" in line)
+    last_out = {"breakpoints": "$z0,", "tracepoints": "$QTinit", "uprobes": None}[capture]
+    if last_out is not None:  # uprobes leave locally: no stub packet to order
+        outs = [i for i, line in enumerate(sent) if last_out in line]
+        assert outs and outs[-1] < kill, "\n".join(sent[-12:])
 
 
 # ---------------------------------------------------- oversized / malformed

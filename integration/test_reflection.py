@@ -24,19 +24,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
-import build  # noqa: E402
 import markers  # noqa: E402
 
-from integration.test_await_graph import ask, section, session  # noqa: E402
+from integration.test_await_graph import _binary, ask, section, session  # noqa: E402
 
 SRC = "tokio_app.rs"
-
-
-def _binary(config: str, program: str) -> Path:
-    got = build.build(configs=[config], programs=[program]).get((config, program))
-    if not isinstance(got, Path):
-        pytest.skip(f"{program} ({config}) not built: {got}")
-    return got
 
 
 def await_line(program: str, parent: str, child: str) -> list[int]:

@@ -117,6 +117,18 @@ class DwarfView:
         u = self.unit(uo)
         return u.dies.get(offset) if u is not None else None
 
+    def origin(self, die: D.Die, limit: int = 8) -> D.Die:
+        """The DIE that holds a declaration's names and types: follow
+        DW_AT_abstract_origin / DW_AT_specification (inlined copies,
+        concrete instances, out-of-line definitions), at most `limit` hops."""
+        for _ in range(limit):
+            ref = die.get(D.AT_ABSTRACT_ORIGIN, die.get(D.AT_SPECIFICATION))
+            nxt = self.die(ref) if ref is not None else None
+            if nxt is None:
+                break
+            die = nxt
+        return die
+
     def unit_of(self, die: D.Die) -> D.Unit | None:
         uo = self.containing_unit_offset(die.offset)
         return self.unit(uo) if uo is not None else None

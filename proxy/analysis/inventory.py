@@ -200,15 +200,7 @@ class _Collector:
             self.inv.task_polls[int(die.attrs[D.AT_LOW_PC])] = RUNTIME_CELLS[0] + q[len(TASK_POLL):]
 
     def _origin(self, die: D.Die) -> D.Die:
-        seen = 0
-        while seen < 8:
-            ref = die.get(D.AT_ABSTRACT_ORIGIN, die.get(D.AT_SPECIFICATION))
-            nxt = self.dwarf.die(ref) if ref is not None else None
-            if nxt is None:
-                return die
-            die = nxt
-            seen += 1
-        return die
+        return self.dwarf.origin(die)
 
     def _params(self, die: D.Die) -> list[D.Die]:
         unit = self.dwarf.unit_of(die)

@@ -123,13 +123,7 @@ class SourceMap:
 
     def _fn_name(self, die: D.Die) -> str:
         assert self.dwarf is not None
-        d = die
-        for _ in range(8):
-            ref = d.get(D.AT_ABSTRACT_ORIGIN, d.get(D.AT_SPECIFICATION))
-            nxt = self.dwarf.die(ref) if ref is not None else None
-            if nxt is None:
-                break
-            d = nxt
+        d = self.dwarf.origin(die)
         link = d.get(D.AT_LINKAGE_NAME) or d.get(D.AT_MIPS_LINKAGE_NAME)
         if link:
             dem = demangle(link)

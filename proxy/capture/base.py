@@ -136,7 +136,4 @@ class CaptureBase:
         return lines
 
 
-# Kept for the readers of older code: the protocol is the base class.
-Capture = CaptureBase
-
-__all__ = ["Capture", "CaptureBase", "Forward", "Handover", "Reply", "Verdict"]
+__all__ = ["CaptureBase", "Forward", "Handover", "Reply", "Verdict"]

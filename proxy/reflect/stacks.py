@@ -238,14 +238,7 @@ class StackFinder:
     # -- DWARF ---------------------------------------------------------------------------
     def _origin(self, die: D.Die) -> D.Die:
         assert self.dwarf is not None
-        d = die
-        for _ in range(4):
-            ref = d.get(D.AT_ABSTRACT_ORIGIN, d.get(D.AT_SPECIFICATION))
-            nxt = self.dwarf.die(ref) if ref is not None else None
-            if nxt is None:
-                break
-            d = nxt
-        return d
+        return self.dwarf.origin(die, limit=4)
 
     def _future_type(self, var: D.Die) -> tuple[str, str, int] | None:
         t = var.get(D.AT_TYPE)
