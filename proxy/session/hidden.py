@@ -1,0 +1,250 @@
+"""Hidden stops (DESIGN.md §3 rules 2-4 and 8): a trap at a proxy breakpoint
+is counted, handed to the capture, and the thread resumed as the client
+asked - by emulating the probed instruction (emulate.py, one resume) or by
+stepping over it; a probe at a client breakpoint is processed, then reported."""
+
+from __future__ import annotations
+
+from rsp.errors import MalformedPacket
+from rsp.framing import frame
+from rsp.packets.memory import memory_bytes
+from rsp.packets.resume import Resume
+from rsp.packets.stop import StopReply, parse_stop_reply
+from rsp.threads import ThreadId
+
+from . import emulate
+from .actions import ToStub
+from .breakpoints import BpKey
+from .probes import Probe
+from .procedure import Exchange, Procedure
+from .state import SessionBase, Waiter
+from .wire import (
+    RSP_REGNUM_AMD64,
+    SIGINT,
+    SIGSTOP,
+    SIGTRAP,
+    feature_on,
+    has_signal_for,
+    pc_from_g,
+    step_packet,
+    tid_of,
+    without_signals,
+    z_packet,
+)
+
+
+class HiddenStops(SessionBase):
+    def _thread_on_proxy_bp(self, resume: Resume) -> tuple[ThreadId, BpKey] | None:
+        """The last-stopped thread sits on a proxy breakpoint it would re-execute."""
+        st = self._stopped
+        if st is None or st.thread is None or st.pc is None:
+            return None
+        key = self.bps.proxy_key_at(st.pc)
+        if key is None or key[0] != 0:
+            return None
+        action = resume.action_for(st.thread)
+        if action is None:
+            return None
+        return st.thread, key
+
+    def _interrupt_reply(self, step: StopReply) -> bytes:
+        """The stop the client's interrupt would have given (rule 8): gdbserver
+        stops with SIGINT, lldb-server with SIGSTOP; no stop reason."""
+        sig = SIGSTOP if feature_on(self.stub_features, "QThreadSuffixSupported") else SIGINT
+        if step.thread is None:
+            return b"S%02x" % sig
+        return b"T%02xthread:%s;" % (sig, step.thread.format(step.thread.pid is not None))
+
+    def _stepping(self, thread: ThreadId | None) -> bool:
+        if self._resume is None or thread is None:
+            return False
+        action = self._resume.action_for(thread)
+        return action is not None and action.op in ("s", "S", "r")
+
+    def _probe_hit(self, sr: StopReply, raw: bytes, pc: int) -> bool:
+        """A trap at `pc`: if it is a probe, count it and handle it (hidden or shared)."""
+        probe = self.probes.get(pc)
+        if probe is None:
+            return False
+        self.stats.probe_stats.hit(probe, sr.thread)
+        self._stop_pc_override = pc
+        if not self.bps.client_owns(pc) and not self._closing:
+            self._start_proc(self._proc_hidden_stop(sr, pc, probe))
+        else:
+            self.stats.shared_stops += 1
+            self._start_proc(self._proc_shared_stop(sr, raw, probe))
+        return True
+
+    def _proc_read_pc_then_classify(self, sr: StopReply, raw: bytes) -> Procedure:
+        (regs,) = yield Exchange((b"g",))
+        self._proc = None
+        pc = pc_from_g(regs)
+        if pc is None or not self._probe_hit(sr, raw, pc):
+            self._report_stop(sr, raw, pc=pc)
+
+    def _proc_hidden_stop(self, sr: StopReply, pc: int, probe: Probe) -> Procedure:
+        """Rules 2-4 and 8: step the thread over the proxy's breakpoint, resume."""
+        t0 = self.config.clock()
+        self.stats.hidden_stops += 1
+        key = self.bps.proxy_key_at(pc)
+        assert key is not None
+        thread = sr.thread
+        step = step_packet(thread)
+        reads = self._capture_reads(probe, sr)
+        em = self._emulation_for(probe, thread)
+        if em is not None:
+            # One resume instead of two: read what the instruction needs with
+            # the capture's reads, then write its effect and resume (emulate.py).
+            extra: tuple[bytes, ...] = () if b"g" in reads else (b"g",)
+            sp = sr.register_value(RSP_REGNUM_AMD64)
+            if em.needs_stack_word and sp is not None:
+                extra += (b"m%x,8" % sp,)
+            replies = yield Exchange(reads + extra)
+            self._capture_hit(probe, sr, replies[: len(reads)])
+            regs = replies[reads.index(b"g")] if b"g" in reads else replies[len(reads)]
+            word = memory_bytes(replies[-1]) if em.needs_stack_word and sp is not None else None
+            effect = emulate.apply(em, regs, word)
+            resume = self._resume
+            if (effect is not None and resume is not None and not self._interrupt_pending
+                    and not self._closing):
+                self.stats.emulated += 1
+                self.stats.hidden_time += self.config.clock() - t0
+                self._proc = None
+                for body in effect.packets:
+                    self._to_stub(body, Waiter("write"))
+                self._waiters.append(Waiter("client-resume", True))
+                self._emit(ToStub(without_signals(resume)))
+                return
+            reads = ()  # captured already: fall back to the step-over
+        replies = yield Exchange(reads + (z_packet(False, key), step), resume=True)
+        if em is None:
+            self._capture_hit(probe, sr, replies[: len(reads)])
+        step_reply = replies[-1]
+        resume = self._resume
+        assert resume is not None
+        try:
+            step_sr: StopReply | None = parse_stop_reply(step_reply)
+        except MalformedPacket:
+            step_sr = None
+        if step_sr is None or step_sr.kind in ("W", "X") or step_sr.signal != SIGTRAP:
+            # Something else happened during the step (rule 4): put the
+            # breakpoint back if the process lives, and report it.
+            if step_sr is not None and step_sr.kind not in ("W", "X"):
+                yield Exchange((z_packet(True, key),))
+            self.stats.hidden_time += self.config.clock() - t0
+            self._on_stop_reply_after_proc(step_reply)
+            return
+        new_pc = step_sr.pc(self.pc_regnum)
+        report: bytes | None = None
+        action = resume.action_for(thread) if thread is not None else None
+        if self._interrupt_pending or self._interrupt_forwarded or self._closing:
+            report = self._interrupt_reply(step_sr)
+        elif action is not None and action.op in ("s", "S"):
+            report = step_reply  # the proxy's step is the client's step (rule 3)
+        elif action is not None and action.op == "r" and action.range is not None:
+            lo, hi = action.range
+            if new_pc is None or not lo <= new_pc < hi:
+                report = step_reply
+        if report is not None:
+            yield Exchange((z_packet(True, key),))
+            self.stats.hidden_time += self.config.clock() - t0
+            self._proc_done_report(report)
+            return
+        # Put the breakpoint back and re-issue the client's resume, back to back.
+        self.stats.hidden_time += self.config.clock() - t0
+        self._proc = None
+        self._to_stub(z_packet(True, key), Waiter("drop"))
+        self._waiters.append(Waiter("client-resume", True))
+        self._emit(ToStub(without_signals(resume)))
+
+    def _proc_shared_stop(self, sr: StopReply, raw: bytes, probe: Probe) -> Procedure:
+        """Rule 4: a probe at a client breakpoint is processed, then reported."""
+        reads = self._capture_reads(probe, sr)
+        replies: list[bytes] = (yield Exchange(reads)) if reads else []
+        self._capture_hit(probe, sr, replies)
+        self._proc = None
+        self._report_stop(sr, raw, pc=self._stop_pc_override)
+        if self._stopped is not None:
+            self._stopped.counted = True
+
+    def _emulation_for(self, probe: Probe, thread: ThreadId | None) -> emulate.Emulation | None:
+        """Emulate the probed instruction when it is safe: a known instruction,
+        gdbserver's `g` layout without xmlRegisters (rule 11), and a thread
+        that simply continues (a step is the client's own: rule 3)."""
+        if not self._emulate or not probe.code or thread is None or self._resume is None:
+            return None
+        if self._interrupt_pending or self._interrupt_forwarded or self._closing:
+            return None
+        action = self._resume.action_for(thread)
+        if action is None or action.op not in ("c", "C"):
+            return None
+        return emulate.decode(probe.code)
+
+    def _capture_reads(self, probe: Probe, sr: StopReply | None) -> tuple[bytes, ...]:
+        cap = self.capture
+        if cap is None or probe.kind == "count" or sr is None:
+            return ()
+        try:
+            return tuple(cap.reads(probe, tid_of(sr.thread), sr))
+        except Exception as err:  # a capture bug must never take the session down
+            self._capture_failed(err)
+            return ()
+
+    def _capture_hit(self, probe: Probe, sr: StopReply | None, replies: list[bytes]) -> None:
+        cap = self.capture
+        if cap is not None and probe.kind != "count" and sr is not None:
+            try:
+                cap.hit(probe, tid_of(sr.thread), sr, replies)
+            except Exception as err:  # noqa: BLE001 - counted and reported once
+                self._capture_failed(err)
+
+    def _on_stop_reply_after_proc(self, body: bytes) -> None:
+        self._proc = None
+        self._on_stop_reply(body, frame(body))
+
+    def _proc_done_report(self, body: bytes) -> None:
+        self._proc = None
+        try:
+            sr: StopReply | None = parse_stop_reply(body)
+        except MalformedPacket:
+            sr = None
+        self._report_stop(sr, None, body)
+
+    def _proc_step_off_then_resume(
+        self, resume: Resume, body: bytes, raw: bytes | None, thread: ThreadId, key: BpKey
+    ) -> Procedure:
+        """Step a thread off a proxy breakpoint before the client's resume (rule 2).
+
+        The thread was reported stopped at the probe without executing it
+        (e.g. a step that entered the function): that is a hit too, unless
+        it was a breakpoint stop already counted.
+        """
+        self._resume = resume
+        st = self._stopped
+        reads: tuple[bytes, ...] = ()
+        probe = self.probes.get(key[1])
+        fresh = st is not None and not st.counted and probe is not None
+        if fresh and probe is not None:
+            self.stats.probe_stats.hit(probe, thread)
+            reads = self._capture_reads(probe, self._last_stop)
+        replies = yield Exchange(reads + (z_packet(False, key), step_packet(thread)), resume=True)
+        if fresh and probe is not None:
+            self._capture_hit(probe, self._last_stop, replies[: len(reads)])
+        step_reply = replies[-1]
+        yield Exchange((z_packet(True, key),))
+        self._proc = None
+        action = resume.action_for(thread)
+        if action is not None and action.op in ("s", "S"):
+            self._proc_done_report(step_reply)
+            return
+        try:
+            sr = parse_stop_reply(step_reply)
+        except MalformedPacket:
+            sr = None
+        if sr is None or sr.kind in ("W", "X") or sr.signal != SIGTRAP:
+            self._on_stop_reply(step_reply, frame(step_reply))
+            return
+        self._stopped = None
+        self._forward(without_signals(resume) if has_signal_for(resume, thread) else body,
+                      None, resume=True)
+

@@ -1,0 +1,366 @@
+"""The capture's life in the program: find the program and plant the probes at
+the first resume, install the backend, switch backend or mode at a stop,
+hidden stops the backend asks for (drains), fork children cleaned of the
+proxy's breakpoints, exec and exit, and leaving (DESIGN.md §3 rule 9: every
+proxy breakpoint out before a detach, a kill or a client hang-up)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+from rsp.errors import MalformedPacket
+from rsp.framing import unescape_binary
+from rsp.packets.stop import StopReply
+from rsp.packets.resume import Resume
+from rsp.threads import ThreadId
+
+from .actions import Close, Notice, ToStubRaw
+from .breakpoints import BpKey
+from .probes import Probe
+from .procedure import Exchange, Procedure
+from .state import SessionBase
+from .wire import SIGINT, auxv_entry, feature_on, without_signals, z_packet
+
+
+class CaptureLifecycle(SessionBase):
+    def _holds_program(self) -> bool:
+        """The proxy has something in the program to take out before it goes."""
+        return bool(self.bps.proxy_only()) or self._capture_installed or self._capture_interrupt
+
+    def _proc_plant_then_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
+        yield from self._plant()
+        self._proc = None
+        self._client_resume(resume, body, raw)
+
+    def _plant(self) -> Generator[Exchange, list[bytes], None]:
+        """Find the program, plant the probes and install the capture (before it first runs)."""
+        self._planted = True
+        if self.exec_file is None and feature_on(self.stub_features, "qXfer:exec-file:read"):
+            (reply,) = yield Exchange((b"qXfer:exec-file:read::0,fff",))
+            if reply[:1] in (b"l", b"m"):
+                self.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
+        pid = self._stop_pid()
+        self._main_pid = pid
+        if self.exec_file is None and self.config.local_exe is not None and pid is not None:
+            self.exec_file = self.config.local_exe(pid)
+        entry: int | None = None
+        if feature_on(self.stub_features, "qXfer:auxv:read"):
+            (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
+            entry = auxv_entry(reply)
+        self._entry = entry
+        probes: list[Probe] = []
+        if self.config.resolve_probes is not None:
+            try:
+                probes += self.config.resolve_probes(self.exec_file, entry)
+            except Exception as err:  # file problems come back as text
+                self._plant_failed = str(err)
+                self._emit(Notice(f"probes not planted: {err}"))
+        if self.config.open_target is not None:
+            feats = frozenset(f.name for f in self.stub_features if f.value != "-")
+            self.target = self.config.open_target(self.exec_file, entry, pid, feats)
+        if self.capture is None and self.config.make_capture is not None and self.mode != "off":
+            try:
+                self.capture = self.config.make_capture(self.capture_name, self.mode, self.target)
+            except ValueError as err:
+                self.capture_notice = f"capture {self.capture_name}: {err}; using breakpoints"
+                self._emit(Notice(self.capture_notice))
+                self.capture = self.config.make_capture("breakpoints", self.mode, self.target)
+        self._count_probes = probes
+        yield from self._plant_probes(probes)
+        self._emit(Notice(f"planted {len(self.probes)} probe(s)"))
+        yield from self._install_capture()
+
+    def _plant_probes(self, probes: list[Probe]) -> Generator[Exchange, list[bytes], None]:
+        bodies = []
+        for p in probes:
+            key: BpKey = (0, p.addr, 1)
+            self.probes[p.addr] = p
+            if self.bps.proxy_insert(key):
+                bodies.append(z_packet(True, key))
+        if bodies:
+            replies = yield Exchange(tuple(bodies))
+            bad = [b for b, r in zip(bodies, replies) if r != b"OK"]
+            if bad:
+                self._emit(Notice(f"{len(bad)} probe(s) could not be inserted: {bad[0]!r}"))
+
+    def _install_capture(self) -> Generator[Exchange, list[bytes], None]:
+        """Plan and install the capture backend on the target."""
+        cap = self.capture
+        if cap is None or self.target is None:
+            return
+        # The client's breakpoints so far: a backend that must change how the stub
+        # holds some of them (uprobes: Z0 at a probe site -> Z1) keeps the table true.
+        self.target.extra["client_breakpoints"] = self.bps
+        planned = self._capture_call("plan", self.target) or []
+        # A backend may count some --probe functions itself (uprobes): our hidden
+        # breakpoints there go out first (a uprobe swallows a Z0 at its address).
+        taken = set(self._capture_call("count_probes", list(self._count_probes)) or ())
+        self._capture_counts = {p.addr: p for p in self._count_probes if p.addr in taken}
+        keys = [(0, a, 1) for a in self._capture_counts if self.probes.pop(a, None) is not None]
+        bodies = tuple(z_packet(False, k) for k in keys if self.bps.proxy_remove(k))
+        if bodies:
+            yield Exchange(bodies)
+        self._capture_keys = [(0, p.addr, 1) for p in planned if p.addr not in self.probes]
+        yield from self._plant_probes([p for p in planned if p.addr not in self.probes])
+        proc = self._capture_call("install")
+        if proc is not None:
+            yield from proc
+        self._capture_installed = True
+
+    def _uninstall_capture(self, replant: bool = True) -> Generator[Exchange, list[bytes], None]:
+        """Take the capture out of the program (its hidden breakpoints and its own state)."""
+        cap = self.capture
+        if cap is None:
+            return
+        if self._capture_installed:
+            proc = self._capture_call("uninstall")
+            if proc is not None:
+                yield from proc
+            self._capture_installed = False
+        if self._capture_counts:
+            # the capture's counts join ours; its probes become hidden breakpoints again
+            # (after its uninstall: the uprobes are out before our Z0 goes in)
+            counted = self._fold_capture_counts()
+            if replant:
+                yield from self._plant_probes(counted)
+        bodies = []
+        for key in self._capture_keys:
+            self.probes.pop(key[1], None)
+            if self.bps.proxy_remove(key):
+                bodies.append(z_packet(False, key))
+        self._capture_keys = []
+        if bodies:
+            yield Exchange(tuple(bodies))
+
+    def _fold_capture_counts(self) -> list[Probe]:
+        """The count probes the capture counted: their hits join ours; returns them."""
+        for addr, n in (self._capture_call("probe_counts") or {}).items():
+            if addr in self._capture_counts:
+                self.stats.probe_stats.add(self._capture_counts[addr], n)
+        counted, self._capture_counts = list(self._capture_counts.values()), {}
+        return counted
+
+    def request_switch(self, capture: str | None = None, mode: str | None = None) -> None:
+        """Ask for another capture backend or mode; done after the command that asked."""
+        self._switch_request = (capture, mode)
+
+    def _proc_switch(self, name: str | None, mode: str | None, then: bytes | None = None) -> Procedure:
+        yield from self._switch(name, mode)
+        self._proc = None
+        if then is not None:
+            self._dispatch_after_switch(then)
+
+    def _dispatch_after_switch(self, body: bytes) -> None:
+        # The backend that handed over is gone: the packet takes the normal
+        # path, and no backend sees it again (it would hand over forever).
+        self._dispatch_client(body, None, handed_over=True)
+
+    def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]:
+        name = name or self.capture_name
+        mode = mode or self.mode
+        if self.capture is not None and self._planted:
+            yield from self._uninstall_capture()
+        self.capture_name, self.mode = name, mode
+        self.stats.capture_switches += 1
+        if self.config.make_capture is None:
+            return
+        self.capture = None
+        if not self._planted:
+            return  # the first resume plants and installs it
+        if mode != "off":
+            self.capture = self.config.make_capture(name, mode, self.target)
+            yield from self._install_capture()
+
+    def tick(self, now: float) -> None:
+        """Called by the shell every few tens of ms: lets the capture ask for a
+        hidden stop while the program runs (a drain before its buffer fills)."""
+        if (self.capture is None or not self.running or self._proc is not None or self._closing
+                or self._interrupt_forwarded or self._capture_interrupt or not self._capture_installed):
+            return
+        if self._capture_call("wants_interrupt", now):
+            self._capture_interrupt = True
+            self._emit(ToStubRaw(b"\x03"))
+
+    def _proc_capture_stop(self, proc: Procedure | None) -> Procedure:
+        """A stop the capture caused: its own interrupt (drain), or a stop it
+        records itself. Hidden: run the capture's procedure, resume as the
+        client asked (rule 3: no signal repeated)."""
+        t0 = self.config.clock()
+        last = self._last_stop
+        if proc is None:
+            self.stats.hidden_interrupts += 1
+            proc = self._capture_call("sync")
+        if proc is not None:
+            yield from proc
+        self.stats.hidden_time += self.config.clock() - t0
+        self._proc = None
+        resume = self._resume
+        if self._closing or resume is None:
+            self._report_stop(last, None, b"S%02x" % SIGINT)
+            return
+        if self._interrupt_pending:
+            # The client's Ctrl-C arrived meanwhile (rule 8).
+            self._report_stop(None, None, b"S%02x" % SIGINT)
+            return
+        self._forward(without_signals(resume), None, resume=True)
+
+    def _proc_capture_exited(self, proc: Procedure, sr: StopReply, raw: bytes) -> Procedure:
+        """The program exited (or exec'd): the capture collects what it recorded
+        since the last stop (a tracepoint buffer stays readable), then the
+        client sees the exit (the exec)."""
+        yield from proc
+        self._proc = None
+        self._report_stop(sr, raw)
+
+    def _proc_clean_fork_child(self, sr: StopReply, raw: bytes, child: ThreadId) -> Procedure:
+        """A fork child inherits the parent's memory, the proxy's int3s
+        included: gdb detaches the child once it has taken *its* breakpoints
+        out, and the child would die of SIGTRAP at the first probe it meets.
+        Take the proxy's out of the child first (the stub applies z0 to the
+        process selected with Hg), then put the stub's selection back on the
+        thread that reported the fork (rule 6), then report the fork."""
+        assert sr.thread is not None
+        bodies = [b"Hg" + child.format(True)]
+        bodies += [z_packet(False, k) for k in self.bps.proxy_only()]
+        yield Exchange(tuple(bodies))
+        if self.capture is not None:
+            proc = self._capture_call("forked", child)
+            if proc is not None:
+                yield from proc
+        yield Exchange((b"Hg" + sr.thread.format(True),))
+        self.stats.forks_cleaned += 1
+        self._proc = None
+        self._report_stop(sr, raw)
+
+    def _proc_detach_child(self, body: bytes) -> Procedure:
+        """The client detaches a fork child; then the capture syncs before the
+        client hears back (gdbserver stops a trace experiment at any detach:
+        the tracepoint backend restarts it here, while the program is stopped)."""
+        (reply,) = yield Exchange((body,))
+        proc = self._capture_call("sync")
+        if proc is not None:
+            yield from proc
+        self._proc = None
+        self._reply(reply)
+
+    def _client_selects_other_process(self) -> bool:
+        g = self.client_g_thread
+        if not g or self._main_pid is None or not g.startswith(b"p"):
+            return False
+        try:
+            pid = ThreadId.parse(g).pid
+        except MalformedPacket:
+            return False
+        return pid is not None and pid > 0 and pid != self._main_pid
+
+    def _other_process(self, body: bytes) -> bool:
+        """`D;pid` / `vKill;pid` naming a process other than the program's."""
+        _, sep, arg = body.partition(b";")
+        if not sep or self._main_pid is None:
+            return False
+        try:
+            return int(arg, 16) != self._main_pid
+        except ValueError:
+            return False
+
+    def _stop_pid(self) -> int | None:
+        """The program's pid from the last stop (without multiprocess ids the
+        first stop's thread is the main thread, whose tid is the pid)."""
+        st = self._last_stop
+        if st is None or st.thread is None:
+            return None
+        pid = st.thread.pid or st.thread.tid
+        return pid if pid > 1 else None
+
+    def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
+        yield from self._uninstall_capture(replant=False)
+        keys = self.bps.proxy_only()
+        bodies = tuple(z_packet(False, k) for k in keys)
+        stray = self._capture_interrupt
+        if then is None and (self._interrupted_for_leave or stray):
+            # The client hung up while the program ran: the proxy's own
+            # interrupt stopped it with SIGINT. Tell the stub to pass no
+            # signal, or an attached program dies of it once detached.
+            bodies = (b"QProgramSignals:",) + bodies
+        last = self._last_stop
+        if then is not None and stray:
+            # The capture's own interrupt crossed the stop the client saw: its
+            # SIGINT is pending. Run until it arrives, passing no signal, or a
+            # detached program dies of it.
+            (ok,) = yield Exchange((b"QProgramSignals:",))
+            yield Exchange(bodies + (b"vCont;c",), resume=True)
+            self._capture_interrupt = False
+            bodies = ()
+        if then is None and (self._interrupted_for_leave or stray) and last is not None and last.signal != SIGINT:
+            # Our 0x03 crossed a stop reply already on its way: gdbserver,
+            # stopped, turned it into a SIGINT queued for the program, which
+            # would kill it once detached. Let it run until that SIGINT stops
+            # it (the passes list above keeps it from being delivered).
+            yield Exchange(bodies + (b"vCont;c",), resume=True)
+        elif bodies:
+            yield Exchange(bodies)
+        for k in keys:
+            self.bps.proxy_remove(k)
+        self._proc = None
+        if then is not None:
+            self._forward(then[0], then[1])
+        else:
+            # The client is gone: leave the program as gdbserver would
+            # (detach / kill is the stub's call when the link closes).
+            self._emit(Close("client disconnected"))
+
+    def _on_program_event(self, sr: StopReply, raw: bytes) -> bool:
+        """A stop reply during the client's resume that concerns the program's
+        life or the capture: exit, fork, exec, the capture's own interrupt, a
+        stop the capture caused. True when handled (a procedure runs)."""
+        if sr.kind in ("W", "X"):
+            self._program_exited = True
+            self.bps.forget_all()
+            installed, self._capture_installed = self._capture_installed, False  # nothing is left in a process that is gone
+            proc = self._capture_call("exited", sr) if installed and self.capture is not None else None
+            if proc is not None:
+                self._start_proc(self._proc_capture_exited(proc, sr, raw))
+                return True
+            self._report_stop(sr, raw)
+            return True
+        if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self._holds_program():
+            try:
+                child: ThreadId | None = ThreadId.parse(sr.reason_value)
+            except MalformedPacket:
+                child = None
+            if child is not None:
+                self._start_proc(self._proc_clean_fork_child(sr, raw, child))
+                return True
+        if sr.kind == "T" and sr.reason == "exec" and self._holds_program():
+            # A new image: the probes went with the old one (the stub forgets
+            # the process's breakpoints at exec). Stop capturing, say so.
+            # The capture first collects what it recorded in the old image.
+            proc = self._capture_call("exited", sr) if self._capture_installed and self.capture is not None else None
+            self.bps.proxy.clear()
+            self.probes.clear()
+            self._capture_keys = []
+            self._capture_installed = False
+            if self.capture is not None:
+                try:
+                    path: str | None = bytes.fromhex(sr.reason_value.decode()).decode(errors="replace")
+                except ValueError:
+                    path = None
+                self._capture_call("exec_happened", path)
+                self._fold_capture_counts()
+            self.capture = None
+            self.capture_notice = "the program called exec: capture stopped (its probes belonged to the old image)"
+            self._emit(Notice(self.capture_notice))
+            if proc is not None:
+                self._start_proc(self._proc_capture_exited(proc, sr, raw))
+                return True
+        if self._capture_interrupt and sr.signal == SIGINT and not self._interrupt_forwarded and not self._closing:
+            # Our own interrupt (a drain the capture asked for): hidden.
+            self._capture_interrupt = False
+            self._start_proc(self._proc_capture_stop(None))
+            return True
+        if self.capture is not None and sr.kind == "T":
+            proc = self._capture_call("stop", sr)
+            if proc is not None:
+                self._start_proc(self._proc_capture_stop(proc))
+                return True
+        return False

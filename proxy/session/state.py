@@ -1,0 +1,243 @@
+"""The session's state and the machinery every part of it shares.
+
+`SessionBase` holds what the client believes and what the stub does (see
+core.py's theory of operation), the FIFO of waiters for stub replies, and
+the procedure runner: a procedure is a generator that yields `Exchange`s
+(request bodies sent back to back) and receives their replies. The parts of
+the session are mixins on this base: `hidden` (hidden stops), `lifecycle`
+(the capture's life: plant, install, switch, fork, exec, exit, leave),
+`queries` (monitor commands, qXfer objects, stats) and `core` (routing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rsp.packets.qsupported import Feature
+from rsp.packets.resume import Resume
+from rsp.packets.stop import StopReply
+from rsp.threads import ThreadId
+
+from .actions import Action, Notice, ToClient, ToStub, ToStubRaw
+from .breakpoints import BpKey, BreakpointTable
+from .procedure import Exchange, Procedure
+from .probes import Probe, ProbeStats
+from .wire import PC_REGNUM_AMD64
+
+if TYPE_CHECKING:
+    from .core import Session
+
+
+@dataclass(slots=True)
+class Waiter:
+    """One request in flight to the stub, and who takes its reply."""
+
+    kind: str  # "client", "client-resume", "proc", "drop", "write"
+    resume: bool = False
+    request: bytes | None = None  # kept when the capture rewrites replies
+
+
+@dataclass(slots=True)
+class SessionConfig:
+    registers_safe: bool = True
+    # Resolve probe patterns against the program: (elf path or None, runtime AT_ENTRY or None) -> probes.
+    resolve_probes: Callable[[str | None, int | None], list[Probe]] | None = None
+    elf_path: str | None = None
+    # Answer `monitor async ...`: (command text, session, read_memory) -> output text.
+    # read_memory(addr, size) returns None for bytes not read yet: the session
+    # reads them from the stub and runs the command again (at most 4 passes).
+    monitor: Callable[[str, "Session", Callable[[int, int], bytes | None]], str] | None = None
+    # Serve proxy-owned qXfer objects: (object, annex, session) -> document bytes or None.
+    qxfer: Callable[[str, str, "Session"], bytes | None] | None = None
+    # Merge the stub's `info os` types listing with the proxy's own tables.
+    merge_osdata_types: Callable[[bytes | None], bytes] | None = None
+    # A complete target description for a stub that answers without registers.
+    target_xml: dict[str, str] | None = None
+    # The poll-capture backend (proxy.capture.base.CaptureBase), or None.
+    capture: Any = None
+    # Build a backend by name and mode at the first resume or a switch:
+    # (name, mode, target) -> CaptureBase | None; raises ValueError with the
+    # reason when the backend cannot run for that target.
+    make_capture: Callable[[str, str, Any], Any] | None = None
+    capture_name: str = "breakpoints"
+    mode: str = "full"
+    # Open the program (proxy.capture.target.open_target): (path, AT_ENTRY,
+    # pid, stub feature names) -> Target.
+    open_target: Callable[[str | None, int | None, int | None, frozenset[str]], Any] | None = None
+    # The stub's kind is unknown (a TCP stub): ask it a plain qSupported first
+    # and decide the register mode from what its reply shows:
+    # (qSupported reply) -> (registers_safe, notice).
+    classify_stub: Callable[[bytes], tuple[bool, str]] | None = None
+    # The program's file from its pid when the stub cannot tell (local stubs).
+    local_exe: Callable[[int], str | None] | None = None
+    # Emulate probed instructions instead of stepping over them (emulate.py).
+    emulate: bool = True
+    clock: Callable[[], float] = time.perf_counter
+
+
+@dataclass(slots=True)
+class Stopped:
+    """What we know of the last stop the client saw."""
+
+    thread: ThreadId | None
+    pc: int | None
+    counted: bool = False  # a probe hit at pc was already counted for this stop
+
+
+@dataclass(slots=True)
+class SessionStats:
+    hidden_stops: int = 0
+    shared_stops: int = 0  # probe hits at a client breakpoint too: processed and reported
+    hidden_time: float = 0.0
+    emulated: int = 0  # hidden stops resumed once, the probed instruction emulated
+    hidden_interrupts: int = 0  # the proxy stopped the program for its capture (drains)
+    capture_switches: int = 0
+    forks_cleaned: int = 0  # fork children whose copies of the proxy's breakpoints were removed
+    interrupts_during_hidden: int = 0
+    capture_errors: int = 0
+    client_packets: int = 0
+    stub_packets: int = 0
+    probe_stats: ProbeStats = field(default_factory=ProbeStats)
+
+
+class SessionBase:
+    """State and procedure runner; see the module docstring."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.bps = BreakpointTable()
+        self.stats = SessionStats()
+        self.probes: dict[int, Probe] = {}  # runtime address -> probe
+        self._actions: list[Action] = []
+        self._waiters: deque[Waiter] = deque()
+        self._proc: Procedure | None = None
+        self._proc_replies: list[bytes] = []
+        self._proc_expect = 0
+        self._client_queue: deque[bytes] = deque()
+        self._closing = False
+        # what the client believes / asked
+        self.client_features: list[Feature] = []
+        self.stub_features: list[Feature] = []
+        self.client_g_thread: bytes | None = None  # raw thread id of the client's last Hg
+        # the stub's selected thread as the client believes it: its last Hg, or the
+        # thread of the last stop it saw (a stop reply moves it; rule 6)
+        self._stub_g: bytes | None = None
+        self.monitor_threads: Callable[[], dict[int, bytes] | None] | None = None
+        self._resume: Resume | None = None  # the client's outstanding resume
+        self._interrupt_pending = False
+        self._interrupt_forwarded = False
+        self._stopped: Stopped | None = None
+        self._last_stop: StopReply | None = None
+        self._osdata_types: bytes | None = None
+        self._stop_pc_override: int | None = None
+        self._interrupted_for_leave = False
+        self._planted = False
+        self._plant_failed: str | None = None
+        self._program_exited = False
+        self._serve_own_tdesc = False
+        self.pc_regnum = PC_REGNUM_AMD64
+        self.exec_file: str | None = config.elf_path
+        self.load_bias: int | None = None
+        self.register_notice = "registers: " + ("safe" if config.registers_safe else "full")
+        # capture
+        self.capture: Any = config.capture
+        self.capture_name = config.capture_name
+        self.mode = config.mode
+        self.target: Any = None
+        self._capture_keys: list[BpKey] = []  # hidden breakpoints the capture planted
+        self._count_probes: list[Probe] = []  # --probe: hidden breakpoints unless the capture counts them
+        self._capture_counts: dict[int, Probe] = {}  # the count probes the capture counts itself
+        self._capture_installed = False
+        self._capture_interrupt = False  # our own 0x03 for the capture is in flight
+        self._switch_request: tuple[str | None, str | None] | None = None
+        self.capture_notice: str | None = None
+        self._entry: int | None = None
+        self._emulate = False  # decided from the stub's qSupported reply
+        self._main_pid: int | None = None  # the program's process (fork children are others)
+
+    def take_actions(self) -> list[Action]:
+        out, self._actions = self._actions, []
+        return out
+
+    def _emit(self, action: Action) -> None:
+        self._actions.append(action)
+
+    def _to_stub(self, body: bytes, waiter: Waiter) -> None:
+        self._waiters.append(waiter)
+        self._emit(ToStub(body))
+
+    @property
+    def running(self) -> bool:
+        """True while the client waits for a stop reply."""
+        return self._resume is not None
+
+    def _waiters_for_client(self) -> bool:
+        return any(w.kind != "proc" for w in self._waiters)
+
+    def _drain_client_queue(self) -> None:
+        while self._client_queue and self._proc is None and not self._waiters_for_client():
+            body = self._client_queue.popleft()
+            self._dispatch_client(body, None)
+
+    def _forward(self, body: bytes, raw: bytes | None, resume: bool = False) -> None:
+        keep = body if self.capture is not None and self.capture.filters_replies else None
+        self._waiters.append(Waiter("client-resume" if resume else "client", resume, keep))
+        self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+
+    def _reply(self, body: bytes) -> None:
+        self._emit(ToClient(body))
+
+    def _start_proc(self, proc: Procedure) -> None:
+        assert self._proc is None, "one procedure at a time"
+        self._proc = proc
+        self._advance(proc, None)
+
+    def _step_proc(self, replies: list[bytes]) -> None:
+        assert self._proc is not None
+        self._advance(self._proc, replies)
+
+    def _advance(self, proc: Procedure, replies: list[bytes] | None) -> None:
+        try:
+            ex = proc.send(replies) if replies is not None else next(proc)
+        except StopIteration:
+            if self._proc is proc:
+                self._proc = None
+            self._drain_client_queue()
+            return
+        self._proc_expect = len(ex.bodies)
+        for i, b in enumerate(ex.bodies):
+            last = i == len(ex.bodies) - 1
+            self._to_stub(b, Waiter("proc", resume=ex.resume and last))
+
+    def _capture_call(self, hook: str, *args: Any) -> Any:
+        """Call a capture hook; a capture bug is counted, never fatal."""
+        try:
+            return getattr(self.capture, hook)(*args)
+        except Exception as err:  # noqa: BLE001 - counted and reported once
+            self._capture_failed(err)
+            return None
+
+    def _capture_failed(self, err: Exception) -> None:
+        self.stats.capture_errors += 1
+        if self.stats.capture_errors == 1:
+            self._emit(Notice(f"capture error (counted in stats, the session goes on): {err!r}"))
+
+    @property
+    def engine(self) -> Any:
+        return self.target.engine if self.target is not None else None
+
+    if TYPE_CHECKING:  # provided by the mixins and core.Session
+        def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None: ...
+        def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
+                         pc: int | None = None) -> None: ...
+        def _on_stop_reply(self, body: bytes, raw: bytes) -> None: ...
+        def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None: ...
+        def _snoop_reply(self, body: bytes) -> None: ...
+        def _holds_program(self) -> bool: ...
+        def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]: ...
+        def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure: ...
+        def _interrupt_reply(self, step: StopReply) -> bytes: ...

@@ -1,0 +1,110 @@
+"""Small pure helpers for the session: packet builders and parsers for the
+few bits of RSP the session core reads itself (gdb's amd64 `g` order, the
+auxiliary vector, resume packets without their signals)."""
+
+from __future__ import annotations
+
+from rsp.framing import rle_expand, unescape_binary
+from rsp.packets.breakpoints import BreakpointPacket
+from rsp.packets.memory import memory_bytes
+from rsp.packets.qsupported import Feature
+from rsp.packets.resume import Resume, ResumeAction
+from rsp.packets.stop import StopReply
+from rsp.threads import ThreadId
+
+from .breakpoints import BpKey
+
+PC_REGNUM_AMD64 = 16
+RSP_REGNUM_AMD64 = 7
+SIGINT = 2
+SIGSTOP = 0x13  # Linux SIGSTOP (19)
+SIGTRAP = 5
+
+
+def pc_from_g(reply: bytes) -> int | None:
+    """rip from an x86-64 `g` block in gdb's order (16 GPRs, then rip)."""
+    data = memory_bytes(reply.replace(b"xx", b"00"))
+    if data is None or len(data) < 136:
+        return None
+    return int.from_bytes(data[128:136], "little")
+
+
+def tid_of(thread: ThreadId | None) -> int:
+    return thread.tid if thread is not None else 0
+
+
+def is_console_output(body: bytes) -> bool:
+    return body[:1] == b"O" and body != b"OK" and len(body) > 1
+
+
+def feature_on(feats: list[Feature], name: str) -> bool:
+    return any(f.name == name and f.value != "-" for f in feats)
+
+
+def strip_xml_registers(feats: list[Feature]) -> list[Feature]:
+    out = []
+    for f in feats:
+        if f.name == "xmlRegisters":
+            archs = [a for a in f.value.split(",") if a and a != "i386"]
+            if archs:
+                out.append(Feature("xmlRegisters", ",".join(archs)))
+            continue
+        out.append(f)
+    return out
+
+
+def is_trap_reason(sr: StopReply) -> bool:
+    return sr.reason in ("swbreak", "breakpoint")
+
+
+def z_packet(insert: bool, key: BpKey) -> bytes:
+    return BreakpointPacket(insert, key[0], key[1], key[2]).build()
+
+
+def step_packet(thread: ThreadId | None) -> bytes:
+    if thread is None:
+        return b"vCont;s"
+    return b"vCont;s:" + thread.format(thread.pid is not None)
+
+
+def without_signals(resume: Resume) -> bytes:
+    """Rule 3: the signal was delivered with the first resume; don't repeat it."""
+    if resume.legacy is not None:
+        op = resume.legacy[:1]
+        if op == b"C":
+            return b"c"
+        if op == b"S":
+            return b"s"
+        return resume.legacy
+    acts = tuple(
+        ResumeAction({"C": "c", "S": "s"}.get(a.op, a.op), None, a.thread, a.range)
+        for a in resume.actions
+    )
+    return Resume(acts, None).build()
+
+
+def has_signal_for(resume: Resume, thread: ThreadId) -> bool:
+    a = resume.action_for(thread)
+    return a is not None and a.op in ("C", "S")
+
+
+def unframe(raw: bytes) -> bytes:
+    """The body of one framed packet `$...#cs` (RLE expanded)."""
+    start, end = raw.find(b"$"), raw.rfind(b"#")
+    body = raw[start + 1:end] if start >= 0 and end > start else raw
+    return rle_expand(body) if b"*" in body else body
+
+
+def auxv_entry(reply: bytes) -> int | None:
+    """AT_ENTRY (9) from a qXfer:auxv reply (binary, escaped, 64-bit LE)."""
+    if reply[:1] not in (b"l", b"m"):
+        return None
+    data = unescape_binary(reply[1:])
+    for i in range(0, len(data) - 15, 16):
+        key = int.from_bytes(data[i:i + 8], "little")
+        if key == 9:
+            return int.from_bytes(data[i + 8:i + 16], "little")
+        if key == 0:
+            break
+    return None
+
