@@ -73,6 +73,9 @@ class Config:
     release: bool
     profile_env: Mapping[str, str] = field(default_factory=dict)
     rustflags: tuple[str, ...] = ()
+    # An explicit --target keeps RUSTFLAGS off host crates (proc macros, build
+    # scripts): a proc macro cannot link with relocation-model=static.
+    target: str | None = None
 
 
 CONFIGS: dict[str, Config] = {
@@ -93,6 +96,11 @@ CONFIGS: dict[str, Config] = {
             release=True,
             profile_env={"CARGO_PROFILE_RELEASE_LTO": "fat"},
         ),
+        # Not position-independent (linked at 0x400000): gdbserver's fast
+        # tracepoints need the code within 2 GiB of the in-process agent's
+        # MAP_32BIT jump pads (proxy/capture/fast_sites.py).
+        Config("debug-nopie", "new", release=False, rustflags=("-C", "relocation-model=static"),
+               target="x86_64-unknown-linux-gnu"),
         Config("old-debug", "old", release=False, rustflags=("--cfg", "old_rustc")),
         Config("old-release", "old", release=True, rustflags=("--cfg", "old_rustc")),
     )
@@ -205,6 +213,8 @@ def _cargo_command(config: Config, tools: Toolchain, programs: Iterable[str]) ->
     command = [str(tools.cargo), "build", "--target-dir", str(TARGET_ROOT / config.name)]
     if config.release:
         command.append("--release")
+    if config.target:
+        command += ["--target", config.target]
     for program in programs:
         command += ["--bin", program]
     return command
@@ -213,7 +223,7 @@ def _cargo_command(config: Config, tools: Toolchain, programs: Iterable[str]) ->
 def _install(config: Config, program: str) -> Path:
     """Copies cargo's binary to the output dir by an atomic rename."""
     profile_dir = "release" if config.release else "debug"
-    built = TARGET_ROOT / config.name / profile_dir / program
+    built = TARGET_ROOT / config.name / (config.target or "") / profile_dir / program
     target = output_path(config.name, program)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{program}.")

@@ -25,6 +25,18 @@ exit (ret / unwind)::
     reg rax; const16 off; add; const8 size; trace -> M block: the discriminant
     reg fs_base; setv 2; tracev 2 ; tracev 1
 
+Fast tracepoints (gdbserver's in-process agent, `fast_sites`): the same
+expressions at another instruction, with two differences. The entry sp (or
+the ret's sp) is ``rsp + adjust`` (``reg rsp; const16 adjust; add``). And
+the agent has no ``fs_base``: libinproctrace's ``get_raw_reg`` answers 0 past
+the 18 registers its jump pad saves (rax..r15, rip, eflags). The pad keeps
+the thread pointer in its ``collecting_t`` (``mov %fs:0x0,%rax``) right below
+the saved registers: the pad pushes rsp first (its value S is what ``reg
+rsp`` reads), 17 more registers, then reserves 0x18 bytes whose second word
+is the thread pointer - at S - 160 (gdbserver ``linux-x86-low.cc``
+``amd64_install_fast_tracepoint_jump_pad``). So ``reg rsp; const8 160; sub;
+ref64`` is the fs_base, and the frame carries it in V 2 as a trap frame does.
+
 (``setv`` leaves its value on the stack; the agent ignores what is left at
 ``end``. A hit is evaluated by gdbserver's single thread, so ``setv`` then
 ``tracev`` of a global state variable cannot interleave with another hit.)
@@ -47,6 +59,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from proxy.analysis.model import Inventory, ResumeFn
+from proxy.capture.fast_sites import FastSite, entry_site, exit_sites
 from proxy.graph.events import PollEnter, PollEvent, PollExit
 from rsp.agent import Op, Opcode, assemble, x_expression
 from rsp.packets.trace import MAX_TP_NUMBER, TIMESTAMP_TSV, StateVariable, Tracepoint
@@ -85,6 +98,12 @@ class SitePoint:
 class Program:
     points: list[SitePoint] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # why some sites have no tracepoint
+    # fast tracepoints wanted: why a site kept a trap tracepoint ("name: reason")
+    fallbacks: list[str] = field(default_factory=list)
+
+    @property
+    def fast_points(self) -> int:
+        return sum(1 for p in self.points if p.tracepoint.fast is not None)
 
     def by_number(self) -> dict[int, SitePoint]:
         return {p.number: p for p in self.points}
@@ -100,27 +119,43 @@ class Program:
         return out
 
 
-def _fs_base_and_time() -> list[Op | Opcode]:
-    return [Op(Opcode.reg, FS_BASE_REGNUM), Op(Opcode.setv, TSV_FS_BASE), Op(Opcode.tracev, TSV_FS_BASE),
-            Op(Opcode.tracev, TIMESTAMP_TSV)]
+# The thread pointer in a fast tracepoint's jump pad: S - 160 (module docstring).
+FAST_THREAD_AREA = 160
 
 
-def entry_expression(self_reg: str, state_offset: int, state_size: int) -> bytes:
+def _fs_base_and_time(fast: bool = False) -> list[Op | Opcode]:
+    if fast:
+        fsb: list[Op | Opcode] = [Op(Opcode.reg, REGNUM["rsp"]), Op(Opcode.const8, FAST_THREAD_AREA), Opcode.sub,
+                                  Opcode.ref64]
+    else:
+        fsb = [Op(Opcode.reg, FS_BASE_REGNUM)]
+    return [*fsb, Op(Opcode.setv, TSV_FS_BASE), Op(Opcode.tracev, TSV_FS_BASE), Op(Opcode.tracev, TIMESTAMP_TSV)]
+
+
+def _sp(adjust: int) -> list[Op | Opcode]:
+    ops: list[Op | Opcode] = [Op(Opcode.reg, REGNUM["rsp"])]
+    if adjust:
+        ops += [Op(Opcode.const16, adjust), Opcode.add]
+    return ops
+
+
+def entry_expression(self_reg: str, state_offset: int, state_size: int, sp_adjust: int = 0,
+                     fast: bool = False) -> bytes:
     ops: list[Op | Opcode] = [Op(Opcode.reg, REGNUM[self_reg])]
     if state_offset:
         ops += [Op(Opcode.const16, state_offset), Opcode.add]
-    ops += [Op(Opcode.const8, state_size), Opcode.trace,
-            Op(Opcode.reg, REGNUM["rsp"]), Op(Opcode.const8, 8), Opcode.trace]
-    ops += _fs_base_and_time()
+    ops += [Op(Opcode.const8, state_size), Opcode.trace, *_sp(sp_adjust), Op(Opcode.const8, 8), Opcode.trace]
+    ops += _fs_base_and_time(fast)
     ops.append(Opcode.end)
     return assemble(ops)
 
 
-def exit_expression(poll_pending: tuple[int, int, int] | None = None, in_memory: bool = False) -> bytes:
+def exit_expression(poll_pending: tuple[int, int, int] | None = None, in_memory: bool = False,
+                    sp_adjust: int = 0, fast: bool = False) -> bytes:
     """`poll_pending` (offset, size, value) says where Poll<T> keeps its
     discriminant: in rax:rdx, or (`in_memory`, T over 16 bytes) in the
     return slot whose address the function returns in rax."""
-    ops: list[Op | Opcode] = [Op(Opcode.reg, REGNUM["rsp"]), Op(Opcode.setv, TSV_SP), Op(Opcode.tracev, TSV_SP)]
+    ops: list[Op | Opcode] = [*_sp(sp_adjust), Op(Opcode.setv, TSV_SP), Op(Opcode.tracev, TSV_SP)]
     if poll_pending is not None:
         off, size, _ = poll_pending
         if in_memory:
@@ -132,9 +167,40 @@ def exit_expression(poll_pending: tuple[int, int, int] | None = None, in_memory:
             ops += [Op(Opcode.reg, REGNUM["rax"]), Op(Opcode.setv, TSV_RAX), Op(Opcode.tracev, TSV_RAX)]
             if off + size > 8:
                 ops += [Op(Opcode.reg, REGNUM["rdx"]), Op(Opcode.setv, TSV_RDX), Op(Opcode.tracev, TSV_RDX)]
-    ops += _fs_base_and_time()
+    ops += _fs_base_and_time(fast)
     ops.append(Opcode.end)
     return assemble(ops)
+
+
+# Reads the program's code at link-time addresses: (address, size) -> bytes or None.
+CodeReader = Callable[[int, int], "bytes | None"]
+
+
+def _fast_entry(code: CodeReader | None, low: int, high: int, self_reg: str | None,
+                label: str, prog: Program) -> FastSite | None:
+    if code is None:
+        return None
+    text = code(low, high - low) if high > low else None
+    site = entry_site(text, low, self_reg) if text else "no code bytes"
+    if isinstance(site, str):
+        prog.fallbacks.append(f"{label}: {site}")
+        return None
+    return site
+
+
+def _fast_exits(code: CodeReader | None, low: int, high: int, rets: tuple[int, ...],
+                label: str, prog: Program) -> dict[int, FastSite]:
+    if code is None or not rets:
+        return {}
+    text = code(low, high - low) if high > low else None
+    sites = exit_sites(text, low, rets) if text else {r: "no code bytes" for r in rets}
+    out = {}
+    for r, s in sites.items():
+        if isinstance(s, str):
+            prog.fallbacks.append(f"{label} (ret {r:#x}): {s}")
+        else:
+            out[r] = s
+    return out
 
 
 def build_program(
@@ -143,7 +209,10 @@ def build_program(
     wanted: Callable[[ResumeFn], bool] = lambda fn: True,
     *,
     entry_only: bool = False,
+    fast_code: CodeReader | None = None,
 ) -> Program:
+    """`fast_code` (the program's code, link-time addresses) asks for fast
+    tracepoints where `fast_sites` finds a site; the others stay traps."""
     prog = Program()
     number = 1  # never 0: its frames look like the end of the buffer
     for fn in inventory.resume_fns:
@@ -154,39 +223,69 @@ def build_program(
         if off >= 1 << 16:
             off, size = 0, 1
         site = fn.low_pc + bias
-        exit_x = x_expression(exit_expression(fn.poll_pending, fn.self_in == "rsi"))
-        wants: list[tuple[int, str, bytes]] = [(site, "entry", x_expression(entry_expression(fn.self_in, off, size)))]
+        in_mem = fn.self_in == "rsi"
+        exit_x = x_expression(exit_expression(fn.poll_pending, in_mem))
+        fe = _fast_entry(fast_code, fn.low_pc, fn.high_pc, fn.self_in, fn.name, prog)
+        if fe is not None:
+            entry = (fe.addr + bias, "entry", x_expression(entry_expression(fn.self_in, off, size, fe.adjust, True)),
+                     fe.length)
+        else:
+            entry = (site, "entry", x_expression(entry_expression(fn.self_in, off, size)), None)
+        wants: list[tuple[int, str, bytes, int | None]] = [entry]
         if not entry_only:
-            wants += [(r + bias, "exit", exit_x) for r in fn.rets]
-            wants += [(x + bias, "unwind", exit_x) for x in fn.other_exits]
+            fx = _fast_exits(fast_code, fn.low_pc, fn.high_pc, fn.rets, fn.name, prog)
+            for r in fn.rets:
+                s = fx.get(r)
+                if s is None:
+                    wants.append((r + bias, "exit", exit_x, None))
+                else:
+                    wants.append((s.addr + bias, "exit",
+                                  x_expression(exit_expression(fn.poll_pending, in_mem, s.adjust, True)), s.length))
+            if fast_code is not None and fn.other_exits:
+                prog.fallbacks.append(f"{fn.name}: unwind exits are calls to _Unwind_Resume (not relocated)")
+            wants += [(x + bias, "unwind", exit_x, None) for x in fn.other_exits]
         if number + len(wants) - 1 > MAX_TP_NUMBER:
             prog.skipped.append(f"{fn.name}: more than {MAX_TP_NUMBER} tracepoints")
             continue
-        for addr, kind, action in wants:
+        for addr, kind, action, fast in wants:
             label = fn.name if kind == "entry" else f"{fn.name} ({'ret' if kind == 'exit' else kind})"
-            prog.points.append(SitePoint(number, addr, kind, site, label, Tracepoint(number, addr, (action,))))
+            prog.points.append(SitePoint(number, addr, kind, site, label,
+                                         Tracepoint(number, addr, (action,), fast=fast)))
             number += 1
     return prog
 
 
-def count_expression() -> bytes:
+def count_expression(fast: bool = False) -> bytes:
     """A counted probe (``--trace-probe``): the thread and the time only."""
-    return assemble([*_fs_base_and_time(), Opcode.end])
+    return assemble([*_fs_base_and_time(fast), Opcode.end])
 
 
-def add_count_points(prog: Program, funcs: list[tuple[str, int, tuple[int, ...]]]) -> None:
+def add_count_points(prog: Program, funcs: list[tuple[str, int, tuple[int, ...]]], *, bias: int = 0,
+                     fast_code: CodeReader | None = None, sizes: dict[int, int] | None = None) -> None:
     """Tracepoints on the entry ("count-entry") and every ret ("count-exit")
-    of plain functions: (name, runtime address, runtime ret addresses)."""
-    action = x_expression(count_expression())
+    of plain functions: (name, runtime address, runtime ret addresses).
+    With `fast_code` (and each function's size in `sizes`), fast where a site is found."""
+    trap = x_expression(count_expression())
+    fast_x = x_expression(count_expression(True))
     number = max((p.number for p in prog.points), default=0) + 1
     taken = {p.addr for p in prog.points}
     for name, addr, rets in funcs:
-        for a, kind in [(addr, "count-entry"), *((r, "count-exit") for r in rets)]:
+        low = addr - bias
+        high = low + (sizes or {}).get(addr, 0)
+        fe = _fast_entry(fast_code, low, high, None, name, prog)
+        fx = _fast_exits(fast_code, low, high, tuple(r - bias for r in rets), name, prog)
+        points: list[tuple[int, str, int | None]] = [
+            (fe.addr + bias, "count-entry", fe.length) if fe else (addr, "count-entry", None)]
+        for r in rets:
+            s = fx.get(r - bias)
+            points.append((s.addr + bias, "count-exit", s.length) if s else (r, "count-exit", None))
+        for a, kind, fast in points:
             if a in taken or number > MAX_TP_NUMBER:
                 continue
             taken.add(a)
             label = name if kind == "count-entry" else f"{name} (ret)"
-            prog.points.append(SitePoint(number, a, kind, addr, label, Tracepoint(number, a, (action,))))
+            action = fast_x if fast is not None else trap
+            prog.points.append(SitePoint(number, a, kind, addr, label, Tracepoint(number, a, (action,), fast=fast)))
             number += 1
 
 
@@ -265,9 +364,15 @@ class FrameConverter:
         self._pending = poll_pending or {}  # site -> Poll<T>'s (offset, size, Pending value)
         self._points = program.by_number()
         self._threads = threads
+        self.program = program
         self.counts: dict[str, int] = {}  # counted probes: hits per tracepoint label
         self._state_offset = state_offsets  # site -> __state offset, for sites with a layout
         self.stats = ConvertStats()
+
+    def use(self, program: Program) -> None:
+        """Frames drained from now on were written by `program`'s tracepoints."""
+        self.program = program
+        self._points = program.by_number()
 
     def fs_bases(self, frames: Iterable[TraceFrame]) -> set[int]:
         return {v for f in frames if (v := f.variables().get(TSV_FS_BASE))}

@@ -39,6 +39,23 @@ Theory of operation (rules from research/gdbserver-tracepoints.md, cited as
   (rule 7). After the program exited nothing is sent (rule 8: ``QTStop``
   after an exit crashes gdbserver); the session stops calling us then.
 
+Fast tracepoints (``--inproc``: the program runs with gdbserver's
+in-process agent, libinproctrace, preloaded): `plan` also builds the
+program with fast tracepoints where `fast_sites` finds a site (entries;
+rets whose epilogue has an instruction of 5+ bytes), the rest traps. The
+agent is not loaded at the first resume (the loader has not run), and
+gdbserver refuses fast tracepoints until its client resolved the agent's
+``gdb_agent_*`` symbols through ``qSymbol``: `client_request` watches the
+client's ``qSymbol`` answers, then `wants_interrupt` asks for one hidden
+stop whose `sync` drains the trap experiment and replaces it (``QTStop;
+QTinit``; the definitions with ``:F<len>``; ``QTStart``). During that
+``QTStart`` gdbserver asks ``qRelocInsn:FROM;TO`` once per fast tracepoint;
+the session hands each to `relocate_request`, which answers with the ``M``
+write of the moved instruction (`relocate`) and ``qRelocInsn:<len>``. If
+``QTStart`` fails, the trap program goes back in and `stats` says why. A
+position-independent program gets no fast tracepoints (`stats` says why:
+the jump pads are below 2 GiB, out of a jump's reach).
+
 Known gaps (documented in the README): a fork child inherits the
 tracepoints' ``int3``s and dies of SIGTRAP (rule 9 needs catching fork
 syscalls); in extended-remote mode a second ``run`` after the program
@@ -93,6 +110,7 @@ from rsp.tracebuf import FrameDecoder, TraceFrame
 DEFAULT_BUFFER = 2 << 20
 MIN_BUFFER = 4096
 ASSUMED_RATE = 20_000.0  # events/s before one is measured
+FAST_ASSUMED_RATE = 150_000.0  # a fast tracepoint hit costs ~7-12 µs
 ASSUMED_FRAME = 64  # bytes per frame before one is measured
 TCB_SCAN = 0x400  # bytes of a thread control block searched for the tid
 # Features a stub must offer (gdbserver's qSupported).
@@ -118,7 +136,7 @@ def make(*, mode: str, only: str | None = None, exclude: str | None = None,
     opts = dict(options or {})
     size = opts.get("trace_buffer") or DEFAULT_BUFFER
     return TracepointCapture(only=only, exclude=exclude, entry_only=mode == "entry", buffer_size=int(size),
-                             count_patterns=tuple(opts.get("trace_probe") or ()))
+                             count_patterns=tuple(opts.get("trace_probe") or ()), inproc=bool(opts.get("inproc")))
 
 
 def parse_size(text: str) -> int:
@@ -136,8 +154,19 @@ class TracepointCapture(CaptureBase):
     name = "tracepoints"
 
     def __init__(self, *, only: str | None = None, exclude: str | None = None, entry_only: bool = False,
-                 buffer_size: int = DEFAULT_BUFFER, count_patterns: tuple[str, ...] = ()) -> None:
+                 buffer_size: int = DEFAULT_BUFFER, count_patterns: tuple[str, ...] = (),
+                 inproc: bool = False) -> None:
         super().__init__()
+        # fast tracepoints (in-process agent)
+        self.inproc = inproc
+        self._trap_program: Program | None = None
+        self._fast_program: Program | None = None  # waiting for the agent, or in use
+        self.fast_state = "off" if not inproc else "planned"
+        self.fast_note: str | None = None  # why there are no fast tracepoints
+        self._ipa_seen = False  # the client resolved the agent's symbols (qSymbol)
+        self._upgrade = False  # the next sync puts the fast program in
+        self.relocations: list[str] = []  # qRelocInsn answered (or refused) - for stats
+        self._code_reader: Any = None
         self.count_patterns = count_patterns
         self._only = re.compile(only) if only else None
         self._exclude = re.compile(exclude) if exclude else None
@@ -192,6 +221,8 @@ class TracepointCapture(CaptureBase):
         self.program = build_program(inv, target.bias, self._wanted, entry_only=self.entry_only)
         if self.count_patterns:
             add_count_points(self.program, self._count_functions(target))
+        self._trap_program = self.program
+        self._fast_program = self._plan_fast(target) if self.inproc else None
         self._by_addr = self.program.by_addr()
         self._state_offsets = {}
         for fn in inv.resume_fns:
@@ -204,6 +235,41 @@ class TracepointCapture(CaptureBase):
         if self.program.skipped:
             self.note = f"{len(self.program.skipped)} resume function(s) not traced: {self.program.skipped[0]}"
         return []  # no hidden breakpoints: gdbserver plants the tracepoints
+
+    def _plan_fast(self, target: Target) -> Program | None:
+        """The program with fast tracepoints, or None (`fast_note` says why)."""
+        from proxy.analysis.elf import open_elf
+
+        inv = target.inventory
+        if inv is None or target.path is None:
+            self.fast_note = "no program file"
+            return None
+        try:
+            elf = open_elf(target.path)
+        except Exception as err:  # noqa: BLE001 - said in stats
+            self.fast_note = f"the program's file is unreadable ({err})"
+            return None
+        if elf.pie or target.bias:
+            self.fast_note = ("the program is position-independent (PIE, loaded far above 4 GiB): the in-process "
+                              "agent's jump pads are mapped below 2 GiB (MAP_32BIT), out of reach of the 5-byte "
+                              "jmp rel32 a fast tracepoint writes; build with -C relocation-model=static (gcc -no-pie)")
+            self.fast_state = "unavailable"
+            return None
+        self._code_reader = elf.read
+        prog = build_program(inv, target.bias, self._wanted, entry_only=self.entry_only, fast_code=elf.read)
+        if self.count_patterns:
+            funcs = self._count_functions(target)
+            sizes = {}
+            for _name, addr, _rets in funcs:
+                sym = elf.symbol_at(addr - target.bias)
+                sizes[addr] = sym.size if sym is not None else 0
+            add_count_points(prog, funcs, bias=target.bias, fast_code=elf.read, sizes=sizes)
+        if not prog.fast_points:
+            self.fast_note = "no site of 5+ bytes: " + (prog.fallbacks[0] if prog.fallbacks else "none")
+            self.fast_state = "unavailable"
+            return None
+        self.fast_state = "waiting for the in-process agent (the client's qSymbol lookup of gdb_agent_*)"
+        return prog
 
     def _count_functions(self, target: Target) -> list[tuple[str, int, tuple[int, ...]]]:
         """``--trace-probe`` functions with their rets (runtime addresses)."""
@@ -262,11 +328,71 @@ class TracepointCapture(CaptureBase):
         lost_hint = 0
         if status_full:
             lost_hint = yield from self._overflow_hits(len(frames))
-        if restart:
+        upgrade = restart and self._upgrade and self._fast_program is not None and not self._restart_pending
+        if upgrade:
+            self._upgrade = False
+        elif restart:
             yield from self._restart()
         if map_threads:
             yield from self._map_threads(frames)
         self._fold(frames, status_full, lost_hint)
+        if upgrade:
+            yield from self._go_fast()
+
+    def _go_fast(self) -> Generator[Exchange, list[bytes], None]:
+        """Replace the trap experiment by the fast one (the buffer was just
+        drained): the tracepoints are redefined, so ``QTinit`` first."""
+        fast = self._fast_program
+        assert fast is not None
+        self.relocations.clear()
+        bodies = (QTSTOP, QTINIT, *fast.packets(), build_qtbuffer_size(self.buffer_size), QTSTART)
+        replies = yield Exchange(bodies)
+        self._read_off = 0
+        self._armed = True
+        if replies[-1] == b"OK":
+            self._use(fast)
+            self._rate = FAST_ASSUMED_RATE
+            self.fast_state = "in use"
+            self._tracing = True
+            return
+        # gdbserver undid every tracepoint of the failed QTStart: the traps go back in.
+        refused = [r for r in self.relocations if "refused" in r]
+        self.fast_note = f"QTStart with fast tracepoints failed ({replies[-1][:60]!r})" + (
+            f": {refused[0]}" if refused else "")
+        self.fast_state = "failed"
+        trap = self._trap_program or self.program
+        replies = yield Exchange((QTINIT, *trap.packets(), build_qtbuffer_size(self.buffer_size), QTSTART))
+        self._use(trap)
+        self._tracing = replies[-1] == b"OK"
+
+    def _use(self, program: Program) -> None:
+        self.program = program
+        self._by_addr = program.by_addr()
+        self._originals = None
+        if self._converter is not None:
+            self._converter.use(program)
+
+    def relocate_request(self, body: bytes) -> tuple[tuple[bytes, ...], bytes]:
+        """gdbserver's ``qRelocInsn:FROM;TO`` in the middle of ``QTStart``:
+        the writes that put the moved instruction at TO (each answered
+        ``OK`` by gdbserver), then the answer (no reply follows it)."""
+        from proxy.capture.relocate import answer
+
+        try:
+            frm_text, _, to_text = body[len(b"qRelocInsn:"):].partition(b";")
+            frm, to = int(frm_text, 16), int(to_text, 16)
+        except ValueError:
+            self.relocations.append(f"refused a malformed {body[:40]!r}")
+            return (), b"E01"
+        bias = self.target.bias if self.target is not None else 0
+        code = self._code_reader(frm - bias, 16) if self._code_reader is not None else None
+        res = answer(code, frm, to) if code else f"no code bytes at {frm:#x}"
+        if isinstance(res, str):
+            self.relocations.append(f"refused {frm:#x}: {res}")
+            return (), b"E01"
+        out, n = res
+        self.relocations.append(f"{frm:#x} -> {to:#x} ({n} bytes)")
+        return (b"M%x,%x:%b" % (to, n, out.hex().encode()),), b"qRelocInsn:%x" % n
 
     def _drain(self) -> Generator[Exchange, list[bytes], tuple[list[TraceFrame], bool, int]]:
         (reply,) = yield Exchange((QTSTATUS,))
@@ -457,7 +583,7 @@ class TracepointCapture(CaptureBase):
         try:
             for addr, orig in originals:
                 try:
-                    if os.pread(fd, 1, addr) != orig:
+                    if os.pread(fd, len(orig), addr) != orig:
                         os.pwrite(fd, orig, addr)
                 except OSError:
                     failed += 1
@@ -474,10 +600,11 @@ class TracepointCapture(CaptureBase):
                 from proxy.analysis.elf import open_elf
 
                 elf = open_elf(target.path)
-                self._originals = [(p.addr, elf.read(p.addr - target.bias, 1) or b"") for p in self.program.points]
+                self._originals = [(p.addr, elf.read(p.addr - target.bias, p.tracepoint.fast or 1) or b"")
+                                   for p in self.program.points]
             except Exception:  # noqa: BLE001 - an unreadable file: said in the note
                 return None
-            self._originals = [(a, b) for a, b in self._originals if len(b) == 1]
+            self._originals = [(a, b) for a, b in self._originals if b]
         return self._originals
 
     def _child_detached(self, body: bytes) -> None:
@@ -523,6 +650,10 @@ class TracepointCapture(CaptureBase):
             return not self._vfork_pending  # the drain of that stop restarts the experiment
         if not self._tracing:
             return False
+        if self._ipa_seen and self._fast_program is not None and self.fast_state.startswith("waiting"):
+            self.fast_state = "switching"
+            self._upgrade = True
+            return True
         if self._armed or self._run_start is None:
             self._armed = False
             self._run_start = now
@@ -599,6 +730,15 @@ class TracepointCapture(CaptureBase):
 
     # ------------------------------------------------- the client's traffic
     def client_request(self, body: bytes) -> Verdict | None:
+        if body.startswith(b"qSymbol:") and self._fast_program is not None and not self._ipa_seen:
+            value, _, name = body[len(b"qSymbol:"):].rpartition(b":")
+            try:
+                resolved = bool(value) and bytes.fromhex(name.decode()).startswith(b"gdb_agent_")
+            except ValueError:
+                resolved = False
+            if resolved:  # gdbserver is looking the agent up: it has loaded
+                self._ipa_seen = True
+            return None
         if body.startswith(b"D;") and self._installed:
             self._child_detached(body)
             return None
@@ -623,6 +763,18 @@ class TracepointCapture(CaptureBase):
         n = len(self.program.points)
         lines.append(f"tracepoints: {n} ({'tracing' if self._tracing else 'not tracing'}), "
                      f"buffer {self.buffer_size} bytes")
+        if self.inproc:
+            fast = self.program.fast_points
+            fb = (self._fast_program or self.program).fallbacks
+            lines.append(f"fast tracepoints: {fast} ({self.fast_state})"
+                         + (f"; {len(fb)} site(s) kept a trap" if fast and fb else ""))
+            if self.fast_note:
+                lines.append(f"fast tracepoints: not used: {self.fast_note}")
+            lines += [f"  trap: {why}" for why in fb[:5]]
+            if len(fb) > 5:
+                lines.append(f"  ... {len(fb) - 5} more")
+            if self.relocations:
+                lines.append(f"instructions relocated for gdbserver (qRelocInsn): {len(self.relocations)}")
         lines.append(f"trace drains: {self.drains} ({self.frames} frames, {self.bytes} bytes)")
         lines.append(f"events lost: {self.lost}" + (f" (buffer full {self.full}x: graph incomplete)" if self.full else ""))
         if self._converter is not None and self._converter.stats.truncated:

@@ -53,6 +53,9 @@ class Tracepoint:
     step: int = 0
     pass_count: int = 0
     condition: bytes | None = None  # agent bytecode of the condition
+    # A fast tracepoint (gdbserver's in-process agent): the length of the
+    # instruction its jump replaces (``:F<len>``, 5 or more on x86-64).
+    fast: int | None = None
 
     def packets(self) -> tuple[bytes, ...]:
         """Exactly two packets (research rule 3): the header with a trailing
@@ -62,6 +65,8 @@ class Tracepoint:
             raise LocalProtocolError(f"tracepoint number {self.number} outside 1..0x7fff")
         head = b"QTDP:%x:%x:%b:%x:%x" % (
             self.number, self.addr, b"E" if self.enabled else b"D", self.step, self.pass_count)
+        if self.fast is not None:
+            head += b":F%x" % self.fast
         if self.condition is not None:
             head += b":X%x,%b" % (len(self.condition), hex_encode(self.condition))
         if not self.actions:
@@ -84,6 +89,7 @@ class TracepointPacket:
     pass_count: int | None = None
     condition: bytes | None = None
     actions: tuple[bytes, ...] | None = None
+    fast: int | None = None
 
 
 def parse_qtdp(body: bytes) -> TracepointPacket:
@@ -104,13 +110,18 @@ def parse_qtdp(body: bytes) -> TracepointPacket:
     if len(parts) < 5 or parts[2] not in (b"E", b"D"):
         raise MalformedPacket(body, "QTDP header needs N:ADDR:E|D:STEP:PASS")
     cond = None
-    if len(parts) == 6:
-        if not parts[5].startswith(b"X"):
+    fast = None
+    tail = parts[5] if len(parts) == 6 else b""
+    if tail.startswith(b"F"):
+        flen, _, tail = tail[1:].partition(b":")
+        fast = parse_hex_int(flen, body)
+    if tail:
+        if not tail.startswith(b"X"):
             raise MalformedPacket(body, "QTDP condition must be Xlen,hex")
-        cond = _x_bytes(parts[5], body)
+        cond = _x_bytes(tail, body)
     return TracepointPacket(parse_hex_int(parts[0], body), parse_hex_int(parts[1], body), more,
                             enabled=parts[2] == b"E", step=parse_hex_int(parts[3], body),
-                            pass_count=parse_hex_int(parts[4], body), condition=cond)
+                            pass_count=parse_hex_int(parts[4], body), condition=cond, fast=fast)
 
 
 def split_actions(text: bytes, body: bytes | None = None) -> tuple[bytes, ...]:

@@ -66,16 +66,26 @@ _actions = st.lists(st.one_of(_codes, st.integers(1, 2**64 - 1).map(lambda m: b"
                     min_size=1, max_size=5)
 
 
+def test_fast_tracepoint_header() -> None:
+    """``:F<len>`` before the condition, as gdb sends it for `ftrace`
+    (gdbserver cmd_qtdp reads the optional fields in any order)."""
+    cond = assemble([Op(Opcode.const8, 1), Opcode.end])
+    head, _ = Tracepoint(4, 0x401186, (b"X4,2e000127",), fast=5, condition=cond).packets()
+    assert head == b"QTDP:4:401186:E:0:0:F5:X3,220127-"
+    assert (parse_qtdp(head).fast, parse_qtdp(head).condition) == (5, cond)
+
+
 @given(st.integers(1, 0x7FFF), st.integers(0, 2**64 - 1), _actions, st.booleans(),
-       st.integers(0, 255), st.integers(0, 255), st.none() | st.binary(min_size=1, max_size=20))
+       st.integers(0, 255), st.integers(0, 255), st.none() | st.binary(min_size=1, max_size=20),
+       st.none() | st.integers(5, 15))
 def test_qtdp_round_trip(num: int, addr: int, actions: list[bytes], enabled: bool, step: int,
-                         passes: int, cond: bytes | None) -> None:
-    tp = Tracepoint(num, addr, tuple(actions), enabled, step, passes, cond)
+                         passes: int, cond: bytes | None, fast: int | None) -> None:
+    tp = Tracepoint(num, addr, tuple(actions), enabled, step, passes, cond, fast)
     head, acts = tp.packets()
     h = parse_qtdp(head)
     a = parse_qtdp(acts)
-    assert (h.number, h.addr, h.more, h.enabled, h.step, h.pass_count, h.condition) == (
-        num, addr, True, enabled, step, passes, cond)
+    assert (h.number, h.addr, h.more, h.enabled, h.step, h.pass_count, h.condition, h.fast) == (
+        num, addr, True, enabled, step, passes, cond, fast)
     assert (a.number, a.addr, a.more, a.actions) == (num, addr, False, tuple(actions))
 
 
