@@ -36,6 +36,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-buffer", type=_trace_buffer_size, metavar="SIZE",
                    help="tracepoint capture: gdbserver's trace buffer (e.g. 64K, 2M; default 2M); "
                         "the proxy drains it with hidden stops before it fills")
+    p.add_argument("--inproc", action="store_true",
+                   help="tracepoint capture: the program runs with gdbserver's in-process agent "
+                        f"({INPROC_AGENT} preloaded; `run --inproc` arranges it): fast tracepoints "
+                        "(a jump instead of a trap) where the binary allows it - not position-independent")
     p.add_argument("--step-over-probes", action="store_true",
                    help="breakpoint capture: step over every hidden breakpoint (two resumes) instead of "
                         "emulating the probed instruction (one resume); for diagnosis")
@@ -92,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+INPROC_AGENT = "/usr/lib/libinproctrace.so"  # gdbserver's in-process agent (Debian's gdbserver package)
+
+
 def _serve(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     elf = getattr(args, "elf", None)
@@ -105,7 +112,14 @@ def _serve(args: argparse.Namespace) -> int:
         if gdbserver is None:
             raise ServeError("run: gdbserver is not installed (apt-get install gdbserver)")
         # --once: a stdio gdbserver otherwise "reopens" its closed stdin forever.
-        upstream = UpstreamSpec("spawn", argv=(gdbserver, "--once", "-", *prog))
+        wrapper: tuple[str, ...] = ()
+        if args.inproc:
+            if not Path(INPROC_AGENT).exists():
+                raise ServeError(f"run --inproc: no {INPROC_AGENT} (Debian: apt-get install gdbserver)")
+            # gdbserver starts the program through the wrapper: only the program
+            # gets the agent, not the shell or gdbserver.
+            wrapper = ("--wrapper", "env", f"LD_PRELOAD={INPROC_AGENT}", "--")
+        upstream = UpstreamSpec("spawn", argv=(gdbserver, "--once", *wrapper, "-", *prog))
         elf = prog[0]
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
         print(f"asyncrsp: connect with:  gdb -ex 'target remote {shown}:{port}' {shlex.quote(prog[0])}",

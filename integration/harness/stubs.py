@@ -217,11 +217,21 @@ def _fail(what: str, proc: subprocess.Popen[bytes], out: OutputPump) -> StubStar
     return StubStartError(f"{what} did not become ready: {out.text()!r}")
 
 
-def _start_gdbserver(program: Path, args: Sequence[str], attach: int | None) -> StubProc:
+INPROC_AGENT = "/usr/lib/libinproctrace.so"
+
+
+def _start_gdbserver_inproc(program: Path, args: Sequence[str], attach: int | None) -> StubProc:
+    """gdbserver starting the program with its in-process agent preloaded
+    (what ``asyncrsp run --inproc`` does): fast tracepoints become possible."""
+    return _start_gdbserver(program, args, attach, wrapper=("--wrapper", "env", f"LD_PRELOAD={INPROC_AGENT}", "--"))
+
+
+def _start_gdbserver(program: Path, args: Sequence[str], attach: int | None,
+                     wrapper: Sequence[str] = ()) -> StubProc:
     if attach is not None:
         argv = ["gdbserver", "--once", "--attach", "127.0.0.1:0", str(attach)]
     else:
-        argv = ["gdbserver", "--once", "127.0.0.1:0", str(program), *args]
+        argv = ["gdbserver", "--once", *wrapper, "127.0.0.1:0", str(program), *args]
     proc = _popen(argv)
     out = OutputPump(proc.stdout)
     m = out.wait_for(re.compile(rb"Listening on port (\d+)"), READY_TIMEOUT)
@@ -275,8 +285,9 @@ def _start_qemu(program: Path, args: Sequence[str], attach: int | None) -> StubP
     raise StubStartError(f"qemu-x86_64 did not listen: {out.text()!r}")
 
 
-STARTERS = {"gdbserver": _start_gdbserver, "lldb-server": _start_lldb_server, "qemu": _start_qemu}
-STUB_TOOLS = {"gdbserver": "gdbserver", "lldb-server": "lldb-server", "qemu": "qemu-x86_64"}
+STARTERS = {"gdbserver": _start_gdbserver, "gdbserver-inproc": _start_gdbserver_inproc,
+            "lldb-server": _start_lldb_server, "qemu": _start_qemu}
+STUB_TOOLS = {"gdbserver": "gdbserver", "gdbserver-inproc": "gdbserver", "lldb-server": "lldb-server", "qemu": "qemu-x86_64"}
 
 
 @contextlib.contextmanager

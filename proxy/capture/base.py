@@ -19,6 +19,10 @@ with *procedures* (generators yielding `Exchange`s, see
 * `stop(sr)`: a stop reply during the client's resume that the backend
   caused; the session runs the returned procedure and resumes, hidden.
 * `wants_interrupt(now)`: while running, the backend needs a hidden stop.
+* `before_resume()`: the client resumes; the backend may change what it has
+  in the program first.
+* `relocate_request(body)`: the stub asks its client to move an instruction
+  (``qRelocInsn``) while it handles one of the backend's requests.
 * `poll()` / `wakeup_fd()`: a continuous consumer the shell drives while the
   program runs.
 * `count_probes(probes)` (after `plan`, before `install`): the `--probe`
@@ -111,6 +115,21 @@ class CaptureBase:
 
     def wants_interrupt(self, now: float) -> bool:
         return False
+
+    def before_resume(self) -> Procedure | None:
+        """The client resumes the program (stopped, capture installed): a
+        procedure that changes what the backend has in the program first
+        (tracepoints: the switch to fast tracepoints once the in-process
+        agent is known loaded, done while no thread can have a trap hit of
+        the old experiment pending). Must return None when nothing is due."""
+        return None
+
+    def relocate_request(self, body: bytes) -> tuple[tuple[bytes, ...], bytes]:
+        """The stub's ``qRelocInsn:FROM;TO`` in the middle of one of this
+        backend's exchanges (gdbserver's fast tracepoints, during ``QTStart``):
+        the writes to send (each answered by the stub), then the answer
+        (``qRelocInsn:<len>``, or ``E01`` to refuse; no reply follows)."""
+        return (), b"E01"
 
     def poll(self) -> None:
         return None

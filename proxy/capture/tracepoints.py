@@ -46,8 +46,9 @@ rets whose epilogue has an instruction of 5+ bytes), the rest traps. The
 agent is not loaded at the first resume (the loader has not run), and
 gdbserver refuses fast tracepoints until its client resolved the agent's
 ``gdb_agent_*`` symbols through ``qSymbol``: `client_request` watches the
-client's ``qSymbol`` answers, then `wants_interrupt` asks for one hidden
-stop whose `sync` drains the trap experiment and replaces it (``QTStop;
+client's ``qSymbol`` answers (gdb resolves them at the stop where the
+loader reports the libraries, before ``main``), and at the client's next
+resume `before_resume` drains the trap experiment and replaces it (``QTStop;
 QTinit``; the definitions with ``:F<len>``; ``QTStart``). During that
 ``QTStart`` gdbserver asks ``qRelocInsn:FROM;TO`` once per fast tracepoint;
 the session hands each to `relocate_request`, which answers with the ``M``
@@ -167,6 +168,10 @@ class TracepointCapture(CaptureBase):
         self._upgrade = False  # the next sync puts the fast program in
         self.relocations: list[str] = []  # qRelocInsn answered (or refused) - for stats
         self._code_reader: Any = None
+        self.pad_exit_stops = 0  # gdbserver's SIGTRAPs at a jump pad's return, hidden
+        self._client_steps = False  # the client's last resume steps a thread
+        self._pad_symbol: int | None = None  # &gdb_jump_pad_buffer in the agent (from the client's qSymbol)
+        self._entry_bp: int | None = None  # the proxy's Z0 at the program's entry (fast switch point)
         self.count_patterns = count_patterns
         self._only = re.compile(only) if only else None
         self._exclude = re.compile(exclude) if exclude else None
@@ -305,6 +310,10 @@ class TracepointCapture(CaptureBase):
     def _install(self) -> Procedure:
         self._read_off = 0
         bodies = [QTINIT, *self.program.packets(), build_qtbuffer_size(self.buffer_size), QTSTART]
+        entry = self._fast_switch_point()
+        if entry is not None:
+            (ok,) = yield Exchange((b"Z0,%x,1" % entry,))
+            self._entry_bp = entry if ok == b"OK" else None
         replies = yield Exchange(tuple(bodies))
         bad = [(b, r) for b, r in zip(bodies, replies) if r != b"OK"]
         if replies and replies[-1] == b"OK":
@@ -372,6 +381,54 @@ class TracepointCapture(CaptureBase):
         if self._converter is not None:
             self._converter.use(program)
 
+    def _fast_switch_point(self) -> int | None:
+        """The program's entry (AT_ENTRY): the loader has run the agent's
+        constructor (it allocates the jump pads) and no program code has run.
+        Not earlier: at the loader's library report, where gdb resolves the
+        agent's symbols, the pads are not allocated yet (gdbserver asked to
+        relocate into address 0xa7). Not at a hidden interrupt later: a
+        thread stopped by it can hold a trap-tracepoint hit gdbserver has
+        collected but not reported; with the int3 replaced by the jump,
+        gdbserver 13.1 reports it again and again as a plain SIGTRAP just
+        after the jump (seen with probe_count 4 threads)."""
+        t = self.target
+        if self._fast_program is None or t is None or t.inventory is None or not t.inventory.entry:
+            return None
+        return t.inventory.entry + t.bias
+
+    def before_resume(self) -> Procedure | None:
+        """A client that stops after the agent is ready (attached to a running
+        program): switch at its stop, when the pads exist."""
+        if not (self._ipa_seen and self._installed and self._fast_program is not None
+                and self.fast_state.startswith("waiting") and self._entry_bp is None):
+            return None
+        return self._switch_fast()
+
+    def _switch_fast(self, take_out: int | None = None) -> Procedure:
+        if take_out is not None:
+            yield Exchange((b"z0,%x,1" % take_out,))
+            self._entry_bp = None
+        if not self._ipa_seen or self._pad_symbol is None:
+            self.fast_note = ("the client did not resolve the in-process agent's symbols (qSymbol): "
+                              "gdbserver cannot use it")
+            return
+        (rep,) = yield Exchange((b"m%x,8" % self._pad_symbol,))
+        pad = memory_bytes(rep)
+        if not pad or not int.from_bytes(pad, "little"):
+            self.fast_note = "the in-process agent's jump pads are not allocated (its constructor has not run)"
+            return
+        self.fast_state = "switching"
+        self._upgrade = True
+        yield from self._sync()
+
+    @property
+    def _pad_returns(self) -> set[int]:
+        return {p.addr + (p.tracepoint.fast or 0) for p in self.program.points if p.tracepoint.fast}
+
+    def _nothing(self) -> Procedure:
+        return
+        yield
+
     def relocate_request(self, body: bytes) -> tuple[tuple[bytes, ...], bytes]:
         """gdbserver's ``qRelocInsn:FROM;TO`` in the middle of ``QTStart``:
         the writes that put the moved instruction at TO (each answered
@@ -383,6 +440,9 @@ class TracepointCapture(CaptureBase):
             frm, to = int(frm_text, 16), int(to_text, 16)
         except ValueError:
             self.relocations.append(f"refused a malformed {body[:40]!r}")
+            return (), b"E01"
+        if to < 0x10000:
+            self.relocations.append(f"refused {frm:#x}: jump pad at {to:#x} (the agent has not allocated its pads)")
             return (), b"E01"
         bias = self.target.bias if self.target is not None else 0
         code = self._code_reader(frm - bias, 16) if self._code_reader is not None else None
@@ -531,6 +591,9 @@ class TracepointCapture(CaptureBase):
         return self._uninstall()
 
     def _uninstall(self) -> Procedure:
+        if self._entry_bp is not None:
+            yield Exchange((b"z0,%x,1" % self._entry_bp,))
+            self._entry_bp = None
         yield from self._sync(restart=False)
         # QTStop takes every tracepoint int3 out; QTinit forgets them.
         yield Exchange((QTSTOP, QTINIT))
@@ -650,10 +713,6 @@ class TracepointCapture(CaptureBase):
             return not self._vfork_pending  # the drain of that stop restarts the experiment
         if not self._tracing:
             return False
-        if self._ipa_seen and self._fast_program is not None and self.fast_state.startswith("waiting"):
-            self.fast_state = "switching"
-            self._upgrade = True
-            return True
         if self._armed or self._run_start is None:
             self._armed = False
             self._run_start = now
@@ -669,9 +728,25 @@ class TracepointCapture(CaptureBase):
         if sr.kind == "T" and sr.reason in ("vfork", "vforkdone"):
             self._vfork_pending = sr.reason == "vfork"
             return None
+        if (self._installed and sr.kind == "T" and sr.signal == SIGTRAP and sr.reason is None
+                and not self._client_steps and self.program.fast_points):
+            pc = sr.pc(16)
+            if pc is not None and pc in self._pad_returns:
+                # gdbserver 13.1 moves a thread that a stop-all caught inside
+                # a jump pad out of it with an internal breakpoint where the
+                # pad jumps back, and then reports that breakpoint's SIGTRAP
+                # to the client (probe_count, 4 threads: at probed+5, the
+                # collection done). Not the client's: hidden.
+                self.pad_exit_stops += 1
+                return self._nothing()
         if not self._installed or sr.kind != "T" or sr.signal != SIGTRAP or sr.reason != "swbreak":
             return None
         pc = sr.pc(16)
+        if pc is not None and pc == self._entry_bp:
+            if pc in self._client_bps:
+                self._entry_bp = None  # the client's own breakpoint there: reported, switch at the resume
+                return None
+            return self._switch_fast(take_out=pc)
         if pc is None or pc not in self._by_addr or pc in self._client_bps:
             return None
         return self._record_live(sr, self._by_addr[pc])
@@ -737,8 +812,12 @@ class TracepointCapture(CaptureBase):
             except ValueError:
                 resolved = False
             if resolved:  # gdbserver is looking the agent up: it has loaded
-                self._ipa_seen = True
+                if bytes.fromhex(name.decode()) == b"gdb_agent_gdb_jump_pad_buffer":
+                    self._pad_symbol = int(value, 16)
+                    self._ipa_seen = True
             return None
+        if body[:1] in (b"c", b"s", b"C", b"S") or body.startswith(b"vCont;"):
+            self._client_steps = body[:1] in (b"s", b"S") or b";s" in body or b";S" in body or b";r" in body
         if body.startswith(b"D;") and self._installed:
             self._child_detached(body)
             return None
@@ -775,6 +854,8 @@ class TracepointCapture(CaptureBase):
                 lines.append(f"  ... {len(fb) - 5} more")
             if self.relocations:
                 lines.append(f"instructions relocated for gdbserver (qRelocInsn): {len(self.relocations)}")
+            if self.pad_exit_stops:
+                lines.append(f"gdbserver's stops at a jump pad's return (hidden): {self.pad_exit_stops}")
         lines.append(f"trace drains: {self.drains} ({self.frames} frames, {self.bytes} bytes)")
         lines.append(f"events lost: {self.lost}" + (f" (buffer full {self.full}x: graph incomplete)" if self.full else ""))
         if self._converter is not None and self._converter.stats.truncated:

@@ -48,13 +48,13 @@ from rsp.packets.qsupported import (
 from rsp.packets.resume import Resume, parse_resume
 from rsp.packets.stop import StopReply, is_stop_reply, parse_stop_reply
 
-from .actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStubRaw
+from .actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from .breakpoints import BpKey
 from .hidden import HiddenStops
 from .lifecycle import CaptureLifecycle
 from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .queries import PROXY_QXFER_OBJECTS, Queries
-from .state import SessionConfig, Stopped
+from .state import SessionConfig, Stopped, Waiter
 from .wire import (
     SIGTRAP,
     feature_on,
@@ -99,10 +99,19 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
             if self.running:
                 self._emit(ToClientRaw(raw))
             return
-        self._waiters.popleft()
         if b"*" in body:  # gdbserver run-length encodes replies (rule 7)
             body = rle_expand(body)
-        if waiter.kind == "drop":
+        if waiter.kind == "proc" and body.startswith(b"qRelocInsn:"):
+            self._relocation_request(body)  # not the reply: the stub asks, then replies
+            return
+        self._waiters.popleft()
+        if waiter.kind == "reloc":
+            if body != b"OK":
+                self._reloc_failed = True
+                self._emit(Notice(f"the stub refused a relocated instruction's write: {body[:40]!r}"))
+            if waiter.request is not None:  # the last write: now the answer
+                self._emit(ToStub(b"E01" if self._reloc_failed else waiter.request))
+        elif waiter.kind == "drop":
             if body != b"OK":
                 self._emit(Notice(f"the stub refused to re-insert a probe: {body[:40]!r}"))
         elif waiter.kind == "write":
@@ -126,6 +135,30 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
                     body, raw = new, frame(new)
             self._on_client_reply(body, raw)
         self._drain_client_queue()
+
+    def _relocation_request(self, body: bytes) -> None:
+        """gdbserver's ``qRelocInsn:FROM;TO`` while it handles the proxy's
+        ``QTStart`` with fast tracepoints: it waits for its client to write
+        the moved instruction (``M``, answered ``OK``; gdbserver serves only
+        m/M/X meanwhile) and answer ``qRelocInsn:<len>``, which gets no
+        reply; then the QTStart reply (or the next request) comes. The
+        capture writes the instruction; the writes' replies come first, so
+        their waiters go in front of the procedure's. No other packet may
+        reach the stub meanwhile: QTStart ends its exchange, and client
+        packets wait while a procedure runs."""
+        res = self._capture_call("relocate_request", body) if self.capture is not None else None
+        writes, answer = res if res else ((), b"E01")
+        if not writes:
+            self._emit(ToStub(answer))
+            return
+        # The answer goes only after every write was acknowledged: a refused
+        # write answers E01 (gdbserver then fails its QTStart, undoing it),
+        # never a length for bytes that are not there.
+        self._reloc_failed = False
+        for i in reversed(range(len(writes))):
+            self._waiters.appendleft(Waiter("reloc", request=answer if i == len(writes) - 1 else None))
+        for w in writes:
+            self._emit(ToStub(w))
 
     def client_closed(self) -> None:
         """The client hung up: take the proxy's breakpoints out, then go."""
@@ -274,6 +307,11 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
                                   or self.config.make_capture is not None):
             self._start_proc(self._proc_plant_then_resume(resume, body, raw))
             return
+        if self.capture is not None and self._capture_installed:
+            change = self._capture_call("before_resume")
+            if change is not None:
+                self._start_proc(self._proc_then_resume(change, resume, body, raw))
+                return
         sitting = self._thread_on_proxy_bp(resume)
         if sitting is not None:
             self._start_proc(self._proc_step_off_then_resume(resume, body, raw, *sitting))

@@ -32,6 +32,12 @@ class CaptureLifecycle(SessionBase):
         self._proc = None
         self._client_resume(resume, body, raw)
 
+    def _proc_then_resume(self, change: Procedure, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
+        """The capture's `before_resume` procedure, then the client's resume."""
+        yield from change
+        self._proc = None
+        self._client_resume(resume, body, raw)
+
     def _plant(self) -> Generator[Exchange, list[bytes], None]:
         """Find the program, plant the probes and install the capture (before it first runs)."""
         self._planted = True

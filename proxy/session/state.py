@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 class Waiter:
     """One request in flight to the stub, and who takes its reply."""
 
-    kind: str  # "client", "client-resume", "proc", "drop", "write"
+    kind: str  # "client", "client-resume", "proc", "drop", "write", "reloc" (a relocated instruction's M)
     resume: bool = False
     request: bytes | None = None  # kept when the capture rewrites replies
 
@@ -136,6 +136,7 @@ class SessionBase:
         self._stop_pc_override: int | None = None
         self._interrupted_for_leave = False
         self._planted = False
+        self._reloc_failed = False  # a write of a relocated instruction was refused (qRelocInsn)
         self._plant_failed: str | None = None
         self._program_exited = False
         self._serve_own_tdesc = False
