@@ -18,6 +18,9 @@ gdbserver binary (`gdbserver --once` on TCP, one per run):
                   evaluates it and steps over by itself - the cheapest
                   ptrace stop there is (count read back with ``qTV``);
 * ``tracepoints`` gdb -> asyncrsp --capture tracepoints -> gdbserver;
+* ``fast-tracepoints`` the same with --inproc, gdbserver starting the program
+                  with its in-process agent preloaded: fast tracepoints where
+                  a site has 5+ bytes (a non-PIE build: --configs debug-nopie);
 * ``breakpoints`` gdb -> asyncrsp --capture breakpoints (probed instruction
                   emulated, one resume per event);
 * ``bp-step``     the same with --step-over-probes (two resumes per event);
@@ -120,9 +123,9 @@ def run_bare(case: Case, n: int) -> Run:
         return _result(out, stub.output_text(), 0)
 
 
-def _proxy(capture: str, extra: list[str]) -> Callable[[Case, int], Run]:
+def _proxy(capture: str, extra: list[str], stub_kind: str = "gdbserver") -> Callable[[Case, int], Run]:
     def run(case: Case, n: int) -> Run:
-        with start_stub("gdbserver", case.prog, [str(n), case.mode]) as stub, \
+        with start_stub(stub_kind, case.prog, [str(n), case.mode]) as stub, \
                 start_proxy(stub.address, extra=["--capture", capture, *extra]) as px:
             out = _gdb_timed(px.address, case.prog, [], ["monitor async stats"])
             program_out = stub.output_text()
@@ -130,6 +133,9 @@ def _proxy(capture: str, extra: list[str]) -> Callable[[Case, int], Run]:
         note = ""
         if m is None or m.group(1) != capture:
             note = "capture not in use: " + " | ".join(ln for ln in out.splitlines() if "capture" in ln)[:200]
+        fast = re.search(r"fast tracepoints: (\d+) \((in use|[^)]*)", out)
+        if "--inproc" in extra:
+            note += f" fast {fast.group(1)} ({fast.group(2)})" if fast else " no fast tracepoints"
         lost = re.search(r"events lost: (\d+)", out)
         if lost and int(lost.group(1)):
             note += f" lost {lost.group(1)}"
@@ -210,6 +216,9 @@ METHODS: dict[str, Callable[[Case, int], Run]] = {
     "bare": run_bare,
     "floor": run_floor,
     "tracepoints": _proxy("tracepoints", []),
+    # gdbserver starting the program with its in-process agent (asyncrsp run
+    # --inproc): fast tracepoints where the build allows (--configs debug-nopie)
+    "fast-tracepoints": _proxy("tracepoints", ["--inproc"], "gdbserver-inproc"),
     "breakpoints": _proxy("breakpoints", []),
     "bp-step": _proxy("breakpoints", ["--step-over-probes"]),
     "uprobes": _proxy("uprobes", []),
@@ -218,6 +227,8 @@ METHODS: dict[str, Callable[[Case, int], Run]] = {
 SKIP: dict[str, Callable[[], str | None]] = {"uprobes": uprobes_unavailable}
 RATIOS = (  # (numerator, denominator, target text)
     ("tracepoints", "floor", "<= 1.2"),
+    ("fast-tracepoints", "floor", "< 1 (the issue: ~12 us a hit, 17x cheaper than a trap)"),
+    ("fast-tracepoints", "tracepoints", "< 1"),
     ("gdb-python", "tracepoints", ">= 4"),
     ("uprobes", "floor", "<= 0.1"),
     ("breakpoints", "gdb-python", "< 1"),

@@ -60,7 +60,7 @@ def _insns(code: bytes, addr: int) -> list:  # type: ignore[type-arg]
     return list(_md.disasm(code, addr))
 
 
-def _branch_targets(insns: list) -> set[int] | None:  # type: ignore[type-arg]
+def _branch_targets(insns: list, indirect_ok: bool = False) -> set[int] | None:  # type: ignore[type-arg]
     """Direct branch targets inside the function; None when an indirect jump
     (a jump table) could land anywhere."""
     out: set[int] = set()
@@ -69,7 +69,7 @@ def _branch_targets(insns: list) -> set[int] | None:  # type: ignore[type-arg]
         if _GRP_JUMP in g:
             if _GRP_BRANCH_RELATIVE in g and i.operands and i.operands[0].type == X86_OP_IMM:
                 out.add(i.operands[0].imm)
-            else:
+            elif not indirect_ok:
                 return None
     return out
 
@@ -97,9 +97,10 @@ def entry_site(code: bytes, low_pc: int, self_reg: str | None) -> FastSite | str
     insns = _insns(code, low_pc)
     if not insns:
         return "undecodable entry"
-    targets = _branch_targets(insns)
-    if targets is None:
-        return "an indirect jump could land in the prologue"
+    # A jump table (rustc's state dispatch: ``jmp *%rax``) lands on the
+    # states' blocks, after the frame setup; only direct branches are checked
+    # against the prologue.
+    targets = _branch_targets(insns, indirect_ok=True) or set()
     adjust = 0
     for i in insns:
         if i.address != low_pc and i.address in targets:
