@@ -12,7 +12,15 @@ Theory of operation
   `max_retransmits` times in a row, then `TooManyRetransmits` is raised and
   the connection refuses further use. Neither is returned;
 * `Interrupt` and `Notification` are returned (notifications are never
-  acknowledged: the client answers them with ``vStopped``).
+  acknowledged: the client answers them with ``vStopped``);
+* with ``drop_before_ack`` (the proxy's side towards a stub), a packet that
+  arrives while the last packet we sent still waits for its ``+`` is stale:
+  it is acknowledged and returned as a `StalePacket`, never as a `Packet`.
+  That is gdb's own rule (remote.c putpkt_binary: "Packet instead of Ack,
+  ignoring it"), and QEMU 7.2's user-mode gdbstub depends on it: every
+  thread that hits a breakpoint sends its own stop reply for one resume, and
+  the extra ones arrive while the client waits for the ack of its next
+  request. Taking them as replies shifts every later reply by one.
 
 Outgoing bytes accumulate until `data_to_send` takes them, h11-style: the
 caller owns the socket. In no-ack mode (after ``QStartNoAckMode`` was
@@ -23,11 +31,22 @@ reader stops verifying checksums (gdb does not check them either then).
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
+
 from rsp.errors import LocalProtocolError, TooManyRetransmits
 from rsp.framing import frame
 from rsp.reader import Ack, BadPacket, Event, Nack, Packet, PacketReader
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "StalePacket"]
+
+
+@dataclass(frozen=True, slots=True)
+class StalePacket:
+    """A packet received instead of the ack of ours: acknowledged, ignored."""
+
+    body: bytes
+    raw: bytes
 
 
 class Connection:
@@ -35,8 +54,11 @@ class Connection:
 
     max_retransmits = 8
 
-    def __init__(self, *, max_packet: int = 1 << 20) -> None:
+    def __init__(self, *, max_packet: int = 1 << 20, drop_before_ack: bool = False) -> None:
         self.reader = PacketReader(max_packet=max_packet)
+        self.drop_before_ack = drop_before_ack
+        self.stale = 0  # packets dropped by drop_before_ack, for statistics
+        self._pending: deque[Event] = deque()
         self.no_ack = False
         self._out = bytearray()
         self._last_sent: bytes | None = None
@@ -50,17 +72,36 @@ class Connection:
         self.reader.check_checksums = False
         self._last_sent = None
 
-    def receive_data(self, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes) -> list[Event | StalePacket]:
         """Feed bytes from the peer; return the events the caller must see."""
+        self.feed(data)
+        out: list[Event | StalePacket] = []
+        while (event := self.next_event()) is not None:
+            out.append(event)
+        return out
+
+    def feed(self, data: bytes) -> None:
+        """Feed bytes from the peer; take the events one at a time with
+        `next_event`, sending in between: whether a packet is stale
+        (``drop_before_ack``) depends on what was sent before it is taken,
+        as it does for gdb, which reads the next packet only once it has
+        sent its next request."""
         self._check_usable()
-        events = self.reader.feed(data)
-        if self.no_ack:
-            return [e for e in events if not isinstance(e, (Ack, Nack))]
-        out: list[Event] = []
-        for event in events:
-            if isinstance(event, Packet):
+        self._pending.extend(self.reader.feed(data))
+
+    def next_event(self) -> Event | StalePacket | None:
+        """The next event the caller must see, or None when all are taken."""
+        while self._pending:
+            event = self._pending.popleft()
+            if self.no_ack:
+                if not isinstance(event, (Ack, Nack)):
+                    return event
+            elif isinstance(event, Packet):
                 self._out += b"+"
-                out.append(event)
+                if self.drop_before_ack and self._last_sent is not None:
+                    self.stale += 1
+                    return StalePacket(event.body, event.raw)
+                return event
             elif isinstance(event, Ack):
                 self._last_sent = None
                 self._nacks = 0
@@ -69,8 +110,8 @@ class Connection:
             else:
                 if isinstance(event, BadPacket):
                     self._out += b"-"
-                out.append(event)
-        return out
+                return event
+        return None
 
     def _retransmit(self) -> None:
         if self._last_sent is None:

@@ -17,7 +17,7 @@ import trio
 
 from proxy.session.actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session
-from rsp.connection import Connection
+from rsp.connection import Connection, StalePacket
 from rsp.errors import ProtocolError
 from rsp.reader import BadPacket, Interrupt, Notification, Packet
 
@@ -49,7 +49,7 @@ class Link:
     ) -> None:
         self.session = session
         self.client, self.stub = client, stub
-        self.cconn, self.sconn = Connection(), Connection()
+        self.cconn, self.sconn = Connection(), Connection(drop_before_ack=True)
         self.client_lock, self.stub_lock = trio.Lock(), trio.Lock()
         self.log = log or PacketLog(None)
         self.notice = notice or (lambda text: None)
@@ -79,24 +79,35 @@ class Link:
                 return
             self.log.write("c>" if side == "client" else "s>", data)
             try:
-                events = conn.receive_data(data)
+                conn.feed(data)
+                # One event at a time, each followed by what the session sends in
+                # answer: a stub's stale packet is recognised the way gdb does
+                # (rsp/connection.py, drop_before_ack).
+                while (ev := conn.next_event()) is not None:
+                    self._dispatch(side, ev)
+                    await self._flush()
             except ProtocolError as err:
                 self.notice(f"{side} link broken: {err}")
                 self._close(str(err))
                 return
-            for ev in events:
-                if isinstance(ev, BadPacket):
-                    self.notice(f"bad packet from the {side}, asked again: {ev.error}")
-                elif side == "client":
-                    if isinstance(ev, Packet):
-                        self.session.client_packet(ev.body, ev.raw)
-                    elif isinstance(ev, Interrupt):
-                        self.session.client_interrupt()
-                elif isinstance(ev, Packet):
-                    self.session.stub_packet(ev.body, ev.raw)
-                elif isinstance(ev, Notification):
-                    self.cconn.send_raw(ev.raw)
             await self._flush()
+
+    def _dispatch(self, side: str, ev: object) -> None:
+        """Hand one link event to the session."""
+        if isinstance(ev, BadPacket):
+            self.notice(f"bad packet from the {side}, asked again: {ev.error}")
+        elif isinstance(ev, StalePacket):
+            # gdb's rule for a packet received instead of an ack (rsp/connection.py)
+            self.log.write("s!", b"stale, acknowledged and ignored: " + ev.raw)
+        elif side == "client":
+            if isinstance(ev, Packet):
+                self.session.client_packet(ev.body, ev.raw)
+            elif isinstance(ev, Interrupt):
+                self.session.client_interrupt()
+        elif isinstance(ev, Packet):
+            self.session.stub_packet(ev.body, ev.raw)
+        elif isinstance(ev, Notification):
+            self.cconn.send_raw(ev.raw)
 
     async def _capture_loop(self) -> None:
         """Drive the capture while the program runs: fold a continuous

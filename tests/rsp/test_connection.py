@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from rsp.connection import Connection
+from rsp.connection import Connection, StalePacket
 from rsp.errors import LocalProtocolError, TooManyRetransmits
+from rsp.framing import frame
 from rsp.reader import BadPacket, Interrupt, Notification, Packet
 
 
@@ -71,3 +72,30 @@ def test_interrupt_and_notification_pass_through_unacked() -> None:
     assert conn.data_to_send() == b""
     conn.send_interrupt()
     assert conn.data_to_send() == b"\x03"
+
+
+def test_packet_before_the_ack_of_ours_is_stale_like_gdb() -> None:
+    """QEMU 7.2 user mode sends a stop reply per thread that hit a breakpoint
+    for one resume (captured: `$T05thread:p01.4bd;#9f+$<g block>` right after
+    the proxy's `g`). gdb acknowledges a packet that comes instead of the ack
+    of its request and ignores it; the proxy's stub side does the same, and
+    decides per event, after sending what the previous event made it send."""
+    conn = Connection(drop_before_ack=True)
+    stale, reply = frame(b"T05thread:p01.4bd;"), frame(b"00112233")
+    conn.feed(frame(b"T05thread:p01.4bc;") + stale + b"+" + reply)
+    first = conn.next_event()
+    assert first == Packet(b"T05thread:p01.4bc;", frame(b"T05thread:p01.4bc;"))
+    conn.send_packet(b"g")  # the session's answer to the first stop goes out first
+    assert conn.next_event() == StalePacket(b"T05thread:p01.4bd;", stale)
+    assert conn.next_event() == Packet(b"00112233", reply)  # after the '+': the g reply
+    assert conn.next_event() is None
+    assert conn.stale == 1
+    assert conn.data_to_send() == b"+" + frame(b"g") + b"++"  # every packet acknowledged
+
+
+def test_without_drop_before_ack_every_packet_is_returned() -> None:
+    """The client side keeps every packet (a gdbserver-like stub would not drop them)."""
+    conn = Connection()
+    conn.send_packet(b"OK")
+    events = conn.receive_data(frame(b"g"))
+    assert events == [Packet(b"g", frame(b"g"))]
