@@ -9,6 +9,7 @@ come from the `// await:` / `// bp:` markers of the corpus sources.
 
 from __future__ import annotations
 
+import ast
 import os
 import random
 import re
@@ -293,3 +294,79 @@ def test_mode_off_after_a_switch_merges_seen_tasks_with_reflected_ones() -> None
                   r"└╼ tokio_app::c at \S+:(\d+) \(running on thread \d+\)", tree)
     assert m and int(m.group(1)) in await_line("tokio_app", "worker", "c"), tree
     assert int(m.group(2)) == bp_line("c_after_sleep"), tree
+
+
+def _blocks(tree: str, program: str) -> dict[str, str]:
+    """Task blocks of a tree by the task's async fn name (`combinators::gather` -> gather)."""
+    out: dict[str, str] = {}
+    for block in re.split(r"\n(?=task )", tree):
+        m = re.match(rf"task (?:\S+ )?0x[0-9a-f]+\s+(?:core::future::from_generator::GenFuture<)?{program}::(\w+)::",
+                     block)
+        if m:
+            out[m.group(1)] = block
+    return out
+
+
+@pytest.mark.parametrize("config,mode", [("debug", "off"), ("debug", "full"), ("release", "off"),
+                                         ("old-release", "off")])
+def test_futures_combinators_yield_and_io_readiness(config: str, mode: str) -> None:
+    """futures' join_all / select / FuturesUnordered, tokio's yield_now and a TcpStream's
+    readiness wait, read from memory at a user breakpoint (current-thread runtime: the
+    spawned tasks are parked in tokio's heap, found by the adapter). The fd the Readiness
+    names must be one of the program's sockets (gdb's Python reads /proc/PID/fd)."""
+    prog = _binary(config, "combinators")
+    bp = markers.breakpoint_markers("combinators")["checkpoint"][1]
+    fds = ("python\nimport os\npid = gdb.selected_inferior().pid\n"
+           "print('==fds==', {int(f): os.readlink('/proc/%d/fd/%s' % (pid, f)) for f in os.listdir('/proc/%d/fd' % pid)})\n")
+    out = session(prog, [], [f"break combinators.rs:{bp}", "continue", *ask("tree"), fds],
+                  extra=["--mode", mode, "--tokio-adapter"])
+    tree = section(out, "tree")
+    tasks = _blocks(tree, "combinators")
+    assert set(tasks) >= {"gather", "race", "pool", "spinner", "reader"}, tree
+    step = await_line("combinators", "step", "oneshot")
+
+    def body(name: str) -> list[str]:
+        return tree_body(tasks[name])
+
+    def pending_step(line: str, prefix: str) -> None:
+        assert re.fullmatch(rf"{re.escape(prefix)}combinators::step at combinators.rs:(\d+)", line) and \
+            int(line.rsplit(":", 1)[1]) in step, (line, tree)
+
+    def head(name: str, child: str) -> None:
+        m = re.fullmatch(rf"╼ combinators::{name} at combinators.rs:(\d+)", body(name)[0])
+        assert m and int(m.group(1)) in await_line("combinators", name, child), (name, tasks[name])
+
+    # join_all of three steps: step 0 got its value before the breakpoint
+    b = body("gather")
+    head("gather", "join_all")
+    assert b[1] == "└╼ futures::future::join_all (3 futures, 1 done)", tasks["gather"]
+    assert b[2] == "   ├╼ [0] combinators::step [completed]", tasks["gather"]
+    pending_step(b[3], "   ├╼ [1] ")
+    assert b[4].startswith("   │  └╼ tokio::sync::oneshot::Receiver (waits on oneshot channel"), tasks["gather"]
+    pending_step(b[5], "   └╼ [2] ")
+    # select of two boxed steps, both pending
+    b = body("race")
+    head("race", "select")
+    assert b[1] == "└╼ futures::future::select", tasks["race"]
+    pending_step(b[2], "   ├╼ [left] ")
+    pending_step(b[4], "   └╼ [right] ")
+    # FuturesUnordered of three steps: step 20 finished and left the set, two are listed
+    b = body("pool")
+    head("pool", "next")
+    assert b[1:3] == ["└╼ futures::stream::next", "   └╼ futures::stream::FuturesUnordered (2 futures)"], tasks["pool"]
+    pending_step(b[3], "      ├╼ [0] ")
+    pending_step(b[5], "      └╼ [1] ")
+    assert len(b) == 7, tasks["pool"]
+    # yield_now: the spinner yielded and is queued again
+    b = body("spinner")
+    head("spinner", "yield")
+    assert b[-1].endswith("└╼ tokio::task::yield_now (yielded, rescheduled)"), tasks["spinner"]
+    # readable(): TcpStream::ready -> Registration::readiness -> ScheduledIo::readiness -> Readiness
+    b = body("reader")
+    head("reader", "readable")
+    m = re.search(r"└╼ tokio::io::Readiness \(waits for READABLE on fd (\d+) \(tokio::net::tcp::stream::TcpStream\), "
+                  r"ScheduledIo 0xADDR, ready now: writable\)$", b[-1])
+    assert m, tasks["reader"]
+    fdmap = re.search(r"==fds== (\{.*\})", out)
+    assert fdmap, out[-2000:]
+    assert ast.literal_eval(fdmap.group(1)).get(int(m.group(1)), "").startswith("socket:["), (m.group(1), fdmap.group(1))

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .model import Inventory
 
-ANALYSIS_VERSION = 5  # 3: Poll<T> pending facts (trace); 4: Inventory.types, 5: task_polls/vtables (reflection)
+ANALYSIS_VERSION = 6  # 3: Poll<T> pending facts (trace); 4: Inventory.types, 5: task_polls/vtables (reflection)
+# 6: fd_offsets (reflection: an I/O readiness wait's fd)
 _SAFE = re.compile(r"^[0-9a-fA-F]{2,128}$")
 
 

@@ -418,6 +418,10 @@ class _Collector:
                 seen.add((mem.name, mem.offset))
                 locals_.append(mem)
                 self.types.add(f.get(D.AT_TYPE), _TYPE_DEPTH - 1)  # e.g. a MutexGuard's lock
+                if mem.name == "self" and mem.type_name.startswith("&") and mem.type_name not in self.inv.fd_offsets:
+                    fd = self.types.fd_offset(f.get(D.AT_TYPE))  # an I/O method's receiver
+                    if fd is not None:
+                        self.inv.fd_offsets[mem.type_name] = fd
         return State(value, vname, self._loc(m), awaitee, tuple(locals_))
 
     # -- inlined coroutines --------------------------------------------------------------------

@@ -145,6 +145,9 @@ class Inventory:
     # static Vtable) -> the task cell type Cell<T, S> (proxy.reflect.tokio_adapter)
     task_polls: dict[int, str] = field(default_factory=dict)
     task_vtables: dict[int, str] = field(default_factory=dict)
+    # an I/O handle's OS file descriptor: a coroutine local's pointer type ("&tokio::net::
+    # tcp::stream::TcpStream") -> offset of the fd (an i32) inside the value it points at
+    fd_offsets: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # partial results say why
 
     def resume_fn_at(self, addr: int) -> ResumeFn | None:

@@ -47,6 +47,7 @@ class TypeCollector:
         self.envs: list[D.Die] = []  # coroutine envs met inside other types (layouts to build)
         self._depth: dict[int, int] = {}  # die offset -> smallest depth it was expanded at
         self.truncated = False
+        self._fd_cache: dict[int, int | None] = {}  # pointee die offset -> fd offset (fd_offset)
 
     def add(self, type_off: int | None, depth: int = 0) -> None:
         t = self.coll._strip_typedefs(self.dwarf.die(type_off))
@@ -123,6 +124,55 @@ class TypeCollector:
                 value &= (1 << (8 * discr.size)) - 1
             variants.append(Variant(m.get(D.AT_NAME) or "?", value, vfields))
         return TypeInfo(name, "enum", size, tuple(fields), discr=discr, variants=tuple(variants))
+
+
+    def fd_offset(self, ptr_off: int | None) -> int | None:
+        """Where the OS fd lies inside what a ``&T`` points at: the ``fd`` of a ``OwnedFd``
+        reached through members *by value* only (``TcpStream -> PollEvented -> Option<mio
+        TcpStream> -> IoSource -> std TcpStream -> Socket -> FileDesc -> OwnedFd``, 10
+        levels: deeper than the type table goes, so searched here, bounded)."""
+        p = self.coll._strip_typedefs(self.dwarf.die(ptr_off))
+        if p is None or p.tag != D.TAG_POINTER:
+            return None
+        t = self.coll._strip_typedefs(self.dwarf.die(p.get(D.AT_TYPE)))
+        if t is None:
+            return None
+        if t.offset not in self._fd_cache:
+            self._fd_cache[t.offset] = self._fd_search(t, 0, [FD_SEARCH_NODES])
+        return self._fd_cache[t.offset]
+
+    def _fd_search(self, t: D.Die, depth: int, budget: list[int]) -> int | None:
+        budget[0] -= 1
+        if depth > FD_SEARCH_DEPTH or budget[0] <= 0 or t.tag not in (D.TAG_STRUCTURE, D.TAG_UNION):
+            return None
+        unit = self.dwarf.unit_of(t)
+        if unit is None:
+            return None
+        members: list[D.Die] = []
+        for c in t.children:
+            d = unit.dies[c]
+            if d.tag == D.TAG_MEMBER:
+                members.append(d)
+            elif d.tag == D.TAG_VARIANT_PART:  # an enum: every variant's payload (Option<E>'s Some)
+                for v in d.children:
+                    members += [unit.dies[x] for x in unit.dies[v].children if unit.dies[x].tag == D.TAG_MEMBER]
+        if (t.get(D.AT_NAME) or "") == "OwnedFd":
+            for m in members:
+                if m.get(D.AT_NAME) == "fd":
+                    return _offset(m)
+            return None
+        for m in members:
+            mt = self.coll._strip_typedefs(self.dwarf.die(m.get(D.AT_TYPE)))
+            if mt is None:
+                continue
+            got = self._fd_search(mt, depth + 1, budget)
+            if got is not None:
+                return _offset(m) + got
+        return None
+
+
+FD_SEARCH_DEPTH = 16
+FD_SEARCH_NODES = 400
 
 
 def _offset(m: D.Die) -> int:

@@ -8,8 +8,9 @@ for tasks stuck since before the proxy attached, and with no probe planted
 (None = not read yet; the session reads and runs the command again).
 
 * ``walker``: ``Reflector.walk(addr, type) -> Node``, bounded.
-* ``describers``: combinators (join!/select!/MaybeDone/Timeout) and leaves
-  (Sleep, JoinHandle, Mutex/semaphore, Notify, oneshot, mpsc, pending).
+* ``describers``: combinators (join!/select!/MaybeDone/Timeout, futures' join_all/
+  select/FuturesUnordered) and leaves (Sleep, JoinHandle, Mutex/semaphore, Notify,
+  oneshot, mpsc, pending, yield_now, I/O Readiness with its fd).
 * ``tree``: rendering, and the overlay of the threads' running coroutines.
 * ``tokio_adapter``: optional (``--tokio-adapter``) discovery of tokio's tasks.
 """

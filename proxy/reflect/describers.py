@@ -140,6 +140,9 @@ def timeout(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
 def _label_of(r: Reflector, type_name: str) -> str:
     from .walker import coroutine_path
 
+    m = re.match(r"core::future::from_generator::GenFuture<(.*)>$", type_name)  # rustc 1.63
+    if m and m.group(1) in r.inv.layouts:
+        type_name = m.group(1)
     if type_name in r.inv.layouts:
         return coroutine_path(type_name)
     return _short(type_name)
@@ -290,6 +293,210 @@ def mpsc_recv(r: Reflector, addr: int, type_name: str, depth: int, seen: frozens
     return node
 
 
+# -- futures-util (0.3.21) ---------------------------------------------------------------
+
+MAX_LISTED = 64  # children of one JoinAll / FuturesUnordered shown (the rest are counted)
+
+
+def _enum_variant(r: Reflector, addr: int, type_name: str):  # type: ignore[no-untyped-def]
+    """(variant, readable) of an enum value; (None, True) when DWARF does not describe it."""
+    t = r.type(type_name)
+    if t is None or t.discr is None:
+        return None, True
+    value = r.mem.u(addr + t.discr.offset, t.discr.size)
+    if value is None:
+        return None, False
+    return t.variant_for(value), True
+
+
+def join_all(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``JoinAll { kind: Small { elems: Pin<Box<[MaybeDone<F>]>> } | Big { fut: Collect<
+    FuturesOrdered<F>, Vec<_>> } }`` (Big above 30 futures)."""
+    kind = _field(r, type_name, "kind")
+    if kind is None:
+        return None
+    v, ok = _enum_variant(r, addr + kind.offset, kind.type_name)
+    if not ok:
+        return missing_or_unreadable(r, addr, type_name, "JoinAll")
+    node = Node("combinator", "futures::future::join_all", addr, type_name)
+    if v is None or not v.fields:
+        return None
+    f = v.fields[0]
+    at = addr + kind.offset + f.offset
+    if v.name == "Big":  # Collect { stream: FuturesOrdered { in_progress_queue, .. }, .. }
+        q = _path(r, at, f.type_name, "stream", "in_progress_queue")
+        sq = _field(r, _field(r, f.type_name, "stream").type_name, "in_progress_queue") if q is not None else None
+        if q is None or sq is None:
+            node.detail = "more than 30 futures"
+            return node
+        inner = r.child(q, sq.type_name, depth, seen)
+        node.detail = inner.detail
+        node.children = inner.children
+        return node
+    box = _path(r, at, f.type_name, "pointer")  # Pin<Box<[T]>>: the Box's (data_ptr, length)
+    bt = _field(r, f.type_name, "pointer")
+    dp, ln = (_field(r, bt.type_name, "data_ptr"), _field(r, bt.type_name, "length")) if bt else (None, None)
+    if box is None or dp is None or ln is None:
+        return node
+    data, n = r.mem.word(box + dp.offset), r.mem.word(box + ln.offset)
+    el_name = re.match(r"core::pin::Pin<alloc::boxed::Box<\[(.*)\],", f.type_name)
+    el = r.type(el_name.group(1)) if el_name else None
+    if data is None or n is None or n > 1 << 20:
+        return missing_or_unreadable(r, addr, type_name, "JoinAll elements")
+    if el is None or el.size <= 0:
+        node.detail = f"{n} futures"
+        return node
+    done = 0
+    for i in range(n):
+        c = r.child(data + i * el.size, el.name, depth, seen)
+        done += c.status in ("completed", "gone")
+        if i < MAX_LISTED:
+            c.branch = f"{i}"
+            node.children.append(c)
+    node.detail = f"{n} futures, {done} done" + (f", {n - MAX_LISTED} not listed" if n > MAX_LISTED else "")
+    return node
+
+
+def select(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``Select { inner: Option<(A, B)> }``: None once it returned."""
+    inner = _field(r, type_name, "inner")
+    if inner is None:
+        return None
+    v, ok = _enum_variant(r, addr + inner.offset, inner.type_name)
+    if not ok:
+        return missing_or_unreadable(r, addr, type_name, "Select")
+    if v is None:
+        return None
+    node = Node("combinator", "futures::future::select", addr, type_name)
+    if v.name == "None" or not v.fields:
+        node.status = "completed"
+        return node
+    pair = v.fields[0]
+    tup = r.type(pair.type_name)
+    for i, el in enumerate(tup.fields if tup is not None else ()):
+        c = r.child(addr + inner.offset + pair.offset + el.offset, el.type_name, depth, seen)
+        c.branch = "left" if i == 0 else "right"
+        node.children.append(c)
+    return node
+
+
+def futures_unordered(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``FuturesUnordered { head_all: AtomicPtr<Task<F>>, .. }``: a list of the futures not
+    finished yet (a finished one is unlinked at once); ``Task { future: UnsafeCell<Option<F>>,
+    next_all, len_all, .. }``, the head's ``len_all`` counts them all."""
+    head_f = _field(r, type_name, "head_all")
+    if head_f is None:
+        return None
+    m = re.match(r"core::sync::atomic::AtomicPtr<(.*)>$", head_f.type_name)
+    task = r.type(m.group(1)) if m else None
+    node = Node("combinator", "futures::stream::FuturesUnordered", addr, type_name)
+    head = r.mem.word(addr + head_f.offset)
+    if head is None:
+        return missing_or_unreadable(r, addr, type_name, "FuturesUnordered")
+    if head == 0:
+        node.detail = "empty"
+        return node
+    if task is None:
+        return node
+    fut, nxt, ln = task.field("future"), task.field("next_all"), task.field("len_all")
+    if fut is None or nxt is None or ln is None:
+        return node
+    n = r.mem.word(head + ln.offset)
+    if n is None or n > 1 << 20:
+        return missing_or_unreadable(r, head, task.name, "FuturesUnordered task")
+    opt = _field(r, fut.type_name, "value")  # UnsafeCell<Option<F>>
+    p: int | None = head
+    listed = 0
+    walked: set[int] = set()
+    while p and p not in walked and len(walked) < min(n, MAX_LISTED):
+        walked.add(p)
+        v, ok = _enum_variant(r, p + fut.offset, opt.type_name) if opt else (None, True)
+        if not ok:
+            node.children.append(missing_or_unreadable(r, p, task.name, "FuturesUnordered task"))
+            break
+        if v is not None and v.name == "Some" and v.fields:
+            c = r.child(p + fut.offset + v.fields[0].offset, v.fields[0].type_name, depth, seen)
+            c.branch = f"{listed}"
+            node.children.append(c)
+            listed += 1
+        p = r.mem.word(p + nxt.offset)
+    node.detail = f"{n} futures" + (f", {n - len(walked)} not listed" if n > len(walked) else "")
+    return node
+
+
+def order_wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    f = _field(r, type_name, "data")  # FuturesOrdered's OrderWrapper { data: F, index }
+    return r.child(addr + f.offset, f.type_name, depth - 1, seen) if f is not None else None
+
+
+def stream_next(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``StreamExt::next()``: ``Next { stream: &mut St }``; ``collect()``: ``Collect { stream: St, .. }``."""
+    f = _field(r, type_name, "stream")
+    if f is None:
+        return None
+    label = "futures::stream::next" if "::next::Next<" in type_name else "futures::stream::collect"
+    node = Node("combinator", label, addr, type_name)
+    t = r.type(f.type_name)
+    if t is not None and t.kind == "pointer":
+        p = r.mem.word(addr + f.offset)
+        if p is None:
+            return missing_or_unreadable(r, addr, type_name, label)
+        node.children.append(r.child(p, t.pointee or "", depth, seen))
+    else:
+        node.children.append(r.child(addr + f.offset, f.type_name, depth, seen))
+    return node
+
+
+# -- tokio: yield_now, I/O readiness -----------------------------------------------------
+
+
+def yield_now(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``YieldNow { yielded: bool }`` (local to ``yield_now``'s body)."""
+    f = _field(r, type_name, "yielded")
+    if f is None:
+        return None
+    y = r.mem.u(addr + f.offset, 1)
+    if y is None or y > 1:
+        return missing_or_unreadable(r, addr, type_name, "YieldNow")
+    return Node("leaf", "tokio::task::yield_now", addr, type_name,
+                detail="yielded, rescheduled" if y else "not polled yet")
+
+
+_INTEREST = ((1, "READABLE"), (2, "WRITABLE"), (4, "AIO"), (8, "LIO"), (16, "PRIORITY"))  # mio 0.8
+_READY = ((1, "readable"), (2, "writable"), (4, "read closed"), (8, "write closed"))  # tokio 1.24
+
+
+def readiness(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``Readiness { scheduled_io: &ScheduledIo, state: Init|Waiting|Done, waiter:
+    UnsafeCell<Waiter { interest, .. }> }``.
+
+    The fd is not in the Readiness: ``ScheduledIo`` is the I/O driver's slab entry (readiness
+    bits and waiters; mio identifies it by a token, not by fd). It is in the handle the
+    enclosing coroutine borrows as ``self`` (``TcpStream::ready(&self)`` ->
+    ``PollEvented -> mio TcpStream -> .. -> OwnedFd``): the walker keeps that as
+    ``io_handle`` (``Inventory.fd_offsets``). A Readiness awaited with no such coroutine
+    around it (a hand-written future polling ``Registration`` directly) has no fd to show."""
+    sio = _field(r, type_name, "scheduled_io")
+    if sio is None:
+        return None
+    node = Node("leaf", "tokio::io::Readiness", addr, type_name)
+    ptr = r.mem.word(addr + sio.offset)
+    if ptr is None:
+        return missing_or_unreadable(r, addr, type_name, "Readiness")
+    at = _path(r, addr, type_name, "waiter", "value", "interest")
+    bits = r.mem.u(at, 1) if at is not None else None
+    what = "|".join(n for b, n in _INTEREST if bits & b) if bits else "readiness"
+    if r.io_handle is not None:
+        fd, handle = r.io_handle
+        what += f" on fd {fd} ({handle})" if fd >= 0 else f" on a closed {handle}"
+    ready = r.mem.word(ptr)  # ScheduledIo { readiness: AtomicUsize, .. }: bits 0..16
+    now = "" if ready is None else ", ready now: " + (", ".join(n for b, n in _READY if ready & b) or "none")
+    st = _field(r, type_name, "state")
+    state = r.mem.u(addr + st.offset, 1) if st is not None else None
+    node.detail = f"{'waits for' if state in (None, 0, 1) else 'got'} {what}, ScheduledIo 0x{ptr:x}{now}"
+    return node
+
+
 def pending(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
     return Node("leaf", "core::future::pending", addr, type_name, detail="never completes")
 
@@ -307,4 +514,12 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("tokio::sync::notify::Notified", _pointer_field("tokio::sync::Notify::notified", "notify", "Notify")),
     ("tokio::sync::oneshot::Receiver<", oneshot_receiver),
     ("core::future::pending::Pending<", pending),
+    ("futures_util::future::join_all::JoinAll<", join_all),
+    ("futures_util::future::select::Select<", select),
+    ("futures_util::stream::futures_unordered::FuturesUnordered<", futures_unordered),
+    ("futures_util::stream::futures_ordered::OrderWrapper<", order_wrapper),
+    ("futures_util::stream::stream::next::Next<", stream_next),
+    ("futures_util::stream::stream::collect::Collect<", stream_next),
+    ("tokio::task::yield_now::", yield_now),  # the YieldNow struct local to yield_now's body
+    ("tokio::runtime::io::scheduled_io::Readiness", readiness),
 ]

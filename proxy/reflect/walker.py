@@ -81,6 +81,9 @@ class Reflector:
         self.describers = DESCRIBERS
         self._nodes = 0
         self.task_names: dict[int, str] = {}  # task header address -> label (JoinHandle)
+        # the I/O handle the innermost enclosing coroutine borrows as `self` (its fd, its type):
+        # a Readiness leaf holds only the driver's ScheduledIo, which has no fd (describers.readiness)
+        self.io_handle: tuple[int, str] | None = None
 
     # -- entry ---------------------------------------------------------------------------
     def walk(self, addr: int, type_name: str) -> Node:
@@ -139,8 +142,25 @@ class Reflector:
         else:
             self._mutexes(node, addr, st.locals, path)
             if st.awaitee is not None:
-                node.children.append(self._walk(addr + st.awaitee.offset, st.awaitee.type_name, depth + 1, seen))
+                outer = self.io_handle
+                self.io_handle = self._io_handle(addr, st.locals) or outer
+                try:
+                    node.children.append(self._walk(addr + st.awaitee.offset, st.awaitee.type_name, depth + 1, seen))
+                finally:
+                    self.io_handle = outer
         return node
+
+    def _io_handle(self, addr: int, locals_) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
+        """(fd, handle type) of a ``self: &TcpStream``-like local (``Inventory.fd_offsets``)."""
+        for m in locals_:
+            off = self.inv.fd_offsets.get(m.type_name)
+            if off is None:
+                continue
+            p = self.mem.word(addr + m.offset)
+            fd = self.mem.u(p + off, 4) if p else None
+            if fd is not None:
+                return (fd - (1 << 32) if fd >= 1 << 31 else fd), _short(m.type_name.lstrip("&"))
+        return None
 
     def _mutexes(self, node: Node, addr: int, locals_, path: str) -> None:  # type: ignore[no-untyped-def]
         """Live ``MutexGuard`` locals (held locks) and ``Mutex::lock``'s own ``self``."""

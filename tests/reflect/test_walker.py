@@ -130,3 +130,42 @@ def test_paths() -> None:
     assert coroutine_path("a::b::{async_fn_env#0}") == "a::b"
     assert coroutine_path("a::f::{async_fn#0}::{async_block_env#0}") == "a::f::{async_block#0}"
     assert coroutine_path("t::m::{impl#8}::lock::{async_fn_env#0}<u64>") == "t::m::{impl#8}::lock<u64>"
+
+
+@pytest.mark.parametrize("config", ["debug", "old-release"])
+def test_random_bytes_under_the_futures_and_io_describers_never_raise(config: str) -> None:
+    """join_all / select / FuturesUnordered / YieldNow / Readiness over random memory."""
+    inv = _inv(config, "combinators")
+    rnd = random.Random(2)
+    mem = Mem()
+    for page in range(0x400):
+        mem.write(BASE + page * BLOCK, bytes(rnd.randrange(256) for _ in range(BLOCK)))
+    names = [n for n in inv.layouts if n.startswith(("combinators::", "core::future::from_generator::GenFuture<comb"))]
+    names += [n for n in inv.types if n.startswith(("futures_util::future::join_all::JoinAll<",
+                                                      "futures_util::stream::futures_unordered::FuturesUnordered<",
+                                                      "tokio::runtime::io::scheduled_io::Readiness"))]
+    assert len(names) >= 8, names
+    for name in names:
+        for start in range(4):
+            r = Reflector(inv, 0, BlockReader(mem.read, budget=1 << 20))
+            tree = r.walk(BASE + start * 24, name)
+            assert sum(1 for _ in tree.iter()) <= r.max_nodes + 1
+
+
+def test_futures_unordered_list_cycle_ends() -> None:
+    """A task list whose next_all points back at its head, with a len_all that says 5."""
+    inv = _inv("release", "combinators")
+    fu_name = next(n for n in inv.types if n.startswith("futures_util::stream::futures_unordered::FuturesUnordered<"
+                                                         "combinators::step"))
+    fu = inv.types[fu_name]
+    task = inv.types[fu.field("head_all").type_name[len("core::sync::atomic::AtomicPtr<"):-1]]
+    head = BASE + 0x1000
+    mem = Mem()
+    mem.write(BASE, bytes(fu.size))
+    mem.write(BASE + fu.field("head_all").offset, head.to_bytes(8, "little"))
+    mem.write(head, bytes(task.size))
+    mem.write(head + task.field("next_all").offset, head.to_bytes(8, "little"))
+    mem.write(head + task.field("len_all").offset, (5).to_bytes(8, "little"))
+    tree = Reflector(inv, 0, mem.read).walk(BASE, fu_name)
+    assert tree.label == "futures::stream::FuturesUnordered" and tree.detail == "5 futures, 4 not listed", tree
+    assert len(tree.children) <= 1
