@@ -273,6 +273,11 @@ def test_release_bt_shows_inlined_frames() -> None:
     assert re.search(rf"^#0  tokio_app::c \[inlined\] at \S+tokio_app.rs:{bp_line('c_after_sleep')}$", bt, re.M), bt
     m = re.search(r"^#1  tokio_app::b \(task #\d+\) awaiting at \S+tokio_app.rs:(\d+)$", bt, re.M)
     assert m and int(m.group(1)) in await_line("tokio_app", "b", "c"), bt
+    # a and run hold b inline; their resume functions are inlined into block_on's
+    for level, name, child in ((2, "a", "b"), (3, "run", "a")):
+        m = re.search(rf"^#{level}  tokio_app::{name} \[inlined\] awaiting at \S+tokio_app.rs:(\d+)$", bt, re.M)
+        assert m and int(m.group(1)) in await_line("tokio_app", name, child), bt
+    assert bt.rstrip().endswith("#4  <root: polled by the executor>"), bt
 
 
 def test_mode_off_after_a_switch_merges_seen_tasks_with_reflected_ones() -> None:
@@ -370,3 +375,22 @@ def test_futures_combinators_yield_and_io_readiness(config: str, mode: str) -> N
     fdmap = re.search(r"==fds== (\{.*\})", out)
     assert fdmap, out[-2000:]
     assert ast.literal_eval(fdmap.group(1)).get(int(m.group(1)), "").startswith("socket:["), (m.group(1), fdmap.group(1))
+
+
+@pytest.mark.parametrize("config", ["release", "old-release", "lto"])
+def test_bt_shows_coroutines_inlined_into_outer_frames(config: str) -> None:
+    """`outer -> middle -> probe`, probe behind a `Pin<Box<dyn Future>>` (its resume function
+    out of line, observed), middle inlined into outer's resume function (release, 1.63
+    release) or both inlined into tokio's task poll (LTO): like gdb's bt, middle (and, in LTO,
+    outer) is its own frame, with the .await line its state machine records."""
+    prog = _binary(config, "combinators")
+    bp = markers.breakpoint_markers("combinators")["probe"][1]
+    out = session(prog, [], [f"break combinators.rs:{bp}", "continue", *ask("bt")])
+    bt = [re.sub(r"/\S*/([^/\s]+:\d+)", r"\1", line) for line in section(out, "bt").splitlines()]
+    assert re.fullmatch(rf"#0  combinators::probe \(task #\d+\) at combinators.rs:{bp}", bt[1]), bt
+    m = re.fullmatch(r"#1  combinators::middle \[inlined\] awaiting at combinators.rs:(\d+)", bt[2])
+    assert m and int(m.group(1)) in await_line("combinators", "middle", "probe"), bt
+    m = re.fullmatch(r"#2  combinators::outer (\(task #\d+\)|\[inlined\]) awaiting at combinators.rs:(\d+)", bt[3])
+    assert m and int(m.group(2)) in await_line("combinators", "outer", "middle"), bt
+    assert (m.group(1) == "[inlined]") == (config == "lto"), bt  # LTO inlines outer into tokio's poll too
+    assert bt[4:] == ["#3  <root: polled by the executor>"], bt

@@ -50,7 +50,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     SmokeRun("many_tasks", ("1000",), r"^many_tasks done tasks=1000 sum=1000000$", stdin="go\n"),
     SmokeRun("many_tasks", ("50", "ct"), r"^ready tasks=50 pid=\d+$", forever=True),
     SmokeRun("poll_timing", ("5", "1"), r"^timing done polls=5 spin_ms=1 spun=\d+ slept=5 spinner_busy_us=\d+$"),
-    SmokeRun("combinators", (), r"^combinators done sum=85$"),
+    SmokeRun("combinators", (), r"^combinators done sum=101$"),
 )
 
 TIMEOUT_S = 30.0

@@ -268,8 +268,9 @@ def _bt(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
         return f"thread {thread} is not polling any coroutine"
     lines = _incomplete(engine) + [f"logical async backtrace of thread {thread}:"]
     inlined = _inlined_at_pc(ctx, thread)  # release builds: coroutines inlined into frame #0
+    between, above = _inlined_between(ctx, engine, frames)  # ... and into the outer frames
     level = 0
-    for f in frames:
+    for i, f in enumerate(frames):
         where = "?" if f.loc is None else str(f.loc)
         verb = "at" if f.executing else "awaiting at"
         if f.level == 0 and inlined and inlined[-1][0] == _norm(f.path):
@@ -277,12 +278,44 @@ def _bt(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
                 lines.append(f"#{level}  {name} [inlined] at {'?' if loc is None else loc}")
                 level += 1
             where, verb = str(inlined[-1][1] or where), "awaiting at"
+        if i > 0 and between[i - 1]:  # the .await line of this frame's own state
+            where = str(between[i - 1][-1].loc or where)
         lines.append(f"#{level}  {f.path} (task #{f.task}) {verb} {where}")
         level += 1
+        inner = between[i][:-1] if i < len(between) else above
+        for n in inner:
+            lines.append(f"#{level}  {n.label} [inlined] awaiting at {n.loc or '?'}")
+            level += 1
     outer = engine.task(frames[-1].task)
     if outer is not None and outer.is_root:
         lines.append(f"#{level}  <root: polled by the executor>")
     return "\n".join(lines)
+
+
+def _inlined_between(ctx: MonitorContext, engine: Engine, frames: list) -> tuple[list, list]:  # type: ignore[type-arg]
+    """Coroutines stored inline between observed frames, and above the outermost one, read
+    from memory (proxy.reflect.async_frames_between): their resume functions are inlined
+    into the outer frame's (or into the executor's), so no poll of theirs is observed.
+    ``between[i]`` ends with frame i+1's own node (for its .await line)."""
+    if ctx.reflect is None or ctx.read_memory is None:
+        return [[] for _ in frames[1:]], []
+    from proxy.reflect import async_frames_between
+
+    chain = []
+    for f in frames:
+        t = engine.task(f.task)
+        layout = engine.catalog.layout_for(t.site) if t is not None else None
+        if layout is None:
+            return [[] for _ in frames[1:]], []
+        chain.append((f.self_ptr, layout.type_name))
+    from proxy.reflect import thread_regs
+
+    threads = thread_regs(dict(ctx.threads() or {})) if ctx.threads is not None else None
+    try:
+        return async_frames_between(ctx.reflect, ctx.read_memory, chain, engine,  # type: ignore[arg-type]
+                                    dict(ctx.pcs), threads)
+    except Exception:  # noqa: BLE001 - the observed frames are still worth printing
+        return [[] for _ in frames[1:]], []
 
 
 def _norm(path: str) -> str:

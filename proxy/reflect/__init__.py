@@ -27,7 +27,8 @@ from .stacks import StackFinder, parse_g, stack_roots
 from .tree import Root, Running, overlay, render, running_from_frames
 from .walker import Node, Reflector, coroutine_path
 
-__all__ = ["ReflectSource", "reflect_tree", "reflect_tasks", "Node", "Reflector", "Root", "coroutine_path"]
+__all__ = ["ReflectSource", "reflect_tree", "reflect_tasks", "Node", "Reflector", "Root", "coroutine_path",
+           "async_frames_between"]
 
 
 @dataclass(slots=True)
@@ -167,6 +168,62 @@ def lift(r: Reflector, addr: int, type_name: str, max_hops: int = 16) -> tuple[i
         addr, type_name = found[0]
         hops += 1
     return addr, type_name, hops
+
+
+def coroutine_path_to(r: Reflector, outer: tuple[int, str], inner: tuple[int, str]) -> list[Node] | None:
+    """The coroutine nodes from ``outer`` down to ``inner`` (both included) in outer's tree
+    read from memory: the coroutines stored inline between two observed frames (release
+    builds inline their resume functions into the outer one's). None when the tree does not
+    hold ``inner`` (memory not read yet, a parent whose ``__state`` is stale, garbage)."""
+    return _path_in(r.walk(*outer), inner)
+
+
+def _path_in(tree: Node, inner: tuple[int, str]) -> list[Node] | None:
+    def find(n: Node, path: list[Node]) -> list[Node] | None:
+        if n.kind == "coroutine":
+            path = path + [n]
+            if (n.addr, n.type_name) == inner and len(path) > 1:
+                return path
+        for c in n.children:
+            got = find(c, path)
+            if got is not None:
+                return got
+        return None
+
+    if tree.kind != "coroutine" or (tree.addr, tree.type_name) == inner:
+        return None
+    return find(tree, [])
+
+
+def async_frames_between(src: ReflectSource, read: ReadMemory, chain: list[tuple[int, str]],  # type: ignore[no-untyped-def]
+                         engine=None, pcs: dict[int, int] | None = None,
+                         threads: dict[int, dict[str, int]] | None = None) -> tuple[list[list[Node]], list[Node]]:
+    """For a logical backtrace's observed coroutines (innermost first, (address, layout)):
+    ``between[i]`` lists the coroutines stored inline between frame i and frame i+1,
+    innermost first, then frame i+1's own node (its ``.await`` line, from the layout); it
+    is empty when frame i+1's tree does not hold frame i. ``above``: the coroutines that
+    hold the outermost frame inline (``lift``), innermost first; when it is not inline (a
+    ``Box<dyn Future>`` child, LTO builds inlining the parent into the executor), the task
+    trees of ``walk_all`` (the threads' stacks, the adapter) are searched for it."""
+    r = src.reflector(read)
+    between: list[list[Node]] = []
+    for inner, outer in zip(chain, chain[1:]):
+        path = coroutine_path_to(r, outer, inner)
+        between.append(list(reversed(path[:-1])) if path else [])
+    above: list[Node] = []
+    if chain:
+        addr, tname, hops = lift(r, *chain[-1])
+        if hops:
+            path = coroutine_path_to(r, (addr, tname), chain[-1])
+            above = list(reversed(path[:-1])) if path else []
+        if not above and threads:
+            trees, _ = walk_all(src, read, engine, dict(pcs or {}), threads)
+            for _, tree in trees:
+                path = _path_in(tree, chain[-1])
+                if path:
+                    above = list(reversed(path[:-1]))
+                    break
+    return between, above
 
 
 def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int],  # type: ignore[no-untyped-def]

@@ -9,13 +9,16 @@
 //! * `pool`: a `FuturesUnordered` of three `step`s; step 20 has completed
 //!   (and left the set) at `checkpoint`;
 //! * `spinner`: `yield_now` in a loop until told to stop;
-//! * `reader`: `TcpStream::readable` on a loopback socket nobody writes to yet.
+//! * `reader`: `TcpStream::readable` on a loopback socket nobody writes to yet;
+//! * `outer`: `outer -> middle -> probe` (see `probe`), finished by the breakpoint.
 //! `run` then stops at its breakpoint in `checkpoint`, releases everything
-//! and prints `combinators done sum=85`.
+//! and prints `combinators done sum=101`.
 
 use futures::future::{join_all, select, Either};
 use futures::stream::{FuturesUnordered, StreamExt};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -66,6 +69,27 @@ async fn checkpoint(pending: usize) -> usize {
     n
 }
 
+// `middle` awaits `probe` through a `Pin<Box<dyn Future>>`, so `probe`'s resume function
+// is called through a vtable and stays out of line, while `middle` (awaited once) is inlined
+// into `outer`'s: at the breakpoint in `probe`, `async bt` shows `middle` as an inlined
+// frame between two observed ones.
+async fn probe(tag: u64) -> u64 {
+    tokio::task::yield_now().await; // await: probe -> yield
+    let v = unsafe { std::ptr::read_volatile(&tag) } * 2; // bp: probe
+    tokio::task::yield_now().await; // await: probe -> yield
+    v
+}
+
+async fn middle(tag: u64) -> u64 {
+    let boxed: Pin<Box<dyn Future<Output = u64> + Send>> = Box::pin(probe(tag));
+    let v = boxed.await; // await: middle -> probe
+    v + 1
+}
+
+async fn outer(tag: u64) -> u64 {
+    middle(tag).await + 1 // await: outer -> middle
+}
+
 fn channels(n: usize) -> (Vec<oneshot::Sender<u64>>, Vec<oneshot::Receiver<u64>>) {
     (0..n).map(|_| oneshot::channel()).unzip()
 }
@@ -92,6 +116,7 @@ async fn run() -> u64 {
         tokio::spawn(pool(pool_rx)),
         tokio::spawn(spinner(stop.clone())),
         tokio::spawn(reader(client)),
+        tokio::spawn(outer(7)),
     ];
     settle().await; // await: run -> settle
     gather_tx.remove(0).send(1).expect("gather 0");
