@@ -131,7 +131,8 @@ class CaptureBase:
         (``qRelocInsn:<len>``, or ``E01`` to refuse; no reply follows)."""
         return (), b"E01"
 
-    def poll(self) -> None:
+    def poll(self) -> bool | None:
+        """Fold new events while the program runs; True: some are left (call again soon)."""
         return None
 
     def wakeup_fd(self) -> int | None:

@@ -113,19 +113,26 @@ class Link:
         """Drive the capture while the program runs: fold a continuous
         consumer's new events into the engine (waking on its fd, if it has
         one), and let the session decide on hidden drains (`tick`)."""
+        behind = False
         while True:
             cap = self.session.capture
             fd = cap.wakeup_fd() if cap is not None else None
-            with trio.move_on_after(CAPTURE_TICK):
-                if fd is not None:
-                    await trio.lowlevel.wait_readable(fd)
-                    await trio.sleep(CAPTURE_BATCH)  # let a batch build up: no wakeup per event
-                else:
-                    await trio.sleep(CAPTURE_TICK)
+            if behind:
+                # poll() said it has events left over (it folds for a bounded time):
+                # go on at once, after letting the client's and the stub's packets in
+                await trio.sleep(0)
+            else:
+                with trio.move_on_after(CAPTURE_TICK):
+                    if fd is not None:
+                        await trio.lowlevel.wait_readable(fd)
+                        await trio.sleep(CAPTURE_BATCH)  # let a batch build up: no wakeup per event
+                    else:
+                        await trio.sleep(CAPTURE_TICK)
             cap = self.session.capture
+            behind = False
             if cap is not None:
                 try:
-                    cap.poll()
+                    behind = bool(cap.poll())
                 except Exception as err:  # noqa: BLE001 - a capture bug must not end the session
                     self.session.stats.capture_errors += 1
                     self.notice(f"capture poll failed: {err!r}")

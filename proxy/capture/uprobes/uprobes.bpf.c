@@ -168,6 +168,85 @@ static __always_inline __u64 read_state(__u64 self, const struct site *s, __u16 
 	return v;
 }
 
+/* The fields every record has; `r` is a ring slot or the scratch record. */
+static __always_inline void fill_head(struct rec *r, struct pt_regs *ctx, __u16 kind, __u32 cookie,
+				      __u64 id, __u64 sp)
+{
+	r->kind = kind;
+	r->flags = 0;
+	r->cookie = cookie;
+	r->tid = (__u32)id;
+	r->stack_len = 0;
+	r->ts = bpf_ktime_get_ns();
+	r->ip = PT_REGS_IP(ctx);
+	r->sp = sp;
+	r->rax = ctx->rax;
+	r->ret = 0;
+	bpf_probe_read_user(&r->ret, 8, (void *)sp);
+}
+
+/* An entry's fields (self, state, callee-saved registers), and its scope. */
+static __always_inline void fill_entry(struct rec *r, struct pt_regs *ctx, const struct site *s,
+				       struct scope_key *key, __u64 sp)
+{
+	/* read both: the verifier refuses a ctx pointer moved by a variable offset */
+	__u64 rdi = ctx->rdi, rsi = ctx->rsi;
+	barrier_var(rdi);
+	barrier_var(rsi);
+	__u64 self = s->self_reg == REG_RSI ? rsi : rdi;
+	r->self = self;
+	r->flags = F_SELF;
+	r->state = read_state(self, s, &r->flags);
+	r->rbp = ctx->rbp;
+	r->rbx = ctx->rbx;
+	r->r12 = ctx->r12;
+	r->r13 = ctx->r13;
+	r->r14 = ctx->r14;
+	r->r15 = ctx->r15;
+	key->sp = sp;
+	if (bpf_map_update_elem(&scopes, key, &self, BPF_ANY))
+		count(C_SCOPE_FULL);
+}
+
+/* An exit's scope: (tid, the entry's sp); a `ret` leaves with the entry's sp, an
+ * unwind exit computes it from the site's CFA rule (reg + off - 8). */
+static __always_inline void exit_key(struct pt_regs *ctx, const struct site *s, struct scope_key *key, __u64 sp)
+{
+	__u64 rbp = ctx->rbp;
+	barrier_var(rbp);
+	__u64 base = s->cfa_reg == REG_RBP ? rbp : sp;
+	key->sp = base + (__s64)s->cfa_off - 8;
+}
+
+/* An exit's fields: self and __state when the entry's (tid, entry sp) is in `scopes`. */
+static __always_inline void fill_exit(struct rec *r, struct pt_regs *ctx, const struct site *s,
+				      struct scope_key *key, __u64 sp)
+{
+	exit_key(ctx, s, key, sp);
+	__u64 *self = bpf_map_lookup_elem(&scopes, key);
+	r->self = 0;
+	r->state = 0;
+	if (self) {
+		r->self = *self;
+		r->flags = F_SELF;
+		r->state = read_state(*self, s, &r->flags);
+		bpf_map_delete_elem(&scopes, key);
+	} else {
+		count(C_SCOPE_MISS);
+	}
+}
+
+/* Reserve a fixed-size record in the ring (once more when the ring's lock gave
+ * up: with 4+ threads on 2 CPUs its resilient spinlock, Linux 6.15+, fails now
+ * and then; a full ring fails again and the hit counts as dropped). */
+#define RESERVE(size) ({							\
+	struct rec *_r = bpf_ringbuf_reserve(&events, (size), 0);		\
+	if (!_r) {								\
+		count(C_RETRIES);						\
+		_r = bpf_ringbuf_reserve(&events, (size), 0);			\
+	}									\
+	_r; })
+
 SEC("uprobe")
 int asyncrsp_poll(struct pt_regs *ctx)
 {
@@ -188,83 +267,70 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	if (s && s->kind == KIND_COUNT)
 		return 0; /* counted, no record (not in hits = records + drops) */
 	count(C_HITS);
-	struct rec *r = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s || !r) {
+	if (!s) {
 		count(C_DROPS);
 		return 0;
 	}
 	__u64 sp = PT_REGS_SP(ctx);
-	r->kind = s->kind;
-	r->flags = 0;
-	r->cookie = cookie;
-	r->tid = (__u32)id;
-	r->stack_len = 0;
-	r->ts = bpf_ktime_get_ns();
-	r->ip = PT_REGS_IP(ctx);
-	r->sp = sp;
-	r->rax = ctx->rax;
-	r->ret = 0;
-	bpf_probe_read_user(&r->ret, 8, (void *)sp);
 	struct scope_key key = {.tid = (__u32)id};
-	long size;
 
-	if (s->kind == KIND_ENTRY) {
-		/* read both: the verifier refuses a ctx pointer moved by a variable offset */
-		__u64 rdi = ctx->rdi, rsi = ctx->rsi;
-		barrier_var(rdi);
-		barrier_var(rsi);
-		__u64 self = s->self_reg == REG_RSI ? rsi : rdi;
-		r->self = self;
-		r->flags = F_SELF;
-		r->state = read_state(self, s, &r->flags);
-		r->rbp = ctx->rbp;
-		r->rbx = ctx->rbx;
-		r->r12 = ctx->r12;
-		r->r13 = ctx->r13;
-		r->r14 = ctx->r14;
-		r->r15 = ctx->r15;
-		key.sp = sp;
-		if (bpf_map_update_elem(&scopes, &key, &self, BPF_ANY))
-			count(C_SCOPE_FULL);
-		/* The unwinder samples: a slice only while the proxy has credits left
-		 * (it refills them as it unwinds), so a fast program does not fill the
-		 * ring with stacks nobody reads. */
-		__u32 want = __sync_fetch_and_add(&cfg->credits, -1) > 0 ? cfg->stack_max : 0;
-		__u32 got = 0;
-		for (int i = 0; i < MAX_CHUNKS; i++) {
-			if (got >= want)
-				break;
-			__u32 off = i * CHUNK;
-			if (bpf_probe_read_user(&r->stack[off & (STACK_MAX - CHUNK)], CHUNK, (void *)(sp + off)))
-				break; /* the end of the stack's mapping */
-			got = off + CHUNK;
-		}
-		r->stack_len = got;
-		size = ENTRY_SIZE + (got & (STACK_MAX * 2 - 1));
-		if (size > (long)sizeof(*r))
-			size = sizeof(*r);
-	} else {
-		__u64 rbp = ctx->rbp;
-		barrier_var(rbp);
-		__u64 base = s->cfa_reg == REG_RBP ? rbp : sp;
-		key.sp = base + (__s64)s->cfa_off - 8;
-		__u64 *self = bpf_map_lookup_elem(&scopes, &key);
-		r->self = 0;
-		r->state = 0;
-		if (self) {
-			r->self = *self;
-			r->flags = F_SELF;
-			r->state = read_state(*self, s, &r->flags);
+	if (s->kind != KIND_ENTRY) {
+		/* exits: a 72-byte record written in place in the ring (no copy) */
+		struct rec *r = RESERVE(EXIT_SIZE);
+		if (!r) {
+			count(C_DROPS);
+			exit_key(ctx, s, &key, sp); /* the poll is over all the same */
 			bpf_map_delete_elem(&scopes, &key);
-		} else {
-			count(C_SCOPE_MISS);
+			return 0;
 		}
-		size = EXIT_SIZE;
+		fill_head(r, ctx, s->kind, cookie, id, sp);
+		fill_exit(r, ctx, s, &key, sp);
+		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+		count(C_RECORDS);
+		return 0;
 	}
+
+	/* The unwinder samples: a slice only while the proxy has credits left
+	 * (it refills them as it unwinds), so a fast program does not fill the
+	 * ring with stacks nobody reads. */
+	if (__sync_fetch_and_add(&cfg->credits, -1) <= 0 || cfg->stack_max == 0) {
+		/* an entry without its stack: 120 bytes in place in the ring */
+		struct rec *r = RESERVE(ENTRY_SIZE);
+		if (!r) {
+			count(C_DROPS);
+			return 0;
+		}
+		fill_head(r, ctx, KIND_ENTRY, cookie, id, sp);
+		fill_entry(r, ctx, s, &key, sp);
+		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+		count(C_RECORDS);
+		return 0;
+	}
+
+	/* an entry with a stack slice: built in the per-CPU scratch record (the
+	 * slice's length is only known after reading it), then copied */
+	struct rec *r = bpf_map_lookup_elem(&scratch, &zero);
+	if (!r) {
+		count(C_DROPS);
+		return 0;
+	}
+	fill_head(r, ctx, KIND_ENTRY, cookie, id, sp);
+	fill_entry(r, ctx, s, &key, sp);
+	__u32 want = cfg->stack_max;
+	__u32 got = 0;
+	for (int i = 0; i < MAX_CHUNKS; i++) {
+		if (got >= want)
+			break;
+		__u32 off = i * CHUNK;
+		if (bpf_probe_read_user(&r->stack[off & (STACK_MAX - CHUNK)], CHUNK, (void *)(sp + off)))
+			break; /* the end of the stack's mapping */
+		got = off + CHUNK;
+	}
+	r->stack_len = got;
+	long size = ENTRY_SIZE + (got & (STACK_MAX * 2 - 1));
+	if (size > (long)sizeof(*r))
+		size = sizeof(*r);
 	if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP)) {
-		/* Not only a full ring: with 4+ threads on 2 CPUs the ring's lock
-		 * (a resilient spinlock since Linux 6.15) gave up now and then in the
-		 * exact-count test. Once more; a full ring fails again and is counted. */
 		count(C_RETRIES);
 		if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP)) {
 			count(C_DROPS);

@@ -222,3 +222,16 @@ def test_past_four_debug_registers_count_sites_are_left_out_first() -> None:
     cap._client_sw.clear()
     convert, leave_out = cap._split_conflicts()
     assert convert == poll[:3] and leave_out == {poll[3], *count}
+
+
+def test_fast_constructors_build_the_same_frozen_events() -> None:
+    """decode.py fills the slots directly (twice as fast as the frozen __init__):
+    the objects must be indistinguishable from the dataclass's own."""
+    from proxy.capture.uprobes.decode import _enter, _exit
+
+    a, b = _enter(1, 2, 3, 4, 5, None, 7, 8), PollEnter(1, 2, 3, 4, 5, None, 7, 8)
+    assert a == b and hash(a) == hash(b) and repr(a) == repr(b)
+    c, d = _exit(9, 2, 3, 5, None, 4, None, True, 10), PollExit(9, 2, 3, 5, None, 4, None, True, 10)
+    assert c == d and hash(c) == hash(d) and c.panicked is True
+    with pytest.raises(AttributeError):
+        a.seq = 3  # type: ignore[misc]  # still frozen
