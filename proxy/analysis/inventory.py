@@ -629,7 +629,14 @@ class _ExitFinder:
 
 def _unwind_resume_sites(elf: ElfImage, warnings: list[str]) -> tuple[set[int], set[int]]:
     """Addresses a call to _Unwind_Resume can target: the function or PLT stub, and GOT slots."""
-    targets = {s.addr for s in elf.symbols if s.name.split("@", 1)[0] == "_Unwind_Resume"}
+    return import_sites(elf, "_Unwind_Resume", warnings, "panic exits through the PLT are not found")
+
+
+def import_sites(elf: ElfImage, name: str, warnings: list[str], consequence: str = "") -> tuple[set[int], set[int]]:
+    """Where a call to function `name` can go in `elf` (link-time addresses):
+    the function itself when defined here, or its PLT stub; and the GOT slots
+    that hold its address."""
+    targets = {s.addr for s in elf.symbols if s.name.split("@", 1)[0] == name}
     slots: set[int] = set()
     try:
         ef = ELFFile(io.BytesIO(elf.data))
@@ -639,10 +646,10 @@ def _unwind_resume_sites(elf: ElfImage, warnings: list[str]) -> tuple[set[int], 
             symtab = ef.get_section(sec["sh_link"])
             for r in sec.iter_relocations():
                 sym = symtab.get_symbol(r["r_info_sym"]) if r["r_info_sym"] else None
-                if sym is not None and sym.name.split("@", 1)[0] == "_Unwind_Resume":
+                if sym is not None and sym.name.split("@", 1)[0] == name:
                     slots.add(r["r_offset"])
     except (ELFError, ELFParseError, struct.error, ValueError, AttributeError) as e:
-        warnings.append(f"relocations unreadable ({e}): panic exits through the PLT are not found")
+        warnings.append(f"relocations unreadable ({e})" + (f": {consequence}" if consequence else ""))
     targets |= _plt_stubs_for(elf, slots)
     return targets, slots
 

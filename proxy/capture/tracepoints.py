@@ -172,6 +172,15 @@ class TracepointCapture(CaptureBase):
         self._client_steps = False  # the client's last resume steps a thread
         self._pad_symbol: int | None = None  # &gdb_jump_pad_buffer in the agent (from the client's qSymbol)
         self._entry_bp: int | None = None  # the proxy's Z0 at the program's entry (fast switch point)
+        # While fast tracepoints are in: the proxy's Z0s where the program
+        # starts a thread (pthread_create, its PLT stub) and where it ends
+        # (libc's _exit); see `_leave_fast`.
+        self._thread_sites: set[int] = set()
+        self._guards: dict[int, str] = {}  # address -> "thread" | "exit"
+        self._leave_due: str | None = None  # a guard the client also stops at: leave at its resume
+        self.fast_left: str | None = None  # why the fast tracepoints went out again
+        self.exit_guard: str | None = None  # the exit guard stopped the experiment (why)
+        self._guard_bytes: dict[int, bytes] = {}  # a guard's original byte (fork children get it back)
         self.count_patterns = count_patterns
         self._only = re.compile(only) if only else None
         self._exclude = re.compile(exclude) if exclude else None
@@ -269,6 +278,14 @@ class TracepointCapture(CaptureBase):
                 sym = elf.symbol_at(addr - target.bias)
                 sizes[addr] = sym.size if sym is not None else 0
             add_count_points(prog, funcs, bias=target.bias, fast_code=elf.read, sizes=sizes)
+        from proxy.analysis.inventory import import_sites
+
+        warnings: list[str] = []
+        self._thread_sites = {a + target.bias for a in import_sites(elf, "pthread_create", warnings)[0]}
+        if warnings:
+            self.fast_note = f"where the program starts threads is unknown ({warnings[0]})"
+            self.fast_state = "unavailable"
+            return None
         if not prog.fast_points:
             self.fast_note = "no site of 5+ bytes: " + (prog.fallbacks[0] if prog.fallbacks else "none")
             self.fast_state = "unavailable"
@@ -363,6 +380,7 @@ class TracepointCapture(CaptureBase):
             self._rate = FAST_ASSUMED_RATE
             self.fast_state = "in use"
             self._tracing = True
+            yield from self._place_guards()
             return
         # gdbserver undid every tracepoint of the failed QTStart: the traps go back in.
         refused = [r for r in self.relocations if "refused" in r]
@@ -398,7 +416,11 @@ class TracepointCapture(CaptureBase):
 
     def before_resume(self) -> Procedure | None:
         """A client that stops after the agent is ready (attached to a running
-        program): switch at its stop, when the pads exist."""
+        program): switch at its stop, when the pads exist. A guard the
+        client stopped at too: leave the fast tracepoints now."""
+        if self._leave_due is not None and self._installed:
+            kind = self._leave_due
+            return self._leave_fast(kind, self._GUARD_WHY[kind])
         if not (self._ipa_seen and self._installed and self._fast_program is not None
                 and self.fast_state.startswith("waiting") and self._entry_bp is None):
             return None
@@ -417,9 +439,128 @@ class TracepointCapture(CaptureBase):
         if not pad or not int.from_bytes(pad, "little"):
             self.fast_note = "the in-process agent's jump pads are not allocated (its constructor has not run)"
             return
+        lwps = yield from self._live_lwps()
+        if len(lwps) > 2:  # the program's thread and the agent's helper thread
+            self.fast_note = (f"the program runs {len(lwps) - 1} threads: gdbserver 13.1 asserts with fast "
+                              "tracepoints and several threads (lwp->suspended == 0)")
+            self.fast_state = "unavailable"
+            return
         self.fast_state = "switching"
         self._upgrade = True
         yield from self._sync()
+
+    # ------------------------------------------- fast tracepoints' guards
+    # gdbserver 13.1 asserts (``handle_tracepoints: Assertion
+    # `lwp->suspended == 0'``) when, at a stop it reports in all-stop (a
+    # client breakpoint, the proxy's hidden interrupt), one thread is inside
+    # a jump pad and another has a SIGTRAP pending (a trap tracepoint's or a
+    # breakpoint's hit collected while stopping all threads): the stop
+    # stabilises the threads (linux-low.cc stabilize_threads: every thread
+    # but the one in the pad is suspended, the pad's thread resumed to its
+    # exit) and its wait loop takes the suspended thread's pending SIGTRAP
+    # (status_pending_p_callback does not look at `suspended`). Seen with
+    # probe_count 4 threads at the first hidden drain (gdbserver --debug:
+    # "Got an event from pending child", "tracepoint_handler: tracepoint at
+    # <ret> hit", then the assertion). With one program thread (plus the
+    # agent's helper thread, which only waits in syscalls) nothing else can
+    # have a SIGTRAP pending. So fast tracepoints are only kept while the
+    # program has one thread: a hidden Z0 on pthread_create (its PLT stub)
+    # puts the trap tracepoints back before a second thread exists.
+    #
+    # At the program's end, gdbserver 13.1 with its agent loaded dies on the
+    # first trace packet after the exit (cmd_qtstatus uploads the agent's
+    # frames from a process that is gone): the client never got its W.
+    # A hidden Z0 on libc's _exit stops the experiment while the process lives
+    # (research rule 8) and drains the agent's frames first.
+    def _place_guards(self) -> Generator[Exchange, list[bytes], None]:
+        sites = {a: "thread" for a in self._thread_sites}
+        bias = self.target.bias if self.target is not None else 0
+        for a in self._thread_sites:
+            byte = self._code_reader(a - bias, 1) if self._code_reader is not None else None
+            if byte:
+                self._guard_bytes[a] = byte
+        exit_at = yield from self._libc_exit()
+        if exit_at is not None:
+            sites[exit_at] = "exit"
+        else:
+            self.fast_left = ("libc's _exit not found: the frames from the last stop to the program's exit "
+                              "will be lost (gdbserver 13.1 cannot be asked after the exit)")
+        addrs = sorted(sites)
+        if not addrs:
+            return
+        replies = yield Exchange(tuple(b"Z0,%x,1" % a for a in addrs))
+        refused = None
+        for a, r in zip(addrs, replies):
+            if r == b"OK":
+                self._guards[a] = sites[a]
+            elif sites[a] == "thread":
+                refused = f"the stub refused the proxy's breakpoint where the program starts threads ({a:#x}: {r[:20]!r})"
+        if refused:
+            yield from self._leave_fast("thread", refused)
+
+    def _libc_exit(self) -> Generator[Exchange, list[bytes], int | None]:
+        """libc's ``_exit`` at run time (from gdbserver's library list), or None."""
+        from proxy.analysis.elf import open_elf
+
+        text = b""
+        for _ in range(64):
+            (rep,) = yield Exchange((b"qXfer:libraries-svr4:read::%x,fff" % len(text),))
+            if rep[:1] not in (b"m", b"l"):
+                return None
+            text += rep[1:]
+            if rep[:1] == b"l":
+                break
+        for m in re.finditer(rb'<library name="([^"]+)"[^>]*?l_addr="0x([0-9a-fA-F]+)"', text):
+            path = m.group(1).decode(errors="replace")
+            if not os.path.basename(path).startswith("libc.so"):
+                continue
+            try:
+                elf = open_elf(path)
+            except Exception:  # noqa: BLE001 - not readable here: no exit guard (said in stats)
+                return None
+            funcs = [sym for sym in elf.symbols_named("_exit") if sym.is_func]
+            if not funcs:
+                return None
+            addr = int(m.group(2), 16) + funcs[0].addr
+            byte = elf.read(funcs[0].addr, 1)
+            if byte:
+                self._guard_bytes[addr] = byte
+            return addr
+        return None
+
+    def _leave_fast(self, kind: str, why: str) -> Procedure:
+        """Take the guards out; at a thread start put the trap tracepoints
+        back (drained first: exact counts), at the exit stop the experiment."""
+        # The exit guard stays after a thread start: with the agent loaded any
+        # trace packet after the exit kills gdbserver, trap tracepoints or not.
+        gone = [a for a, k in self._guards.items() if k == kind or kind == "exit"]
+        mine = [a for a in gone if a not in self._client_bps]
+        for a in gone:
+            del self._guards[a]
+        self._leave_due = None
+        if mine:
+            yield Exchange(tuple(b"z0,%x,1" % a for a in mine))
+        if kind == "exit":
+            self.exit_guard = why
+            yield from self._uninstall()
+            return
+        self.fast_left = why
+        yield from self._sync(restart=False)
+        trap = self._trap_program or self.program
+        replies = yield Exchange((QTSTOP, QTINIT, *trap.packets(), build_qtbuffer_size(self.buffer_size), QTSTART))
+        self._read_off = 0
+        self._armed = True
+        self._use(trap)
+        self._rate = ASSUMED_RATE
+        self._tracing = replies[-1] == b"OK"
+        self.fast_state = "replaced by trap tracepoints"
+
+    _GUARD_WHY = {
+        "thread": ("the program starts a second thread (pthread_create): gdbserver 13.1 asserts "
+                   "(lwp->suspended == 0) when a reported stop finds one thread in a jump pad and another "
+                   "with a trap pending"),
+        "exit": "the program ends (_exit): the experiment was stopped while the process lived",
+    }
 
     @property
     def _pad_returns(self) -> set[int]:
@@ -644,7 +785,9 @@ class TracepointCapture(CaptureBase):
             return f"keeps the int3s ({err})"
         failed = 0
         try:
-            for addr, orig in originals:
+            for addr, orig in [*originals, *((a, self._guard_bytes.get(a, b"")) for a in self._guards)]:
+                if not orig:
+                    continue
                 try:
                     if os.pread(fd, len(orig), addr) != orig:
                         os.pwrite(fd, orig, addr)
@@ -691,6 +834,16 @@ class TracepointCapture(CaptureBase):
         else is sent: ``QTStop`` after an exit crashes gdbserver 13.1 (rule 8).
         At an exec the same drain, then ``QTStop; QTinit``."""
         if not self._installed:
+            return None
+        if self._ipa_seen:
+            # gdbserver 13.1 with its agent dies on any trace packet now:
+            # nothing is asked, the frames since the last stop are lost.
+            self._installed = self._tracing = False
+            self._guards.clear()
+            self.fast_left = "the program ended without passing the exit guard"
+            if self.engine is not None:
+                self.engine.feed(EventsLost(self._next_seq(), 0, "the program ended with gdbserver's agent loaded "
+                                            "and no exit guard: frames since the last stop are lost"))
             return None
         return self._drain_after_exit(sr)
 
@@ -742,6 +895,12 @@ class TracepointCapture(CaptureBase):
         if not self._installed or sr.kind != "T" or sr.signal != SIGTRAP or sr.reason != "swbreak":
             return None
         pc = sr.pc(16)
+        if pc is not None and pc in self._guards:
+            kind = self._guards[pc]
+            if pc in self._client_bps:  # the client's own breakpoint: reported; leave at its resume
+                self._leave_due = kind
+                return None
+            return self._leave_fast(kind, self._GUARD_WHY[kind])
         if pc is not None and pc == self._entry_bp:
             if pc in self._client_bps:
                 self._entry_bp = None  # the client's own breakpoint there: reported, switch at the resume
@@ -827,6 +986,8 @@ class TracepointCapture(CaptureBase):
             except MalformedPacket:
                 return None
             (self._client_bps.add if bp.insert else self._client_bps.discard)(bp.addr)
+            if not bp.insert and bp.addr in self._guards:
+                return Reply(b"OK")  # gdbserver has one breakpoint there: the proxy's guard stays
             return None
         if not self._installed or not is_trace_packet(body):
             return None
@@ -847,6 +1008,10 @@ class TracepointCapture(CaptureBase):
             fb = (self._fast_program or self.program).fallbacks
             lines.append(f"fast tracepoints: {fast} ({self.fast_state})"
                          + (f"; {len(fb)} site(s) kept a trap" if fast and fb else ""))
+            if self.fast_left:
+                lines.append(f"fast tracepoints taken out: {self.fast_left}")
+            if self.exit_guard:
+                lines.append(f"exit guard: {self.exit_guard}")
             if self.fast_note:
                 lines.append(f"fast tracepoints: not used: {self.fast_note}")
             lines += [f"  trap: {why}" for why in fb[:5]]
