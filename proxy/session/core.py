@@ -246,6 +246,15 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
             self._emit(Notice(notice.removeprefix("asyncrsp: ")))
         upstream = [f for f in client if f.name != "swbreak"]
         upstream.append(Feature("swbreak", "+"))  # rule 5: pc at the breakpoint, with a reason
+        self._hidden_forks = not feature_on(client, "fork-events") and feature_on(client, "multiprocess")
+        if self._hidden_forks:
+            # A client that does not follow forks (gdb with `set remote
+            # fork-event-feature-packet off`, a raw client): gdbserver would let
+            # the child go with the proxy's int3s in its copy of the code, and it
+            # died of SIGTRAP at the first one (forker: "child=133"). Ask for the
+            # reports ourselves; a fork is then handled hidden (the child cleaned
+            # and detached, the client's resume re-issued: lifecycle.py).
+            upstream.append(Feature("fork-events", "+"))
         if self.config.registers_safe:
             upstream = strip_xml_registers(upstream)  # rule 11
         (reply,) = yield Exchange((build_qsupported_request(upstream),))

@@ -225,6 +225,11 @@ class CaptureLifecycle(SessionBase):
         Take the proxy's out of the child first (the stub applies z0 to the
         process selected with Hg), then put the stub's selection back on the
         thread that reported the fork (rule 6), then report the fork."""
+        yield from self._clean_fork_child(sr, child)
+        self._proc = None
+        self._report_stop(sr, raw)
+
+    def _clean_fork_child(self, sr: StopReply, child: ThreadId) -> Procedure:
         assert sr.thread is not None
         bodies = [b"Hg" + child.format(True)]
         bodies += [z_packet(False, k) for k in self.bps.proxy_only()]
@@ -235,8 +240,17 @@ class CaptureLifecycle(SessionBase):
                 yield from proc
         yield Exchange((b"Hg" + sr.thread.format(True),))
         self.stats.forks_cleaned += 1
-        self._proc = None
-        self._report_stop(sr, raw)
+
+    def _proc_hidden_fork(self, sr: StopReply, child: ThreadId) -> Procedure:
+        """A fork the client did not ask to hear of (the proxy asked the stub for
+        it, core._proc_qsupported): clean the child as for a reported fork, then
+        let it go as gdbserver would have (``D;pid``). Run inside
+        ``_proc_capture_stop``, which re-issues the client's resume."""
+        yield from self._clean_fork_child(sr, child)
+        (reply,) = yield Exchange((b"D;%x" % child.pid,))
+        self.stats.hidden_forks += 1
+        if reply != b"OK":
+            self._emit(Notice(f"could not detach the forked child {child.pid}: {reply.decode(errors='replace')}"))
 
     def _proc_detach_child(self, body: bytes) -> Procedure:
         """The client detaches a fork child; then the capture syncs before the
@@ -329,6 +343,14 @@ class CaptureLifecycle(SessionBase):
                 return True
             self._report_stop(sr, raw)
             return True
+        if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self._hidden_forks:
+            try:
+                hidden: ThreadId | None = ThreadId.parse(sr.reason_value)
+            except MalformedPacket:
+                hidden = None
+            if hidden is not None and hidden.pid:
+                self._start_proc(self._proc_capture_stop(self._proc_hidden_fork(sr, hidden)))
+                return True
         if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self._holds_program():
             try:
                 child: ThreadId | None = ThreadId.parse(sr.reason_value)

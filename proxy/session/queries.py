@@ -266,6 +266,8 @@ class Queries(SessionBase):
             lines.append(f"hidden interrupts (capture drains): {s.hidden_interrupts}")
         if s.forks_cleaned:
             lines.append(f"fork children cleaned of the proxy's breakpoints: {s.forks_cleaned}")
+        if s.hidden_forks:
+            lines.append(f"forks hidden from the client (children cleaned and detached): {s.hidden_forks}")
         if s.capture_switches:
             lines.append(f"capture switches: {s.capture_switches}")
         if self.capture_notice:

@@ -97,6 +97,7 @@ class SessionStats:
     hidden_interrupts: int = 0  # the proxy stopped the program for its capture (drains)
     capture_switches: int = 0
     forks_cleaned: int = 0  # fork children whose copies of the proxy's breakpoints were removed
+    hidden_forks: int = 0  # forks the client did not ask to hear of: child cleaned and detached
     interrupts_during_hidden: int = 0
     capture_errors: int = 0
     client_packets: int = 0
@@ -159,6 +160,7 @@ class SessionBase:
         self._entry: int | None = None
         self._emulate = False  # decided from the stub's qSupported reply
         self._main_pid: int | None = None  # the program's process (fork children are others)
+        self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
