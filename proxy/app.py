@@ -204,7 +204,14 @@ def local_exe(pid: int) -> str | None:
     except OSError:
         return None
     # QEMU user mode reports pid 1 or its own process: its file is not the program.
-    return None if os.path.basename(path).startswith("qemu-") else path
+    if os.path.basename(path).startswith("qemu-"):
+        return None
+    # The file was replaced or removed after the program started (a rebuild: the corpus's
+    # binaries are replaced by rename while attached programs run): the link then reads
+    # "PATH (deleted)", a name that opens nothing (reflection found no source and said
+    # "poll capture is off", and gdb, loading the new file, mislocated every frame: seen
+    # once in 66 attaches of `stuck`). /proc/PID/exe itself still opens the running file.
+    return f"/proc/{pid}/exe" if path.endswith(" (deleted)") else path
 
 
 def make_session(
