@@ -207,8 +207,12 @@ def test_stuck_runtime_attached_mode_off(config: str) -> None:
         if m:
             tasks[m.group(1)] = block
     # the five spawned tasks from tokio's heap, `run` (block_on's future) from the main thread's
-    # stack (a DWARF location in debug and 1.63 release; 1.95 release finds it by a scan, which
-    # misses about 1 attach in 12 for a reason not understood yet: not asserted there)
+    # stack (a DWARF location in debug and 1.63 release; 1.95 release finds it by a scan). An
+    # earlier session saw the scan miss `run` about 1 attach in 12 (not asserted in release).
+    # 96 attaches later (release, with and without the adapter, under load 5-6 on 2 cores):
+    # no such miss; one attach lost *every* task because a concurrent corpus rebuild had
+    # replaced the running binary's file (/proc/PID/exe read "PATH (deleted)": fixed in
+    # proxy.app.local_exe). The scan miss itself was not reproduced, so not asserted yet.
     assert set(tasks) >= {"lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter"}, tree
     if config != "release":
         assert "run" in tasks and "(on the stack of thread" in tasks["run"], tree
