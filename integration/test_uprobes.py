@@ -67,8 +67,10 @@ def spawn_stopped(argv: list[str]) -> int:
     return pid
 
 
-def run_captured(prog: Path, args: list[str], inv: Inventory, **kw: object) -> tuple[UprobeCapture, Engine, int]:
-    """Run `prog` to its exit under uprobe capture alone; (capture, engine, exit status)."""
+def run_captured(prog: Path, args: list[str], inv: Inventory, *, stalled: bool = False,
+                 **kw: object) -> tuple[UprobeCapture, Engine, int]:
+    """Run `prog` to its exit under uprobe capture alone; (capture, engine, exit status).
+    `stalled`: the consumer reads nothing until the program has exited."""
     bias = 0x555555554000 if inv.pie else 0
     eng = Engine(Catalog(inv, bias), keep_log=False)
     pid = spawn_stopped([str(prog), *map(str, args)])
@@ -84,7 +86,8 @@ def run_captured(prog: Path, args: list[str], inv: Inventory, **kw: object) -> t
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
-        cap.poll()
+        if not stalled:
+            cap.poll()
         time.sleep(0.005)
     cap.program_wall = time.perf_counter() - t0  # type: ignore[attr-defined]
     cap.sync()
@@ -541,3 +544,43 @@ def test_client_stepping_over_poll_sites_of_a_rust_program() -> None:
     assert re.search(r"capture: uprobes \([^)]*, attached\)", s) and "hidden stops: 0" in s, s
     m = re.search(r"events: (\d+) \(enters (\d+), exits (\d+), lost 0, rejected 0\)", s)
     assert m and int(m.group(1)) > 6, s  # the stepping went on through more poll exits
+
+
+def _enters(stats: str) -> int:
+    m = re.search(r"events: \d+ \(enters (\d+), exits \d+, lost 0, rejected 0\)", stats)
+    assert m, stats
+    return int(m.group(1))
+
+
+def test_client_at_an_entry_probe_moved_past_the_prologue() -> None:
+    """rustc 1.63 debug: a resume function starts `sub rsp; mov [rsp+d],reg x3; call`,
+    and its entry probe stands on the `call` (emulated by the kernel: ~1 us instead of
+    ~10 us for the single-stepped `sub`). The client sees nothing of it: `break` on the
+    entry, `x/` over the probed call, a breakpoint on the call itself (made hardware),
+    `stepi` into the callee, `finish`: the same transcript as against gdbserver alone.
+    The poll is recorded when the call runs, exactly once: not at the stop on the entry,
+    not at the stop on the call, and after the `stepi` that runs it."""
+    from proxy.capture.uprobes.emulated import MovedEntry, moved_entry
+
+    prog = _binary("old-debug", "nested")
+    inv = build_inventory(str(prog))
+    elf = open_elf(prog)
+    [c] = [f for f in inv.resume_fns if f.name.endswith("c::{async_fn#0}") and "nested" in f.name]
+    moved = moved_entry(elf.read(c.low_pc, c.high_pc - c.low_pc) or b"", c.low_pc, c.high_pc, c.self_in, elf.read)
+    assert isinstance(moved, MovedEntry) and moved.addr > c.low_pc, moved
+    entry, site = c.low_pc + BIAS, moved.addr + BIAS
+    orig = elf.read(moved.addr, 8)
+    steps = [f"break *{entry:#x}", "continue", STATS, f"x/8xb {site:#x}", f"x/2i {site:#x}",
+             f"break *{site:#x}", "continue", "x/8xb $pc", STATS, "stepi", "bt 1", STATS,
+             "finish", "delete", "continue"]
+    direct, _, _ = _gdb_run(prog, [], steps, [], "direct")
+    proxied, stats, _ = _gdb_run(prog, [], steps, [], "proxy")
+    _same(direct, proxied)
+    out = dict(proxied)
+    assert _xb(out[f"x/8xb {site:#x}"]) == orig and _xb(out["x/8xb $pc"]) == orig
+    assert "call" in out[f"x/2i {site:#x}"]
+    assert "exited normally" in proxied[-1][1]
+    assert "entry probes moved past their prologue" in stats[0], stats[0]
+    assert _enters(stats[1]) == _enters(stats[0])  # stopped on the call: not run yet
+    assert _enters(stats[2]) == _enters(stats[1]) + 1  # the stepi ran it: c's poll entered
+    assert re.search(r"capture: uprobes \([^)]*, attached\)", stats[2]) and "hidden stops: 0" in stats[2]

@@ -39,8 +39,8 @@ BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
 PAGE = mmap.PAGESIZE
 
-# struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, pad
-SITE = struct.Struct("<BBBBiII")
+# struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, sp_adjust
+SITE = struct.Struct("<BBBBiIi")
 CONFIG = struct.Struct("<IIq")  # tgid, stack_max, stack credits
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT = 0, 1, 2, 3
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
@@ -64,10 +64,11 @@ class SiteSpec:
     state_size: int = 0  # 0: no layout, the state is not read
     cfa_reg: int = REG_RSP
     cfa_off: int = 8  # a ret: CFA = rsp + 8, so the entry's sp = rsp
+    sp_adjust: int = 0  # an entry probed after its prologue: the entry's sp = rsp + sp_adjust
 
     def pack(self) -> bytes:
         return SITE.pack(self.kind, self.self_reg, self.state_size, self.cfa_reg, self.cfa_off,
-                         self.state_off, 0)
+                         self.state_off, self.sp_adjust)
 
 
 # ---- libbpf -------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -58,6 +59,7 @@ from .decode import ENTRY_REC, Decoder, EntryCapture, entry_capture
 from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
 
+_COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
 DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
 _MIN_KERNEL = (6, 6)  # uprobe_multi links
 
@@ -81,6 +83,7 @@ class UprobeCapture(CaptureBase):
         poll_budget_s: float = 0.02,
         max_backlog: int = 2_000_000,
         object_path: os.PathLike[str] | None = None,
+        move_entries: bool = True,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -93,6 +96,7 @@ class UprobeCapture(CaptureBase):
         self.stop_unwind_s = stop_unwind_s
         self.poll_budget_s = poll_budget_s
         self.object_path = object_path
+        self.move_entries = move_entries  # entry probes on the first emulated instruction (emulated.py)
         self.inventory: Inventory | None = None
         self.plan_: SitePlan | None = None
         self.decoder: Decoder | None = None
@@ -163,7 +167,7 @@ class UprobeCapture(CaptureBase):
         self.unwinder = StackUnwinder(self._elf, inv, bias)
         cfa = _cfa_rule(self.unwinder)
         self.plan_ = plan_sites(self._elf, inv, bias, only=self.only, exclude=self.exclude,
-                                entry_only=self.entry_only, cfa_at=cfa)
+                                entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries)
         self._sites_by_addr = self.plan_.by_addr()
         self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
         if not inv.resume_fns:
@@ -464,7 +468,8 @@ class UprobeCapture(CaptureBase):
                     self.unwinder.stats.skipped += 1
                 if keep or (resync and has_stack and ev.thread in resync):
                     scope = engine.current_scope(ev.thread)
-                    cap = entry_capture(rec, ev, (scope.site, scope.sp) if scope is not None else None)
+                    cap = entry_capture(rec, ev, (scope.site, scope.sp) if scope is not None else None,
+                                        dec.sites[_COOKIE.unpack_from(rec, 4)[0]].sp_adjust)
                     if resync and ev.thread in resync:
                         self._resync_from(cap, engine)
                     if keep:

@@ -47,6 +47,7 @@ class SiteInfo:
     kind: int  # KIND_ENTRY / KIND_EXIT / KIND_UNWIND
     site: int  # runtime low_pc of the resume function
     addr: int  # runtime address of the probed instruction
+    sp_adjust: int = 0  # an entry probed after its prologue (emulated.py): entry sp = rsp + this
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +154,14 @@ class Decoder:
                      None, kind == KIND_UNWIND, ts)
 
 
-def entry_capture(rec: bytes, ev: PollEnter, parent: tuple[int, int] | None) -> EntryCapture:
-    """The unwinder's view of an entry record."""
+def entry_capture(rec: bytes, ev: PollEnter, parent: tuple[int, int] | None,
+                  sp_adjust: int = 0) -> EntryCapture:
+    """The unwinder's view of an entry record: rip is the probed instruction and
+    rsp the real one there (the record's sp is the entry's: ``sp_adjust`` more);
+    the slice starts at the real rsp."""
     f = ENTRY_REC.unpack_from(rec)
     stack_len = f[4]
-    regs = {"rip": f[6], "rsp": f[7], "rbp": f[12], "rbx": f[13],
+    regs = {"rip": f[6], "rsp": f[7] - sp_adjust, "rbp": f[12], "rbx": f[13],
             "r12": f[14], "r13": f[15], "r14": f[16], "r15": f[17]}
     stack = rec[ENTRY_REC.size:ENTRY_REC.size + stack_len]
     return EntryCapture(ev.seq, ev.thread, ev.site, regs, bytes(stack), parent)

@@ -20,6 +20,7 @@ from proxy.analysis.model import Inventory, ResumeFn
 
 from .bpf import KIND_COUNT, KIND_ENTRY, KIND_EXIT, KIND_UNWIND, REG_RBP, REG_RDI, REG_RSI, REG_RSP, SiteSpec
 from .decode import SiteInfo
+from .emulated import MovedEntry, moved_entry
 
 _DWARF_RSP, _DWARF_RBP = 7, 6
 
@@ -75,22 +76,27 @@ def plan_sites(
     exclude: str | None = None,
     entry_only: bool = False,
     cfa_at: "callable[[int], tuple[int, int] | None] | None" = None,  # type: ignore[valid-type]
+    move_entries: bool = True,
 ) -> SitePlan:
-    """``cfa_at(link pc) -> (DWARF cfa register, offset)`` gives unwind exits their entry sp."""
+    """``cfa_at(link pc) -> (DWARF cfa register, offset)`` gives unwind exits their entry sp.
+    ``move_entries``: an entry probe stands on the first instruction the kernel
+    emulates when the poll is still fully known there (emulated.py)."""
     only_re = re.compile(only) if only else None
     exclude_re = re.compile(exclude) if exclude else None
     sites: list[Site] = []
     notes: list[str] = []
     skipped_unwind = 0
+    n_moved = 0
 
-    def add(fn: ResumeFn, name: str, link: int, kind: int, spec: SiteSpec) -> None:
+    def add(fn: ResumeFn, name: str, link: int, kind: int, spec: SiteSpec, adjust: int = 0) -> None:
         off = file_offset(elf, link)
         if off is None:
             notes.append(f"{name}: 0x{link:x} is not in the file")
             return
         n = insn_length(elf, link)
         original = elf.read(link, n) or b""
-        sites.append(Site(name, link + bias, off, original, spec, SiteInfo(kind, fn.low_pc + bias, link + bias)))
+        sites.append(Site(name, link + bias, off, original, spec,
+                          SiteInfo(kind, fn.low_pc + bias, link + bias, adjust)))
 
     for fn in inventory.resume_fns:
         if not fn.low_pc:
@@ -103,7 +109,16 @@ def plan_sites(
         st_off = layout.state_offset if layout is not None else 0
         st_size = layout.state_size if layout is not None else 0
         self_reg = {"rdi": REG_RDI, "rsi": REG_RSI}.get(fn.self_in, REG_RDI)
-        add(fn, fn.name, fn.low_pc, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size))
+        entry, adjust = fn.low_pc, 0
+        if move_entries:
+            code = elf.read(fn.low_pc, fn.high_pc - fn.low_pc) if fn.high_pc > fn.low_pc else None
+            moved = moved_entry(code, fn.low_pc, fn.high_pc, fn.self_in, elf.read) if code else "no code"
+            if isinstance(moved, MovedEntry):
+                entry, adjust = moved.addr, moved.adjust
+                if entry != fn.low_pc:
+                    n_moved += 1
+        add(fn, fn.name, entry, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size, sp_adjust=adjust),
+            adjust)
         if entry_only:
             continue
         for r in fn.rets:
@@ -116,6 +131,8 @@ def plan_sites(
             reg = REG_RSP if rule[0] == _DWARF_RSP else REG_RBP
             add(fn, fn.name + " (unwind)", x, KIND_UNWIND,
                 SiteSpec(KIND_UNWIND, self_reg, st_off, st_size, reg, rule[1]))
+    if n_moved:
+        notes.append(f"{n_moved} entry probes moved past their prologue to an instruction the kernel emulates")
     if skipped_unwind:
         notes.append(f"{skipped_unwind} unwind exits without a CFA rule on rsp/rbp: not probed")
     return SitePlan(sites, notes)

@@ -1,8 +1,9 @@
 """Deferred unwinding of uprobe entries: the native stack at each poll, from the captured slice.
 
 Theory of operation: an entry record carries the registers the CFI needs
-(rip = the resume function's low_pc, rsp, rbp, rbx, r12-r15) and the first
-bytes of the stack from rsp. ``proxy.analysis.unwind.Unwinder`` walks it
+(rip = the probed instruction: the resume function's low_pc, or the first
+emulated instruction after its prologue (emulated.py); rsp there, rbp, rbx,
+r12-r15) and the first bytes of the stack from rsp. ``proxy.analysis.unwind.Unwinder`` walks it
 with the program's ``.eh_frame``, reading memory from the slice only. The
 walk is:
 
@@ -44,7 +45,7 @@ _CACHE_MAX = 8192
 
 @dataclass(frozen=True, slots=True)
 class Unwound:
-    pcs: tuple[int, ...]  # runtime pcs, frame 0 = the resume function's entry
+    pcs: tuple[int, ...]  # runtime pcs, frame 0 = the probed instruction of the resume function
     full: bool
     # (site, sp at entry) of each enclosing resume function's frame, innermost first
     resume_frames: tuple[tuple[int, int], ...]

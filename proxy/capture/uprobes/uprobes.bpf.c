@@ -8,9 +8,11 @@
  * proxy drains it on a timer) and counts itself in the per-CPU `counters`
  * (hits, records, drops, ...): hits = records + drops, always.
  *
- *   entry  -> kind, cookie, tid, ns, ip, sp, self (register named by the site),
+ *   entry  -> kind, cookie, tid, ns, ip, the entry's sp (sp + the site's
+ *             sp_adjust: the probe may stand on the first instruction the
+ *             kernel emulates, after the prologue), self (register named by the site),
  *             return address, __state through self, rbp rbx r12-r15, and the
- *             first `stack_max` bytes of the stack from sp while `credits` last (read page-safe in
+ *             first `stack_max` bytes of the stack from the real sp while `credits` last (read page-safe in
  *             128-byte chunks: stack_len says how many were readable).
  *   exit   -> kind, cookie, tid, ns, ip, sp, rax (the Poll result), and self and
  *             __state when the entry's (tid, entry sp) is still in `scopes`:
@@ -65,7 +67,7 @@ struct site {
 	__u8 cfa_reg;     /* exits: the CFA's base register (REG_RSP / REG_RBP) */
 	__s32 cfa_off;    /* exits: CFA = cfa_reg + cfa_off; entry sp = CFA - 8 */
 	__u32 state_off;
-	__u32 pad;
+	__s32 sp_adjust;  /* entries: the entry's sp = sp + sp_adjust (a probe moved past the prologue) */
 };
 
 struct config {
@@ -290,6 +292,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		return 0;
 	}
 
+	__u64 esp = sp + (__s64)s->sp_adjust;
+
 	/* The unwinder samples: a slice only while the proxy has credits left
 	 * (it refills them as it unwinds), so a fast program does not fill the
 	 * ring with stacks nobody reads. */
@@ -300,8 +304,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			count(C_DROPS);
 			return 0;
 		}
-		fill_head(r, ctx, KIND_ENTRY, cookie, id, sp);
-		fill_entry(r, ctx, s, &key, sp);
+		fill_head(r, ctx, KIND_ENTRY, cookie, id, esp);
+		fill_entry(r, ctx, s, &key, esp);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
 		return 0;
@@ -314,8 +318,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		count(C_DROPS);
 		return 0;
 	}
-	fill_head(r, ctx, KIND_ENTRY, cookie, id, sp);
-	fill_entry(r, ctx, s, &key, sp);
+	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp);
+	fill_entry(r, ctx, s, &key, esp);
 	__u32 want = cfg->stack_max;
 	__u32 got = 0;
 	for (int i = 0; i < MAX_CHUNKS; i++) {

@@ -1,0 +1,161 @@
+"""Moving an entry probe to the first instruction the kernel emulates (pure).
+
+Theory of operation: a uprobe costs what the kernel does with the probed
+instruction. It emulates ``push reg``, ``call rel32``, ``jmp rel``, ``jcc
+rel`` and ``nop`` (0.7-0.9 us a hit here) and single-steps everything else
+out of line (10-13 us: ``sub rsp``, ``mov``, ``ret``, ``jmp *%rax`` -
+measured on this kernel, README "Uprobe capture"). An entry probe may stand
+on a later instruction when the poll is still fully known there:
+
+* the instructions before it are one straight line from the entry: no
+  branch, call or return, and no branch of the function lands on any of
+  them or on the site itself (direct targets and the entries of every
+  jump table a rip-relative ``lea`` of the function points at), so the
+  site runs exactly once per call, and only through the entry;
+* the self register is not written on the way;
+* rsp moves only by ``sub/add rsp, imm`` and ``push reg`` (``adjust``: the
+  entry's sp is rsp + adjust at the site, the return address is there);
+* memory is written only inside the new frame (``[rsp + d]`` with the
+  store inside the bytes the prologue took), so neither the return address
+  nor the coroutine's ``__state`` change.
+
+The stack slice and the CFI unwinder then start at the site (rip = the
+site, rsp = the real one), and the record's sp is the entry's.
+
+Where it applies: rustc 1.63 debug builds (``sub rsp; mov [rsp+d],reg x3;
+call``: the call is the site, 10 us less per entry). rustc 1.95 debug
+entries end their straight line in the state dispatch's ``jmp *%rax`` (not
+emulated, and its targets start with a ``mov``); release entries start with
+``push`` already. Landing pads are assumed not to fall inside the prologue
+(they are blocks of their own after a call; the prologue has none before
+the site).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from capstone import CS_ARCH_X86, CS_MODE_64, CS_OP_IMM, CS_OP_MEM, CS_OP_REG, Cs
+
+_md = Cs(CS_ARCH_X86, CS_MODE_64)
+_md.detail = True
+_GRP_JUMP, _GRP_CALL, _GRP_RET, _GRP_INT, _GRP_IRET, _GRP_BRANCH_RELATIVE = 1, 2, 3, 4, 5, 7
+
+_ALIASES = {
+    "rdi": {"rdi", "edi", "di", "dil"},
+    "rsi": {"rsi", "esi", "si", "sil"},
+    "rsp": {"rsp", "esp", "sp", "spl"},
+}
+_PUSH_REGS = {"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
+              "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"}
+MAX_PROLOGUE = 32  # instructions looked at before giving up
+
+
+@dataclass(frozen=True, slots=True)
+class MovedEntry:
+    addr: int  # link-time address of the emulated instruction
+    adjust: int  # entry sp = rsp at the site + adjust
+
+
+def emulated(insn) -> bool:  # type: ignore[no-untyped-def]
+    """Does the kernel emulate this instruction (arch/x86/kernel/uprobes.c
+    branch_setup_xol_ops / push_setup_xol_ops), instead of stepping it out of line?"""
+    b = bytes(insn.bytes)
+    if 0x66 in insn.prefix and insn.mnemonic != "nop":
+        return False  # an operand-size prefix: the kernel refuses to emulate it
+    m = insn.mnemonic
+    if m == "nop":
+        return len(b) != 5  # a 5-byte nop is rewritten into a call: memory shows other bytes
+    if m == "push":
+        return len(insn.operands) == 1 and insn.operands[0].type == CS_OP_REG \
+            and insn.reg_name(insn.operands[0].reg) in _PUSH_REGS
+    groups = set(insn.groups)
+    if m == "call":
+        return b[0] == 0xE8
+    if _GRP_JUMP in groups:
+        return _GRP_BRANCH_RELATIVE in groups and insn.operands and insn.operands[0].type == CS_OP_IMM \
+            and not m.startswith(("jrcxz", "jecxz", "loop"))
+    return False
+
+
+def branch_targets(code: bytes, low_pc: int, high_pc: int,
+                   read: Callable[[int, int], bytes | None]) -> set[int]:
+    """Every address in the function a branch may land on: direct jump and call
+    targets, and the entries of the jump tables its rip-relative `lea`s point at
+    (rustc's ``lea rax,[rip+T]; movsxd rcx,[rax+rcx*4]; add rax,rcx; jmp rax``)."""
+    out: set[int] = set()
+    for i in _md.disasm(code, low_pc):
+        groups = set(i.groups)
+        if (_GRP_JUMP in groups or _GRP_CALL in groups) and i.operands and i.operands[0].type == CS_OP_IMM:
+            out.add(i.operands[0].imm)
+        if i.mnemonic == "lea" and len(i.operands) == 2 and i.operands[1].type == CS_OP_MEM:
+            mem = i.operands[1].mem
+            if i.reg_name(mem.base) != "rip" or mem.index:
+                continue
+            table = i.address + i.size + mem.disp
+            if low_pc <= table < high_pc:
+                continue  # code, not a table
+            for k in range(4096):
+                raw = read(table + 4 * k, 4)
+                if raw is None or len(raw) < 4:
+                    break
+                (d,) = struct.unpack("<i", raw)
+                t = table + d
+                if not low_pc <= t < high_pc:
+                    break
+                out.add(t)
+    return out
+
+
+def moved_entry(code: bytes, low_pc: int, high_pc: int, self_reg: str,
+                read: Callable[[int, int], bytes | None]) -> MovedEntry | str:
+    """The first emulated instruction every call reaches with the poll still
+    known (see the module docstring), or why there is none. At the entry
+    itself when the first instruction is emulated (adjust 0)."""
+    self_names = _ALIASES.get(self_reg, {self_reg})
+    adjust = 0
+    insns = []
+    for n, i in enumerate(_md.disasm(code, low_pc)):
+        if n >= MAX_PROLOGUE:
+            return f"no emulated instruction in the first {MAX_PROLOGUE}"
+        if emulated(i):
+            insns.append(i)
+            break
+        groups = set(i.groups)
+        if groups & {_GRP_JUMP, _GRP_CALL, _GRP_RET, _GRP_INT, _GRP_IRET}:
+            return f"'{i.mnemonic} {i.op_str}' at {i.address:#x} is single-stepped and ends the straight line"
+        _regs_read, regs_write = i.regs_access()
+        written = {i.reg_name(r) for r in regs_write}
+        if written & self_names:
+            return f"'{i.mnemonic} {i.op_str}' at {i.address:#x} writes the self register"
+        if written & _ALIASES["rsp"]:
+            imm = i.operands[1].imm if len(i.operands) == 2 and i.operands[1].type == CS_OP_IMM else None
+            dst = i.reg_name(i.operands[0].reg) if i.operands and i.operands[0].type == CS_OP_REG else None
+            if dst != "rsp" or imm is None or i.mnemonic not in ("sub", "add"):
+                return f"'{i.mnemonic} {i.op_str}' at {i.address:#x} moves rsp by an unknown amount"
+            adjust += imm if i.mnemonic == "sub" else -imm
+            if adjust < 0:
+                return f"rsp above the entry's at {i.address:#x}"
+        if i.operands and i.operands[0].type == CS_OP_MEM and _writes_first_operand(i):
+            mem = i.operands[0].mem
+            base = i.reg_name(mem.base) if mem.base else None
+            if base != "rsp" or mem.index or mem.disp < 0 or mem.disp + i.operands[0].size > adjust:
+                return f"'{i.mnemonic} {i.op_str}' at {i.address:#x} writes memory outside the new frame"
+        insns.append(i)
+    else:
+        return "the function ends before an emulated instruction"
+    site = insns[-1]
+    if site.address == low_pc:
+        return MovedEntry(low_pc, 0)
+    landing = {t for t in branch_targets(code, low_pc, high_pc, read) if low_pc < t <= site.address}
+    if landing:
+        return f"a branch lands at {min(landing):#x}, inside the prologue"
+    return MovedEntry(site.address, adjust)
+
+
+def _writes_first_operand(i) -> bool:  # type: ignore[no-untyped-def]
+    """A store: capstone's access flag for the destination operand (cmp/test only read it)."""
+    access = getattr(i.operands[0], "access", 0)
+    return bool(access & 2)  # CS_AC_WRITE
