@@ -584,3 +584,56 @@ def test_client_at_an_entry_probe_moved_past_the_prologue() -> None:
     assert _enters(stats[1]) == _enters(stats[0])  # stopped on the call: not run yet
     assert _enters(stats[2]) == _enters(stats[1]) + 1  # the stepi ran it: c's poll entered
     assert re.search(r"capture: uprobes \([^)]*, attached\)", stats[2]) and "hidden stops: 0" in stats[2]
+
+
+def test_a_program_whose_file_was_replaced_is_still_probed(tmp_path: Path) -> None:
+    """The 'silent link': a rebuild replaces the program's file by rename while it runs
+    (integration/corpus/build.py does). A uprobe is keyed by inode: a link attached by
+    path probes the new file and records nothing in the running process. The capture
+    attaches through /proc/PID/exe then, and says so."""
+    import shutil
+
+    from proxy.capture.uprobes import bpf as B
+    from proxy.capture.uprobes.sites import file_offset
+
+    src = cprogs.build("spin")
+    prog = tmp_path / "spin"
+    shutil.copy2(src, prog)
+    proc = subprocess.Popen([str(prog), "4"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.2)
+        shutil.copy2(src, tmp_path / "spin.new")
+        os.replace(tmp_path / "spin.new", prog)  # same bytes, a new inode
+        # the kernel fact: attached by path, nothing is hit
+        elf = open_elf(prog)
+        [sym] = [s for s in elf.symbols if s.name == "probed"]
+        off = file_offset(elf, sym.addr)
+        assert off is not None
+        bare = B.Program.open(ring_bytes=1 << 16, max_sites=1)
+        try:
+            bare.set_config(proc.pid, 0, 0)
+            bare.set_sites([B.SiteSpec(B.KIND_COUNT)])
+            bare.attach(str(prog), [off], proc.pid)
+            time.sleep(0.2)
+            assert bare.site_hits([0])[0] == 0
+        finally:
+            bare.close()
+        # the capture
+        inv = _c_inventory(prog, "probed")
+        with open(f"/proc/{proc.pid}/maps") as maps:  # run without gdbserver: ASLR is on
+            bias = int(maps.read().split("-", 1)[0], 16) if inv.pie else 0
+        eng = Engine(Catalog(inv, bias), keep_log=False)
+        cap = UprobeCapture(unwind_share=0.0)
+        cap.plan(SimpleNamespace(path=str(prog), pid=proc.pid, local=True, inventory=inv,  # type: ignore[arg-type]
+                                 bias=bias, engine=eng, note=None, extra={}))
+        cap.install()
+        assert cap.attached, cap.note
+        time.sleep(0.2)
+        cap.sync()
+        lines = cap.stats_lines()
+        cap.uninstall()
+        assert cap.decoder is not None and cap.decoder.stats.entries > 1000, lines
+        assert any("was replaced after the program started" in ln for ln in lines), lines
+    finally:
+        proc.kill()
+        proc.wait()
