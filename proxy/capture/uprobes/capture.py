@@ -106,6 +106,7 @@ class UprobeCapture(CaptureBase):
         self._ring: B.Ring | None = None
         self._pid = 0
         self._path: str | None = None
+        self._given_path: str | None = None  # the target's path (self._path: what is attached)
         self._elf: ElfImage | None = None
         self._sites_by_addr: dict[int, Any] = {}
         self._mask: list[tuple[int, bytes]] = []  # (runtime addr, original bytes), sorted
@@ -159,6 +160,7 @@ class UprobeCapture(CaptureBase):
         if not self._pid:
             self.note = "uprobes: the program's pid is unknown"
             return []
+        self._given_path = self._path
         self._path, replaced = running_file(self._pid, self._path)
         if replaced:
             self.notices.append(replaced)
@@ -293,6 +295,12 @@ class UprobeCapture(CaptureBase):
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]
+            if self._path == self._given_path:
+                # replaced between the plan (which read the file the program runs)
+                # and now: the running file is only reachable through /proc/PID/exe
+                self._path, replaced = running_file(self._pid, self._path)
+                if replaced:
+                    self.notices.append(replaced)
             link = prog.attach(self._path, offsets, self._pid)
             # The kernel writes the int3s before the link is returned: check it did.
             # In 2 of 100 regsafety runs a link came back with no probe ever hit.
@@ -388,9 +396,14 @@ class UprobeCapture(CaptureBase):
         """Fold for up to ``poll_budget_s``; True when drained records are still
         waiting (the shell then polls again at once instead of after its tick: at
         one poll per 50 ms tick the consumer kept up with ~70k events/s only, and
-        the rest was folded at the next stop, inside the client's wait)."""
+        the rest was folded at the next stop, inside the client's wait).
+
+        Not when the ring merely holds new records (it nearly always does while
+        the program runs): the loop then spun, and each poll gave the unwinder
+        its share again, so unwinding (and the stack slices it asks for, 8 KiB
+        each, copied on the program's own time) took the consumer's whole CPU."""
         self._fold(budget_s=self.poll_budget_s)
-        return bool(self._backlog) or (self._ring is not None and self._ring.pending() > 0)
+        return bool(self._backlog)
 
     def sync(self) -> Procedure | None:
         self._fold(budget_s=None)
