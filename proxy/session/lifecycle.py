@@ -241,13 +241,13 @@ class CaptureLifecycle(SessionBase):
         yield Exchange((b"Hg" + sr.thread.format(True),))
         self.stats.forks_cleaned += 1
 
-    def _proc_hidden_fork(self, sr: StopReply, child: ThreadId) -> Procedure:
+    def _proc_hidden_fork(self, sr: StopReply, child: ThreadId, pid: int) -> Procedure:
         """A fork the client did not ask to hear of (the proxy asked the stub for
         it, core._proc_qsupported): clean the child as for a reported fork, then
         let it go as gdbserver would have (``D;pid``). Run inside
         ``_proc_capture_stop``, which re-issues the client's resume."""
         yield from self._clean_fork_child(sr, child)
-        (reply,) = yield Exchange((b"D;%x" % child.pid,))
+        (reply,) = yield Exchange((b"D;%x" % pid,))
         self.stats.hidden_forks += 1
         if reply != b"OK":
             self._emit(Notice(f"could not detach the forked child {child.pid}: {reply.decode(errors='replace')}"))
@@ -349,7 +349,7 @@ class CaptureLifecycle(SessionBase):
             except MalformedPacket:
                 hidden = None
             if hidden is not None and hidden.pid:
-                self._start_proc(self._proc_capture_stop(self._proc_hidden_fork(sr, hidden)))
+                self._start_proc(self._proc_capture_stop(self._proc_hidden_fork(sr, hidden, hidden.pid)))
                 return True
         if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self._holds_program():
             try:

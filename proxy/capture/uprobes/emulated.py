@@ -37,7 +37,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from capstone import CS_ARCH_X86, CS_MODE_64, CS_OP_IMM, CS_OP_MEM, CS_OP_REG, Cs
+from capstone import CS_ARCH_X86, CS_MODE_64, CS_OP_IMM, CS_OP_MEM, CS_OP_REG, Cs  # type: ignore[import-untyped]
 
 _md = Cs(CS_ARCH_X86, CS_MODE_64)
 _md.detail = True
