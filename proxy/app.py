@@ -36,12 +36,24 @@ def _rss_mb() -> str:
     return "unknown"
 
 
+def _proxy_lines(session: Session) -> list[str]:
+    """What `monitor async stats` prints of the proxy: its memory, then the
+    session's and the capture's lines as they wrote them."""
+    return [f"proxy RSS: {_rss_mb()}", *session.stats_lines()]
+
+
 def _proxy_stats(session: Session) -> dict[str, object]:
-    out: dict[str, object] = {"proxy RSS": _rss_mb()}
-    for line in session.stats_lines():
+    """The same lines as the JSON document's `proxy` object: "key: value" lines
+    by key (a repeated key gets " (2)", " (3)"...: nothing is overwritten)."""
+    out: dict[str, object] = {}
+    for line in _proxy_lines(session):
         key, sep, value = line.partition(": ")
         if sep:
-            out[key.strip()] = value
+            base = name = key.strip()
+            n = 2
+            while name in out:
+                name, n = f"{base} ({n})", n + 1
+            out[name] = value
     return out
 
 
@@ -91,7 +103,7 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         thread=session.current_thread(),
         pcs=session.stop_pcs(),
         read_memory=read,
-        proxy_stats=_proxy_stats(session),
+        proxy_lines=_proxy_lines(session),
         note=note,
         mode=lambda args: _mode_command(session, args),
         capture=lambda args: _capture_command(session, args),

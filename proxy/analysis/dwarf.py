@@ -15,6 +15,7 @@ import io
 import os
 import struct
 from bisect import bisect_right
+from collections.abc import Iterator
 from typing import Any
 
 from elftools.common.exceptions import DWARFError, ELFError, ELFParseError
@@ -186,6 +187,23 @@ class DwarfView:
             off = die.attrs[D.AT_RANGES]
         return _rnglist(data, off, base, self._addrx_reader(unit))
 
+    def location_at(self, unit: D.Unit, off: int, pc: int) -> bytes | None:
+        """The expression of the location list at `off` (DW_FORM_sec_offset) whose
+        entry covers `pc`, or None (DWARF 4 .debug_loc, 5 .debug_loclists)."""
+        base = unit.top_die.get(D.AT_LOW_PC) or 0
+        if unit.version < 5:
+            entries = _v4_list(self.sections.get(".debug_loc", b""), off, base, exprs=True)
+        else:
+            entries = _v5_list(self.sections.get(".debug_loclists", b""), off, base,
+                               self._addrx_reader(unit), exprs=True)
+        try:
+            for _, (lo, hi, expr) in zip(range(4096), entries):
+                if lo <= pc < hi:
+                    return expr
+        except (IndexError, struct.error):
+            return None  # an unknown entry kind or a list running off its section
+        return None
+
     def _addrx_reader(self, unit: D.Unit) -> Any:
         addr = self.sections.get(".debug_addr", b"")
         abase = unit.top_die.get(D.AT_ADDR_BASE, 8)
@@ -254,50 +272,77 @@ def _parse_aranges(data: bytes) -> tuple[list[int], list[tuple[int, int, int]]]:
 
 
 def _debug_ranges(data: bytes, off: int, base: int) -> list[tuple[int, int]]:
-    out = []
+    return [(lo, hi) for lo, hi, _ in _v4_list(data, off, base, exprs=False)]
+
+
+def _rnglist(data: bytes, off: int, base: int, addrx: Any) -> list[tuple[int, int]]:
+    return [(lo, hi) for lo, hi, _ in _v5_list(data, off, base, addrx, exprs=False)]
+
+
+def _v4_list(data: bytes, off: int, base: int, *, exprs: bool) -> Iterator[tuple[int, int, bytes]]:
+    """DWARF 4 ``.debug_ranges`` / ``.debug_loc`` entries: (lo, hi, expression;
+    b"" for ranges), base-address selections applied."""
     while True:
         lo, hi = struct.unpack_from("<QQ", data, off)
         off += 16
         if lo == 0 and hi == 0:
-            return out
+            return
         if lo == 0xFFFFFFFFFFFFFFFF:
             base = hi
             continue
-        out.append((base + lo, base + hi))
+        expr = b""
+        if exprs:
+            (n,) = struct.unpack_from("<H", data, off)
+            expr, off = data[off + 2:off + 2 + n], off + 2 + n
+        yield base + lo, base + hi, expr
 
 
-def _rnglist(data: bytes, off: int, base: int, addrx: Any) -> list[tuple[int, int]]:
-    out = []
+def _v5_list(data: bytes, off: int, base: int, addrx: Any, *,
+             exprs: bool) -> Iterator[tuple[int, int, bytes]]:
+    """DWARF 5 ``.debug_rnglists`` (DW_RLE_*) / ``.debug_loclists`` (DW_LLE_*)
+    entries: (lo, hi, expression; b"" for ranges). The two encodings are the
+    same but for DW_LLE_default_location (5), which shifts the later kinds."""
     while True:
         kind = data[off]
         off += 1
-        if kind == 0:
-            return out
-        if kind == 1:
+        if not exprs and kind >= 5:
+            kind += 1  # DW_RLE_base_address (5) is DW_LLE_base_address (6), ...
+        if kind == 0:  # end_of_list
+            return
+        if kind == 1:  # base_addressx
             i, off = D._uleb(data, off)
             base = addrx(i)
-        elif kind == 2:
-            a, off = D._uleb(data, off)
-            b, off = D._uleb(data, off)
-            out.append((addrx(a), addrx(b)))
-        elif kind == 3:
-            a, off = D._uleb(data, off)
-            n, off = D._uleb(data, off)
-            out.append((addrx(a), addrx(a) + n))
-        elif kind == 4:
-            a, off = D._uleb(data, off)
-            b, off = D._uleb(data, off)
-            out.append((base + a, base + b))
-        elif kind == 5:
+            continue
+        if kind == 6:  # base_address
             (base,) = struct.unpack_from("<Q", data, off)
             off += 8
-        elif kind == 6:
-            a, b = struct.unpack_from("<QQ", data, off)
+            continue
+        if kind == 2:  # startx_endx
+            a, off = D._uleb(data, off)
+            b, off = D._uleb(data, off)
+            lo, hi = addrx(a), addrx(b)
+        elif kind == 3:  # startx_length
+            a, off = D._uleb(data, off)
+            n, off = D._uleb(data, off)
+            lo = addrx(a)
+            hi = lo + n
+        elif kind == 4:  # offset_pair
+            a, off = D._uleb(data, off)
+            b, off = D._uleb(data, off)
+            lo, hi = base + a, base + b
+        elif kind == 5:  # default_location (location lists only)
+            lo, hi = 0, 1 << 64
+        elif kind == 7:  # start_end
+            lo, hi = struct.unpack_from("<QQ", data, off)
             off += 16
-            out.append((a, b))
-        elif kind == 7:
-            (a,) = struct.unpack_from("<Q", data, off)
+        elif kind == 8:  # start_length
+            (lo,) = struct.unpack_from("<Q", data, off)
             n, off = D._uleb(data, off + 8)
-            out.append((a, a + n))
+            hi = lo + n
         else:
-            raise IndexError(f"unknown DW_RLE {kind}")
+            raise IndexError(f"unknown DW_{'LLE' if exprs else 'RLE'} {kind}")
+        expr = b""
+        if exprs:
+            n, off = D._uleb(data, off)
+            expr, off = data[off:off + n], off + n
+        yield lo, hi, expr

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capstone import CS_ARCH_X86, CS_MODE_64, Cs
-from capstone.x86 import X86_OP_IMM, X86_OP_MEM, X86_OP_REG
+from capstone.x86 import X86_OP_IMM, X86_OP_REG
 
 from proxy.capture.relocate import Refused, relocate
 

@@ -73,9 +73,9 @@ from typing import Any
 from proxy.analysis.model import ResumeFn
 from proxy.capture.base import CaptureBase, Handover, Reply, Verdict
 from proxy.capture.breakpoints import BreakpointCapture
+from proxy.capture.procmem import restore_code
 from proxy.capture.target import Target
 from proxy.capture.trace_program import (
-    FS_BASE_REGNUM,
     REGNUM,
     FrameConverter,
     Program,
@@ -779,22 +779,11 @@ class TracepointCapture(CaptureBase):
         originals = self._file_bytes()
         if originals is None:
             return "the program's file is unreadable: the child keeps the int3s"
+        guards = ((a, self._guard_bytes.get(a, b"")) for a in self._guards)
         try:
-            fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+            failed = restore_code(pid, [*originals, *guards])
         except OSError as err:
             return f"keeps the int3s ({err})"
-        failed = 0
-        try:
-            for addr, orig in [*originals, *((a, self._guard_bytes.get(a, b"")) for a in self._guards)]:
-                if not orig:
-                    continue
-                try:
-                    if os.pread(fd, len(orig), addr) != orig:
-                        os.pwrite(fd, orig, addr)
-                except OSError:
-                    failed += 1
-        finally:
-            os.close(fd)
         return f"{failed} tracepoint address(es) could not be restored" if failed else None
 
     def _file_bytes(self) -> list[tuple[int, bytes]] | None:

@@ -10,7 +10,7 @@ callables the proxy provides.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from proxy.commands.top import cost_line, has_timing, render_top, timing_cells
@@ -36,7 +36,7 @@ class MonitorContext:
     thread: int | None = None  # the client's current thread (LWP), default for bt
     pcs: Mapping[int, int] = field(default_factory=dict)  # thread -> pc at this stop
     read_memory: ReadMemory | None = None
-    proxy_stats: Mapping[str, object] = field(default_factory=dict)
+    proxy_lines: Sequence[str] = ()  # the session's and the capture's stats lines, verbatim
     note: str | None = None  # why there is no engine / why the inventory is partial
     mode: Callable[[tuple[str, ...]], str] | None = None
     capture: Callable[[tuple[str, ...]], str] | None = None
@@ -96,7 +96,7 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
     if ctx.engine is None:
         note = f"asyncrsp: {ctx.note or 'no async code found in this program'}"
         if cmd.name == "stats":
-            return "\n".join([note] + [f"{k}: {v}" for k, v in ctx.proxy_stats.items()])
+            return "\n".join([note, *ctx.proxy_lines])
         return note
     handlers: dict[str, Callable[[tuple[str, ...], MonitorContext, Engine], str]] = {
         "tasks": _tasks, "tree": _tree, "bt": _bt, "edges": _edges, "where": _where,
@@ -425,6 +425,6 @@ def _stats(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
         + ("the start" if s.oldest_rewind_seq is None else f"seq {s.oldest_rewind_seq}"),
         f"resume functions watched: {len(engine.catalog)}",
     ]
-    lines += [f"{k}: {v}" for k, v in ctx.proxy_stats.items()]
+    lines += ctx.proxy_lines
     return "\n".join(lines)
 

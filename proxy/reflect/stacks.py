@@ -310,10 +310,7 @@ class StackFinder:
         if isinstance(loc, bytes):
             return loc
         if isinstance(loc, int):
-            try:
-                return _loclist(self.dwarf, unit, loc, pc)
-            except (IndexError, struct.error):
-                return None
+            return self.dwarf.location_at(unit, loc, pc)
         return None  # no location (optimized out) or a DW_FORM_loclistx index
 
 
@@ -344,73 +341,6 @@ def _address(got: tuple[str, int] | None, mode: str, mem: BlockReader) -> int | 
     if mode == "value":
         return v if kind == "addr" else None
     return mem.word(v) if kind == "addr" else v
-
-
-def _loclist(dwarf: DwarfView, unit: D.Unit, off: int, pc: int) -> bytes | None:
-    """The expression of a location list entry that covers pc (DWARF 4 .debug_loc, 5 .debug_loclists)."""
-    base = unit.top_die.get(D.AT_LOW_PC) or 0
-    if unit.version < 5:
-        data = dwarf.sections.get(".debug_loc", b"")
-        for _ in range(4096):
-            lo, hi = struct.unpack_from("<QQ", data, off)
-            off += 16
-            if lo == 0 and hi == 0:
-                return None
-            if lo == 0xFFFFFFFFFFFFFFFF:
-                base = hi
-                continue
-            (n,) = struct.unpack_from("<H", data, off)
-            off += 2
-            if base + lo <= pc < base + hi:
-                return data[off:off + n]
-            off += n
-        return None
-    data = dwarf.sections.get(".debug_loclists", b"")
-    addrx = dwarf._addrx_reader(unit)
-    for _ in range(4096):
-        kind = data[off]
-        off += 1
-        lo = hi = None
-        if kind == 0:  # DW_LLE_end_of_list
-            return None
-        if kind == 1:  # base_addressx
-            i, off = D._uleb(data, off)
-            base = addrx(i)
-            continue
-        if kind == 6:  # base_address
-            (base,) = struct.unpack_from("<Q", data, off)
-            off += 8
-            continue
-        if kind == 2:  # startx_endx
-            a, off = D._uleb(data, off)
-            b, off = D._uleb(data, off)
-            lo, hi = addrx(a), addrx(b)
-        elif kind == 3:  # startx_length
-            a, off = D._uleb(data, off)
-            n, off = D._uleb(data, off)
-            lo = addrx(a)
-            hi = lo + n
-        elif kind == 4:  # offset_pair
-            a, off = D._uleb(data, off)
-            b, off = D._uleb(data, off)
-            lo, hi = base + a, base + b
-        elif kind == 5:  # default_location
-            lo, hi = 0, 1 << 64
-        elif kind == 7:  # start_end
-            lo, hi = struct.unpack_from("<QQ", data, off)
-            off += 16
-        elif kind == 8:  # start_length
-            (lo,) = struct.unpack_from("<Q", data, off)
-            off += 8
-            n, off = D._uleb(data, off)
-            hi = lo + n
-        else:
-            return None
-        n, off = D._uleb(data, off)
-        if lo <= pc < hi:
-            return data[off:off + n]
-        off += n
-    return None
 
 
 def evaluate(expr: bytes, regs: dict[str, int], fbase: int | None, cfa: int | None,

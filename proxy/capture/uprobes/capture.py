@@ -45,13 +45,14 @@ from typing import Any
 from proxy.analysis.elf import ElfImage, open_elf
 from proxy.analysis.model import Inventory
 from proxy.capture.base import CaptureBase
+from proxy.capture.procmem import restore_code
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter
 from proxy.session.probes import Probe
 from proxy.session.procedure import Exchange, Forward, Handover, Procedure
 from rsp.errors import MalformedPacket
-from rsp.packets.breakpoints import HARDWARE, SOFTWARE, parse_breakpoint
+from rsp.packets.breakpoints import SOFTWARE, parse_breakpoint
 from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory
 
 from . import bpf as B
@@ -610,21 +611,11 @@ class UprobeCapture(CaptureBase):
 
     def _clean_child(self, pid: int) -> None:
         """Put the file's bytes back at every site in a forked child's memory."""
-        failed = 0
         try:
-            fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+            failed = restore_code(pid, self._mask)
         except OSError as err:
             self.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: {err}")
             return
-        try:
-            for addr, orig in self._mask:
-                try:
-                    if os.pread(fd, len(orig), addr) != orig:
-                        os.pwrite(fd, orig, addr)
-                except OSError:
-                    failed += 1
-        finally:
-            os.close(fd)
         self.children_cleaned += 1
         if failed:
             self.notices.append(f"uprobes: forked child {pid}: {failed} probe sites could not be restored")

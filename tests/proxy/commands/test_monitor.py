@@ -146,7 +146,7 @@ def test_locals_decoded_from_memory() -> None:
 
 
 def test_stats_with_proxy_lines() -> None:
-    out = run("stats", ctx(proxy_stats={"hidden stops": 12, "time in hidden stops": "3.1 ms"}))
+    out = run("stats", ctx(proxy_lines=["hidden stops: 12", "time in hidden stops: 3.1 ms"]))
     assert out.splitlines()[0] == "events: 15 (enters 9, exits 6, lost 0, rejected 0)"
     assert out.splitlines()[-2:] == ["hidden stops: 12", "time in hidden stops: 3.1 ms"]
 

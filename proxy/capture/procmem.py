@@ -1,0 +1,31 @@
+"""Restore code bytes in a local process through /proc/PID/mem.
+
+A fork child inherits the parent's memory, the capture's breakpoints
+included (tracepoints' int3s, uprobes' int3s). Backends that run on the
+program's host put the file's bytes back in the child with this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+
+def restore_code(pid: int, originals: Iterable[tuple[int, bytes]]) -> int:
+    """Write each (address, bytes) back where memory differs; return how many
+    could not be written. Raises OSError when the process's memory cannot be
+    opened at all."""
+    failed = 0
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+    try:
+        for addr, orig in originals:
+            if not orig:
+                continue
+            try:
+                if os.pread(fd, len(orig), addr) != orig:
+                    os.pwrite(fd, orig, addr)
+            except OSError:
+                failed += 1
+    finally:
+        os.close(fd)
+    return failed
