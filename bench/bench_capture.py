@@ -27,7 +27,15 @@ gdbserver binary (`gdbserver --once` on TCP, one per run):
 * ``uprobes``     gdb -> asyncrsp --capture uprobes (skipped, with the
                   reason, when BPF is not available);
 * ``gdb-python``  gdb -> gdbserver with a ``gdb.Breakpoint`` per address whose
-                  ``stop()`` counts and returns False (what a user can script).
+                  ``stop()`` counts and returns False: the cheapest script,
+                  which records nothing;
+* ``gdb-collect`` the same breakpoints, whose ``stop()`` records what the
+                  tracepoint at that address collects (entry: self from its
+                  register, the state bytes at self, sp, the return address,
+                  fs_base, a timestamp; exit: sp, the Poll discriminant from
+                  rax:rdx or the return slot, fs_base, a timestamp) into a
+                  list and returns False: the script a user would write to get
+                  the events the proxy gets.
 
 Each run is timed inside gdb (or the raw client) from ``main`` to ``_exit``,
 including the ``monitor async stats`` that makes the proxy drain and count.
@@ -52,7 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from pathlib import Path
 
@@ -91,6 +99,9 @@ class Case:
     prog: Path
     mode: str
     addrs: list[int]
+    # per address, what its tracepoint collects (gdb-collect's script): ("entry",
+    # self register, state offset, state size) or ("exit", poll_pending, in_memory)
+    collect: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 # ------------------------------------------------------------ gdb sessions
@@ -154,17 +165,58 @@ for _a in ADDRS:
 """
 
 
-def run_gdb_python(case: Case, n: int) -> Run:
+def _gdb_script(case: Case, n: int, script: str, hits: str) -> Run:
+    """gdb -> gdbserver with a Python script sourced at main; `hits` is the
+    Python expression that counts its breakpoint hits at _exit."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(PY_BREAKPOINTS.replace("ADDRS", repr(case.addrs)))
+        f.write(script)
     try:
         with start_stub("gdbserver", case.prog, [str(n), case.mode]) as stub:
-            out = _gdb_timed(stub.address, case.prog, [f"source {f.name}"], ["python print('HITS', _Count.hits)"])
+            out = _gdb_timed(stub.address, case.prog, [f"source {f.name}"], [f"python print('HITS', {hits})"])
             program_out = stub.output_text()
     finally:
         Path(f.name).unlink(missing_ok=True)
     m = re.search(r"HITS (\d+)", out)
     return _result(out, program_out, int(m.group(1)) if m else 0)
+
+
+def run_gdb_python(case: Case, n: int) -> Run:
+    return _gdb_script(case, n, PY_BREAKPOINTS.replace("ADDRS", repr(case.addrs)), "_Count.hits")
+
+
+GDB_COLLECT = """import gdb, time
+_inf = gdb.selected_inferior()
+_LOG = []
+class _Collect(gdb.Breakpoint):
+    def __init__(self, addr, spec):
+        super().__init__('*0x%x' % addr, internal=True)
+        self.spec = spec
+    def stop(self):
+        f = gdb.selected_frame()
+        sp = int(f.read_register('rsp'))
+        if self.spec[0] == 'entry':
+            _, reg, off, size = self.spec
+            s = int(f.read_register(reg))
+            rec = (self.number, s, bytes(_inf.read_memory(s + off, size)), sp, bytes(_inf.read_memory(sp, 8)))
+        else:
+            _, pending, in_mem = self.spec
+            rax = int(f.read_register('rax'))
+            if pending is None:
+                res = None
+            elif in_mem:
+                res = bytes(_inf.read_memory(rax + pending[0], pending[1]))
+            else:
+                res = (rax, int(f.read_register('rdx')))
+            rec = (self.number, sp, res)
+        _LOG.append(rec + (int(f.read_register('fs_base')), time.monotonic_ns()))
+        return False
+for _a, _s in POINTS:
+    _Collect(_a, _s)
+"""
+
+
+def run_gdb_collect(case: Case, n: int) -> Run:
+    return _gdb_script(case, n, GDB_COLLECT.replace("POINTS", repr(list(zip(case.addrs, case.collect)))), "len(_LOG)")
 
 
 def floor_condition() -> bytes:
@@ -223,13 +275,15 @@ METHODS: dict[str, Callable[[Case, int], Run]] = {
     "bp-step": _proxy("breakpoints", ["--step-over-probes"]),
     "uprobes": _proxy("uprobes", []),
     "gdb-python": run_gdb_python,
+    "gdb-collect": run_gdb_collect,
 }
 SKIP: dict[str, Callable[[], str | None]] = {"uprobes": uprobes_unavailable}
 RATIOS = (  # (numerator, denominator, target text)
     ("tracepoints", "floor", "<= 1.2"),
     ("fast-tracepoints", "floor", "< 1 (the issue: ~12 us a hit, 17x cheaper than a trap)"),
     ("fast-tracepoints", "tracepoints", "< 1"),
-    ("gdb-python", "tracepoints", ">= 4"),
+    ("gdb-collect", "tracepoints", ">= 4 (the same events recorded)"),
+    ("gdb-python", "tracepoints", ">= 4 (against a script that records nothing)"),
     ("uprobes", "floor", "<= 0.1"),
     ("breakpoints", "gdb-python", "< 1"),
 )
@@ -239,7 +293,18 @@ def make_case(config: str, mode: str) -> Case:
     prog = Path(build.binary(config, "tokio_bench"))
     inv = build_inventory(prog)  # warm the analysis cache: start-up is not what is measured
     bias = PIE_BASE if inv.pie else 0
-    return Case(prog, mode, [p.addr for p in build_program(inv, bias).points])
+    points = build_program(inv, bias).points
+    fns = {fn.low_pc + bias: fn for fn in inv.resume_fns if fn.low_pc}
+    collect: list[tuple[Any, ...]] = []
+    for p in points:  # the same choices as build_program's expressions
+        fn = fns[p.site]
+        layout = inv.layouts.get(fn.layout_name) if fn.layout_name else None
+        off, size = (layout.state_offset, layout.state_size) if layout is not None else (0, 1)
+        if p.kind == "entry":
+            collect.append(("entry", fn.self_in, off if off < 1 << 16 else 0, size if off < 1 << 16 else 1))
+        else:
+            collect.append(("exit", fn.poll_pending, fn.self_in == "rsi"))
+    return Case(prog, mode, [p.addr for p in points], collect)
 
 
 def measure(case: Case, sizes: tuple[int, int], methods: list[str], repeat: int) -> dict[str, dict[str, Any]]:

@@ -474,3 +474,27 @@ def test_fast_tracepoints_say_why_not_for_a_pie() -> None:
     out = run.output
     assert _counts(out) == (50, 50), out
     assert "fast tracepoints: not used: the program is position-independent" in out, out
+
+
+def test_program_file_replaced_before_the_capture_starts(tmp_path: Path) -> None:
+    """gdbserver's qXfer:exec-file answers "PATH (deleted)" once a rebuild has renamed a
+    new file over the running program's (seen when a corpus rebuild ran beside a
+    benchmark: "capture tracepoints: cannot analyse ... (deleted)"). On the program's
+    host the proxy analyses the running file through /proc/PID/exe instead."""
+    import shutil
+
+    src = graph._binary("debug", "tokio_app")
+    prog, for_gdb = tmp_path / "tokio_app", tmp_path / "tokio_app.gdb"
+    shutil.copy2(src, prog)
+    shutil.copy2(src, for_gdb)
+    import markers  # integration/corpus, on the path through test_await_graph
+
+    file, line = markers.breakpoint_markers("tokio_app")["c_after_sleep"]
+    # after gdbserver started the program, before the first resume (when the proxy plants)
+    replace = f"shell rm {prog} && cp /bin/true {prog}"
+    out = graph.session(prog, ["ct"], [replace, f"break {file.name}:{line}", "continue",
+                                        *graph.ask("stats", "tasks")], extra=TRACE)
+    stats = graph.section(out, "stats")
+    assert "capture: tracepoints" in stats and "cannot analyse" not in stats, stats
+    assert re.search(r"capture: tracepoints \([1-9]\d* poll events", stats), stats
+    assert "tokio_app::" in graph.section(out, "tasks"), out[-3000:]

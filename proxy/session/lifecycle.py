@@ -47,8 +47,14 @@ class CaptureLifecycle(SessionBase):
                 self.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
         pid = self._stop_pid()
         self._main_pid = pid
-        if self.exec_file is None and self.config.local_exe is not None and pid is not None:
-            self.exec_file = self.config.local_exe(pid)
+        # gdbserver answers qXfer:exec-file with the /proc/PID/exe link, which reads
+        # "PATH (deleted)" once the file was replaced under the running program (a
+        # rebuild renames a new binary over it): a name that opens nothing. On the
+        # program's host the running file still opens through /proc/PID/exe; a remote
+        # one keeps the name, and the analysis says it cannot read it.
+        replaced = self.exec_file is not None and self.exec_file.endswith(" (deleted)")
+        if (self.exec_file is None or replaced) and self.config.local_exe is not None and pid is not None:
+            self.exec_file = self.config.local_exe(pid) or self.exec_file
         entry: int | None = None
         if feature_on(self.stub_features, "qXfer:auxv:read"):
             (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
