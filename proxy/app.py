@@ -25,15 +25,30 @@ from proxy.shell.upstream import UpstreamSpec
 from proxy.symbols import resolve_probes
 
 def _rss_mb() -> str:
-    """The proxy's own resident memory (Linux), for `stats`."""
+    """The proxy's own resident memory (Linux), for `stats`, with the part that is
+    the uprobe capture's BPF ring buffer: libbpf maps its data pages twice (so a
+    record that wraps reads as one piece) and both mappings count as resident -
+    a 64 MiB ring shows as 128 MB of RSS while the kernel holds 64 MiB."""
     try:
         with open("/proc/self/status") as fh:
+            rss = next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), None)
+    except OSError:
+        rss = None
+    if rss is None:
+        return "unknown"
+    ring = 0
+    try:
+        with open("/proc/self/smaps") as fh:
+            in_ring = False
             for line in fh:
-                if line.startswith("VmRSS:"):
-                    return f"{int(line.split()[1]) / 1024:.0f} MB"
+                if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                    in_ring = line.rstrip().endswith("anon_inode:bpf-map")
+                elif in_ring and line.startswith("Rss:"):
+                    ring += int(line.split()[1])
     except OSError:
         pass
-    return "unknown"
+    extra = f" ({ring / 1024:.0f} MB of it the BPF ring buffer, its pages mapped twice)" if ring >= 1024 else ""
+    return f"{rss / 1024:.0f} MB{extra}"
 
 
 def _proxy_lines(session: Session) -> list[str]:
