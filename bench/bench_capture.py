@@ -1,6 +1,7 @@
 """Cost of one poll event for every way of watching polls, in the same run.
 
-    .venv/bin/python bench/bench_capture.py [--sizes 3 30] [--configs debug release]
+    .venv/bin/python bench/bench_capture.py [--sizes 3 30] [--method-sizes uprobes=30,400 ...]
+                                            [--configs debug release]
                                             [--modes ct mt] [--repeat 1] [--only M ...]
     .venv/bin/python bench/bench_capture.py --timing [--repeat 3]
 
@@ -40,7 +41,10 @@ gdbserver binary (`gdbserver --once` on TCP, one per run):
 Each run is timed inside gdb (or the raw client) from ``main`` to ``_exit``,
 including the ``monitor async stats`` that makes the proxy drain and count.
 The slope between two sizes cancels start-up and the final drain's fixed
-part: µs/event = (Δt(method) - Δt(bare)) / Δevents; the slowdown is the
+part: µs/event = (Δt(method) - Δt(bare)) / Δevents, with ``bare`` run at the
+method's own two sizes in the same run (``--method-sizes``: the floor and
+uprobes run at larger sizes than the default so that each run lasts about 1 s;
+each run's own slope is printed next to the median, for the spread); the slowdown is the
 program's time per iteration under the method, Δt(method) / ΔN, against its
 time per iteration under plain gdbserver, t(bare) / N at the larger size
 (gdbserver without breakpoints runs the program at native speed). Every run checks the program's own result line
@@ -53,6 +57,7 @@ a multi-thread run may then fail), the proxy and the floor client without.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import statistics
@@ -82,6 +87,12 @@ PIE_BASE = 0x555555554000  # gdbserver disables address randomisation by default
 DONE = re.compile(r"bench done n=\d+ mode=\w+ leaves=\d+ acc=\d+ check=(\w+)")
 FLOOR_TSV = 0x7F00  # the floor's hit counter
 DEFAULT_SIZES = {"debug": (3, 30), "release": (5, 70)}
+# uprobes cost ~15-30 µs an event: at the default sizes its runs last 0.05-0.1 s
+# (~3,500 events), below the noise of start-up and of the final fold. These
+# make each run last about 1 s (debug ~118 events an iteration, release ~24-31),
+# the floor's too (its runs at the default sizes: 0.3-0.8 s, slopes 80-430 µs).
+METHOD_SIZES = {("uprobes", "debug"): (30, 400), ("uprobes", "release"): (200, 3000),
+                ("floor", "debug"): (3, 60), ("floor", "release"): (5, 200)}
 
 
 @dataclass
@@ -307,29 +318,59 @@ def make_case(config: str, mode: str) -> Case:
     return Case(prog, mode, [p.addr for p in points], collect)
 
 
-def measure(case: Case, sizes: tuple[int, int], methods: list[str], repeat: int) -> dict[str, dict[str, Any]]:
-    """Per method: the slope (s, events) between the sizes, median of `repeat`."""
-    runs: dict[str, list[tuple[Run, Run]]] = {m: [] for m in methods}
+def measure(case: Case, sizes: dict[str, tuple[int, int]], methods: list[str],
+            repeat: int) -> dict[str, dict[str, Any]]:
+    """Per method: the slope (s, events) between its two sizes, median of `repeat`.
+
+    `sizes` gives each method its pair (a cheap method needs many more events
+    for its slope to stand out of the noise); ``bare`` runs at every pair in
+    use, and a method's µs/event subtracts the bare slope at its own pair."""
+    pairs_used = sorted({sizes[m] for m in methods if m != "bare"} or {sizes["bare"]})
+    runs: dict[tuple[str, tuple[int, int]], list[tuple[Run, Run]]] = {}
     for _ in range(repeat):  # interleaved, so drift hits every method alike
         for m in methods:
-            runs[m].append((METHODS[m](case, sizes[0]), METHODS[m](case, sizes[1])))
+            for sz in (pairs_used if m == "bare" else [sizes[m]]):
+                runs.setdefault((m, sz), []).append((METHODS[m](case, sz[0]), METHODS[m](case, sz[1])))
     out: dict[str, dict[str, Any]] = {}
-    for m, pairs in runs.items():
+    bare: dict[tuple[int, int], dict[str, Any]] = {}
+    for (m, sz), pairs in runs.items():
         good = [(a, b) for a, b in pairs if a.ok and b.ok]
         notes = [r.note for p in pairs for r in p if r.note]
         if not good:
-            out[m] = {"dt": float("nan"), "t": float("nan"), "events": (0, 0), "failed": len(pairs), "notes": notes}
-            continue
-        out[m] = {"dt": statistics.median(b.seconds - a.seconds for a, b in good),
-                  "t": statistics.median(b.seconds for _, b in good),
-                  "events": (good[-1][0].events, good[-1][1].events),
-                  "failed": len(pairs) - len(good), "notes": notes}
-    base, base_t = (out["bare"]["dt"], out["bare"]["t"]) if "bare" in out else (0.0, float("nan"))
+            r = {"dt": float("nan"), "t": float("nan"), "events": (0, 0), "failed": len(pairs), "notes": notes,
+                 "dts": []}
+        else:
+            r = {"dt": statistics.median(b.seconds - a.seconds for a, b in good),
+                 "t": statistics.median(b.seconds for _, b in good),
+                 "events": (good[-1][0].events, good[-1][1].events),
+                 "failed": len(pairs) - len(good), "notes": notes,
+                 "dts": [b.seconds - a.seconds for a, b in good]}
+        r["sizes"] = sz
+        if m == "bare":
+            bare[sz] = r
+        if m != "bare" or sz == sizes["bare"] or "bare" not in out:
+            out[m] = r
     for m, r in out.items():
+        base = bare.get(r["sizes"], {"dt": 0.0, "t": float("nan")})
         e0, e1 = r["events"]
-        r["us"] = (r["dt"] - base) / (e1 - e0) * 1e6 if e1 > e0 else float("nan")
-        r["slowdown"] = 1.0 if m == "bare" else r["dt"] / (base_t * (sizes[1] - sizes[0]) / sizes[1])
+        span = e1 - e0
+        r["us"] = (r["dt"] - base["dt"]) / span * 1e6 if span > 0 else float("nan")
+        # run-to-run spread: each run's slope against the bare median of its pair
+        r["us_runs"] = [(d - base["dt"]) / span * 1e6 for d in r["dts"]] if span > 0 else []
+        n0, n1 = r["sizes"]
+        r["slowdown"] = 1.0 if m == "bare" else r["dt"] / (base["t"] * (n1 - n0) / n1)
     return out
+
+
+def _sizes(args: argparse.Namespace, method: str, config: str) -> tuple[int, int]:
+    for spec in args.method_sizes or []:
+        name, _, pair = spec.partition("=")
+        if name == method:
+            a, b = pair.split(",")
+            return int(a), int(b)
+    if args.sizes:
+        return tuple(args.sizes)  # type: ignore[return-value]
+    return METHOD_SIZES.get((method, config.removeprefix("old-")), DEFAULT_SIZES.get(config, (3, 30)))
 
 
 TIMING_BACKENDS = ("tracepoints", "uprobes", "breakpoints")
@@ -377,6 +418,10 @@ def main() -> int:
     ap.add_argument("--sizes", type=int, nargs=2, metavar=("SMALL", "LARGE"),
                     help="tokio_bench iterations for every config (default: debug 3 30, release 5 70: "
                          "about 3,000 events apart; debug polls ~118 events an iteration, release ~31)")
+    ap.add_argument("--method-sizes", nargs="+", metavar="METHOD=SMALL,LARGE",
+                    help="sizes for one method (bare also runs at them); defaults: uprobes debug 30,400 / "
+                         "release 200,3000, floor debug 3,60 / release 5,200 (runs of ~1 s); "
+                         "--sizes sets every method")
     ap.add_argument("--configs", nargs="+", default=["debug", "release"])
     ap.add_argument("--modes", nargs="+", default=["ct", "mt"])
     ap.add_argument("--repeat", type=int, default=1, help="runs per size and method (median of the slopes)")
@@ -398,16 +443,19 @@ def main() -> int:
     for config in args.configs:
         for mode in args.modes:
             case = make_case(config, mode)
-            sizes = tuple(args.sizes) if args.sizes else DEFAULT_SIZES.get(config, (3, 30))
+            sizes = {m: _sizes(args, m, config) for m in methods}
             res = measure(case, sizes, methods, args.repeat)
-            print(f"\ntokio_bench {config} {mode}, N={sizes[0]} and N={sizes[1]}, "
-                  f"{len(case.addrs)} addresses, repeat {args.repeat}")
-            print(f"{'method':12} {'t s':>7} {'dt s':>7} {'events':>13} {'us/event':>9} {'slowdown':>9}  notes")
+            print(f"\ntokio_bench {config} {mode}, {len(case.addrs)} addresses, repeat {args.repeat}, "
+                  f"load {os.getloadavg()[0]:.2f}")
+            print(f"{'method':12} {'N':>10} {'t s':>7} {'dt s':>7} {'events':>13} {'us/event':>9} {'slowdown':>9}"
+                  f"  runs (us/event); notes")
             for m, r in res.items():
                 e0, e1 = r["events"]
                 fail = f"{r['failed']} failed run pair(s); " if r["failed"] else ""
-                print(f"{m:12} {r['t']:7.3f} {r['dt']:7.3f} {e0:6d} {e1:6d} {r['us']:9.1f} {r['slowdown']:8.1f}x  "
-                      f"{fail}{'; '.join(r['notes'])[:300]}")
+                n = "%d-%d" % r["sizes"]
+                spread = ", ".join(f"{u:.1f}" for u in r["us_runs"]) if m != "bare" else ""
+                print(f"{m:12} {n:>10} {r['t']:7.3f} {r['dt']:7.3f} {e0:6d} {e1:6d} {r['us']:9.1f} "
+                      f"{r['slowdown']:8.1f}x  [{spread}] {fail}{'; '.join(r['notes'])[:300]}")
             for m, why in skipped.items():
                 print(f"{m:12} skipped: {why}")
             for a, b, target in RATIOS:
