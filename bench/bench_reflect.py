@@ -11,7 +11,12 @@ around `gdb.execute`):
   memory (the bytes the adapter scans, from /proc/PID/maps) through the same
   proxy and gdbserver with `inferior.read_memory`, and `info threads`.
 
-Usage: python bench/bench_reflect.py [--tasks 1000] [--config release] [--runs 3]
+The first `tree` of a session reads the DWARF behind the threads' frames unless the
+frame facts of this binary are on disk (proxy/reflect/framecache.py, by build-id, like
+the inventory): `--frames cold` deletes that file before every run (each run pays the
+DWARF reading), `warm` (default) keeps it (the first run writes it if missing).
+
+Usage: python bench/bench_reflect.py [--tasks 1000] [--config release] [--runs 3] [--frames cold|warm]
 Target (issue 5): tree under 2 s for 1,000 tasks.
 """
 
@@ -32,6 +37,8 @@ sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
 
+from proxy.analysis.elf import open_elf  # noqa: E402
+from proxy.reflect import framecache  # noqa: E402
 from proxy.reflect.tokio_adapter import heap_ranges  # noqa: E402
 
 GDB_SCRIPT = """
@@ -61,7 +68,7 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_once(prog: Path, tasks: int) -> dict[str, float]:
+def run_once(prog: Path, tasks: int, profile: str | None = None) -> dict[str, float]:
     p = subprocess.Popen([str(prog), str(tasks), "mt"], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None
@@ -74,7 +81,8 @@ def run_once(prog: Path, tasks: int) -> dict[str, float]:
         assert gs.stderr is not None
         while "Listening" not in gs.stderr.readline():
             pass
-        proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{pport}",
+        prof = ["-m", "cProfile", "-o", f"{profile}.{p.pid}", "-m", "proxy"] if profile else ["-m", "proxy"]
+        proxy = subprocess.Popen([sys.executable, *prof, "serve", "--listen", f"127.0.0.1:{pport}",
                                   "--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter"],
                                  cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         assert proxy.stderr is not None and "listening" in proxy.stderr.readline()
@@ -101,12 +109,21 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--config", default="release")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--frames", choices=("cold", "warm"), default="warm",
+                    help="cold: delete the binary's frame-facts cache before every run")
+    ap.add_argument("--profile", metavar="PREFIX", help="run the proxy under cProfile, writing PREFIX.<pid> per run")
     a = ap.parse_args()
     prog = build.binary(a.config, "many_tasks")
-    results = [run_once(prog, a.tasks) for _ in range(a.runs)]
+    build_id = open_elf(prog).build_id
+    facts = framecache.path(build_id) if build_id else None
+    results = []
+    for _ in range(a.runs):
+        if a.frames == "cold" and facts is not None:
+            facts.unlink(missing_ok=True)
+        results.append(run_once(prog, a.tasks, a.profile))
     med = {k: statistics.median(r[k] for r in results) for k in results[0]}
     print(f"many_tasks {a.tasks} mt ({a.config}), gdbserver --attach on loopback, asyncrsp --mode off"
-          f" --tokio-adapter; medians of {a.runs}")
+          f" --tokio-adapter; frame facts {a.frames}; medians of {a.runs}")
     print(f"  monitor async tree:         {med['tree']:.3f} s  (second call {med['tree_again']:.3f} s;"
           f" {med['tasks']:.0f} waiter trees)")
     print(f"  baseline, gdb read_memory:  {med['read']:.3f} s  ({med['bytes'] / 1e6:.1f} MB: the memory the"

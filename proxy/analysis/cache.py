@@ -30,21 +30,42 @@ def default_dir() -> Path:
     return Path(base) / "asyncrsp"
 
 
-def cache_path(build_id: str, cache_dir: Path | None = None) -> Path | None:
+def cache_path(build_id: str, cache_dir: Path | None = None, kind: str = "") -> Path | None:
+    """The inventory's file, or (``kind``) a companion file of facts derived from the same
+    binary and inventory (``proxy.reflect.framecache``: ``<build-id>-v<N>-frames<M>.pickle``)."""
     if not _SAFE.match(build_id):
         return None
-    return (cache_dir or default_dir()) / f"{build_id}-v{ANALYSIS_VERSION}.pickle"
+    return (cache_dir or default_dir()) / f"{build_id}-v{ANALYSIS_VERSION}{kind}.pickle"
 
 
-def load(build_id: str, cache_dir: Path | None = None) -> Inventory | None:
-    p = cache_path(build_id, cache_dir)
+def load_pickle(p: Path | None) -> object | None:
+    """Any cached object, or None (missing, unreadable, written by another model)."""
     if p is None or not p.is_file():
         return None
     try:
         with p.open("rb") as f:
-            inv = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError):
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError,
+            IndexError):
         return None
+
+
+def store_pickle(obj: object, p: Path | None) -> Path | None:
+    if p is None:
+        return None
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, p)  # atomic: a concurrent reader sees the old file or the new one
+        return p
+    except OSError:
+        return None
+
+
+def load(build_id: str, cache_dir: Path | None = None) -> Inventory | None:
+    inv = load_pickle(cache_path(build_id, cache_dir))
     if not isinstance(inv, Inventory) or inv.build_id != build_id:
         return None
     if any(not hasattr(inv, f) for f in Inventory.__dataclass_fields__):
@@ -55,15 +76,4 @@ def load(build_id: str, cache_dir: Path | None = None) -> Inventory | None:
 def store(inv: Inventory, cache_dir: Path | None = None) -> Path | None:
     if inv.build_id is None:
         return None
-    p = cache_path(inv.build_id, cache_dir)
-    if p is None:
-        return None
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(inv, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, p)  # atomic: a concurrent reader sees the old file or the new one
-        return p
-    except OSError:
-        return None
+    return store_pickle(inv, cache_path(inv.build_id, cache_dir))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from proxy.analysis import dies as D
 from proxy.analysis.dwarf import KEEP_TAGS, DwarfView
@@ -44,6 +45,8 @@ from proxy.analysis.lines import SourceMap, _qualname
 from proxy.analysis.model import Inventory
 from proxy.analysis.unwind import DWARF_REGS, Unwinder, UnwoundFrame
 
+from . import framecache
+from .framecache import FrameFacts, Scope
 from .memory import BLOCK, BlockReader
 from .tree import Root
 from .walker import Node, Reflector
@@ -80,12 +83,20 @@ class Found:
 
 
 class StackFinder:
-    def __init__(self, elf: ElfImage, inv: Inventory, bias: int) -> None:
+    def __init__(self, elf: ElfImage, inv: Inventory, bias: int, cache_dir: Path | None = None,
+                 use_cache: bool = True) -> None:
         self.inv = inv
         self.bias = bias
         self.warnings: list[str] = []
-        self.dwarf = DwarfView.open(elf, self.warnings, STACK_TAGS)
+        self.dwarf = DwarfView.open(elf, self.warnings, STACK_TAGS)  # units are read on a facts() miss
         self.map = SourceMap(elf, self.warnings, self.dwarf) if self.dwarf is not None else None
+        self.cache_dir = cache_dir
+        self._facts: dict[int, FrameFacts | None] = {}
+        # the inventory's build-id is the file's (an inventory of another file: no cache)
+        self._use_cache = use_cache and bool(inv.build_id) and elf.build_id == inv.build_id
+        if self._use_cache:
+            self._facts = framecache.load(inv.build_id, cache_dir)
+        self._facts_dirty = False
         self.unwinder = Unwinder(elf, bias)
         self._types: dict[int, tuple[str, str, int] | None] = {}
         self.notes: list[str] = []  # ambiguous scans, last discovery
@@ -134,6 +145,8 @@ class StackFinder:
                     out.setdefault((hits[0], layout), Found(hits[0], layout, tid, fname, "scan"))
                 elif hits:
                     self.notes.append(f"thread {tid}: {len(hits)} candidates for {layout} in {fname}; none taken")
+        if self._use_cache:
+            self.save_facts()
         return list(out.values())
 
     def _unwind(self, r: Reflector, regs: dict[str, int]) -> list[UnwoundFrame]:
@@ -169,30 +182,18 @@ class StackFinder:
     # -- one frame -----------------------------------------------------------------------
     def _frame(self, r: Reflector, tid: int, frame: UnwoundFrame, depth: int,
                wanted: dict[str, tuple[str, int]]) -> Iterator[Found]:
-        if self.map is None or self.dwarf is None:
-            return
         pc = frame.pc - self.bias - (1 if depth else 0)  # a return address: the call itself
-        chain = self.map._die_chain(pc)
-        if not chain:
+        facts = self.facts(pc)
+        if facts is None:
             return
         regs = dict(frame.regs)
-        unit0, sub = chain[0]
         resume = self.inv.resume_fn_at(pc)  # the physical frame polls this coroutine
-        fb_expr = sub.get(D.AT_FRAME_BASE)
         fbase = None
-        if isinstance(fb_expr, bytes):
-            got = evaluate(fb_expr, regs, None, frame.cfa, r.mem, self.bias)
+        if facts.frame_base is not None:
+            got = evaluate(facts.frame_base, regs, None, frame.cfa, r.mem, self.bias)
             fbase = got[1] if got is not None else None
-        for unit, die in chain:
-            fname = self.map._fn_name(die)
-            for var in _variables(self.dwarf, unit, die, pc):
-                kind = self._future_type(var)
-                if kind is None:
-                    continue
-                mode, layout, extra = kind
-                expr = self._location(unit, var, pc)
-                if expr is None:
-                    continue
+        for scope in facts.scopes:
+            for mode, layout, extra, expr in scope.variables:
                 got = evaluate(expr, regs, fbase, frame.cfa, r.mem, self.bias)
                 addr = _address(got, mode, r.mem)
                 if addr is None:
@@ -200,10 +201,52 @@ class StackFinder:
                 addr += extra
                 if self._plausible(r, addr, layout, any_state=mode == "pointer"):
                     polling = resume is not None and resume.layout_name == layout and mode == "pointer"
-                    yield Found(addr, layout, tid, fname, "location", polling)
-            if resume is None:  # an executor's frame (a coroutine's own are reached by walking it)
-                for layout in self._template_layouts(die):
-                    wanted.setdefault(layout, (fname, frame.sp))
+                    yield Found(addr, layout, tid, scope.function, "location", polling)
+            for layout in scope.templates:  # an executor's frame (only when it is no resume function)
+                wanted.setdefault(layout, (scope.function, frame.sp))
+
+    # -- what DWARF says about a pc, memoized per build-id (framecache.py) ------------------
+    def facts(self, pc: int) -> FrameFacts | None:
+        """The frame base and, per scope (the subprogram and each inlined call at the
+        link-time pc), the located variables whose type is a coroutine and the template
+        coroutine types. A pure function of the binary and the pc: kept in memory and
+        on disk by build-id, so a new session (another instance of the program, the same
+        program attached again) reads no DWARF for the frames it has seen before."""
+        if pc in self._facts:
+            return self._facts[pc]
+        got = self._facts[pc] = self._read_facts(pc)
+        self._facts_dirty = True
+        return got
+
+    def save_facts(self) -> None:
+        if self._facts_dirty and self.inv.build_id:
+            self._facts_dirty = False
+            framecache.store(self.inv.build_id, self._facts, self.cache_dir)
+
+    def _read_facts(self, pc: int) -> FrameFacts | None:
+        if self.map is None or self.dwarf is None:
+            return None
+        chain = self.map._die_chain(pc)
+        if not chain:
+            return None
+        resume = self.inv.resume_fn_at(pc)
+        fb_expr = chain[0][1].get(D.AT_FRAME_BASE)
+        scopes = []
+        for unit, die in chain:
+            variables = []
+            for var in _variables(self.dwarf, unit, die, pc):
+                kind = self._future_type(var)
+                if kind is None:
+                    continue
+                expr = self._location(unit, var, pc)
+                if expr is not None:
+                    variables.append((*kind, expr))
+            templates = tuple(self._template_layouts(die)) if resume is None else ()
+            if variables or templates:
+                scopes.append(Scope(self.map._fn_name(die), tuple(variables), templates))
+        if not scopes:
+            return None
+        return FrameFacts(fb_expr if isinstance(fb_expr, bytes) else None, tuple(scopes))
 
     def _plausible(self, r: Reflector, addr: int, layout_name: str, any_state: bool) -> bool:
         lay = self.inv.layouts.get(layout_name)
