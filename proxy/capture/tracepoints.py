@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Generator, Mapping
 from typing import Any
 
@@ -202,6 +203,7 @@ class TracepointCapture(CaptureBase):
         self.frames = 0
         self.bytes = 0
         self.lost = 0
+        self.drain_seconds = 0.0  # in sync procedures (drain, restart, fold), wall time
         self.full = 0
         self.spurious = 0
         self.exit_drains = 0  # drains after the program exited
@@ -350,6 +352,13 @@ class TracepointCapture(CaptureBase):
         return self._sync()
 
     def _sync(self, restart: bool = True, map_threads: bool = True) -> Generator[Exchange, list[bytes], None]:
+        t0 = time.perf_counter()
+        try:
+            yield from self._sync_steps(restart, map_threads)
+        finally:  # wall time, the stub's replies included: what the client waits for
+            self.drain_seconds += time.perf_counter() - t0
+
+    def _sync_steps(self, restart: bool, map_threads: bool) -> Generator[Exchange, list[bytes], None]:
         frames, status_full, used = yield from self._drain()
         lost_hint = 0
         if status_full:
@@ -1010,7 +1019,8 @@ class TracepointCapture(CaptureBase):
                 lines.append(f"instructions relocated for gdbserver (qRelocInsn): {len(self.relocations)}")
             if self.pad_exit_stops:
                 lines.append(f"gdbserver's stops at a jump pad's return (hidden): {self.pad_exit_stops}")
-        lines.append(f"trace drains: {self.drains} ({self.frames} frames, {self.bytes} bytes)")
+        lines.append(f"trace drains: {self.drains} ({self.frames} frames, {self.bytes} bytes, "
+                     f"{self.drain_seconds * 1e3:.0f} ms)")
         lines.append(f"events lost: {self.lost}" + (f" (buffer full {self.full}x: graph incomplete)" if self.full else ""))
         if self._converter is not None and self._converter.stats.truncated:
             lines.append(f"truncated frames dropped: {self._converter.stats.truncated}")
