@@ -43,6 +43,7 @@ class ReflectSource:
     discover: Callable[[Reflector], "list[Root] | None"] | None = None  # runtime adapter
     note: str | None = None  # e.g. why the adapter is off
     seen: dict[tuple[int, str], Root] = field(default_factory=dict)  # tasks found at earlier stops
+    seen_status: dict[tuple[int, str], str] = field(default_factory=dict)  # their walk's status then
     stacks: Callable[[], "StackFinder | None"] | None = None  # built on first use (stacks.py)
     stack_notes: list[str] = field(default_factory=list)  # what the last stack discovery could not do
     stack_chains: dict[int, list[tuple[int, str] | None]] = field(default_factory=dict)  # stacks.StackFinder.chains
@@ -118,6 +119,11 @@ def collect_roots(src: ReflectSource, r: Reflector, engine,  # type: ignore[no-u
     if src.discover is not None:
         for root in src.discover(r) or ():
             roots.setdefault((root.addr, root.type_name), root)
+    if engine is not None:  # the engine saw these finish: their memory may hold anything now
+        for t in engine.roots():
+            layout = engine.catalog.layout_for(t.site) if t.finished else None
+            if layout is not None and (t.self_ptr, layout.type_name) not in roots:
+                src.seen.pop((t.self_ptr, layout.type_name), None)
     for (addr, tname), root in src.seen.items():
         roots.setdefault((addr, tname), Root(root.addr, root.type_name, root.label, "seen before", root.thread,
                                              header="seen at an earlier stop"))
@@ -250,12 +256,25 @@ def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int], 
             lifted[key] = replace(prev, origin=f"{prev.origin}, stack")
     out = []
     for root in lifted.values():
+        key = (root.addr, root.type_name)
+        r.mem.missing = False
         tree = r.walk(root.addr, root.type_name)
         if tree.kind == "coroutine" and tree.status in ("completed", "panicked"):
-            src.seen.pop((root.addr, root.type_name), None)
+            src.seen.pop(key, None)
+            continue
+        if root.origin == "seen before" and _gone(tree, src.seen_status.get(key)):
+            # Nothing at this stop says the task still exists (no poll, not on a stack, not in
+            # the runtime's list) and its memory does not hold it any more: it completed and
+            # was freed (a heap slot reused), its stack frame returned, or it was moved. Not
+            # corruption: a task found at this stop still shows garbage as <unreadable ...>.
+            # Left out silently, like a task seen completing.
+            if not r.mem.missing:  # every read of its walk answered: forget it for good
+                src.seen.pop(key, None)
+                src.seen_status.pop(key, None)
             continue
         if tree.kind == "coroutine" and root.origin != "seen before":
-            src.seen[root.addr, root.type_name] = root
+            src.seen[key] = root
+            src.seen_status[key] = tree.status
         out.append((root, tree))
     out = _outermost(_nest_stack_chains(out, src.stack_chains))
     for run in _running(engine, src, pcs):
@@ -264,6 +283,16 @@ def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int], 
                 break
     _link_mutexes(out)
     return out, r
+
+
+def _gone(tree: Node, status_then: str | None) -> bool:
+    """A task seen at an earlier stop whose memory no longer holds it: its ``__state`` is
+    no state of its layout or something below it is unreadable (the slot holds other
+    bytes now), or it reads ``Unresumed`` after it was seen suspended (a coroutine never
+    goes back to its first state)."""
+    if any(n.kind == "unreadable" for n in tree.iter()):
+        return True
+    return tree.kind == "coroutine" and tree.status == "not yet polled" and status_then in ("pending", "running")
 
 
 def _nest_stack_chains(trees: list[tuple[Root, Node]], chains: dict[int, list[tuple[int, str] | None]]

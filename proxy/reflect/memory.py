@@ -33,7 +33,7 @@ class BlockReader:
         self._read = read
         self._blocks: dict[int, bytes | None] = {}
         self.budget = budget
-        self.missing = False  # a read returned None this pass (maybe read next pass)
+        self.missing = False  # a read returned None this pass (maybe read next pass); callers may reset it
 
     def read(self, addr: int, size: int) -> bytes | None:
         if size < 0 or addr <= 0 or addr + size > MAX_ADDR or size > 1 << 20:
@@ -55,7 +55,10 @@ class BlockReader:
 
     def _block(self, base: int) -> bytes | None:
         if base in self._blocks:
-            return self._blocks[base]
+            got = self._blocks[base]
+            if got is None:
+                self.missing = True
+            return got
         if len(self._blocks) * BLOCK >= self.budget:
             raise Budget(f"more than {self.budget >> 20} MiB read")
         got = self._read(base, BLOCK)

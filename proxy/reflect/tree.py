@@ -93,15 +93,22 @@ def overlay(tree: Node, run: Running) -> bool:
 
 
 def _first_coroutine_below(node: Node, name: str) -> Node | None:
+    """The first pending coroutine of that name below node, else the first completed one:
+    the thread's pc is in its code, so it runs; release builds store ``Returned`` into
+    ``__state`` ahead of the last line's code (tokio_app's ``c`` inlined into ``worker``
+    reads ``Returned`` at its last line, ``x + 1``)."""
+    done = None
     stack = list(node.children)
     while stack:
         n = stack.pop(0)
         if n.kind == "coroutine":
-            if norm(n.label) == name and n.status != "completed":
-                return n
+            if norm(n.label) == name:
+                if n.status != "completed":
+                    return n
+                done = done or n
             continue
         stack.extend(n.children)
-    return None
+    return done
 
 
 def render(root: Root, tree: Node, show_completed: bool = True) -> list[str]:
