@@ -37,6 +37,7 @@ class Catalog:
             for site, f in self._by_site.items()
         }
         self._line_cache: dict[int, SourceLoc | None] = {}
+        self._valid: dict[tuple[int, int], bool] = {}  # (site, __state value) -> a state of its layout
 
     def __len__(self) -> int:
         return len(self._by_site)
@@ -46,6 +47,21 @@ class Catalog:
 
     def resume_fn(self, site: int) -> ResumeFn | None:
         return self._by_site.get(site)
+
+    def has_site(self, site: int) -> bool:
+        return site in self._by_site
+
+    def valid_state(self, site: int, value: int) -> bool:
+        """Is `value` a state of the site's layout (True without a layout)? Cached:
+        asked at every exit, and a layout's states are a list to search."""
+        key = (site, value)
+        got = self._valid.get(key)
+        if got is None:
+            layout = self._layout_by_site.get(site)
+            got = layout is None or layout.state(value) is not None
+            if len(self._valid) < 65536:
+                self._valid[key] = got
+        return got
 
     def layout_for(self, site: int) -> Layout | None:
         return self._layout_by_site.get(site)

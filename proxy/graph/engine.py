@@ -89,10 +89,11 @@ such tuples, which keeps a 100,000-entry log from slowing every collection."""
 
 
 def _pack(ev: PollEvent) -> _Packed:
-    if isinstance(ev, PollEnter):
-        return (0, ev.seq, ev.thread, ev.site, ev.self_ptr, ev.sp, ev.return_addr, ev.state,
-                ev.time_ns)
-    if isinstance(ev, PollExit):
+    kind = type(ev)  # exact types first (the hot path), subclasses below
+    if kind is PollEnter or (kind is not PollExit and isinstance(ev, PollEnter)):
+        return (0, ev.seq, ev.thread, ev.site, ev.self_ptr, ev.sp, ev.return_addr, ev.state,  # type: ignore[union-attr]
+                ev.time_ns)  # type: ignore[union-attr]
+    if kind is PollExit or isinstance(ev, PollExit):
         return (1, ev.seq, ev.thread, ev.site, ev.sp, ev.state, ev.self_ptr, ev.poll_result,
                 ev.panicked, ev.time_ns)
     return (2, ev.seq, ev.count, ev.reason)
@@ -170,7 +171,11 @@ class Engine:
                 return
             self._truncate_tail()
         if self._g.apply(event):
-            self._append(_pack(event))
+            # _append inlined (the capture's hot path): log, then a checkpoint when due
+            self._log.append(_pack(event))
+            self._cursor += 1
+            if self._cursor - self._cps[-1].index >= self._every:
+                self._checkpoint()
 
     def feed_many(self, events: Iterable[PollEvent]) -> None:
         for ev in events:
@@ -256,12 +261,15 @@ class Engine:
         self._log.append(entry)
         self._cursor += 1
         if self._cursor - self._cps[-1].index >= self._every:
-            self._cps.append(_Checkpoint(self._cursor, self._g.last_seq, self._g.snapshot()))
-            if len(self._cps) > self._max_cp:
-                del self._cps[0]
-                drop = self._cps[0].index - self._base
-                del self._log[:drop]
-                self._base += drop
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        self._cps.append(_Checkpoint(self._cursor, self._g.last_seq, self._g.snapshot()))
+        if len(self._cps) > self._max_cp:
+            del self._cps[0]
+            drop = self._cps[0].index - self._base
+            del self._log[:drop]
+            self._base += drop
 
     def _truncate_tail(self) -> None:
         del self._log[self._cursor - self._base:]
