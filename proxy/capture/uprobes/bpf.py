@@ -315,7 +315,7 @@ _DISCARD = 1 << 30
 
 
 class Ring:
-    """A BPF ring buffer read through mmap, records copied out in batches.
+    """A BPF ring buffer read through mmap: records read in place, or copied out in one piece.
 
     Page 0 of the map holds ``consumer_pos`` (ours, writable), page 1
     ``producer_pos``; the data pages follow, mapped twice by the kernel, so a
@@ -337,34 +337,57 @@ class Ring:
         cons = struct.unpack_from("<Q", self._cons, 0)[0]
         return int(prod - cons)
 
-    def drain(self, limit: int = 1 << 30, full: int = 1 << 62, head: int = 120) -> list[bytes]:
-        """Copy out every committed record (up to `limit` bytes of ring); frees their space.
+    @property
+    def view(self) -> memoryview:
+        """The ring's pages: the offsets `spans` gives are offsets in here."""
+        return self._view
 
-        Only the first `full` records are copied whole; the others are cut to
-        their first `head` bytes (an entry's stack slice is only wanted for the
-        entries the unwinder will look at)."""
-        cons = struct.unpack_from("<Q", self._cons, 0)[0]
-        prod = struct.unpack_from("<Q", self._prod, 0)[0]
-        out: list[bytes] = []
+    def spans(self, max_records: int = 1 << 30, limit: int = 1 << 30) -> tuple[int, list[tuple[int, int]]]:
+        """The committed records from the consumer position on, in place:
+        (the position after them, [(offset in `view`, length)]), at most
+        `max_records` of them over at most `limit` bytes of ring. Nothing is
+        freed until `release(position)`: read them first. Discarded records are
+        skipped; a reserved, not yet committed one ends the list."""
         unpack = struct.unpack_from
+        cons = unpack("<Q", self._cons, 0)[0]
+        prod = unpack("<Q", self._prod, 0)[0]
         view, mask = self._view, self.mask
+        out: list[tuple[int, int]] = []
         start = cons
-        while cons < prod and cons - start < limit:
-            off = PAGE + (cons & mask)
+        # The data pages are mapped twice: from the first record's place on, the
+        # next `size` bytes are contiguous in `view`, so the offsets count from
+        # there (and a chunk copied out from there keeps them: copy_out).
+        base = PAGE + (start & mask)
+        while cons < prod and len(out) < max_records and cons - start < limit:
+            off = base + (cons - start)
             (hdr,) = unpack("<I", view, off)
             if hdr & _BUSY:
                 break  # reserved, not yet committed: next time
             length = hdr & ~(_BUSY | _DISCARD)
             if not hdr & _DISCARD:
-                if full > 0:
-                    full -= 1
-                    out.append(bytes(view[off + 8: off + 8 + length]))
-                else:
-                    out.append(bytes(view[off + 8: off + 8 + min(length, head)]))
+                out.append((off + 8, length))
             cons += (length + 8 + 7) & ~7
-        if cons != start:
-            struct.pack_into("<Q", self._cons, 0, cons)
-        return out
+        return cons, out
+
+    def release(self, position: int) -> None:
+        """Give the ring's space up to `position` back to the kernel."""
+        if position != struct.unpack_from("<Q", self._cons, 0)[0]:
+            struct.pack_into("<Q", self._cons, 0, position)
+
+    def copy_out(self, limit: int = 1 << 30) -> tuple[bytes, list[tuple[int, int]]] | None:
+        """Copy the committed records (up to `limit` bytes of ring) out in one piece
+        and free their space: (chunk, [(offset in chunk, length)]), None when
+        there are none. The data pages are mapped twice, so the span is contiguous."""
+        start = struct.unpack_from("<Q", self._cons, 0)[0]
+        end, spans = self.spans(limit=limit)
+        if end == start:
+            return None
+        base = PAGE + (start & self.mask)
+        chunk = bytes(self._view[base:base + (end - start)])
+        self.release(end)
+        if not spans:
+            return None
+        return chunk, [(off - base, n) for off, n in spans]
 
     def close(self) -> None:
         self._view.release()

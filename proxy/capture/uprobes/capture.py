@@ -61,6 +61,7 @@ from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
 
 _COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
+BATCH = 2048  # records folded between two looks at the clock
 DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
 _MIN_KERNEL = (6, 6)  # uprobe_multi links
 
@@ -115,7 +116,10 @@ class UprobeCapture(CaptureBase):
         self._resync: set[int] = set()
         self._unwind_q: deque[EntryCapture] = deque(maxlen=unwind_queue)
         self._keep_q = unwind_queue > 0 and unwind_share > 0
-        self._backlog: deque[bytes] = deque()  # drained records not folded yet
+        # records copied out of the ring and not folded yet: (chunk, [(offset, length)])
+        # in stream order, and ints (events lost at that point)
+        self._backlog: deque[tuple[bytes, list[tuple[int, int]]] | int] = deque()
+        self._backlog_n = 0  # records in the backlog
         self.max_backlog = max_backlog
         # client breakpoints (the stub's view): software ones at sites we turned into hardware
         self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
@@ -394,43 +398,91 @@ class UprobeCapture(CaptureBase):
         return None  # records are submitted without wakeups: the shell polls on a timer
 
     def poll(self) -> bool:
-        """Fold for up to ``poll_budget_s``; True when drained records are still
-        waiting (the shell then polls again at once instead of after its tick: at
-        one poll per 50 ms tick the consumer kept up with ~70k events/s only, and
-        the rest was folded at the next stop, inside the client's wait).
+        """Fold for up to ``poll_budget_s``; True when records already seen are
+        still waiting (the shell then polls again at once instead of after its
+        tick: at one poll per 50 ms tick the consumer kept up with ~70k events/s
+        only, and the rest was folded at the next stop, inside the client's wait).
 
         Not when the ring merely holds new records (it nearly always does while
         the program runs): the loop then spun, and each poll gave the unwinder
         its share again, so unwinding (and the stack slices it asks for, 8 KiB
         each, copied on the program's own time) took the consumer's whole CPU."""
-        self._fold(budget_s=self.poll_budget_s)
-        return bool(self._backlog)
+        return self._fold(budget_s=self.poll_budget_s)
 
     def sync(self) -> Procedure | None:
         self._fold(budget_s=None)
         return None
 
-    def _fold(self, budget_s: float | None) -> None:
-        """Empty the ring into the backlog (cheap: the kernel's buffer is freed at
-        once and the program never waits for Python), then fold the backlog into
-        the engine for up to `budget_s` (None: all of it, the program is stopped)."""
+    def _fold(self, budget_s: float | None) -> bool:
+        """Fold the backlog, then the ring, into the engine for up to `budget_s`
+        (None: all of it, the program is stopped); True when the time ran out
+        with records left.
+
+        Records are decoded straight from the ring's pages, a batch at a time,
+        and the batch's space is given back to the kernel after it is folded:
+        no copy per record (copying each record out into a backlog first cost
+        ~0.5 µs an event). When the time runs out, whatever the ring holds is
+        copied into the backlog in one piece, so the kernel's buffer is freed
+        and the program never loses events to a slow fold. The backlog, older
+        than the ring, is always folded first."""
         dec, engine = self.decoder, self.engine
         if dec is None or engine is None:
-            return
+            return False
         t0 = time.perf_counter()
-        self._drain_ring(dec, engine)
         deadline = None if budget_s is None else t0 + budget_s
-        backlog = self._backlog
-        while backlog:
-            n = min(len(backlog), 2048)
-            self._feed([backlog.popleft() for _ in range(n)], dec, engine)
-            if deadline is not None and time.perf_counter() > deadline:
-                break
+        behind = not self._fold_backlog(dec, engine, deadline) or not self._fold_ring(dec, engine, deadline)
+        if behind:
+            self._drain_ring()
+        if self._prog is not None:
+            self._prog.set_credits(self._credits_wanted())
         if budget_s is None:
             self._unwind_some(self.stop_unwind_s)
         else:
             spent = time.perf_counter() - t0
             self._unwind_some(max(budget_s * self.unwind_share, 0.0) if spent < budget_s else 0.0)
+        return behind
+
+    def _fold_backlog(self, dec: Decoder, engine: Engine, deadline: float | None) -> bool:
+        """Fold the backlog (chunks copied out of the ring, drop markers) in
+        batches until the deadline; True when it is empty."""
+        backlog = self._backlog
+        while backlog:
+            item = backlog.popleft()
+            if type(item) is int:  # the ring's drops, in stream order (_check_drops)
+                self._lost_here(item, dec, engine)
+                continue
+            buf, spans = item  # type: ignore[misc]
+            if len(spans) > BATCH:
+                backlog.appendleft((buf, spans[BATCH:]))
+                spans = spans[:BATCH]
+            self._backlog_n -= len(spans)
+            self._feed(buf, spans, dec, engine)
+            if deadline is not None and time.perf_counter() > deadline:
+                return not backlog
+        return True
+
+    def _fold_ring(self, dec: Decoder, engine: Engine, deadline: float | None) -> bool:
+        """Decode and fold records in place in the ring, a batch at a time, until
+        it is empty (True) or the deadline passes (False)."""
+        ring = self._ring
+        if ring is None or self._prog is None:
+            return True
+        while True:
+            end, spans = ring.spans(BATCH)
+            if spans:
+                self._feed(ring.view, spans, dec, engine)
+            ring.release(end)  # folded: the kernel may write there again
+            n = self._check_drops()
+            if n:
+                self._lost_here(n, dec, engine)
+            if len(spans) < BATCH:
+                return True
+            if deadline is not None and time.perf_counter() > deadline:
+                return False
+
+    def _lost_here(self, n: int, dec: Decoder, engine: Engine) -> None:
+        engine.feed(dec.lost(n, "uprobe ring buffer full"))
+        self._resync = set(engine.threads_to_resync())
 
     def _credits_wanted(self) -> int:
         """Stack slices worth capturing now: room in the unwinder's queue (all of
@@ -439,58 +491,64 @@ class UprobeCapture(CaptureBase):
             return 1 << 62
         if not self._keep_q:
             return 0
-        return max((self._unwind_q.maxlen or 0) - len(self._unwind_q) - len(self._backlog), 0)
+        return max((self._unwind_q.maxlen or 0) - len(self._unwind_q) - self._backlog_n, 0)
 
-    def _drain_ring(self, dec: Decoder, engine: Engine) -> None:
+    def _drain_ring(self) -> None:
+        """Copy what the ring holds into the backlog (one copy per contiguous
+        span), freeing the kernel's buffer at once."""
         ring = self._ring
         if ring is None or self._prog is None:
             return
-        while len(self._backlog) < self.max_backlog:
-            recs = ring.drain(limit=8 << 20)
-            self._backlog.extend(recs)
-            self._check_drops()
-            if not recs:
+        while self._backlog_n < self.max_backlog:
+            got = ring.copy_out(8 << 20)
+            if got is not None:
+                self._backlog.append(got)
+                self._backlog_n += len(got[1])
+            n = self._check_drops()
+            if n:
+                self._backlog.append(n)  # an int: n events lost here, after the records that filled the ring
+            if got is None:
                 break
-        self._prog.set_credits(self._credits_wanted())
 
-    def _check_drops(self) -> None:
-        """Events the ring had no room for: a marker in the backlog, after the records
-        that filled it (the drops happened while they sat in the ring). The engine
-        learns of the loss in stream order: fed at once, before the backlog, it made
-        the parent check disagree on entries folded after it."""
+    def _check_drops(self) -> int:
+        """Events the ring had no room for since the last check. The caller puts the
+        loss in stream order, after the records that filled the ring (the drops
+        happened while they sat in it): fed before them, it made the parent check
+        disagree on entries folded after it."""
         assert self._prog is not None
         drops = self._prog.counters().get("drops", 0)
-        if drops > self._drops_seen:
-            n = drops - self._drops_seen
-            self._drops_seen = drops
-            self.lost += n
-            self._backlog.append(n)  # type: ignore[arg-type]  # an int: n events lost here
+        if drops <= self._drops_seen:
+            return 0
+        n = drops - self._drops_seen
+        self._drops_seen = drops
+        self.lost += n
+        return n
 
-    def _feed(self, recs: list[bytes], dec: Decoder, engine: Engine) -> None:
-        decode, feed = dec.decode, engine.feed
+    def _feed(self, buf: Any, spans: list[tuple[int, int]], dec: Decoder, engine: Engine) -> None:
+        """Decode the records at `spans` ((offset, length) in `buf`: the ring's
+        pages or a chunk copied out of them) and feed them to the engine."""
+        decode, feed = dec.decode_at, engine.feed
         q = self._unwind_q
         resync = self._resync
-        for rec in recs:
-            if type(rec) is int:  # the ring's drops, in stream order (_check_drops)
-                engine.feed(dec.lost(rec, "uprobe ring buffer full"))
-                resync = self._resync = set(engine.threads_to_resync())
-                continue
-            ev = decode(rec)
+        for off, n in spans:
+            ev = decode(buf, off, n)
             if ev is None:
                 continue
             self.events += 1
             if type(ev) is PollEnter:
                 # the unwinder samples: entries drained without their stack are skipped
-                has_stack = len(rec) > ENTRY_REC.size
+                has_stack = n > ENTRY_REC.size
                 keep = self._keep_q and has_stack and len(q) < (q.maxlen or 0)
                 if not keep and self._keep_q and self.unwinder is not None:
                     self.unwinder.stats.skipped += 1
                 if keep or (resync and has_stack and ev.thread in resync):
                     scope = engine.current_scope(ev.thread)
+                    rec = bytes(buf[off:off + n])  # kept after the ring's space is given back
                     cap = entry_capture(rec, ev, (scope.site, scope.sp) if scope is not None else None,
                                         dec.sites[_COOKIE.unpack_from(rec, 4)[0]].sp_adjust)
                     if resync and ev.thread in resync:
                         self._resync_from(cap, engine)
+                        resync = self._resync
                     if keep:
                         self._unwind_q.append(cap)
             feed(ev)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
 from proxy.graph.fast import slot_maker
@@ -37,6 +38,7 @@ F_SELF, F_STATE = 1, 2
 EXIT_REC = struct.Struct("<HHIIIQQQQQQQ")  # kind flags cookie tid stack_len ts ip sp self ret rax state
 ENTRY_REC = struct.Struct("<HHIIIQQQQQQQQQQQQQ")  # ... then rbp rbx r12 r13 r14 r15, stack bytes
 assert EXIT_REC.size == 72 and ENTRY_REC.size == 120
+_unpack_exit = EXIT_REC.unpack_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +99,17 @@ class Decoder:
 
     def decode(self, rec: bytes) -> PollEvent | None:
         """One record -> one event (None: a bad record, counted)."""
+        return self.decode_at(rec, 0, len(rec))
+
+    def decode_at(self, buf: Any, off: int, length: int) -> PollEvent | None:
+        """The record of `length` bytes at `off` in `buf` (bytes, or the ring's
+        pages themselves: no copy) -> one event (None: a bad record, counted)."""
         st = self.stats
         st.records += 1
-        if len(rec) < EXIT_REC.size:
+        if length < EXIT_REC.size:
             st.bad += 1
             return None
-        kind, flags, cookie, tid, _slen, ts, _ip, sp, self_ptr, ret, _rax, state = EXIT_REC.unpack_from(rec)
+        kind, flags, cookie, tid, _slen, ts, _ip, sp, self_ptr, ret, _rax, state = _unpack_exit(buf, off)
         if cookie >= len(self.sites):
             st.bad += 1
             return None
@@ -111,7 +118,7 @@ class Decoder:
             st.bad += 1
             return None
         if kind == KIND_ENTRY:
-            if len(rec) < ENTRY_REC.size:
+            if length < ENTRY_REC.size:
                 st.bad += 1
                 return None
             st.entries += 1
