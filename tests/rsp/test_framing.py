@@ -102,6 +102,23 @@ def test_rle_round_trip(data: bytes) -> None:
     assert rle_expand(_rle_encode(data)) == data
 
 
+@given(st.lists(st.sampled_from(list(b"0f*} #$\x1c\x1d~")), max_size=60).map(bytes))
+def test_rle_fast_path_agrees_with_the_exact_reader(body: bytes) -> None:
+    """Any body, well formed or not: the split-based expansion gives what the
+    run-by-run reader gives, or the same error."""
+    from rsp.framing import _rle_expand_exact
+
+    try:
+        want: bytes | str = _rle_expand_exact(body)
+    except MalformedPacket:
+        want = "malformed"
+    try:
+        got: bytes | str = rle_expand(body)
+    except MalformedPacket:
+        got = "malformed"
+    assert got == want
+
+
 def test_captured_g_reply_expands_to_560_bytes(captured: dict[str, object]) -> None:
     body = wire(str(captured["g_reply_noxml_rle"]))
     assert b"*" in body
