@@ -57,7 +57,13 @@ def session(prog: Path, args: list[str], commands: list[str], *, extra: list[str
         assert proxy.stderr is not None
         line = proxy.stderr.readline()
         assert "listening on" in line, line
-        gdb = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", f"target remote 127.0.0.1:{port}"]
+        # A `monitor async` command answers only when it is done; gdb waits remotetimeout
+        # (2 s) three times for the reply, then prints "Ignoring packet error, continuing..."
+        # ahead of the output (still printed when it comes). The first reflection of a session
+        # reads DWARF (stack discovery) and, under load 5-6 on 2 shared cores, took over 6 s:
+        # the flake of test_mode_off_after_a_switch... Speed is measured in bench/, not here.
+        gdb = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60",
+               "-ex", f"target remote 127.0.0.1:{port}"]
         for c in commands:
             gdb += ["-ex", c]
         gdb += ["-ex", "kill", str(prog)]
