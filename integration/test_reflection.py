@@ -175,6 +175,25 @@ def test_tasks_seen_before_that_are_gone_are_not_garbage(config: str, mode: str)
         assert re.search(running, tree), f"stop {i}:\n{tree}"
 
 
+@pytest.mark.parametrize("line_text,child", [("let mut acc = 0;", "looped"), ("let square = Square { side: 4 };",
+                                                                          "shapes")])
+def test_a_running_parent_shows_the_await_it_runs_not_its_last_suspend(line_text: str, child: str) -> None:
+    """nested's `run` suspended in `a(i).await` (its `__state` says so), then went on to
+    `looped().await` / `shapes().await` without suspending: at the child's first poll the
+    stack shows run polling it; run's line must be that await (its frame's line, like gdb's
+    bt), not the stale state's `a(i).await`."""
+    prog = _binary("debug", "nested")
+    src = markers.program_sources("nested")[0]
+    line = next(i for i, text in enumerate(src.read_text().splitlines(), 1) if line_text in text)
+    out = session(prog, [], [f"break main.rs:{line}", "continue", *ask("tree")], extra=["--mode", "off"])
+    tree = section(out, "tree")
+    m = re.search(rf"╼ nested::run at \S+main.rs:(\d+) \(running on thread \d+\)\n└╼ nested::{child} at \S+main.rs:"
+                  rf"{line} \(running on thread \d+\)", tree)
+    assert m, tree
+    assert int(m.group(1)) in await_line("nested", "run", child), tree
+    assert int(m.group(1)) not in await_line("nested", "run", "a"), tree
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -342,7 +342,18 @@ class DieReader:
         self._plan_cache[key] = plans
         return plans
 
-    def _read_unit(self, offset: int, keep_tags: frozenset[int] | None) -> Unit:
+    def unit_summary(self, offset: int) -> tuple[dict[int, Any], frozenset[int]]:
+        """The unit DIE's attributes and every DW_FORM the unit's abbreviations use, without
+        reading the unit's other DIEs (a whole unit of std costs ~0.3 s)."""
+        try:
+            _, _, abbrev_off, _, _ = self._header(offset)
+            forms = frozenset(form for ab in self._abbrevs(abbrev_off).values() for _, form, _ in ab.specs)
+            unit = self._read_unit(offset, None, top_only=True)
+        except (IndexError, struct.error, KeyError, UnicodeDecodeError) as e:
+            raise DwarfFormatError(f"corrupt DWARF unit at {offset:#x}: {type(e).__name__}: {e}") from e
+        return unit.top_die.attrs, forms
+
+    def _read_unit(self, offset: int, keep_tags: frozenset[int] | None, top_only: bool = False) -> Unit:
         version, addr_size, abbrev_off, pos, end = self._header(offset)
         plans = self._plans(abbrev_off, addr_size, keep_tags)
         info = self.info
@@ -423,7 +434,9 @@ class DieReader:
                     dies[parent].children.append(die_off)
             if has_children:
                 kept_parent.append(die_off if keep else parent)
-        if pos != end:
+            if top_only:
+                break
+        if pos != end and not top_only:
             raise DwarfFormatError(f"unit at {offset:#x}: DIEs overrun the unit end")
         if top not in dies:
             raise DwarfFormatError(f"unit at {offset:#x} has no unit DIE")

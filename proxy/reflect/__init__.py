@@ -47,6 +47,7 @@ class ReflectSource:
     stacks: Callable[[], "StackFinder | None"] | None = None  # built on first use (stacks.py)
     stack_notes: list[str] = field(default_factory=list)  # what the last stack discovery could not do
     stack_chains: dict[int, list[tuple[int, str] | None]] = field(default_factory=dict)  # stacks.StackFinder.chains
+    chain_pcs: dict[tuple[int, str], int] = field(default_factory=dict)  # stacks.StackFinder.chain_pcs
 
     def reflector(self, read: ReadMemory | BlockReader) -> Reflector:
         return Reflector(self.inventory, self.bias, read, now_ns=self.now_ns() if self.now_ns else None,
@@ -106,6 +107,7 @@ def _stack_roots(src: ReflectSource, r: Reflector, threads: dict[int, dict[str, 
     found = finder.find(r, threads)
     src.stack_notes = list(finder.notes)
     src.stack_chains = dict(finder.chains)
+    src.chain_pcs = dict(finder.chain_pcs)
     return stack_roots(found)
 
 
@@ -239,6 +241,7 @@ def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int], 
     before" when nothing observes any more, mode off)."""
     r = src.reflector(read)
     src.stack_chains = {}
+    src.chain_pcs = {}
     roots = collect_roots(src, r, engine, threads, engine_origin)
     for tid, regs in (threads or {}).items():  # every thread's pc marks what runs there
         pcs.setdefault(tid, regs.get("rip", 0))
@@ -276,7 +279,7 @@ def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int], 
             src.seen[key] = root
             src.seen_status[key] = tree.status
         out.append((root, tree))
-    out = _outermost(_nest_stack_chains(out, src.stack_chains))
+    out = _outermost(_nest_stack_chains(out, src.stack_chains, src))
     for run in _running(engine, src, pcs):
         for _, tree in out:
             if overlay(tree, run):
@@ -295,11 +298,13 @@ def _gone(tree: Node, status_then: str | None) -> bool:
     return tree.kind == "coroutine" and tree.status == "not yet polled" and status_then in ("pending", "running")
 
 
-def _nest_stack_chains(trees: list[tuple[Root, Node]], chains: dict[int, list[tuple[int, str] | None]]
-                       ) -> list[tuple[Root, Node]]:
+def _nest_stack_chains(trees: list[tuple[Root, Node]], chains: dict[int, list[tuple[int, str] | None]],
+                       src: ReflectSource | None = None) -> list[tuple[Root, Node]]:
     """A coroutine polled by another one on a thread's stack is its child now, even when the
     parent's ``__state`` does not say so yet (its first poll, or a new await since its last
-    suspend): put the child's tree under the parent, marked running."""
+    suspend): put the child's tree under the parent, marked running. The parent's ``.await``
+    line is then the one its own frame is at (its ``__state`` still names the await it last
+    suspended at: nested's ``run`` at ``looped().await`` showed ``a(i).await``'s line)."""
     for tid, chain in chains.items():
         for inner, outer in zip(chain, chain[1:]):
             if inner is None or outer is None:
@@ -313,8 +318,24 @@ def _nest_stack_chains(trees: list[tuple[Root, Node]], chains: dict[int, list[tu
                 continue  # the parent's state already shows it
             parent.status, parent.detail = "running", f"running on thread {tid}"
             parent.children = [child[1]]
+            loc = _frame_line(src, outer)
+            if loc is not None:
+                parent.loc = loc
             trees = [x for x in trees if x is not child]
     return trees
+
+
+def _frame_line(src: ReflectSource | None, key: tuple[int, str]):  # type: ignore[no-untyped-def]
+    """The source line of the resume frame that polls ``key`` (its own function's line:
+    the outermost of the frames at that pc, the physical one), or None."""
+    pc = src.chain_pcs.get(key) if src is not None else None
+    if pc is None or src is None or src.frames_at is None:
+        return None
+    try:
+        frames = src.frames_at(pc)
+    except Exception:  # a line table we cannot read: keep the state's line  # noqa: BLE001
+        return None
+    return frames[-1].loc if frames else None
 
 
 def _outermost(trees: list[tuple[Root, Node]]) -> list[tuple[Root, Node]]:

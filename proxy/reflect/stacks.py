@@ -59,6 +59,9 @@ MAX_FRAMES = 64
 PREFETCH = 16 * BLOCK  # stack bytes read up front from each thread's sp (one pass)
 MAX_SCAN = 64 << 10  # bytes of one frame scanned for a pinned future
 RA_SCAN = 4096  # bytes above sp searched for a return address into the program
+# forms that reach outside the unit: ref_addr, indirect, ref_sup4, ref_sig8, ref_sup8
+_FOREIGN_FORMS = frozenset({0x10, 0x16, 0x1C, 0x20, 0x24})
+_SYSROOT_CRATES = ("std::", "core::", "alloc::", "<std::", "<core::", "<alloc::")
 
 
 def parse_g(reply: bytes) -> dict[str, int] | None:
@@ -97,11 +100,14 @@ class StackFinder:
         if self._use_cache:
             self._facts = framecache.load(inv.build_id, cache_dir)
         self._facts_dirty = False
+        self._sysroot: dict[int, bool] = {}  # unit offset -> a std unit that cannot hold a program coroutine
         self.unwinder = Unwinder(elf, bias)
         self._types: dict[int, tuple[str, str, int] | None] = {}
         self.notes: list[str] = []  # ambiguous scans, last discovery
         # per thread, the located coroutines in frame order (innermost first), last discovery
         self.chains: dict[int, list[tuple[int, str] | None]] = {}
+        # link-time pc (the call in it) of the resume frame that polls each chain entry, last discovery
+        self.chain_pcs: dict[tuple[int, str], int] = {}
 
     # -- entry ---------------------------------------------------------------------------
     def find(self, r: Reflector, threads: dict[int, dict[str, int]]) -> list[Found]:
@@ -112,6 +118,7 @@ class StackFinder:
                 r.mem.read(base, 1)
         out: dict[tuple[int, str], Found] = {}  # a child stored at offset 0 shares its parent's address
         self.chains = {}
+        self.chain_pcs = {}
         for tid, regs in sorted(threads.items()):
             try:
                 frames = self._unwind(r, regs)
@@ -132,6 +139,7 @@ class StackFinder:
                     located.add(f.type_name)
                     if f.polling and (f.addr, f.type_name) not in chain:
                         chain.append((f.addr, f.type_name))
+                        self.chain_pcs.setdefault((f.addr, f.type_name), frame.pc - self.bias - (1 if i else 0))
                         polled = True
                 if not polled and self.inv.resume_fn_at(frame.pc - self.bias - (1 if i else 0)) is not None:
                     chain.append(None)  # a resume frame whose self is unknown or garbage: no link across it
@@ -226,6 +234,9 @@ class StackFinder:
     def _read_facts(self, pc: int) -> FrameFacts | None:
         if self.map is None or self.dwarf is None:
             return None
+        uo = self.dwarf.unit_offset_at(pc)
+        if uo is not None and self._sysroot_unit(uo):
+            return None
         chain = self.map._die_chain(pc)
         if not chain:
             return None
@@ -247,6 +258,27 @@ class StackFinder:
         if not scopes:
             return None
         return FrameFacts(fb_expr if isinstance(fb_expr, bytes) else None, tuple(scopes))
+
+    def _sysroot_unit(self, unit_offset: int) -> bool:
+        """A unit of the precompiled standard library (``DW_AT_comp_dir`` ``/rustc/<hash>``)
+        that refers to no DIE outside itself (no DW_FORM_ref_addr, as LTO's cross-unit
+        inlining needs) can only hold types it defines, and std was compiled before the
+        program: it holds no coroutine of the program, unless the inventory has layouts
+        of std's own crates. Its frames (a parked thread: condvar waits, thread start, the
+        main thread's `lang_start`) are then skipped without reading the unit (std's unit is
+        the biggest one behind a parked tokio program's frames: ~0.3 s)."""
+        got = self._sysroot.get(unit_offset)
+        if got is None:
+            assert self.dwarf is not None
+            try:
+                top, forms = self.dwarf.reader.unit_summary(unit_offset)
+            except D.DwarfFormatError:
+                top, forms = {}, frozenset()
+            comp_dir = top.get(D.AT_COMP_DIR)
+            got = (isinstance(comp_dir, str) and comp_dir.startswith("/rustc/") and not forms & _FOREIGN_FORMS
+                   and not any(n.startswith(_SYSROOT_CRATES) for n in self.inv.layouts))
+            self._sysroot[unit_offset] = got
+        return got
 
     def _plausible(self, r: Reflector, addr: int, layout_name: str, any_state: bool) -> bool:
         lay = self.inv.layouts.get(layout_name)

@@ -92,3 +92,25 @@ def test_a_broken_cache_file_is_ignored_and_rewritten(tmp_path: Path) -> None:
         assert {pc: again.facts(pc) for pc in pcs} == want
         again.save_facts()
         assert set(framecache.load(first.inv.build_id or "", tmp_path)) == set(pcs)
+
+
+@pytest.mark.parametrize("config", ["release", "debug"])
+def test_std_units_are_skipped_without_losing_anything(config: str, tmp_path: Path) -> None:
+    """Frames in the precompiled std's own units (a parked thread's condvar wait, thread start,
+    `lang_start`) hold no coroutine of the program: they are answered without reading the
+    unit, and reading it anyway finds nothing at the same pcs."""
+    path = _binary(config)
+    finder = StackFinder(open_elf(path), build_inventory(path), 0, use_cache=False)
+    assert finder.dwarf is not None
+    aranges = finder.dwarf._get_aranges()
+    assert aranges is not None
+    std = [uo for uo in finder.dwarf.unit_offsets if finder._sysroot_unit(uo)]
+    assert std, "no unit of the precompiled std (DW_AT_comp_dir /rustc/...)"
+    pcs = [lo + (hi - lo) // 2 for lo, hi, uo in aranges[1] if uo in std][::7][:150]
+    assert len(pcs) >= 20
+    assert all(finder.facts(pc) is None for pc in pcs)
+    assert not set(std) & set(finder.dwarf._units)  # not read
+    full = StackFinder(open_elf(path), finder.inv, 0, use_cache=False)
+    full._sysroot = dict.fromkeys(std, False)  # read them: the same answer
+    assert [full.facts(pc) for pc in pcs] == [None] * len(pcs)
+    assert set(std) & set(full.dwarf._units)  # type: ignore[union-attr]
