@@ -65,8 +65,11 @@ def store(build_id: str, facts: dict[int, FrameFacts | None], cache_dir: Path | 
 
 
 def _facts(raw: object) -> FrameFacts:
-    fb, scopes = raw  # type: ignore[misc]
-    if fb is not None and not isinstance(fb, bytes):
+    if not isinstance(raw, tuple) or len(raw) != 2:
+        raise TypeError("frame facts")
+    fb: object = raw[0]
+    scopes: object = raw[1]
+    if (fb is not None and not isinstance(fb, bytes)) or not isinstance(scopes, tuple):
         raise TypeError("frame base")
     out = []
     for function, variables, templates in scopes:

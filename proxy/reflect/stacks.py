@@ -97,7 +97,7 @@ class StackFinder:
         self._facts: dict[int, FrameFacts | None] = {}
         # the inventory's build-id is the file's (an inventory of another file: no cache)
         self._use_cache = use_cache and bool(inv.build_id) and elf.build_id == inv.build_id
-        if self._use_cache:
+        if self._use_cache and inv.build_id:
             self._facts = framecache.load(inv.build_id, cache_dir)
         self._facts_dirty = False
         self._sysroot: dict[int, bool] = {}  # unit offset -> a std unit that cannot hold a program coroutine
