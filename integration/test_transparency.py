@@ -130,7 +130,10 @@ def check_transparent(sc: Scenario, client: str, stub: str, programs: dict[str, 
             pytest.skip(why)
     gap = KNOWN_PROXY_GAPS.get((sc.name, stub))
     if gap is not None:
-        request.applymarker(pytest.mark.xfail(reason=gap, strict=False))
+        # Not run: the session races QEMU's per-thread gdbstub loops, fails or passes
+        # by timing (2 of 6 passed in a CI run) and cost ~3 minutes of the suite in
+        # gdb's timeouts; the packet logs behind the reason are in the README.
+        pytest.xfail(f"not run: {gap}")
     direct = _direct(client, stub, sc, programs)
     proxied = run_session(client, stub, sc, "proxy", programs, probes, proxy_extra)
 

@@ -10,7 +10,9 @@ The proxy runs are parametrized by capture: ``breakpoints`` (every probe a
 hidden stop: the register-safety case) and ``uprobes`` (issue 9: the kernel
 observes every poll, the probes are counting uprobes; no stop at all).
 
-Run count: ASYNCRSP_REGSAFETY_RUNS (default 100) per capture.  Probe regex:
+Run count: ASYNCRSP_REGSAFETY_RUNS (default 100) per capture; the report-only
+xmlRegisters=i386 half of the straight runs: ASYNCRSP_REGSAFETY_REPORT_RUNS
+(default the same).  Probe regex:
 ASYNCRSP_REGSAFETY_PROBE (default: the bench's coroutine resume functions).
 Captures: ASYNCRSP_REGSAFETY_CAPTURES (default "breakpoints,uprobes").
 """
@@ -101,19 +103,25 @@ def test_bench_through_proxy_never_breaks(bench: Path, capture: str) -> None:
     assert not failures, "\n\n".join(failures[:5])
 
 
+# The xmlRegisters=i386 half only reports (CPU-dependent, research §2.4): it
+# runs ASYNCRSP_REGSAFETY_REPORT_RUNS times (default RUNS; scripts/test: 3).
+REPORT_RUNS = int(os.environ.get("ASYNCRSP_REGSAFETY_REPORT_RUNS", str(RUNS)))
+
+
 def test_bench_straight_against_gdbserver_reports_failure_rate(bench: Path) -> None:
     addresses = resume_addresses(bench)
     rates = {}
     for xml in (True, False):
         failed, stops = 0, []
-        for _ in range(RUNS):
+        runs = REPORT_RUNS if xml else RUNS
+        for _ in range(runs):
             result = breakpoint_cycle([str(bench), ITERATIONS, "mt"], addresses, xml_registers=xml)
             stops.append(result.stops)
             if not re.match(rb"W0+(;|$)", result.final) or not DONE.search(result.output):
                 failed += 1
         rates[xml] = failed
         print(f"\nstraight against gdbserver, {len(addresses)} breakpoints, "
-              f"xmlRegisters={'i386' if xml else 'absent'}: {failed}/{RUNS} failed, "
+              f"xmlRegisters={'i386' if xml else 'absent'}: {failed}/{runs} failed, "
               f"median {sorted(stops)[len(stops) // 2]} stops/run")
     # Reported, not asserted for the XML case (CPU-dependent); without
     # xmlRegisters no run may fail.
