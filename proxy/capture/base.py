@@ -35,11 +35,22 @@ themselves. `CaptureBase` gives every hook a do-nothing default.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
 from proxy.session.probes import Probe
 from proxy.session.procedure import Forward, Handover, Procedure, Reply, Verdict
 from rsp.packets.stop import StopReply
+
+
+class Residue(Protocol):
+    """See `CaptureBase.residue`: consulted for every client packet after the
+    current backend; `done` once it has nothing left to hide."""
+
+    done: bool
+
+    def client_request(self, body: bytes) -> Verdict | None: ...
 
 
 class CaptureBase:
@@ -140,6 +151,12 @@ class CaptureBase:
 
     # -- the client's traffic
     def client_request(self, body: bytes) -> Verdict | None:
+        return None
+
+    def residue(self) -> Residue | None:
+        """What keeps answering the client for this backend once the session
+        drops it (an exec, a switch): the stub may still remember what the
+        backend did (tracepoints: gdbserver's status of the stopped experiment)."""
         return None
 
     def client_reply(self, request: bytes, reply: bytes) -> bytes:

@@ -194,6 +194,7 @@ class TracepointCapture(CaptureBase):
         self._state_offsets: dict[int, int] = {}
         self._seq = 0
         self._read_off = 0  # buffer offset up to which frames were drained (0 after a restart)
+        self._ran = False  # an experiment of ours ever ran: gdbserver remembers it (`residue`)
         self._tracing = False  # gdbserver's experiment runs (never QTStart twice)
         self._installed = False
         self.handed_over: str | None = None
@@ -989,12 +990,22 @@ class TracepointCapture(CaptureBase):
             return None
         if not self._installed or not is_trace_packet(body):
             return None
-        if body == b"qTV:%x" % TIMESTAMP_TSV:
-            return None  # gdbserver's clock, live outside tfind mode: harmless
         if body.startswith(_CLIENT_STARTS):
             self.handed_over = f"the client started its own trace experiment ({body[:12].decode(errors='replace')})"
             return Handover(self.handed_over)
-        return Reply(_hidden_reply(body))
+        return _hide(body)
+
+    @property
+    def _tracing(self) -> bool:
+        return self._tracing_now
+
+    @_tracing.setter
+    def _tracing(self, on: bool) -> None:
+        self._tracing_now = on
+        self._ran = self._ran or on
+
+    def residue(self) -> TraceVeil | None:
+        return TraceVeil() if self._ran and not self.handed_over else None
 
     def stats_lines(self) -> list[str]:
         lines = super().stats_lines()
@@ -1045,6 +1056,31 @@ class TracepointCapture(CaptureBase):
         if self.handed_over:
             lines.append(f"tracing handed over: {self.handed_over}")
         return lines
+
+
+def _hide(body: bytes) -> Reply | None:
+    if body == b"qTV:%x" % TIMESTAMP_TSV:
+        return None  # gdbserver's clock, live outside tfind mode: harmless
+    return Reply(_hidden_reply(body))
+
+
+class TraceVeil:
+    """The capture's `residue`: once the session dropped tracepoint capture (the
+    program exec'd, a switch to another backend), gdbserver still reports the
+    proxy's stopped experiment (`qTStatus` "T0;tstop:0": gdb's `tstatus` said
+    "Trace stopped by a tstop command"). Keep answering as if none ever ran,
+    until the client starts its own (then everything is the client's)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def client_request(self, body: bytes) -> Verdict | None:
+        if self.done or not is_trace_packet(body):
+            return None
+        if body.startswith(_CLIENT_STARTS):
+            self.done = True
+            return None
+        return _hide(body)
 
 
 def _hidden_reply(body: bytes) -> bytes:

@@ -198,6 +198,12 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
                 self._emit(Notice(f"capture: {verdict.reason}; switching to breakpoints"))
                 self._start_proc(self._proc_switch("breakpoints", None, then=body))
                 return None
+        if self._residues and not handed_over:
+            for residue in self._residues:
+                verdict = residue.client_request(body)
+                if isinstance(verdict, Reply):
+                    return self._reply(verdict.body)
+            self._residues = [r for r in self._residues if not r.done]
         head = body[:1]
         try:
             if body.startswith(b"qSupported"):

@@ -176,12 +176,19 @@ class CaptureLifecycle(SessionBase):
         self.stats.capture_switches += 1
         if self.config.make_capture is None:
             return
+        self._keep_residue()
         self.capture = None
         if not self._planted:
             return  # the first resume plants and installs it
         if mode != "off":
             self.capture = self.config.make_capture(name, mode, self.target)
             yield from self._install_capture()
+
+    def _keep_residue(self) -> None:
+        """The backend is being dropped: what it left in the stub stays hidden."""
+        residue = self._capture_call("residue") if self.capture is not None else None
+        if residue is not None:
+            self._residues.append(residue)
 
     def tick(self, now: float) -> None:
         """Called by the shell every few tens of ms: lets the capture ask for a
@@ -381,6 +388,7 @@ class CaptureLifecycle(SessionBase):
                     path = None
                 self._capture_call("exec_happened", path)
                 self._fold_capture_counts()
+                self._keep_residue()
             self.capture = None
             self.capture_notice = "the program called exec: capture stopped (its probes belonged to the old image)"
             self._emit(Notice(self.capture_notice))

@@ -30,6 +30,7 @@ from .wire import PC_REGNUM_AMD64
 
 if TYPE_CHECKING:
     from .core import Session
+    from proxy.capture.base import Residue
 
 
 @dataclass(slots=True)
@@ -137,6 +138,7 @@ class SessionBase:
         self._stop_pc_override: int | None = None
         self._interrupted_for_leave = False
         self._planted = False
+        self._residues: list[Residue] = []  # dropped backends that still hide something (tracepoints)
         self._reloc_failed = False  # a write of a relocated instruction was refused (qRelocInsn)
         self._plant_failed: str | None = None
         self._program_exited = False
