@@ -81,10 +81,11 @@ def emulated(insn) -> bool:  # type: ignore[no-untyped-def]
 
 
 def branch_targets(code: bytes, low_pc: int, high_pc: int,
-                   read: Callable[[int, int], bytes | None]) -> set[int]:
+                   read: Callable[[int, int], bytes | None], skip_table: int | None = None) -> set[int]:
     """Every address in the function a branch may land on: direct jump and call
     targets, and the entries of the jump tables its rip-relative `lea`s point at
-    (rustc's ``lea rax,[rip+T]; movsxd rcx,[rax+rcx*4]; add rax,rcx; jmp rax``)."""
+    (rustc's ``lea rax,[rip+T]; movsxd rcx,[rax+rcx*4]; add rax,rcx; jmp rax``),
+    but for the table at `skip_table` (its entries are known exactly elsewhere)."""
     out: set[int] = set()
     for i in _md.disasm(code, low_pc):
         groups = set(i.groups)
@@ -95,8 +96,8 @@ def branch_targets(code: bytes, low_pc: int, high_pc: int,
             if i.reg_name(mem.base) != "rip" or mem.index:
                 continue
             table = i.address + i.size + mem.disp
-            if low_pc <= table < high_pc:
-                continue  # code, not a table
+            if low_pc <= table < high_pc or table == skip_table:
+                continue  # code, not a table; or the dispatch's own
             for k in range(4096):
                 raw = read(table + 4 * k, 4)
                 if raw is None or len(raw) < 4:
@@ -114,17 +115,89 @@ def moved_entry(code: bytes, low_pc: int, high_pc: int, self_reg: str,
     """The first emulated instruction every call reaches with the poll still
     known (see the module docstring), or why there is none. At the entry
     itself when the first instruction is emulated (adjust 0)."""
+    got = moved_entries(code, low_pc, high_pc, self_reg, read)
+    return got[0] if isinstance(got, list) else got
+
+
+def moved_entries(code: bytes, low_pc: int, high_pc: int, self_reg: str,
+                  read: Callable[[int, int], bytes | None], n_states: int | None = None) -> list[MovedEntry] | str:
+    """Where the entry probe(s) of a call may stand, or why only the entry will do.
+
+    One site: the first emulated instruction of the straight line from the
+    entry. Or, when that line ends in rustc's state dispatch (``lea rax,[rip+T];
+    movsxd rcx,[rax+rcx*4]; add rax,rcx; jmp rax``, `n_states` entries in T:
+    the layout's ``__state`` values), one site in each block the table leads
+    to: every call takes exactly one entry of the table, so every call passes
+    exactly one of them. A block's site is its first emulated instruction, or
+    the block's first instruction when a call or a branch comes first (single-
+    stepped, as the entry was, but only on that state's polls). Each block must
+    be entered only through the table: no fall-through from the instruction
+    before it, and no branch landing on it or before its site (a branch that
+    can never be taken does not count: rustc's resumed-after-completion blocks
+    loop on ``xor eax,eax; test al,1; jne <block>``)."""
+    insns = list(_md.disasm(code, low_pc))
+    at = {i.address: n for n, i in enumerate(insns)}
     self_names = _ALIASES.get(self_reg, {self_reg})
-    adjust = 0
-    insns = []
-    for n, i in enumerate(_md.disasm(code, low_pc)):
-        if n >= MAX_PROLOGUE:
-            return f"no emulated instruction in the first {MAX_PROLOGUE}"
+    walked = _walk(insns, 0, 0, self_names)
+    if isinstance(walked, str):
+        return walked
+    kind, k, adjust, table = walked
+    site = insns[k]
+    if kind == "site":
+        if site.address == low_pc:
+            return [MovedEntry(low_pc, 0)]
+        landing = {t for t in branch_targets(code, low_pc, high_pc, read) if low_pc < t <= site.address}
+        if landing:
+            return f"a branch lands at {min(landing):#x}, inside the prologue"
+        return [MovedEntry(site.address, adjust)]
+    # the state dispatch
+    why = f"'{site.mnemonic} {site.op_str}' at {site.address:#x} is single-stepped and ends the straight line"
+    if table is None or not n_states:
+        return why
+    targets = []
+    for v in range(n_states):
+        raw = read(table + 4 * v, 4)
+        if raw is None or len(raw) < 4:
+            return why + " (its jump table is unreadable)"
+        t = table + struct.unpack("<i", raw)[0]
+        if t not in at:
+            return why + f" (table entry {v} -> {t:#x} is not an instruction of the function)"
+        targets.append(t)
+    landing = _direct_landings(insns) | branch_targets(code, low_pc, high_pc, read, skip_table=table)
+    if any(low_pc < t <= site.address for t in landing):
+        return f"a branch lands at {min(t for t in landing if low_pc < t <= site.address):#x}, inside the prologue"
+    out: list[MovedEntry] = []
+    for t in sorted(set(targets)):
+        n = at[t]
+        if n == 0 or not _ends_flow(insns[n - 1]):
+            return f"the dispatch target {t:#x} is also reached by falling through"
+        got = _walk(insns, n, adjust, self_names, budget=MAX_PROLOGUE)
+        if isinstance(got, str) or got[0] != "site":
+            k, block_adjust = n, adjust  # a call or branch first: the block's first instruction
+        else:
+            k, block_adjust = got[1], got[2]
+        end = insns[k].address
+        if any(t <= x <= end for x in landing if not _never_taken_to(insns, x)) \
+                or any(t < u <= end for u in targets):
+            return f"a branch lands inside the dispatch target {t:#x} before its site"
+        out.append(MovedEntry(end, block_adjust))
+    return out
+
+
+def _walk(insns: list, n: int, adjust: int, self_names: set[str],  # type: ignore[type-arg]
+          budget: int = MAX_PROLOGUE) -> tuple[str, int, int, int | None] | str:
+    """From insns[n] on, with rsp `adjust` below the entry's: ("site", index, adjust,
+    None) at the first emulated instruction, ("dispatch", index of the jmp,
+    adjust, table) at rustc's jump-table dispatch, or why the line is unsafe."""
+    table = None
+    for k in range(n, min(len(insns), n + budget)):
+        i = insns[k]
         if emulated(i):
-            insns.append(i)
-            break
+            return "site", k, adjust, None
         groups = set(i.groups)
         if groups & {_GRP_JUMP, _GRP_CALL, _GRP_RET, _GRP_INT, _GRP_IRET}:
+            if i.mnemonic == "jmp" and i.operands and i.operands[0].type == CS_OP_REG and table is not None:
+                return "dispatch", k, adjust, table
             return f"'{i.mnemonic} {i.op_str}' at {i.address:#x} is single-stepped and ends the straight line"
         _regs_read, regs_write = i.regs_access()
         written = {i.reg_name(r) for r in regs_write}
@@ -143,16 +216,48 @@ def moved_entry(code: bytes, low_pc: int, high_pc: int, self_reg: str,
             base = i.reg_name(mem.base) if mem.base else None
             if base != "rsp" or mem.index or mem.disp < 0 or mem.disp + i.operands[0].size > adjust:
                 return f"'{i.mnemonic} {i.op_str}' at {i.address:#x} writes memory outside the new frame"
-        insns.append(i)
-    else:
-        return "the function ends before an emulated instruction"
-    site = insns[-1]
-    if site.address == low_pc:
-        return MovedEntry(low_pc, 0)
-    landing = {t for t in branch_targets(code, low_pc, high_pc, read) if low_pc < t <= site.address}
-    if landing:
-        return f"a branch lands at {min(landing):#x}, inside the prologue"
-    return MovedEntry(site.address, adjust)
+        if i.mnemonic == "lea" and len(i.operands) == 2 and i.operands[1].type == CS_OP_MEM:
+            mem = i.operands[1].mem
+            if i.reg_name(mem.base) == "rip" and not mem.index:
+                table = i.address + i.size + mem.disp
+    if n + budget < len(insns):
+        return f"no emulated instruction in the first {budget}"
+    return "the function ends before an emulated instruction"
+
+
+def _direct_landings(insns: list) -> set[int]:  # type: ignore[type-arg]
+    out = set()
+    for i in insns:
+        groups = set(i.groups)
+        if (_GRP_JUMP in groups or _GRP_CALL in groups) and i.operands and i.operands[0].type == CS_OP_IMM:
+            out.add(i.operands[0].imm)
+    return out
+
+
+def _ends_flow(i) -> bool:  # type: ignore[no-untyped-def]
+    """No fall-through past this instruction: jmp (any), ret, ud2, int3."""
+    return i.mnemonic in ("jmp", "ret", "ud2", "int3")
+
+
+def _never_taken_to(insns: list, target: int) -> bool:  # type: ignore[type-arg]
+    """Every branch to `target` (inside [lo, hi]) is rustc's constant-false loop
+    ``xor eax,eax; test al,1; jne target`` (al is 0: ZF set, jne never jumps)."""
+    found = False
+    for k, i in enumerate(insns):
+        if not (i.operands and i.operands[0].type == CS_OP_IMM and i.operands[0].imm == target):
+            continue
+        groups = set(i.groups)
+        if not (_GRP_JUMP in groups or _GRP_CALL in groups):
+            continue
+        if not (i.mnemonic in ("jne", "jnz") and k >= 2 and _is_xor_eax(insns[k - 2])
+                and insns[k - 1].mnemonic == "test" and insns[k - 1].op_str.replace(" ", "") in ("al,1", "al,0x1")):
+            return False
+        found = True
+    return found
+
+
+def _is_xor_eax(i) -> bool:  # type: ignore[no-untyped-def]
+    return i.mnemonic == "xor" and i.op_str.replace(" ", "") in ("eax,eax", "rax,rax")
 
 
 def _writes_first_operand(i) -> bool:  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ from proxy.analysis.model import Inventory, ResumeFn
 
 from .bpf import KIND_COUNT, KIND_ENTRY, KIND_EXIT, KIND_UNWIND, REG_RBP, REG_RDI, REG_RSI, REG_RSP, SiteSpec
 from .decode import SiteInfo
-from .emulated import MovedEntry, moved_entry
+from .emulated import MovedEntry, moved_entries
 
 _DWARF_RSP, _DWARF_RBP = 7, 6
 
@@ -87,6 +87,7 @@ def plan_sites(
     notes: list[str] = []
     skipped_unwind = 0
     n_moved = 0
+    n_dispatch = 0
 
     def add(fn: ResumeFn, name: str, link: int, kind: int, spec: SiteSpec, adjust: int = 0) -> None:
         off = file_offset(elf, link)
@@ -109,16 +110,20 @@ def plan_sites(
         st_off = layout.state_offset if layout is not None else 0
         st_size = layout.state_size if layout is not None else 0
         self_reg = {"rdi": REG_RDI, "rsi": REG_RSI}.get(fn.self_in, REG_RDI)
-        entry, adjust = fn.low_pc, 0
+        entries = [MovedEntry(fn.low_pc, 0)]
         if move_entries:
             code = elf.read(fn.low_pc, fn.high_pc - fn.low_pc) if fn.high_pc > fn.low_pc else None
-            moved = moved_entry(code, fn.low_pc, fn.high_pc, fn.self_in, elf.read) if code else "no code"
-            if isinstance(moved, MovedEntry):
-                entry, adjust = moved.addr, moved.adjust
-                if entry != fn.low_pc:
+            n_states = max((st.value for st in layout.states), default=-1) + 1 if layout is not None else 0
+            moved = moved_entries(code, fn.low_pc, fn.high_pc, fn.self_in, elf.read, n_states) if code else "no code"
+            if isinstance(moved, list):
+                entries = moved
+                if len(moved) > 1:
+                    n_dispatch += 1
+                elif moved[0].addr != fn.low_pc:
                     n_moved += 1
-        add(fn, fn.name, entry, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size, sp_adjust=adjust),
-            adjust)
+        for e in entries:
+            add(fn, fn.name, e.addr, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size, sp_adjust=e.adjust),
+                e.adjust)
         if entry_only:
             continue
         for r in fn.rets:
@@ -133,6 +138,9 @@ def plan_sites(
                 SiteSpec(KIND_UNWIND, self_reg, st_off, st_size, reg, rule[1]))
     if n_moved:
         notes.append(f"{n_moved} entry probes moved past their prologue to an instruction the kernel emulates")
+    if n_dispatch:
+        notes.append(f"{n_dispatch} resume functions probed after their state dispatch, one entry probe per state "
+                     "block (on its first emulated instruction where it has one)")
     if skipped_unwind:
         notes.append(f"{skipped_unwind} unwind exits without a CFA rule on rsp/rbp: not probed")
     return SitePlan(sites, notes)
