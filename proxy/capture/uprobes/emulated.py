@@ -25,10 +25,15 @@ site, rsp = the real one), and the record's sp is the entry's.
 Where it applies: rustc 1.63 debug builds (``sub rsp; mov [rsp+d],reg x3;
 call``: the call is the site, 10 us less per entry). rustc 1.95 debug
 entries end their straight line in the state dispatch's ``jmp *%rax`` (not
-emulated, and its targets start with a ``mov``); release entries start with
-``push`` already. Landing pads are assumed not to fall inside the prologue
-(they are blocks of their own after a call; the prologue has none before
-the site).
+emulated): ``moved_entries`` then puts one site in each block of the jump
+table (the layout's state count bounds it) - a Suspend block's ``jmp`` after
+two loads, the resumed-after-completion blocks' ``jne`` (a loop on a
+constant-false condition), and the Unresumed block's first instruction (its
+first call is an indirect one through the GOT: single-stepped, but only on a
+task's first poll): tokio_bench debug ct 10.4-14.0 -> 7.2-7.6 us of kernel
+time per event. Release entries start with ``push`` already. Landing pads
+are assumed not to fall inside the prologue (they are blocks of their own
+after a call; the prologue has none before the site).
 """
 
 from __future__ import annotations
