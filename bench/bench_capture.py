@@ -10,7 +10,13 @@ debug info), current-thread (`ct`) and 2-worker multi-thread (`mt`) tokio
 runtimes. Every method watches the same addresses - the entry, each `ret`
 and each unwind exit of every coroutine resume function (the tracepoint
 program's addresses, `trace_program.build_program`) - through the same
-gdbserver binary (`gdbserver --once` on TCP, one per run):
+gdbserver binary (`gdbserver --once` on TCP, one per run). uprobes watches
+the same polls, but may stand an entry's probe on a later instruction that
+every call passes exactly once before anything else happens (the first
+emulated one of the prologue, or one per state block after rustc's
+dispatch: proxy/capture/uprobes/emulated.py), and leaves out unwind exits
+without a CFA rule on rsp/rbp (none runs here: no poll panics); the event
+counts printed are the same as the floor's:
 
 * ``bare``        gdb -> gdbserver, no breakpoint: the baseline of the run;
 * ``floor``       a raw RSP client (no ``xmlRegisters``) plants
@@ -348,7 +354,8 @@ def measure(case: Case, sizes: dict[str, tuple[int, int]], methods: list[str],
         r["sizes"] = sz
         if m == "bare":
             bare[sz] = r
-        if m != "bare" or sz == sizes["bare"] or "bare" not in out:
+            out["bare" if "bare" not in out else f"bare {sz[0]}-{sz[1]}"] = r  # one row per pair
+        else:
             out[m] = r
     for m, r in out.items():
         base = bare.get(r["sizes"], {"dt": 0.0, "t": float("nan")})
@@ -358,7 +365,7 @@ def measure(case: Case, sizes: dict[str, tuple[int, int]], methods: list[str],
         # run-to-run spread: each run's slope against the bare median of its pair
         r["us_runs"] = [(d - base["dt"]) / span * 1e6 for d in r["dts"]] if span > 0 else []
         n0, n1 = r["sizes"]
-        r["slowdown"] = 1.0 if m == "bare" else r["dt"] / (base["t"] * (n1 - n0) / n1)
+        r["slowdown"] = 1.0 if m.startswith("bare") else r["dt"] / (base["t"] * (n1 - n0) / n1)
     return out
 
 
@@ -453,7 +460,7 @@ def main() -> int:
                 e0, e1 = r["events"]
                 fail = f"{r['failed']} failed run pair(s); " if r["failed"] else ""
                 n = "%d-%d" % r["sizes"]
-                spread = ", ".join(f"{u:.1f}" for u in r["us_runs"]) if m != "bare" else ""
+                spread = ", ".join(f"{u:.1f}" for u in r["us_runs"]) if not m.startswith("bare") else ""
                 print(f"{m:12} {n:>10} {r['t']:7.3f} {r['dt']:7.3f} {e0:6d} {e1:6d} {r['us']:9.1f} "
                       f"{r['slowdown']:8.1f}x  [{spread}] {fail}{'; '.join(r['notes'])[:300]}")
             for m, why in skipped.items():
