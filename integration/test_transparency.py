@@ -173,3 +173,20 @@ def test_fails_directly(client: str, stub: str, scenario: str, programs: dict[st
     text = run_session(client, stub, sc, "direct", programs).text()
     assert re.search(sign, text), f"{client}/{stub}/{scenario} seems to work directly now:\n{text}"
     assert not re.search(good, text), text
+
+
+def test_thread_table_widths_do_not_count() -> None:
+    """Pure check of normalise rule 7, with the lines of a CI failure: the proxied
+    run's pid had a digit more (pid_max 32768 wraps), so gdb padded the Target Id
+    column one blank wider; everything but the width still compares."""
+    direct = ('  Id   Target Id                 Frame \n'
+              '* 1    Thread 9876.9876 "threads"  parked (id=0) at threads.c:17\n'
+              '  2    Thread 9876.9880 "worker-1" 0x00007ffff7ea4545 in __GI___clock_nanosleep ()')
+    proxied = ('  Id   Target Id                  Frame \n'
+               '* 1    Thread 10001.10001 "threads"   parked (id=0) at threads.c:17\n'
+               '  2    Thread 10001.10005 "worker-1" 0x00007ffff7ea4545 in __GI___clock_nanosleep ()')
+    d = normalise_transcript([("info threads", direct)])
+    p = normalise_transcript([("info threads", proxied)])
+    assert d == p, (d, p)
+    other = normalise_transcript([("info threads", proxied.replace("parked (id=0)", "parked (id=1)"))])
+    assert other != d  # a real difference in a row still shows
