@@ -86,7 +86,7 @@ from rspdriver import GDB_FEATURES, RspClient, StopReply  # type: ignore[import-
 from integration.harness.gdb import gdb_batch  # noqa: E402
 from integration.harness.stubs import start_proxy, start_stub  # noqa: E402
 from proxy.analysis.inventory import build_inventory  # noqa: E402
-from proxy.capture.trace_program import build_program  # noqa: E402
+from proxy.capture.trace_program import build_program, state_window  # noqa: E402
 from rsp.agent import Op, Opcode, assemble  # noqa: E402
 
 PIE_BASE = 0x555555554000  # gdbserver disables address randomisation by default
@@ -315,10 +315,8 @@ def make_case(config: str, mode: str) -> Case:
     collect: list[tuple[Any, ...]] = []
     for p in points:  # the same choices as build_program's expressions
         fn = fns[p.site]
-        layout = inv.layouts.get(fn.layout_name) if fn.layout_name else None
-        off, size = (layout.state_offset, layout.state_size) if layout is not None else (0, 1)
         if p.kind == "entry":
-            collect.append(("entry", fn.self_in, off if off < 1 << 16 else 0, size if off < 1 << 16 else 1))
+            collect.append(("entry", fn.self_in, *state_window(inv, fn)))
         else:
             collect.append(("exit", fn.poll_pending, fn.self_in == "rsi"))
     return Case(prog, mode, [p.addr for p in points], collect)

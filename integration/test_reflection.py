@@ -10,10 +10,8 @@ come from the `// await:` / `// bp:` markers of the corpus sources.
 from __future__ import annotations
 
 import ast
-import os
 import random
 import re
-import signal
 import socket
 import subprocess
 import sys

@@ -27,7 +27,7 @@ import pytest
 
 from integration.harness.gdb import gdb_batch
 from integration.harness.normalise import mask_timing
-from integration.harness.stubs import become_subreaper, pid_alive, start_proxy, start_stub, wait_orphan
+from integration.harness.stubs import become_subreaper, pid_alive, start_proxy, start_stub
 from integration.harness.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]

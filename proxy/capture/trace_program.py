@@ -203,6 +203,16 @@ def _fast_exits(code: CodeReader | None, low: int, high: int, rets: tuple[int, .
     return out
 
 
+def state_window(inventory: Inventory, fn: ResumeFn) -> tuple[int, int]:
+    """(offset from self, size) of the bytes an entry collects: the layout's
+    ``__state``, or self's first byte when there is no layout or the offset
+    does not fit the agent expression's 16-bit constant."""
+    layout = inventory.layouts.get(fn.layout_name) if fn.layout_name else None
+    if layout is None or layout.state_offset >= 1 << 16:
+        return 0, 1
+    return layout.state_offset, layout.state_size
+
+
 def build_program(
     inventory: Inventory,
     bias: int,
@@ -218,10 +228,7 @@ def build_program(
     for fn in inventory.resume_fns:
         if not fn.low_pc or not wanted(fn):
             continue
-        layout = inventory.layouts.get(fn.layout_name) if fn.layout_name else None
-        off, size = (layout.state_offset, layout.state_size) if layout is not None else (0, 1)
-        if off >= 1 << 16:
-            off, size = 0, 1
+        off, size = state_window(inventory, fn)
         site = fn.low_pc + bias
         in_mem = fn.self_in == "rsi"
         exit_x = x_expression(exit_expression(fn.poll_pending, in_mem))
