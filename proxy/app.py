@@ -281,7 +281,19 @@ def make_session(
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
         local_exe=local_exe if upstream.is_local else None,
     )
+    if upstream.kind == "core":
+        # Nothing runs: no capture, no probes, no target to find at a first resume;
+        # reflection reads the image (its auxv, its anonymous memory), never /proc.
+        cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = None
+        cfg.mode = "off"
     session = Session(cfg)
     session.register_notice = policy.notice()
+    if upstream.kind == "core":
+        from proxy.corefile.program import image_source
+
+        image = upstream.image
+        _REFLECT[session] = image_source(image)  # type: ignore[arg-type]
+        session.register_notice = (f"serving {image.origin} (pid {image.pid}, "  # type: ignore[union-attr]
+                                   f"{len(image.threads)} threads), read-only")  # type: ignore[union-attr]
     _TOKIO_ADAPTER[session] = bool((options or {}).get("tokio_adapter"))
     return session

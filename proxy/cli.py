@@ -69,12 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asyncrsp", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="proxy between an RSP client and a stub")
-    s.add_argument("--upstream", required=True, metavar="HOST:PORT|unix:PATH|'|COMMAND'",
-                   help="the stub: a TCP address, a Unix socket, or a command to spawn on a pipe")
-    s.add_argument("--elf", metavar="PATH", help="the program's file (default: asked from the stub)")
+    up = s.add_mutually_exclusive_group(required=True)
+    up.add_argument("--upstream", metavar="HOST:PORT|unix:PATH|'|COMMAND'",
+                    help="the stub: a TCP address, a Unix socket, or a command to spawn on a pipe")
+    up.add_argument("--core", metavar="FILE", help="serve a core file (gcore or kernel dump), read-only")
+    s.add_argument("--elf", metavar="PATH", help="the program's file (default: asked from the stub, "
+                                                  "or for --core the file the core names)")
     _add_common(s)
     r = sub.add_parser("run", help="start gdbserver on PROGRAM behind the proxy and print the gdb command")
     _add_common(r)
+    r.add_argument("--core", metavar="FILE", help="serve this core file instead of running a program "
+                                                  "(PROGRAM, if given, is the core's program file)")
     r.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS]")
     i = sub.add_parser("inspect", help="print the async structure of a program without running it")
     i.add_argument("program", metavar="PROGRAM")
@@ -102,7 +107,10 @@ INPROC_AGENT = "/usr/lib/libinproctrace.so"  # gdbserver's in-process agent (Deb
 def _serve(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     elf = getattr(args, "elf", None)
-    if args.command == "run":
+    if args.core is not None:
+        upstream = _core_upstream(args, elf)
+        elf = None  # the image already maps it
+    elif args.command == "run":
         prog = [a for a in args.program if a != "--"] if args.program[:1] == ["--"] else list(args.program)
         if not prog:
             raise ServeError("run: give the program after --, e.g. asyncrsp run -- ./app")
@@ -141,6 +149,25 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if log is not None:
             log.close()
+
+
+def _core_upstream(args: argparse.Namespace, elf: str | None) -> UpstreamSpec:
+    """`--core FILE`: open the core now (a bad core is one line before anything listens)."""
+    from proxy.corefile import CoreError, open_core
+
+    if args.command == "run":
+        prog = [a for a in args.program if a != "--"]
+        elf = prog[0] if prog else None
+    try:
+        image = open_core(args.core, elf)
+    except CoreError as err:
+        raise ServeError(str(err)) from None
+    if args.command == "run":
+        host, port = parse_listen(args.listen)
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        print(f"asyncrsp: connect with:  gdb -ex 'target remote {shown}:{port}' {shlex.quote(image.exec_file or '')}",
+              file=sys.stderr, flush=True)
+    return UpstreamSpec("core", path=args.core, image=image)
 
 
 def _inspect(args: argparse.Namespace) -> int:

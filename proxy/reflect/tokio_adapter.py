@@ -10,7 +10,9 @@ runtime cooperation and works when the runtime is wedged:
    one of those vtables. The adapter scans the program's writable anonymous
    memory (``[heap]`` and the malloc arenas, from ``/proc/PID/maps``: local
    targets only; thread stacks, recognised by their guard page, are skipped)
-   for such words, bounded by ``MAX_SCAN`` bytes.
+   for such words, bounded by ``MAX_SCAN`` bytes. A program that is not a
+   live local process (a core file, a copied snapshot) gives its ranges
+   itself (``ranges``).
 3. For each header: ``Cell.core.stage`` is a ``Stage<T>`` enum; when it is
    ``Running``, its payload is the task's future: a root for the walker.
 
@@ -23,6 +25,7 @@ adapter says which of these it did not find and finds nothing.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from proxy.analysis.model import Inventory
 
@@ -75,12 +78,14 @@ def heap_ranges(pid: int, limit: int = MAX_SCAN) -> list[tuple[int, int]]:
 
 
 class TokioAdapter:
-    def __init__(self, inv: Inventory, bias: int, pid: int | None, local: bool) -> None:
+    def __init__(self, inv: Inventory, bias: int, pid: int | None, local: bool,
+                 ranges: Callable[[], list[tuple[int, int]]] | None = None) -> None:
         self.inv = inv
         self.bias = bias
         self.pid = pid
+        self.ranges = ranges if ranges is not None else (lambda: heap_ranges(pid) if pid else [])
         self.note = check(inv)
-        if self.note is None and not (local and pid):
+        if self.note is None and ranges is None and not (local and pid):
             self.note = "the tokio adapter scans /proc/PID/maps: it needs a local program"
         self.vtables = {a + bias: cell for a, cell in inv.task_vtables.items()}
         h = inv.types.get(HEADER)
@@ -89,11 +94,11 @@ class TokioAdapter:
         self.scanned = 0  # bytes, last discovery
 
     def discover(self, r: Reflector) -> list[Root] | None:
-        if self.note is not None or self.pid is None:
+        if self.note is not None:
             return None
         headers: dict[int, str] = {}
         self.scanned = 0
-        for lo, hi in heap_ranges(self.pid):
+        for lo, hi in self.ranges():
             for base in range(lo, hi, BLOCK):
                 data = r.mem.read(base, BLOCK)
                 if data is None:

@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -19,11 +19,12 @@ class UpstreamError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSpec:
-    kind: str  # "tcp" | "unix" | "spawn"
+    kind: str  # "tcp" | "unix" | "spawn" | "core"
     host: str = ""
     port: int = 0
     path: str = ""
     argv: tuple[str, ...] = ()
+    image: object | None = field(default=None, compare=False)  # core: the opened ProgramImage
 
     @classmethod
     def parse(cls, text: str) -> UpstreamSpec:
@@ -41,6 +42,7 @@ class UpstreamSpec:
 
     @property
     def is_local(self) -> bool:
+        # A core's pid is no process of this host: nothing may be read from /proc (rule 14).
         return self.kind in ("unix", "spawn") or self.host in ("127.0.0.1", "localhost", "::1")
 
     def describe(self) -> str:
@@ -48,6 +50,8 @@ class UpstreamSpec:
             return "|" + shlex.join(self.argv)
         if self.kind == "unix":
             return f"unix:{self.path}"
+        if self.kind == "core":
+            return f"core:{self.path}"
         return f"{self.host}:{self.port}"
 
 
@@ -88,6 +92,10 @@ async def _reap(proc: trio.Process) -> None:
 
 
 async def connect(spec: UpstreamSpec) -> Upstream:
+    if spec.kind == "core":
+        from proxy.shell.corestub import CoreStubStream
+
+        return Upstream(CoreStubStream(spec.image), None)  # type: ignore[arg-type]
     if spec.kind == "tcp":
         try:
             stream = await trio.open_tcp_stream(spec.host, spec.port)

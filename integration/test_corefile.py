@@ -1,0 +1,233 @@
+"""Core files end to end: the corpus' `stuck` program dumped by gdb's `gcore`
+and by the kernel, read by the core reader, served by `asyncrsp serve --core`
+to a real gdb, compared with a live session on the same process.
+
+The live session and the gcore look at the same process in the same state
+(every task of `stuck` is blocked for good), so addresses, threads, frames
+and trees are equal; only a Sleep's time left moves (it is masked).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from integration.test_await_graph import _binary, _free_port, ask, section
+
+ROOT = Path(__file__).resolve().parents[1]
+GDB_COMMANDS = ["info threads", "bt", "thread 2", "bt", *ask("tasks", "tree")]
+
+
+def _gdb(port: int, prog: Path, commands: list[str], leave: str = "detach") -> str:
+    gdb = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60",
+           "-ex", f"target remote 127.0.0.1:{port}"]
+    for c in commands:
+        gdb += ["-ex", c]
+    gdb += ["-ex", leave, str(prog)]
+    return subprocess.run(gdb, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180, check=False).stdout
+
+
+def _proxy(args: list[str]) -> tuple[subprocess.Popen[str], int]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}", *args],
+                            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert "listening on" in line, line + proc.stderr.read()
+    return proc, port
+
+
+def _finish(proc: subprocess.Popen[str]) -> str:
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err
+
+
+def serve_core(core: Path, prog: Path, commands: list[str], extra: list[str] = ()) -> str:  # type: ignore[assignment]
+    proxy, port = _proxy(["--core", str(core), *extra])
+    try:
+        return _gdb(port, prog, commands)
+    finally:
+        _finish(proxy)
+
+
+def live(pid: int, prog: Path, commands: list[str]) -> str:
+    """gdbserver --attach behind the proxy (mode off, tokio adapter), then detach."""
+    gport = _free_port()
+    gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(pid)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert gs.stderr is not None
+    for _ in range(50):
+        if "Listening" in gs.stderr.readline():
+            break
+    proxy, port = _proxy(["--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter"])
+    try:
+        return _gdb(port, prog, commands)
+    finally:
+        _finish(proxy)
+        gs.wait(timeout=20)
+
+
+def normalise(out: str) -> str:
+    """What may differ between a live session and its core: a Sleep's time left, gdb's
+    chatter about the connection, thread names (a core has none)."""
+    keep = []
+    for line in out.splitlines():
+        if re.match(r"(warning|Remote debugging|Reading|\[Inferior|Detaching|\[New Thread|Download|"
+                    r"Ignoring packet error|0x[0-9a-f]+ in )", line):
+            continue
+        line = re.sub(r"\((\d+\.\d|\d+) (min|h|s|ms) left\)", "(… left)", line)
+        line = re.sub(r'Thread (\d+\.\d+|\d+) "[^"]*"', r"Thread \1", line)
+        line = re.sub(r"Thread (?:\d+\.)?(\d+)", r"Thread \1", line)
+        line = re.sub(r" {2,}", " ", line)  # table columns are as wide as the thread names
+        keep.append(line)
+    return "\n".join(keep)
+
+
+def start_stuck(prog: Path, cwd: Path, core_limit: bool = False) -> subprocess.Popen[str]:
+    def limits() -> None:
+        if core_limit:
+            resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+    p = subprocess.Popen([str(prog), "mt"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                         cwd=cwd, preexec_fn=limits)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert "stuck ready" in line, line
+    return p
+
+
+def gcore(pid: int, out: Path) -> Path:
+    subprocess.run(["gcore", "-o", str(out), str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=120, check=True)
+    return Path(f"{out}.{pid}")
+
+
+def kernel_core_skip() -> str | None:
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        return f"core_pattern is {pattern!r}: the kernel does not write cores into the program's directory"
+    return None
+
+
+def kernel_core(p: subprocess.Popen[str], cwd: Path) -> Path:
+    """SIGABRT with RLIMIT_CORE unlimited: the kernel writes the core into cwd."""
+    p.send_signal(signal.SIGABRT)
+    p.wait(timeout=30)
+    for _ in range(100):
+        cores = [c for c in cwd.iterdir() if c.name.startswith("core")]
+        if cores and time.time() - cores[0].stat().st_mtime > 0.2:
+            return cores[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no core in {cwd}: {list(cwd.iterdir())}")
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_gcore_served_equals_the_live_session(config: str, tmp_path: Path) -> None:
+    """gdb through `serve --core` on a gcore of `stuck` shows what a live session on
+    the same process shows: threads, backtraces, tasks, trees, the deadlock."""
+    prog = _binary(config, "stuck")
+    p = start_stuck(prog, tmp_path)
+    try:
+        core = gcore(p.pid, tmp_path / "g")
+        got_live = live(p.pid, prog, GDB_COMMANDS)
+        time.sleep(0.2)
+        assert p.poll() is None, "the program died after the live session"
+    finally:
+        p.kill()
+        p.wait()
+    got_core = serve_core(core, prog, GDB_COMMANDS)
+    tree = section(got_core, "tree")
+    assert re.search(r"waits on Mutex 0x[0-9a-f]+, held by task \S+ stuck::lock_ba", tree), got_core
+    assert re.search(r"waits on Mutex 0x[0-9a-f]+, held by task \S+ stuck::lock_ab", tree), got_core
+    for name in ("lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter", "run"):
+        assert f"stuck::{name}" in tree, tree
+    assert normalise(got_core) == normalise(got_live), f"core:\n{got_core}\n--- live:\n{got_live}"
+
+
+def test_kernel_core_is_served(tmp_path: Path) -> None:
+    """A core the kernel wrote (SIGABRT, RLIMIT_CORE unlimited): it keeps no read-only file
+    mappings (the program's code comes from the file NT_FILE names), gdb unwinds every
+    thread, the stop names the signal, and the async tree is whole."""
+    reason = kernel_core_skip()
+    if reason:
+        pytest.skip(reason)
+    prog = _binary("debug", "stuck")
+    p = start_stuck(prog, tmp_path, core_limit=True)
+    try:
+        core = kernel_core(p, tmp_path)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    from proxy.corefile import open_core
+    from proxy.corefile.stub import CoreStub
+
+    image = open_core(str(core))
+    assert image.fault is not None and image.fault[0] == signal.SIGABRT, image.fault
+    assert CoreStub(image).answer(b"?") == b"T%02xthread:%x;" % (signal.SIGABRT, p.pid)
+    out = serve_core(core, prog, ["info threads", "bt", *ask("tree")])
+    assert re.search(r"in stuck::main \(\) at \S*stuck.rs:\d+", out), out
+    tree = section(out, "tree")
+    assert re.search(r"waits on Mutex 0x[0-9a-f]+, held by task \S+ stuck::lock_ba", tree), out
+    assert "tokio::time::Sleep" in tree and "stuck::oneshot_waiter" in tree, tree
+
+
+def gcore_of_stuck(prog: Path, tmp_path: Path) -> Path:
+    p = start_stuck(prog, tmp_path)
+    try:
+        return gcore(p.pid, tmp_path / "g")
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_core_is_read_only(tmp_path: Path) -> None:
+    """Resume, write and breakpoint get a clear error from the core stub; gdb stays stopped."""
+    prog = _binary("debug", "stuck")
+    core = gcore_of_stuck(prog, tmp_path)
+    out = serve_core(core, prog, ["continue", "set var *(char*)$sp = 1", "break stuck::sleeper", "continue",
+                                  "info threads"])
+    # gdb shows the stub's E.text for a resume; for a write or a breakpoint (Z0 refused, then
+    # its own memory write refused) it says it in its own words
+    assert out.count("Remote failure reply: E.asyncrsp: a core file is read-only") == 1, out
+    assert re.search(r"Cannot access memory at address 0x[0-9a-f]+\n", out), out
+    assert "Cannot insert breakpoint 1." in out, out
+    assert re.search(r"\* 1 +Thread \d+ +syscall \(\)", out), out  # still where the core left it
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "not-core"])
+def test_bad_core_is_one_line(damage: str, tmp_path: Path) -> None:
+    prog = _binary("debug", "stuck")
+    bad = tmp_path / "bad"
+    if damage in ("truncate", "garbage"):
+        data = gcore_of_stuck(prog, tmp_path).read_bytes()
+        if damage == "truncate":
+            data = data[:len(data) // 3]
+        else:  # the program headers overwritten
+            data = data[:64] + os.urandom(4096) + data[64 + 4096:]
+        bad.write_bytes(data)
+    elif damage == "empty":
+        bad.write_bytes(b"")
+    else:
+        bad.write_bytes(prog.read_bytes())
+    r = subprocess.run([sys.executable, "-m", "proxy", "serve", "--core", str(bad), "--listen", "127.0.0.1:0"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("asyncrsp: "), r.stderr
+    assert "Traceback" not in r.stderr
+    want = {"truncate": "truncated", "garbage": "corrupt", "empty": "empty", "not-core": "not a core"}[damage]
+    assert want in lines[0], lines[0]

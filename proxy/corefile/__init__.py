@@ -1,0 +1,15 @@
+"""Programs that do not run: core files (and copies of live processes) as data.
+
+* `elfcore` - parse an x86-64 ELF core (sans-IO): segments, threads, notes.
+* `regs`    - a thread's registers as the proxy's ``g`` block.
+* `image`   - `ProgramImage`: threads, registers, memory, auxv, regions.
+* `load`    - open a core file from disk (mmap) into a `ProgramImage`.
+* `stub`    - `CoreStub`: a read-only RSP stub serving an image (sans-IO).
+* `program` - reflection over an image (analysis, bias, tokio adapter).
+"""
+
+from .elfcore import CoreError, parse_core
+from .image import ProgramImage
+from .load import open_core
+
+__all__ = ["CoreError", "ProgramImage", "open_core", "parse_core"]

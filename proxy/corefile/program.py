@@ -1,0 +1,48 @@
+"""Reflection over a `ProgramImage`: the program's analysis, its load bias
+from the image's auxv, the image's clock, and the tokio adapter scanning the
+image's anonymous memory (no /proc: the image may be a core of another host
+or of a process long gone)."""
+
+from __future__ import annotations
+
+from proxy.analysis.errors import AnalysisError
+from proxy.analysis.inventory import build_inventory
+from proxy.analysis.model import Inventory
+from proxy.reflect import ReflectSource
+from proxy.reflect.source import make_source
+from proxy.reflect.tokio_adapter import TokioAdapter
+
+from .image import AT_ENTRY, ProgramImage
+
+
+def load_inventory(image: ProgramImage) -> Inventory | str:
+    """The analysis of the image's program (cached by build-id), or why not."""
+    if image.exec_file is None:
+        return "the program's file is unknown (pass --elf PROG)"
+    try:
+        return build_inventory(image.exec_file)
+    except AnalysisError as err:
+        return f"cannot analyse {image.exec_file}: {err}"
+
+
+def image_source(image: ProgramImage, inv: Inventory | None = None) -> ReflectSource | str:
+    """The reflection source for `image` (a string says why there is none)."""
+    got = inv if inv is not None else load_inventory(image)
+    if isinstance(got, str):
+        return f"reflection: {got}"
+    if not got.layouts:
+        return "reflection: no coroutine layouts in the program's DWARF (build with debug=2)"
+    bias = 0
+    if got.pie:
+        entry = image.auxv_value(AT_ENTRY)
+        if entry is None:
+            return "reflection: position-independent program and no AT_ENTRY in the core's auxv"
+        bias = entry - got.entry
+    src = make_source(got, bias, local=False)
+    clock = image.extra.get("clock_ns")
+    if isinstance(clock, int):
+        src.now_ns = lambda: clock
+    adapter = TokioAdapter(got, bias, None, False, ranges=image.heap_ranges)
+    src.discover = adapter.discover
+    src.note = f"tokio adapter off: {adapter.note}" if adapter.note else None
+    return src
