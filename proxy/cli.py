@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--core", metavar="FILE", help="serve a core file (gcore or kernel dump), read-only")
     s.add_argument("--elf", metavar="PATH", help="the program's file (default: asked from the stub, "
                                                   "or for --core the file the core names)")
+    s.add_argument("--once", action="store_true",
+                   help="end after the first client leaves (as gdbserver --once); by default a client that "
+                        "hangs up without detaching or killing leaves the stub and the capture for the next")
     _add_common(s)
     r = sub.add_parser("run", help="start gdbserver on PROGRAM behind the proxy and print the gdb command")
     _add_common(r)
@@ -138,7 +141,9 @@ def _serve(args: argparse.Namespace) -> int:
         raise ServeError(f"--elf {elf}: no such file")
     log = open(args.log_packets, "w", buffering=1) if args.log_packets else None  # noqa: SIM115
     try:
-        opts = ServeOptions(host, port, upstream, log_packets=log)
+        # `run` starts gdbserver --once on a pipe: one client.
+        opts = ServeOptions(host, port, upstream, log_packets=log,
+                            once=args.command == "run" or getattr(args, "once", False))
         def make(up: UpstreamSpec) -> Session:
             return make_session(up, probes=args.probe, elf=elf, registers=args.registers,
                                 mode=args.mode, only=args.only, exclude=args.exclude,

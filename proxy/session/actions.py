@@ -45,9 +45,12 @@ class Notice:
 
 @dataclass(frozen=True, slots=True)
 class Close:
-    """End the session after flushing what is queued."""
+    """End the session after flushing what is queued. `keep_stub`: only the
+    client's side ends; the stub link (and the capture in the program) stay
+    for the next client (a stub that accepts another one, core.client_closed)."""
 
     reason: str
+    keep_stub: bool = False
 
 
 Action = ToStub | ToStubRaw | ToClient | ToClientRaw | SetNoAck | Notice | Close

@@ -160,10 +160,28 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
         for w in writes:
             self._emit(ToStub(w))
 
-    def client_closed(self) -> None:
-        """The client hung up: take the proxy's breakpoints out, then go."""
+    def client_closed(self, keep_stub: bool = False) -> None:
+        """The client hung up: take the proxy's breakpoints out, then go.
+
+        `keep_stub`: the stub keeps the program for another client (gdbserver
+        without --once), so the proxy does as it does: the program stays as it
+        is, probes and capture included, for the next client
+        (`client_reconnected`). A running program is stopped first (the proxy
+        cannot watch it without a client), as a hidden stop in progress is."""
         self._closing = True
+        self._keep_stub = keep_stub
         self._client_queue.clear()
+        if keep_stub:
+            if self._proc is not None:
+                return  # the procedure ends in a stop (_report_stop)
+            if self.running:
+                if not self._interrupt_forwarded:
+                    self._interrupt_forwarded = True
+                    self._emit(ToStubRaw(b"\x03"))
+                    self._interrupted_for_leave = True
+                return
+            self._emit(Close("client disconnected", keep_stub=True))
+            return
         if self._program_exited or not self._holds_program():
             self._emit(Close("client disconnected"))
             return
@@ -180,6 +198,19 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
             return  # the stop reply arrives, then we clean up (see _on_stop_reply)
         if self._proc is None:
             self._start_proc(self._proc_leave())
+
+    def client_reconnected(self) -> None:
+        """The next client of a kept stub (client_closed): it starts afresh
+        (qSupported, `?`, its own no-ack mode); the program, the probes and
+        the capture are as the last client left them."""
+        self._closing = self._keep_stub = False
+        self._client_queue.clear()
+        self.client_features = []
+        self.client_g_thread = None
+        self._resume = None
+        self._interrupt_forwarded = self._interrupt_pending = False
+        self._interrupted_for_leave = False
+        self.stats.reconnects += 1
 
     def stub_closed(self) -> None:
         self._emit(Notice("the stub closed the connection"))
@@ -224,6 +255,15 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
                 return self._client_qxfer(body, raw)
             if head in (b"D", b"k") or body.startswith(b"vKill"):
                 return self._client_leave(body, raw)
+            if body.startswith((b"vRun;", b"vAttach;")):
+                self._new_process()  # its stop reply is snooped as `?`'s (_on_client_reply)
+                return self._forward(body, raw)
+            if head == b"R":
+                # Extended-remote restart: gdbserver answers nothing (it
+                # restarts the program and waits for the next request).
+                self._new_process()
+                self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+                return None
             if head in (b"G", b"P") and self._stopped is not None:
                 self._stopped.pc = None  # the client may have moved the pc
             resume = parse_resume(body)
@@ -406,7 +446,9 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
         else:
             self._stopped = None
         if self._closing:
-            if not self._program_exited and self._holds_program():
+            if self._keep_stub:
+                self._emit(Close("client disconnected", keep_stub=True))
+            elif not self._program_exited and self._holds_program():
                 self._start_proc(self._proc_leave())
             else:
                 self._emit(Close("client disconnected"))

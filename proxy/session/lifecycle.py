@@ -27,6 +27,37 @@ class CaptureLifecycle(SessionBase):
         """The proxy has something in the program to take out before it goes."""
         return bool(self.bps.proxy_only()) or self._capture_installed or self._capture_interrupt
 
+    def _new_process(self) -> None:
+        """Extended-remote: the client starts or attaches another process (vRun,
+        vAttach, R). Nothing of the proxy's is in it: the capture is planned
+        again for it at its first resume, and its graph starts fresh (a new
+        target). The old process is gone (gdb kills it first; `R` and vRun
+        make gdbserver kill it), so nothing is taken out of it."""
+        if self._capture_counts:
+            self._fold_capture_counts()
+        if self.capture is not None and self._capture_installed:
+            self._keep_residue()
+        self.bps.forget_all()
+        self.probes.clear()
+        self._capture_keys = []
+        self._capture_installed = False
+        self._capture_interrupt = False
+        if self.config.make_capture is not None:
+            self.capture = None
+        self.target = None
+        self._planted = False
+        self._program_exited = False
+        self._main_pid = None
+        self._entry = None
+        self.load_bias = None
+        self.exec_file = self.config.elf_path  # asked again: vRun may name another program
+        self._stopped = None
+        self._last_stop = None
+        self._resume = None
+        self._interrupt_forwarded = self._interrupt_pending = False
+        self._interrupted_for_leave = False
+        self.processes += 1
+
     def _proc_plant_then_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
         yield from self._plant()
         self._proc = None

@@ -102,6 +102,7 @@ class SessionStats:
     interrupts_during_hidden: int = 0
     capture_errors: int = 0
     client_packets: int = 0
+    reconnects: int = 0  # clients after the first on a kept stub
     stub_packets: int = 0
     probe_stats: ProbeStats = field(default_factory=ProbeStats)
 
@@ -121,6 +122,7 @@ class SessionBase:
         self._proc_expect = 0
         self._client_queue: deque[bytes] = deque()
         self._closing = False
+        self._keep_stub = False  # the client hung up and the stub stays for the next one
         # what the client believes / asked
         self.client_features: list[Feature] = []
         self.stub_features: list[Feature] = []
@@ -162,6 +164,7 @@ class SessionBase:
         self._entry: int | None = None
         self._emulate = False  # decided from the stub's qSupported reply
         self._main_pid: int | None = None  # the program's process (fork children are others)
+        self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
 
     def take_actions(self) -> list[Action]:

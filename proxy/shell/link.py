@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 import trio
@@ -68,10 +69,15 @@ class Link:
         *,
         log: PacketLog | None = None,
         notice: "callable[[str], None] | None" = None,  # type: ignore[valid-type]
+        sconn: Connection | None = None,
+        keep_stub: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.session = session
         self.client, self.stub = client, stub
-        self.cconn, self.sconn = Connection(), Connection(drop_before_ack=True)
+        # The stub's side outlives a client when the stub is kept for the next one.
+        self.cconn, self.sconn = Connection(), sconn or Connection(drop_before_ack=True)
+        self.keep_stub = keep_stub
+        self.stub_kept = False
         self.client_lock, self.stub_lock = trio.Lock(), trio.Lock()
         self.log = log or PacketLog(None)
         self.notice = notice or (lambda text: None)
@@ -91,6 +97,10 @@ class Link:
     # -- pumps
     async def _pump(self, side: str, stream: trio.abc.Stream, conn: Connection) -> None:
         """Read one side until it closes; feed its packets to the session."""
+        # What a kept stub sent while no client was connected (serve.py) first.
+        while (ev := conn.next_event()) is not None:
+            self._dispatch(side, ev)
+            await self._flush()
         while True:
             try:
                 data = await stream.receive_some(65536)
@@ -171,9 +181,11 @@ class Link:
             await self._flush()
             self._close("stub disconnected")
             return
-        # The client left: the session takes the probes out first (rule 9).
+        # The client left: the session takes the probes out first (rule 9),
+        # unless the stub keeps the program for the next client.
         self.client_gone = True
-        self.session.client_closed()
+        keep = self.keep_stub is not None and await self.keep_stub()
+        self.session.client_closed(keep_stub=keep)
         await self._flush()
         with trio.move_on_after(LEAVE_TIMEOUT):
             await self.closed.wait()
@@ -200,6 +212,7 @@ class Link:
                 self.notice(action.text)
             elif isinstance(action, Close):
                 await self._send_pending()
+                self.stub_kept = action.keep_stub
                 self._close(action.reason)
         await self._send_pending()
 

@@ -26,6 +26,11 @@ class ServeOptions:
     port: int
     upstream: UpstreamSpec
     log_packets: TextIO | None = None
+    # End when the first client leaves (as gdbserver --once). Otherwise a
+    # client that hangs up without detaching or killing leaves the stub link,
+    # the program and the capture for the next client on the same port, when
+    # the stub itself would take another client (_stub_takes_another).
+    once: bool = False
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
 
 
@@ -36,8 +41,59 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+async def _stub_takes_another(spec: UpstreamSpec) -> bool:
+    """Would the stub accept another client after this one? gdbserver
+    without --once keeps its listening socket open while it serves a client
+    (with --once it closes it at the first accept): a connection attempt
+    tells. The attempt waits in gdbserver's backlog, and is taken (and seen
+    closed at once) only after the proxy's own link ends."""
+    if spec.kind != "tcp":
+        return False  # a stub on a pipe or a socket file serves its one link
+    try:
+        with trio.move_on_after(1):
+            probe = await trio.open_tcp_stream(spec.host, spec.port)
+            await probe.aclose()
+            return True
+    except OSError:
+        pass
+    return False
+
+
+async def _next_client(listener: trio.SocketListener, stub: trio.abc.Stream
+                       ) -> tuple[trio.SocketStream, bytes] | None:
+    """Wait for the next client of a kept stub, watching the stub meanwhile:
+    a stub that goes away ends the proxy (None); what it sends is kept."""
+    got: list[trio.SocketStream] = []
+    pending = bytearray()
+    gone = False
+
+    async def accept(scope: trio.CancelScope) -> None:
+        got.append(await listener.accept())
+        scope.cancel()
+
+    async def watch(scope: trio.CancelScope) -> None:
+        nonlocal gone
+        while True:
+            try:
+                data = await stub.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if not data:
+                gone = True
+                scope.cancel()
+                return
+            pending.extend(data)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(accept, nursery.cancel_scope)
+        nursery.start_soon(watch, nursery.cancel_scope)
+    if gone and not got:
+        return None
+    return got[0], bytes(pending)
+
+
 async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Session]) -> int:
-    """Serve one client session; return the exit status."""
+    """Serve client sessions on one stub; return the exit status."""
     say = lambda text: print(f"asyncrsp: {text}", file=opts.stderr, flush=True)  # noqa: E731
     try:
         listeners = await trio.open_tcp_listeners(opts.port, host=opts.host)
@@ -50,20 +106,43 @@ async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Sessi
     say(f"listening on {sockname[0]}:{sockname[1]}")
     async with listener:
         client = await listener.accept()
-    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    session = make_session(opts.upstream)
-    say(session.register_notice.removeprefix("asyncrsp: "))
-    try:
-        upstream = await connect(opts.upstream)
-    except UpstreamError as err:
-        await client.aclose()
-        raise ServeError(str(err)) from None
-    try:
-        link = Link(session, client, upstream.stream, log=PacketLog(opts.log_packets), notice=say)
-        reason = await link.run()
-    finally:
-        with trio.CancelScope(shield=True):
+        if opts.once:
+            await listener.aclose()  # as gdbserver --once: nobody else connects
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        session = make_session(opts.upstream)
+        say(session.register_notice.removeprefix("asyncrsp: "))
+        try:
+            upstream = await connect(opts.upstream)
+        except UpstreamError as err:
             await client.aclose()
-            await upstream.aclose()
+            raise ServeError(str(err)) from None
+        log = PacketLog(opts.log_packets)
+        keep = None if opts.once else (lambda: _stub_takes_another(opts.upstream))
+        sconn = None
+        try:
+            while True:
+                link = Link(session, client, upstream.stream, log=log, notice=say, sconn=sconn, keep_stub=keep)
+                sconn = link.sconn
+                try:
+                    reason = await link.run()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await client.aclose()
+                if not link.stub_kept:
+                    break
+                say(f"client left; the stub, the program and the capture wait for the next client "
+                    f"on {sockname[0]}:{sockname[1]}")
+                got = await _next_client(listener, upstream.stream)
+                if got is None:
+                    reason = "the stub closed the connection while no client was connected"
+                    break
+                client, pending = got
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                session.client_reconnected()
+                if pending:
+                    sconn.feed(pending)  # the link's stub pump handles it first
+        finally:
+            with trio.CancelScope(shield=True):
+                await upstream.aclose()
     say(f"session ended: {reason}")
     return 0

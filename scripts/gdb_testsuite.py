@@ -1,0 +1,404 @@
+"""GDB's own testsuite through asyncrsp (`scripts/gdb-testsuite`, see --help).
+
+The subset: gdb.server/*.exp but server-connect.exp (it needs host names the
+machine may not have), and seven stepping and thread tests. Each way runs
+the same tests with board native-gdbserver; what changes is the GDBSERVER
+the testsuite starts:
+
+  straight  the real gdbserver
+  proxy     a wrapper: `asyncrsp serve` on the port the testsuite asked for,
+            the real gdbserver on a private port behind it
+  probe     the same with `--probe .` (a hidden probe on every function)
+
+The wrapper starts the proxy first (so it listens before gdbserver prints
+"Listening on", which is what the testsuite waits for), then becomes the
+real gdbserver (exec): the testsuite's kill, close and `exp_pid` reach the
+real stub, and the proxy learns of it as a client would, from the closed
+link. A stub on stdio (`target remote | gdbserver - prog`) and runs without
+a port (--selftest, --version) are passed to gdbserver as they are. Every
+proxy the wrapper started is ended after its run, and its log kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "integration" / "build" / "gdb-testsuite"
+GDB_VERSION = "13.1"
+TESTS = (
+    # gdb.server/*.exp but server-connect.exp: filled in from the source
+    "gdb.base/range-stepping.exp",
+    "gdb.threads/step-over-lands-on-breakpoint.exp",
+    "gdb.base/step-test.exp",
+    "gdb.base/break.exp",
+    "gdb.threads/step-over-trips-on-watchpoint.exp",
+    "gdb.threads/interrupt-while-step-over.exp",
+    "gdb.threads/schedlock.exp",
+)
+SKIPPED = ("gdb.server/server-connect.exp",)
+WAYS = {"straight": (), "proxy": (), "probe": ("--probe", ".")}
+RESULT = re.compile(r"^(PASS|FAIL|XFAIL|XPASS|KFAIL|KPASS|UNRESOLVED|UNSUPPORTED|UNTESTED|ERROR|DUPLICATE): (\S+\.exp): ?(.*)$")
+SHOWN = ("PASS", "FAIL", "UNRESOLVED", "ERROR")
+
+
+# -- fetching and configuring (once, into CACHE) -------------------------------
+
+def _apt_options(d: Path) -> list[str]:
+    return [f"-oDir::State::Lists={d}/lists", f"-oDir::Etc::SourceList={d}/sources.list",
+            "-oDir::Etc::SourceParts=/dev/null", f"-oDir::Cache={d}/cache",
+            f"-oDir::State::status={d}/dpkg/status", "-oAPT::Install-Recommends=false",
+            "-oDebug::NoLocking=1"]
+
+
+def _debian_uri() -> str:
+    """The system's Debian mirror (read only; the system's sources stay as they are)."""
+    for f in [Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")]:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        m = re.search(r"^URIs:\s*(\S+)", text, re.M) or re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", text, re.M)
+        if m and "security" not in m.group(1):
+            return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
+    with open(log, "a") as fh:
+        fh.write(f"$ {shlex.join(cmd)}\n")
+        fh.flush()
+        r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd)
+    if r.returncode != 0:
+        sys.exit(f"gdb-testsuite: `{shlex.join(cmd)}` failed (exit {r.returncode}); see {log}")
+
+
+def ensure_testsuite() -> Path:
+    """Fetch and configure once; returns the configured build directory."""
+    obj = CACHE / "obj"
+    if (obj / "site.exp").exists() and (CACHE / "root" / "usr" / "bin" / "runtest").exists():
+        return obj
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log = CACHE / "setup.log"
+    apt = CACHE / "apt"
+    for sub in ("lists/partial", "cache/archives/partial", "dpkg", "src"):
+        (apt / sub).mkdir(parents=True, exist_ok=True)
+    (apt / "dpkg" / "status").touch()
+    uri = _debian_uri()
+    key = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]"
+    (apt / "sources.list").write_text(f"deb {key} {uri} bookworm main\ndeb-src {key} {uri} bookworm main\n")
+    o = _apt_options(apt)
+    print("gdb-testsuite: fetching Debian's gdb source package, dejagnu and expect (private apt state) ...",
+          file=sys.stderr, flush=True)
+    _run(["apt-get", *o, "update"], log)
+    if not list((apt / "src").glob(f"gdb_{GDB_VERSION}.orig.tar.*")):
+        _run(["apt-get", *o, "source", "--download-only", "gdb"], log, cwd=apt / "src")
+    _run(["apt-get", *o, "install", "--download-only", "-y", "dejagnu", "expect"], log)
+    root = CACHE / "root"
+    root.mkdir(exist_ok=True)
+    for name in ("dejagnu", "expect", "tcl-expect", "tcl8.6", "libtcl8.6"):
+        for deb in (apt / "cache" / "archives").glob(f"{name}_*.deb"):
+            _run(["dpkg", "-x", str(deb), str(root)], log)
+    tarball = next((apt / "src").glob(f"gdb_{GDB_VERSION}.orig.tar.*"))
+    top = f"gdb-{GDB_VERSION}"
+    _run(["tar", "xf", str(tarball), "-C", str(CACHE), "--wildcards", f"{top}/gdb/testsuite/*",
+          f"{top}/gdb/silent-rules.mk", f"{top}/gdb/disable-implicit-rules.mk", f"{top}/config*",
+          f"{top}/install-sh"], log)
+    obj.mkdir(exist_ok=True)
+    _run([str(CACHE / top / "gdb" / "testsuite" / "configure")], log, cwd=obj)
+    _run(["make", "site.exp"], log, cwd=obj)
+    return obj
+
+
+def tool_env() -> dict[str, str]:
+    root = CACHE / "root"
+    env = dict(os.environ)
+    env["PATH"] = f"{root}/usr/bin:{env.get('PATH', '/usr/bin:/bin')}"
+    env["LD_LIBRARY_PATH"] = f"{root}/usr/lib/x86_64-linux-gnu"
+    env["TCLLIBPATH"] = f"{root}/usr/lib/tcltk/x86_64-linux-gnu"
+    return env
+
+
+def all_tests() -> list[str]:
+    src = CACHE / f"gdb-{GDB_VERSION}" / "gdb" / "testsuite"
+    server = sorted(f"gdb.server/{p.name}" for p in (src / "gdb.server").glob("*.exp"))
+    return [t for t in server if t not in SKIPPED] + list(TESTS)
+
+
+# -- the wrapper (GDBSERVER=...) ----------------------------------------------
+
+_COMM = re.compile(r"^(?P<host>[^:]*):(?P<port>\d+)$")
+_ARG_OPTIONS = ("--wrapper",)  # gdbserver options that take words up to "--"
+
+
+def _comm_index(args: list[str]) -> int | None:
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--wrapper":
+            i = args.index("--", i) + 1 if "--" in args[i:] else len(args)
+            continue
+        if a.startswith("--"):
+            i += 1
+            continue
+        return i if _COMM.match(a) else None
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wrap(run_dir: Path, proxy_args: list[str], gdbserver: str, args: list[str]) -> None:
+    """Be the GDBSERVER the testsuite starts (see the module docstring)."""
+    i = _comm_index(args)
+    if i is None:
+        os.execv(gdbserver, [gdbserver, *args])
+    m = _COMM.match(args[i])
+    assert m is not None
+    host = m.group("host") or "0.0.0.0"
+    if host == "localhost":
+        host = "127.0.0.1"
+    private = _free_port()
+    extra = list(proxy_args)
+    if "--once" in args[:i]:
+        extra.append("--once")
+    log = run_dir / f"proxy-{os.getpid()}.log"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for k in ("LD_LIBRARY_PATH", "TCLLIBPATH"):
+        env.pop(k, None)
+    argv = [sys.executable, "-m", "proxy.cli", "serve", "--listen", f"{host}:{m.group('port')}",
+            "--upstream", f"127.0.0.1:{private}", *extra]
+    with open(log, "w") as fh:
+        fh.write(f"gdbserver {shlex.join(args)}\n")
+    # The proxy must not be gdbserver's child (this process becomes gdbserver):
+    # gdbserver waits for any child (waitpid -1) and would reap it. A child
+    # starts it in its own session and exits; init adopts it.
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        with open(log, "a") as fh:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env)
+        os.write(w, b"%d" % p.pid)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(child, 0)
+    pid = int(os.read(r, 32))
+    os.close(r)
+    with open(run_dir / "proxies", "a") as fh:
+        fh.write(f"{pid}\n")
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 60
+    while True:
+        text = log.read_text(errors="replace")
+        if "listening on" in text:
+            break
+        if not alive() or time.monotonic() > deadline:
+            if "is busy" in text:
+                print("Can't bind address: Address already in use.", flush=True)
+            else:
+                print(f"asyncrsp did not start: {text.strip().splitlines()[-1:]}", flush=True)
+            sys.exit(1)
+        time.sleep(0.01)
+    args = [*args[:i], f"127.0.0.1:{private}", *args[i + 1:]]
+    os.execv(gdbserver, [gdbserver, *args])
+
+
+def _end_proxies(run_dir: Path) -> int:
+    """End the proxies a run left behind (each should have ended with its stub)."""
+    f = run_dir / "proxies"
+    left = 0
+    if not f.exists():
+        return 0
+    pids = [int(line) for line in f.read_text().split()]
+    deadline = time.monotonic() + 3  # the last ones see their stub go as runtest ends
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if not alive(pid):
+            continue
+        left += 1
+        with open(run_dir / "proxies-left", "a") as fh:
+            fh.write(f"{pid}\n")
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return left
+
+
+# -- running and reporting ------------------------------------------------------
+
+def label_of(way: str, capture: str | None) -> str:
+    return way if capture is None or way == "straight" else f"{way}-{capture}"
+
+
+def run_way(way: str, tests: list[str], capture: str | None, timeout_factor: int | None) -> dict:
+    obj = ensure_testsuite()
+    label = label_of(way, capture)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = CACHE / "runs" / label / stamp
+    run_dir.mkdir(parents=True)
+    shutil.copy(obj / "site.exp", run_dir / "site.exp")
+    gdbserver = shutil.which("gdbserver") or "/usr/bin/gdbserver"
+    server = gdbserver
+    if way != "straight":
+        extra = list(WAYS[way]) + (["--capture", capture] if capture else [])
+        server = str(run_dir / "gdbserver-through-asyncrsp")
+        Path(server).write_text(
+            "#!/bin/sh\n"
+            f"exec {shlex.quote(sys.executable)} {shlex.quote(__file__)} --as-gdbserver {shlex.quote(str(run_dir))}"
+            f" {shlex.quote(gdbserver)} {shlex.quote(json.dumps(extra))} \"$@\"\n")
+        os.chmod(server, 0o755)
+    src = CACHE / f"gdb-{GDB_VERSION}" / "gdb" / "testsuite"
+    cmd = ["runtest", f"--srcdir={src}", f"GDB={shutil.which('gdb') or '/usr/bin/gdb'}",
+           f"GDBSERVER={server}", "--target_board=native-gdbserver", *tests]
+    t0 = time.monotonic()
+    with open(run_dir / "runtest.out", "w") as fh:
+        subprocess.run(cmd, cwd=run_dir, env=tool_env(), stdout=fh, stderr=subprocess.STDOUT,
+                       stdin=subprocess.DEVNULL)
+    elapsed = time.monotonic() - t0
+    left = _end_proxies(run_dir)
+    results = parse_sum(run_dir / "gdb.sum")
+    rec = {"way": label, "tests": tests, "time": elapsed, "dir": str(run_dir), "proxies_left": left,
+           "results": results}
+    (run_dir / "result.json").write_text(json.dumps(rec))
+    return rec
+
+
+def parse_sum(path: Path) -> list[list[str]]:
+    out = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = RESULT.match(line)
+        if m:
+            out.append([m.group(1), m.group(2), m.group(3)])
+    return out
+
+
+def counts(results: list[list[str]]) -> collections.Counter:
+    return collections.Counter(r[0] for r in results)
+
+
+def names(results: list[list[str]], status: str) -> collections.Counter:
+    return collections.Counter(f"{r[1]}: {r[2]}" for r in results if r[0] == status)
+
+
+def report(recs: list[dict], out=sys.stdout) -> None:
+    print(f"{'way':<22} {'PASS':>6} {'FAIL':>5} {'other':>6} {'time':>8}  ratio", file=out)
+    base = next((r for r in recs if r["way"] == "straight"), None)
+    for r in recs:
+        c = counts(r["results"])
+        other = sum(v for k, v in c.items() if k not in ("PASS", "FAIL"))
+        ratio = f"{r['time'] / base['time']:.2f}x" if base and base["time"] else ""
+        left = f"  ({r['proxies_left']} proxies left running, ended)" if r.get("proxies_left") else ""
+        print(f"{r['way']:<22} {c['PASS']:>6} {c['FAIL']:>5} {other:>6} {r['time']:>7.1f}s  {ratio}{left}",
+              file=out)
+    if base is None:
+        return
+    bp, bf = names(base["results"], "PASS"), names(base["results"], "FAIL")
+    for r in recs:
+        if r is base:
+            continue
+        lost = bp - names(r["results"], "PASS")
+        gained = names(r["results"], "PASS") - bp
+        new_fail = names(r["results"], "FAIL") - bf
+        if not (lost or gained or new_fail):
+            print(f"\n{r['way']}: the same PASS set as straight, no new FAIL", file=out)
+            continue
+        print(f"\n{r['way']}: {sum(lost.values())} PASS missing, {sum(gained.values())} PASS extra, "
+              f"{sum(new_fail.values())} new FAIL", file=out)
+        for title, cnt in (("missing PASS", lost), ("extra PASS", gained), ("new FAIL", new_fail)):
+            for name, n in sorted(cnt.items()):
+                print(f"  {title}: {name}" + (f" (x{n})" if n > 1 else ""), file=out)
+
+
+def stored(label: str, tests: list[str]) -> dict | None:
+    """The newest stored result of each test for one way, merged (for --report)."""
+    best: dict[str, tuple[float, dict]] = {}
+    for f in sorted((CACHE / "runs" / label).glob("*/result.json")):
+        rec = json.loads(f.read_text())
+        for t in rec["tests"]:
+            best[t] = (rec["time"] / max(1, len(rec["tests"])), rec)  # newest wins
+    if not best:
+        return None
+    recs = {id(rec): rec for _, rec in best.values()}
+    results = [r for rec in recs.values() for r in rec["results"] if r[1] in tests and best.get(r[1], (0, None))[1] is rec]
+    missing = [t for t in tests if t not in best]
+    return {"way": label + (f" ({len(missing)} tests not run)" if missing else ""),
+            "time": sum(rec["time"] for rec in recs.values()), "results": results}
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--as-gdbserver"]:
+        run_dir, gdbserver, extra = Path(argv[1]), argv[2], json.loads(argv[3])
+        wrap(run_dir, extra, gdbserver, argv[4:])
+        return 0
+    p = argparse.ArgumentParser(prog="gdb-testsuite", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--way", action="append", choices=tuple(WAYS), help="run only these ways (repeatable; default all three)")
+    p.add_argument("--part", metavar="N/K", help="run the N-th of K parts of the subset (each part < 10 min)")
+    p.add_argument("--capture", choices=("uprobes", "tracepoints", "breakpoints"),
+                   help="force a capture backend in the proxy ways")
+    p.add_argument("--report", action="store_true", help="print the figures over every stored part, run nothing")
+    p.add_argument("--list", action="store_true", help="print the subset and exit")
+    p.add_argument("tests", nargs="*", help="test files (e.g. gdb.server/ext-run.exp) instead of the subset")
+    a = p.parse_args(argv)
+    ensure_testsuite()
+    tests = a.tests or all_tests()
+    if a.part:
+        n, _, k = a.part.partition("/")
+        if not (n.isdigit() and k.isdigit() and 1 <= int(n) <= int(k)):
+            p.error("--part N/K, e.g. --part 1/3")
+        tests = [t for i, t in enumerate(tests) if i % int(k) == int(n) - 1]
+    if a.list:
+        print("\n".join(tests))
+        return 0
+    ways = a.way or list(WAYS)
+    if a.report:
+        recs = [r for w in ways if (r := stored(label_of(w, a.capture), tests)) is not None]
+        report(recs)
+        return 0
+    recs = []
+    for way in ways:
+        print(f"gdb-testsuite: {label_of(way, a.capture)}: {len(tests)} test files ...", file=sys.stderr, flush=True)
+        recs.append(run_way(way, tests, a.capture, None))
+    report(recs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
