@@ -13,12 +13,13 @@ from proxy.commands.document import graph_document, graph_document_empty
 from proxy.commands.monitor import MonitorContext, run_monitor
 from proxy.commands.osdata import handles, merge_osdata_types, osdata_table, render
 from proxy.regsafety import (
+    STUB_PROBE_QSUPPORTED,
     UNKNOWN_STUB,
     RegisterPolicy,
     decide_policy,
     detect_stub_from_command,
     read_host_xsave_layout,
-    stub_kind_from_qsupported_reply,
+    stub_reply_policy,
 )
 from proxy.session.core import Session, SessionConfig
 from proxy.shell.upstream import UpstreamSpec
@@ -210,13 +211,7 @@ def stub_classifier(upstream: UpstreamSpec, requested: str | None) -> Callable[[
     layout = read_host_xsave_layout() if upstream.is_local else None
 
     def classify(reply: bytes) -> tuple[bool, str]:
-        kind = stub_kind_from_qsupported_reply(reply)
-        if kind is None:
-            # Only gdbserver has the bug, and its reply is recognisable
-            # (QStartupWithShell+, QEnvironmentHexEncoded+): this is not it.
-            return False, "asyncrsp: registers: full (the stub's qSupported reply is not gdbserver's)"
-        policy = decide_policy(requested=None, stub_is_local=upstream.is_local, stub_kind=kind,
-                               stub_version=None, host_layout=layout)
+        policy = stub_reply_policy(reply, stub_is_local=upstream.is_local, host_layout=layout)
         return policy.safe, policy.notice()
 
     return classify
@@ -279,6 +274,7 @@ def make_session(
         open_target=lambda path, entry, pid, feats: open_target(
             path, entry, pid, local=upstream.is_local, stub_features=feats, load_inventory=build_inventory),
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
+        stub_probe=STUB_PROBE_QSUPPORTED,
         local_exe=local_exe if upstream.is_local else None,
     )
     if upstream.kind == "core":

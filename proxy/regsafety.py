@@ -258,8 +258,10 @@ OPT_OUT = "--registers full to override"
 
 def decide_policy(*, requested: str | None, stub_is_local: bool, stub_kind: str | None,
                   stub_version: tuple[int, int] | None,
-                  host_layout: XsaveLayout | None) -> RegisterPolicy:
-    """The session's register mode; see the module docstring for the table."""
+                  host_layout: XsaveLayout | None, version_how: str | None = None) -> RegisterPolicy:
+    """The session's register mode; see the module docstring for the table.
+    `version_how`: how `stub_version` was learned when it is only a lower
+    bound (a feature of the stub's qSupported reply), for the notice."""
     if requested is not None and requested not in ("safe", "full"):
         raise ValueError(f"--registers must be 'safe' or 'full', not {requested!r}")
     if requested == "safe":
@@ -269,7 +271,8 @@ def decide_policy(*, requested: str | None, stub_is_local: bool, stub_kind: str 
     if stub_kind is not None and stub_kind != "gdbserver":
         return RegisterPolicy(False, f"stub is {stub_kind}, which does not have gdbserver 13's XSAVE bug")
     if stub_kind == "gdbserver" and stub_version is not None and stub_version >= FIXED_GDBSERVER:
-        return RegisterPolicy(False, f"gdbserver {_v(stub_version)} reads the XSAVE layout from CPUID")
+        version = f"{_v(stub_version)}" if version_how is None else f">= {stub_version[0]} ({version_how})"
+        return RegisterPolicy(False, f"gdbserver {version} reads the XSAVE layout from CPUID")
     who = _describe_stub(stub_kind, stub_version)
     if not stub_is_local:
         return RegisterPolicy(True, f"{who} on another host: staying safe; {SAFE_HIDES}; {OPT_OUT}")
@@ -416,6 +419,45 @@ def stub_kind_from_qsupported_reply(reply: bytes) -> str | None:
         if marker in features:
             return kind
     return None
+
+
+# The qSupported the proxy sends on its own, first, to a stub it did not start
+# and that might be gdbserver < 14 (proxy/session/core.py); its reply goes
+# to stub_reply_policy and never to the client, and the client's own
+# qSupported follows (gdbserver re-decides its register mode at every
+# qSupported, so this one leaves nothing behind). QThreadOptions=5 offers
+# GDB 14's thread options (clone, exit events): see gdbserver_floor_from_reply.
+STUB_PROBE_QSUPPORTED = b"qSupported:multiprocess+;swbreak+;QThreadOptions=5"
+
+# The QThreadOptions packet came with GDB 14, the release that reads the
+# XSAVE layout from CPUID. Measured here: gdbserver 16.3 (trixie) and 18
+# (sid) answer `QThreadOptions=3` (to this probe and also to a qSupported
+# that does not offer it); gdbserver 13.1 answers nothing of the kind.
+THREAD_OPTIONS_SINCE = FIXED_GDBSERVER
+
+
+def gdbserver_floor_from_reply(reply: bytes) -> tuple[int, int] | None:
+    """The oldest gdbserver that sends this qSupported reply, when a feature
+    tells: ``QThreadOptions=`` -> 14.0; None otherwise."""
+    features = reply.decode("latin-1").split(";")
+    if any(f.startswith("QThreadOptions=") for f in features):
+        return THREAD_OPTIONS_SINCE
+    return None
+
+
+def stub_reply_policy(reply: bytes, *, stub_is_local: bool,
+                      host_layout: XsaveLayout | None) -> RegisterPolicy:
+    """The register mode for a stub the proxy did not start, from its reply
+    to STUB_PROBE_QSUPPORTED."""
+    kind = stub_kind_from_qsupported_reply(reply)
+    if kind is None:
+        # Only gdbserver has the bug, and its reply is recognisable
+        # (QStartupWithShell+, QEnvironmentHexEncoded+): this is not it.
+        return RegisterPolicy(False, "the stub's qSupported reply is not gdbserver's")
+    floor = gdbserver_floor_from_reply(reply) if kind == "gdbserver" else None
+    return decide_policy(requested=None, stub_is_local=stub_is_local, stub_kind=kind,
+                         stub_version=floor, host_layout=host_layout,
+                         version_how="it answers QThreadOptions" if floor else None)
 
 
 def upstream_is_local(upstream: str) -> bool:

@@ -39,6 +39,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import debuggers
+
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 10.0
 PROXY_READY = re.compile(rb"asyncrsp: listening on 127\.0\.0\.1:(\d+)")
@@ -229,9 +231,9 @@ def _start_gdbserver_inproc(program: Path, args: Sequence[str], attach: int | No
 def _start_gdbserver(program: Path, args: Sequence[str], attach: int | None,
                      wrapper: Sequence[str] = ()) -> StubProc:
     if attach is not None:
-        argv = ["gdbserver", "--once", "--attach", "127.0.0.1:0", str(attach)]
+        argv = debuggers.argv("gdbserver", "--once", "--attach", "127.0.0.1:0", str(attach))
     else:
-        argv = ["gdbserver", "--once", *wrapper, "127.0.0.1:0", str(program), *args]
+        argv = debuggers.argv("gdbserver", "--once", *wrapper, "127.0.0.1:0", str(program), *args)
     proc = _popen(argv)
     out = OutputPump(proc.stdout)
     m = out.wait_for(re.compile(rb"Listening on port (\d+)"), READY_TIMEOUT)
@@ -246,7 +248,7 @@ def _start_gdbserver(program: Path, args: Sequence[str], attach: int | None,
 def _start_lldb_server(program: Path, args: Sequence[str], attach: int | None) -> StubProc:
     rfd, wfd = os.pipe()
     target = ["--attach", str(attach)] if attach is not None else ["--", str(program), *args]
-    argv = ["lldb-server", "gdbserver", "127.0.0.1:0", "--pipe", str(wfd), *target]
+    argv = debuggers.argv("lldb-server", "gdbserver", "127.0.0.1:0", "--pipe", str(wfd), *target)
     proc = _popen(argv, pass_fds=(wfd,))
     os.close(wfd)
     out = OutputPump(proc.stdout)
@@ -292,9 +294,15 @@ STUB_TOOLS = {"gdbserver": "gdbserver", "gdbserver-inproc": "gdbserver", "lldb-s
 
 @contextlib.contextmanager
 def start_stub(kind: str, program: Path, args: Sequence[str] = (),
-               attach: int | None = None) -> Iterator[StubProc]:
-    """Start stub ``kind`` ("gdbserver", "lldb-server", "qemu") on ``program``."""
-    stub = STARTERS[kind](program, args, attach)
+               attach: int | None = None, wrapper: Sequence[str] = ()) -> Iterator[StubProc]:
+    """Start stub ``kind`` ("gdbserver", "lldb-server", "qemu") on ``program``;
+    `wrapper`: gdbserver's ``--wrapper ... --`` words."""
+    if wrapper:
+        if kind != "gdbserver":
+            raise ValueError(f"only gdbserver takes a --wrapper, not {kind}")
+        stub = _start_gdbserver(program, args, attach, wrapper=wrapper)
+    else:
+        stub = STARTERS[kind](program, args, attach)
     try:
         yield stub
     finally:

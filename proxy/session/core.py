@@ -282,10 +282,12 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
     def _proc_qsupported(self, client: list[Feature]) -> Procedure:
         if self.config.classify_stub is not None and self.config.registers_safe:
             # Only gdbserver < 14 needs xmlRegisters left out (rule 11); QEMU
-            # then sends a g block longer than its description. A plain
-            # qSupported first tells which stub this is (gdbserver re-decides
-            # its register mode at every qSupported, so this one is harmless).
-            (probe,) = yield Exchange((b"qSupported:multiprocess+;swbreak+",))
+            # then sends a g block longer than its description. A qSupported
+            # of our own first (its reply never reaches the client) tells which
+            # stub this is, and a gdbserver >= 14 by its QThreadOptions= (regsafety);
+            # gdbserver re-decides its register mode at every qSupported, so
+            # this one leaves nothing behind.
+            (probe,) = yield Exchange((self.config.stub_probe,))
             safe, notice = self.config.classify_stub(probe)
             self.config.registers_safe = safe
             self.register_notice = notice

@@ -69,10 +69,12 @@ class SessionConfig:
     # Open the program (proxy.capture.target.open_target): (path, AT_ENTRY,
     # pid, stub feature names) -> Target.
     open_target: Callable[[str | None, int | None, int | None, frozenset[str]], Any] | None = None
-    # The stub's kind is unknown (a TCP stub): ask it a plain qSupported first
+    # The stub's kind is unknown (a TCP stub): ask it a qSupported of our own first
     # and decide the register mode from what its reply shows:
     # (qSupported reply) -> (registers_safe, notice).
     classify_stub: Callable[[bytes], tuple[bool, str]] | None = None
+    # The qSupported that asks it (proxy.regsafety.STUB_PROBE_QSUPPORTED).
+    stub_probe: bytes = b"qSupported:multiprocess+;swbreak+"
     # The program's file from its pid when the stub cannot tell (local stubs).
     local_exe: Callable[[int], str | None] | None = None
     # Emulate probed instructions instead of stepping over them (emulate.py).

@@ -233,6 +233,49 @@ def test_stub_kind_from_qsupported_reply(reply: bytes, kind: str | None) -> None
     assert rs.stub_kind_from_qsupported_reply(reply) == kind
 
 
+# Real replies to STUB_PROBE_QSUPPORTED (abridged, the order kept): gdbserver
+# 16.3 of Debian trixie and 18.1 of sid end with these features; 13.1 (this
+# host) has no QThreadOptions.
+GDBSERVER16_REPLY = (b"PacketSize=2001f;QPassSignals+;QStartupWithShell+;QEnvironmentHexEncoded+;"
+                     b"binary-upload+;qXfer:features:read+;QStartNoAckMode+;swbreak+;hwbreak+;"
+                     b"qXfer:exec-file:read+;vContSupported+;QThreadOptions=3;QThreadEvents+;no-resumed+")
+LLDB_SERVER_REPLY = b"PacketSize=20000;QStartNoAckMode+;QThreadSuffixSupported+;QListThreadsInStopReply+"
+
+
+@pytest.mark.parametrize("reply,floor", [
+    (GDBSERVER16_REPLY, (14, 0)),
+    (GDBSERVER_REPLY, None),
+    (b"QThreadOptions+", None),   # not the reply's form: value is the option bits
+    (b"xQThreadOptions=3", None),
+    (b"", None),
+])
+def test_gdbserver_floor_from_reply(reply: bytes, floor: tuple[int, int] | None) -> None:
+    assert rs.gdbserver_floor_from_reply(reply) == floor
+
+
+@pytest.mark.parametrize("reply,layout,safe,says", [
+    # gdbserver >= 14 on this VM's CPU: full, and the notice says how it was told
+    (GDBSERVER16_REPLY, AMD_ZEN4, False, "gdbserver >= 14 (it answers QThreadOptions) reads the XSAVE layout"),
+    # gdbserver 13.1 on the same CPU: safe
+    (GDBSERVER_REPLY, AMD_ZEN4, True, "gdbserver of unknown version would corrupt AVX-512"),
+    (GDBSERVER_REPLY, INTEL_AVX512, False, "layout is the one gdbserver 13 assumes"),
+    (LLDB_SERVER_REPLY, AMD_ZEN4, False, "stub is lldb-server"),
+    (b"PacketSize=1000;qXfer:features:read+;multiprocess+", AMD_ZEN4, False, "not gdbserver's"),
+])
+def test_stub_reply_policy(reply: bytes, layout: XsaveLayout, safe: bool, says: str) -> None:
+    policy = rs.stub_reply_policy(reply, stub_is_local=True, host_layout=layout)
+    print(policy.notice())
+    assert policy.safe is safe
+    assert says in policy.reason
+
+
+def test_stub_probe_offers_thread_options_and_no_xml_registers() -> None:
+    """The proxy's own probe must not turn gdbserver 13's XSAVE write-back on."""
+    assert rs.STUB_PROBE_QSUPPORTED.startswith(b"qSupported:")
+    assert b"QThreadOptions=5" in rs.STUB_PROBE_QSUPPORTED
+    assert not rs.has_xml_registers_i386(rs.STUB_PROBE_QSUPPORTED)
+
+
 @pytest.mark.parametrize("spec,local", [
     ("|gdbserver - prog", True), ("127.0.0.1:1234", True), ("localhost:1", True),
     ("[::1]:1234", True), ("/tmp/stub.sock", True), ("10.0.0.7:1234", False),
