@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--core", metavar="FILE", help="serve this core file instead of running a program "
                                                   "(PROGRAM, if given, is the core's program file)")
     r.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS]")
+    for name, what in (("ps", "a table of the tasks"), ("tree", "the pending-future tree of every task")):
+        c = sub.add_parser(name, help=f"{what} of a running process (stopped only to copy it) or a core file, "
+                                      "with the wait-for cycles")
+        c.add_argument("pid", nargs="?", type=int, metavar="PID")
+        c.add_argument("--core", metavar="FILE", help="read a core file instead of a process")
+        c.add_argument("--elf", metavar="PROG", help="with --core: the program's file")
+        c.add_argument("--json", action="store_true", help="machine-readable output")
     i = sub.add_parser("inspect", help="print the async structure of a program without running it")
     i.add_argument("program", metavar="PROGRAM")
     i.add_argument("--json", action="store_true", help="machine-readable output")
@@ -96,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return _inspect(args)
+        if args.command in ("ps", "tree"):
+            from proxy.ps.main import main as ps_main
+
+            return ps_main(args.command, args.pid, args.core, args.elf, args.json)
         return _serve(args)
     except (ServeError, UpstreamError) as err:
         print(f"asyncrsp: {err}", file=sys.stderr)

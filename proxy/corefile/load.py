@@ -11,7 +11,7 @@ from .elfcore import CoreError, parse_core
 from .image import Buffer, ProgramImage, core_image
 
 
-def _map(path: str) -> Buffer | None:
+def map_file(path: str) -> Buffer | None:
     try:
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size == 0:
@@ -34,7 +34,7 @@ def open_core(path: str, elf: str | None = None) -> ProgramImage:
     if elf is not None and not os.path.exists(elf):
         raise CoreError(f"--elf {elf}: no such file")
     core = parse_core(buf, path)
-    image = core_image(core, buf, _map, elf=elf, origin=f"core file {path}")
+    image = core_image(core, buf, map_file, elf=elf, origin=f"core file {path}")
     if image.exec_file is None or not os.path.exists(image.exec_file):
         raise CoreError(f"{path}: the program's file {image.exec_file or '(unknown)'} is not here; "
                         "pass it with --elf PROG")

@@ -25,24 +25,37 @@ def load_inventory(image: ProgramImage) -> Inventory | str:
         return f"cannot analyse {image.exec_file}: {err}"
 
 
+def prepare_source(inv: Inventory, auxv: bytes) -> ReflectSource | str:
+    """The reflection source of a program whose auxv is `auxv` (before it is stopped:
+    the analysis, the bias, the stack finder's DWARF)."""
+    if not inv.layouts:
+        return "reflection: no coroutine layouts in the program's DWARF (build with debug=2)"
+    bias = 0
+    if inv.pie:
+        entry = ProgramImage(0, [], lambda a, n: b"", [], auxv).auxv_value(AT_ENTRY)
+        if entry is None:
+            return "reflection: position-independent program and no AT_ENTRY in its auxv"
+        bias = entry - inv.entry
+    src = make_source(inv, bias, local=False)
+    if src.stacks is not None:
+        src.stacks()  # build the stack finder now (DWARF), not while the program waits
+    return src
+
+
+def attach_image(src: ReflectSource, image: ProgramImage) -> ReflectSource:
+    """Point a source at one image: its clock, the tokio adapter over its memory."""
+    clock = image.extra.get("clock_ns")
+    src.now_ns = (lambda: clock) if isinstance(clock, int) else None
+    adapter = TokioAdapter(src.inventory, src.bias, None, False, ranges=image.heap_ranges)
+    src.discover = adapter.discover
+    src.note = f"tokio adapter off: {adapter.note}" if adapter.note else None
+    return src
+
+
 def image_source(image: ProgramImage, inv: Inventory | None = None) -> ReflectSource | str:
     """The reflection source for `image` (a string says why there is none)."""
     got = inv if inv is not None else load_inventory(image)
     if isinstance(got, str):
         return f"reflection: {got}"
-    if not got.layouts:
-        return "reflection: no coroutine layouts in the program's DWARF (build with debug=2)"
-    bias = 0
-    if got.pie:
-        entry = image.auxv_value(AT_ENTRY)
-        if entry is None:
-            return "reflection: position-independent program and no AT_ENTRY in the core's auxv"
-        bias = entry - got.entry
-    src = make_source(got, bias, local=False)
-    clock = image.extra.get("clock_ns")
-    if isinstance(clock, int):
-        src.now_ns = lambda: clock
-    adapter = TokioAdapter(got, bias, None, False, ranges=image.heap_ranges)
-    src.discover = adapter.discover
-    src.note = f"tokio adapter off: {adapter.note}" if adapter.note else None
-    return src
+    src = prepare_source(got, image.auxv)
+    return src if isinstance(src, str) else attach_image(src, image)

@@ -1,0 +1,98 @@
+"""`asyncrsp ps` / `asyncrsp tree` on live corpus programs and their cores.
+
+The live process is stopped only while it is copied (ptrace seize, interrupt,
+registers, /proc/PID/mem, detach); it must go on and print its own result
+afterwards. How long it was stopped is printed (bench/bench_ps.py measures it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from integration.test_await_graph import _binary
+from integration.test_corefile import gcore, start_stuck
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def asyncrsp(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def rows(text: str) -> list[str]:
+    """The table without its header line, a Sleep's time left masked."""
+    return [re.sub(r"\(\d+\.\d (min|h|s) left\)", "(… left)", line) for line in text.splitlines()[1:]]
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_ps_live_equals_ps_of_its_core(config: str, tmp_path: Path) -> None:
+    """ps PID: tasks, what each waits on, the deadlock cycle; the program survives; a gcore
+    of the same process gives the same rows through ps --core."""
+    prog = _binary(config, "stuck")
+    p = start_stuck(prog, tmp_path)
+    try:
+        live = asyncrsp("ps", str(p.pid))
+        core = gcore(p.pid, tmp_path / "g")
+        assert p.poll() is None, "the program died"
+    finally:
+        p.kill()
+        p.wait()
+    assert live.returncode == 0, live.stderr
+    head = live.stdout.splitlines()[0]
+    assert re.match(rf"process {p.pid}: \d+ tasks; stopped \d+\.\d ms, \d+\.\d MB copied$", head), head
+    cycle = [line for line in live.stdout.splitlines() if line.startswith("cycle: ")]
+    assert len(cycle) == 1 and re.fullmatch(
+        r"cycle: tokio#\d+ stuck::lock_(ab|ba) -> Mutex 0x[0-9a-f]+ held by tokio#\d+ stuck::lock_(ab|ba) "
+        r"-> Mutex 0x[0-9a-f]+ held by tokio#\d+ stuck::lock_\1", cycle[0]), live.stdout
+    for name in ("run", "lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter"):
+        assert re.search(rf"stuck::{name} +suspended at \S+stuck.rs:\d+", live.stdout), live.stdout
+    from_core = asyncrsp("ps", "--core", str(core))
+    assert from_core.returncode == 0, from_core.stderr
+    assert from_core.stdout.splitlines()[0].startswith(f"core file {core} (pid {p.pid}): ")
+    assert rows(from_core.stdout) == rows(live.stdout)
+
+
+def test_ps_many_tasks_program_keeps_running(tmp_path: Path) -> None:
+    """1,000 tasks: ps --json and tree list them all; then the program gets its `go` and
+    finishes with its own, unchanged result line."""
+    prog = _binary("debug", "many_tasks")
+    p = subprocess.Popen([str(prog), "1000", "mt"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        assert p.stdout.readline().startswith("ready tasks=1000")
+        got = asyncrsp("ps", "--json", str(p.pid))
+        tree = asyncrsp("tree", str(p.pid))
+        p.stdin.write("go\n")
+        p.stdin.close()
+        assert p.stdout.readline().strip() == "many_tasks done tasks=1000 sum=1000000"
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert got.returncode == 0, got.stderr
+    doc = json.loads(got.stdout)
+    waiters = [t for t in doc["tasks"] if t["name"] == "many_tasks::waiter"]
+    assert len(waiters) == 1000, [t["name"] for t in doc["tasks"]][:20]
+    assert all("Notify::notified" in t["awaits"] for t in waiters)
+    assert doc["cycles"] == [] and doc["stopped_ms"] is not None and doc["stopped_ms"] > 0
+    assert tree.returncode == 0 and tree.stdout.count("╼ many_tasks::waiter at ") == 1000, tree.stdout[-2000:]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ps", "999999999"], "no process 999999999"),
+    (["tree"], "give a PID or --core FILE"),
+    (["ps", "--core", "/nonexistent/core"], "No such file"),
+    (["tree", "--core", "/etc/hostname"], "not an ELF file"),
+])
+def test_bad_input_is_one_line(args: list[str], message: str) -> None:
+    r = asyncrsp(*args)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr.count("\n") == 1 and message in r.stderr and r.stderr.startswith("asyncrsp: "), r.stderr
