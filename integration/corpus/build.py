@@ -57,7 +57,8 @@ BUILD_DIR = REPO_DIR / "integration" / "build"
 OUT_DIR = BUILD_DIR / "corpus"
 TARGET_ROOT = BUILD_DIR / "cargo-target"
 
-PROGRAMS: tuple[str, ...] = ("nested", "tokio_app", "tokio_bench", "stuck", "many_tasks", "poll_timing", "combinators")
+PROGRAMS: tuple[str, ...] = ("nested", "tokio_app", "tokio_bench", "stuck", "many_tasks", "poll_timing", "combinators",
+                             "http_server")
 
 NEW_MIN_RUSTC = (1, 85)
 OLD_RUSTC = Path("/usr/bin/rustc")

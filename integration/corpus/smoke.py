@@ -51,6 +51,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     SmokeRun("many_tasks", ("50", "ct"), r"^ready tasks=50 pid=\d+$", forever=True),
     SmokeRun("poll_timing", ("5", "1"), r"^timing done polls=5 spin_ms=1 spun=\d+ slept=5 spinner_busy_us=\d+$"),
     SmokeRun("combinators", (), r"^combinators done sum=101$"),
+    SmokeRun("http_server", ("0",), r"^server ready port=\d+ pid=\d+$", forever=True),
 )
 
 TIMEOUT_S = 30.0

@@ -1,0 +1,414 @@
+"""What watching a busy server costs: requests/s under wrk, bare against each way of watching it.
+
+    .venv/bin/python bench/bench_server.py [--duration 8] [--rounds 3] [--connections 16]
+                                           [--server corpus|axum] [--config release|debug]
+                                           [--only bare gdb uprobes ...]
+    .venv/bin/python bench/bench_server.py --split [--rounds 3] ...
+
+The server: the corpus' `http_server` (tokio 1.24, current-thread runtime;
+`--server corpus`, the default) or the axum 0.8 / tokio 1.53 service of
+`bench/server` (`--server axum`, built from Debian sid's crates by
+`scripts/fetch-crates sid`; its `console` build is the same service with
+tokio-console's instrumentation). Every connection is a spawned task; each
+request locks a tokio Mutex, spawns a backend task and awaits its answer on
+a oneshot. Load: Debian's `wrk -t1 -cC -dDs` on loopback (installed with
+apt-get when missing). Ways of watching, run one after the other inside each
+round, rounds interleaved so that every ratio compares runs minutes apart at
+most:
+
+* ``bare``          the server alone;
+* ``console``       (axum only) the same service rebuilt with
+                    `--cfg tokio_unstable` and `console_subscriber::init()`:
+                    what a tokio-console user pays;
+* ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
+                    watched;
+* ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-entry`` the same with --mode entry (exits inferred);
+* ``tracepoints``   gdb -> asyncrsp --capture tracepoints -> gdbserver;
+* ``breakpoints``   gdb -> asyncrsp --capture breakpoints -> gdbserver.
+
+`--split` says where uprobe capture's cost goes, without gdb or gdbserver
+(the capture runs inside the benchmark's own process, as in
+`integration/test_uprobes.run_captured`), rounds interleaved the same way:
+``bare``; ``traps`` (every site planted, each only counting its hits: the
+kernel's cost of the probed instructions); ``records`` (the records written,
+nobody reading them: a 512 MiB ring); ``consumer`` (the proxy's consumer
+folding every record into an engine as the server runs; its CPU time per
+event is printed). Each with requests/s, the ratio to bare and the events.
+
+Each run: start, wait for `server ready`, `wrk` for D seconds, `GET /quit`;
+under gdb the program then stops at `_exit`, where gdb asks the proxy for
+`monitor async top 64` and `monitor async stats`. Printed per way: requests/s
+of each round, the median, and the ratio to the bare run of the same round
+(median and range). Accuracy check: the connection tasks' polls and busy time
+from `top` (summed over every `conn_task` task it lists: the task each connection is spawned as) against the
+server's own count (a wrapper future around each connection future counts
+its polls and the wall-clock time inside them: `server done ... conn_polls=
+conn_busy_us=`), and under `console` console-subscriber's own figures for
+the same tasks. asyncrsp's event count and lost events come from `stats`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration" / "corpus"))
+sys.path.insert(0, str(ROOT))
+
+import build  # type: ignore[import-not-found]  # noqa: E402
+
+from integration.harness.stubs import OutputPump, kill_tree, start_proxy, start_stub  # noqa: E402
+
+READY = re.compile(rb"server ready port=(\d+)")
+DONE = re.compile(r"server done requests=(\d+) connections=(\d+) conn_polls=(\d+) conn_busy_us=(\d+)")
+WRK_RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
+CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
+            "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
+            "tracepoints": ["--capture", "tracepoints"],
+            "breakpoints": ["--capture", "breakpoints"]}
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-entry", "tracepoints", "breakpoints"]
+
+
+@dataclass
+class Run:
+    how: str
+    rps: float = float("nan")
+    ok: bool = False
+    note: str = ""
+    own: tuple[int, int] | None = None  # the server's own (conn polls, conn busy µs)
+    top: tuple[int, float] | None = None  # top's (polls, busy µs) summed over connection tasks
+    events: int | None = None
+    lost: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def ensure_wrk() -> str:
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        print("wrk missing: apt-get install -y wrk", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "wrk"], check=True, stdout=subprocess.DEVNULL)
+        wrk = shutil.which("wrk")
+    if wrk is None:
+        raise SystemExit("bench_server: wrk is not installed and apt-get could not install it")
+    return wrk
+
+
+def load(wrk: str, port: int, duration: float, connections: int) -> tuple[float, str]:
+    res = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
+                         capture_output=True, text=True, timeout=duration + 60, check=False)
+    m = WRK_RPS.search(res.stdout)
+    return (float(m.group(1)) if m else float("nan")), res.stdout + res.stderr
+
+
+def quit_server(port: int) -> None:
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/quit", timeout=60).read()
+    except OSError:
+        pass  # the server may close the connection as it ends
+
+
+def _own(text: str, run: Run) -> None:
+    m = DONE.search(text)
+    if m:
+        run.own = (int(m.group(3)), int(m.group(4)))
+        run.ok = True
+    elif not run.note:
+        run.note = "no 'server done' line: " + " | ".join(text.strip().splitlines()[-3:])[:200]
+
+
+def _us(cell: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(ns|us|ms|s)", cell)
+    return float(m.group(1)) * {"ns": 1e-3, "us": 1, "ms": 1e3, "s": 1e6}[m.group(2)] if m else float("nan")
+
+
+def parse_top(out: str, fn: str = "conn_task") -> tuple[int, float] | None:
+    """(polls, busy µs) summed over the rows of `top` whose async fn is `fn`."""
+    polls, busy, seen = 0, 0.0, False
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 7 and cols[0].startswith("#") and cols[2].isdigit() and re.search(rf"::{fn}\b", cols[6]):
+            polls += int(cols[2])
+            busy += _us(cols[1])
+            seen = True
+    return (polls, busy) if seen else None
+
+
+class Server:
+    """Where the program comes from and how each way of watching starts it."""
+
+    def __init__(self, kind: str, config: str) -> None:
+        self.kind = kind
+        if kind == "corpus":
+            self.prog = Path(build.binary(config, "http_server"))
+            self.console_prog: Path | None = None
+        else:
+            from bench.server import build_server  # type: ignore[import-not-found]
+
+            self.prog, self.console_prog = build_server(config)
+        self.args = ["0"]
+
+
+def run_bare(server: Server, wrk: str, duration: float, conns: int, how: str = "bare") -> Run:
+    prog = server.console_prog if how == "console" else server.prog
+    run = Run(how)
+    assert prog is not None
+    proc = subprocess.Popen([str(prog), *server.args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    out = OutputPump(proc.stdout)
+    try:
+        m = out.wait_for(READY, 30)
+        if not m:
+            run.note = "server did not start: " + out.text()[-200:]
+            return run
+        port = int(m.group(1))
+        run.rps, _ = load(wrk, port, duration, conns)
+        if how == "console":
+            run.extra["console"] = console_figures(server, port)
+        quit_server(port)
+        proc.wait(timeout=30)
+        out.join()
+        _own(out.text(), run)
+        if how == "console":
+            cf = re.search(r"console conn_polls=(\d+) conn_busy_us=(\d+)", out.text() + run.extra["console"])
+            if cf:
+                run.top = (int(cf.group(1)), float(cf.group(2)))
+        return run
+    finally:
+        kill_tree(proc)
+
+
+def console_figures(server: Server, port: int) -> str:
+    from bench.server import console_stats  # type: ignore[import-not-found]
+
+    return str(console_stats(server))
+
+
+GDB_SCRIPT = """set pagination off
+set confirm off
+set breakpoint pending on
+target remote {address}
+break _exit
+continue
+{after}
+kill
+"""
+
+
+def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
+    run = Run(how)
+    after = "" if how == "gdb" else "monitor async top 64\nmonitor async stats"
+    with start_stub("gdbserver", server.prog, server.args) as stub:
+        px_cm = start_proxy(stub.address, extra=CAPTURES[how]) if how in CAPTURES else None
+        px = px_cm.__enter__() if px_cm else None
+        try:
+            address = px.address if px else stub.address
+            with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
+                f.write(GDB_SCRIPT.format(address=address, after=after))
+            gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-x", f.name, str(server.prog)],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+            gout = OutputPump(gdb.stdout)
+            try:
+                m = stub.output.wait_for(READY, 120)
+                if not m:
+                    run.note = "server did not start: " + (stub.output_text() + gout.text())[-300:]
+                    return run
+                port = int(m.group(1))
+                run.rps, _ = load(wrk, port, duration, conns)
+                quit_server(port)
+                try:
+                    gdb.wait(timeout=300)
+                except subprocess.TimeoutExpired:
+                    run.note = "gdb did not finish"
+                gout.join()
+                text = gout.text()
+                if os.environ.get("BENCH_SERVER_SHOW"):
+                    print(text)
+                _own(stub.output_text(), run)
+                if how in CAPTURES:
+                    cap = re.search(r"capture: (\S+) \((\d+) poll events", text)
+                    want = CAPTURES[how][1]
+                    if cap is None or cap.group(1) != want:
+                        run.ok = False
+                        run.note = "capture not in use: " + " | ".join(
+                            ln for ln in text.splitlines() if "capture" in ln)[:200]
+                    else:
+                        run.events = int(cap.group(2))
+                    lost = re.search(r"events lost: (\d+)", text)
+                    run.lost = int(lost.group(1)) if lost else 0
+                    run.top = parse_top(text)
+                    sampled = re.search(r"^sampl.*$", text, re.M)
+                    if sampled:
+                        run.extra["sampling"] = sampled.group(0)
+                return run
+            finally:
+                kill_tree(gdb)
+                Path(f.name).unlink(missing_ok=True)
+        finally:
+            if px_cm:
+                px_cm.__exit__(None, None, None)
+
+
+SPLIT = ["bare", "traps", "records", "consumer"]
+
+
+def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
+    """The server under uprobe capture alone (no gdb): see `--split`."""
+    import resource
+    import signal
+
+    from integration.harness.stubs import free_port, port_listening
+    from integration.test_uprobes import spawn_stopped
+    from types import SimpleNamespace
+
+    from proxy.analysis.inventory import build_inventory
+    from proxy.graph.catalog import Catalog
+    from proxy.graph.engine import Engine
+    from proxy.capture.uprobes import bpf as B
+    from proxy.capture.uprobes.capture import UprobeCapture
+
+    run = Run(how)
+    port = free_port()
+    pid = spawn_stopped([str(server.prog), str(port)])
+    cap = None
+    try:
+        if how != "bare":
+            inv = server.__dict__.setdefault("inventory", build_inventory(str(server.prog)))
+            bias = 0x555555554000 if inv.pie else 0  # spawn_stopped turns ASLR off, as gdbserver does
+            target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
+                                     engine=Engine(Catalog(inv, bias)), note=None, extra={})
+            cap = UprobeCapture(ring_bytes=(512 << 20) if how == "records" else 64 << 20)
+            cap.plan(target)  # type: ignore[arg-type]
+            cap.install()
+            if not cap.attached:
+                run.note = f"not attached: {cap.note}"
+                return run
+            if how == "traps":
+                assert cap._prog is not None and cap.plan_ is not None
+                cap._prog.set_sites([B.SiteSpec(B.KIND_COUNT)] * len(cap.plan_.sites))
+        os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while not port_listening(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        while w.poll() is None:
+            if how == "consumer" and cap is not None:
+                cap.poll()
+            time.sleep(0.005)
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        m = WRK_RPS.search(w.stdout.read() if w.stdout else "")
+        run.rps = float(m.group(1)) if m else float("nan")
+        run.ok = m is not None
+        if cap is not None and cap._prog is not None:
+            c = cap._prog.counters()
+            hits = sum(cap._prog.site_hits(list(range(len(cap.plan_.sites)))).values()) if cap.plan_ else 0
+            run.events = hits
+            run.lost = c.get("drops", 0)
+            if how == "consumer" and cap.decoder is not None:
+                folded = cap.decoder.stats.records
+                used = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
+                run.extra["consumer"] = (f"{folded:,} records folded while running, consumer CPU "
+                                         f"{used:.2f} s = {used / max(folded, 1) * 1e6:.2f} us/record")
+        return run
+    finally:
+        if cap is not None:
+            cap.uninstall()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+RUNNERS: dict[str, Callable[[Server, str, float, int, str], Run]] = {
+    "bare": run_bare, "console": run_bare, "gdb": run_gdb, "traps": run_split, "records": run_split,
+    "consumer": run_split,
+    **{k: run_gdb for k in CAPTURES}}
+
+
+def _fmt_rps(v: float) -> str:
+    return "-" if v != v else f"{v:,.0f}"
+
+
+def report(runs: dict[str, list[Run]], rounds: int) -> None:
+    bare = runs.get("bare", [])
+    print(f"\n{'how':14} {'requests/s per round':>36} {'median':>9} {'vs bare (range)':>20}  notes")
+    for how, rs in runs.items():
+        rps = [r.rps if r.ok else float("nan") for r in rs]
+        good = [v for v in rps if v == v]
+        med = statistics.median(good) if good else float("nan")
+        ratios = [r.rps / b.rps for r, b in zip(rs, bare) if r.ok and b.ok and b.rps > 0]
+        ratio = (f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else "-")
+        notes = sorted({r.note for r in rs if r.note})
+        print(f"{how:14} {' '.join(f'{_fmt_rps(v):>11}' for v in rps):>36} {_fmt_rps(med):>9} {ratio:>20}  "
+              + "; ".join(n[:160] for n in notes))
+    print("\naccuracy (connection tasks, summed): the server's own count of their polls and time "
+          "inside them against what the tool reports")
+    print(f"{'how':14} {'round':>5} {'own polls':>11} {'tool polls':>11} {'ratio':>7} "
+          f"{'own busy':>10} {'tool busy':>10} {'ratio':>7} {'events':>11} {'lost':>6}")
+    for how, rs in runs.items():
+        for i, r in enumerate(rs):
+            if how in SPLIT[1:]:
+                print(f"{how:14} {i + 1:5} events {r.events or 0:,} lost {r.lost:,} "
+                      + "; ".join(r.extra.values()))
+                continue
+            if r.own is None or r.top is None:
+                if how not in ("bare", "gdb") and r.ok:
+                    print(f"{how:14} {i + 1:5} {'(no top figures)':>30}")
+                continue
+            (op, ob), (tp, tb) = r.own, r.top
+            ev = f"{r.events:,}" if r.events is not None else "-"
+            print(f"{how:14} {i + 1:5} {op:11,} {tp:11,} {tp / op if op else 0:7.3f} "
+                  f"{ob / 1e3:9.1f}ms {tb / 1e3:9.1f}ms {tb / ob if ob else 0:7.3f} {ev:>11} {r.lost:6}")
+            for k, v in r.extra.items():
+                if k != "console":
+                    print(f"{'':14} {k}: {v}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--duration", type=float, default=8.0, help="wrk's -d, seconds (8)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=16, help="wrk's -c (16)")
+    ap.add_argument("--server", choices=["corpus", "axum"], default="corpus")
+    ap.add_argument("--config", choices=["release", "debug"], default="release")
+    ap.add_argument("--only", nargs="+", choices=ORDER + SPLIT, help="ways of watching (default: all that apply)")
+    ap.add_argument("--split", action="store_true", help="where uprobe capture's cost goes (no gdb)")
+    args = ap.parse_args()
+    wrk = ensure_wrk()
+    server = Server(args.server, args.config)
+    hows = [h for h in (args.only or (SPLIT if args.split else ORDER))
+            if h != "console" or server.console_prog is not None]
+    if "bare" not in hows:
+        hows.insert(0, "bare")
+    print(f"server: {server.prog} ({args.server}, {args.config}); wrk -t1 -c{args.connections} "
+          f"-d{args.duration:g}s; {args.rounds} interleaved rounds; load average "
+          f"{os.getloadavg()[0]:.1f} at the start", flush=True)
+    runs: dict[str, list[Run]] = {h: [] for h in hows}
+    for rnd in range(args.rounds):
+        for how in hows:
+            t0 = time.monotonic()
+            r = RUNNERS[how](server, wrk, args.duration, args.connections, how)
+            runs[how].append(r)
+            print(f"round {rnd + 1} {how:14} {_fmt_rps(r.rps):>10} req/s "
+                  f"({time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f}){' ' + r.note if r.note else ''}",
+                  flush=True)
+    report(runs, args.rounds)
+    print(f"load average at the end {os.getloadavg()[0]:.1f} (2 cores)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
