@@ -13,7 +13,7 @@ from graphfix import Script, engine
 from proxy.commands.monitor import MonitorContext, run_monitor
 from proxy.commands.top import fmt_ns
 from proxy.graph.engine import Engine
-from proxy.graph.timing import MIN_LEAVES, histogram
+from proxy.graph.timing import MAX_TASKS, MIN_LEAVES, PollTiming, histogram
 
 COST = 1000  # ns: the Script's clock step per event
 SPIN, NAP = 0x300000, 0x300100
@@ -118,3 +118,19 @@ def test_histogram_buckets_and_formatting() -> None:
         (0, 1000, 1), (1000, 2000, 1), (2000, 4000, 2), (4000, 8000, 0), (8000, 16000, 1)]
     assert [fmt_ns(v) for v in (999, 1_000, 12_345, 2_500_000, 3_000_000_000)] == [
         "999ns", "1us", "12.3us", "2.5ms", "3s"]
+
+
+def test_long_lived_tasks_keep_their_counts_past_the_task_limit() -> None:
+    """A server: a few connection tasks polled all along while more short tasks
+    than MAX_TASKS pass by (one per request). The least recently polled timing
+    goes first, so the connections' counts stay exact."""
+    t = PollTiming()
+    seq = 0
+    for req in range(MAX_TASKS + 5_000):
+        conn = req % 4
+        for task in (conn, 1_000 + req):  # the connection's poll, then its short task's
+            seq += 2
+            t.poll(task, seq - 1, seq, seq * 10, seq * 10 + 5)
+    assert [t.of(c).polls for c in range(4)] == [(MAX_TASKS + 5_000) // 4] * 4  # type: ignore[union-attr]
+    assert len(t.tasks) == MAX_TASKS
+    assert t.of(1_000) is None  # the first short task is forgotten
