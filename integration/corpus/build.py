@@ -27,6 +27,15 @@ Toolchains:
 
 A configuration whose toolchain is missing is skipped with a ``SkipReason``.
 
+The modern corpus (``integration/corpus_modern/<release>``, one package per
+Debian release: ``trixie`` with tokio 1.43, ``sid`` with tokio 1.53) builds
+the same way under its own configs (``trixie-debug``, ``sid-release``, ...),
+each package's ``.cargo/config.toml`` pointing at the crate sources that
+``bash scripts/fetch-crates <release>`` unpacks into
+``integration/build/crates/<release>``; a config whose crates were not
+fetched is skipped with a ``SkipReason`` that says so. The ``*-dump`` configs
+add ``--cfg tokio_unstable --cfg tokio_taskdump`` (tokio's own task dump).
+
 Usage::
 
     python integration/corpus/build.py [--config NAME ...] [--program NAME ...]
@@ -59,10 +68,20 @@ TARGET_ROOT = BUILD_DIR / "cargo-target"
 
 PROGRAMS: tuple[str, ...] = ("nested", "tokio_app", "tokio_bench", "stuck", "many_tasks", "poll_timing", "combinators",
                              "http_server")
+MODERN_DIR = REPO_DIR / "integration" / "corpus_modern"
+CRATES_DIR = BUILD_DIR / "crates"
+# The modern corpus' programs per package (= Debian release of its crates).
+MODERN_PROGRAMS: dict[str, tuple[str, ...]] = {
+    "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec"),
+    "sid": ("tk_dump", "tk_sync", "axum_svc"),
+}
 
 NEW_MIN_RUSTC = (1, 85)
 OLD_RUSTC = Path("/usr/bin/rustc")
 OLD_CARGO = Path("/usr/bin/cargo")
+
+
+TASKDUMP_FLAGS = ("--cfg", "tokio_unstable", "--cfg", "tokio_taskdump")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +96,17 @@ class Config:
     # An explicit --target keeps RUSTFLAGS off host crates (proc macros, build
     # scripts): a proc macro cannot link with relocation-model=static.
     target: str | None = None
+    # The modern corpus: the Debian release whose crates it builds against
+    # (its package is integration/corpus_modern/<crates>); None: the 1.24 corpus.
+    crates: str | None = None
+
+    @property
+    def package_dir(self) -> Path:
+        return CORPUS_DIR if self.crates is None else MODERN_DIR / self.crates
+
+    @property
+    def programs(self) -> tuple[str, ...]:
+        return PROGRAMS if self.crates is None else MODERN_PROGRAMS[self.crates]
 
 
 CONFIGS: dict[str, Config] = {
@@ -104,6 +134,10 @@ CONFIGS: dict[str, Config] = {
                target="x86_64-unknown-linux-gnu"),
         Config("old-debug", "old", release=False, rustflags=("--cfg", "old_rustc")),
         Config("old-release", "old", release=True, rustflags=("--cfg", "old_rustc")),
+        *(Config(f"{rel}-{kind}", "new", release=kind == "release", crates=rel)
+          for rel in MODERN_PROGRAMS for kind in ("debug", "release")),
+        *(Config(f"trixie-dump-{kind}", "new", release=kind == "release", crates="trixie",
+                 rustflags=TASKDUMP_FLAGS) for kind in ("debug", "release")),
     )
 }
 
@@ -234,12 +268,24 @@ def _install(config: Config, program: str) -> Path:
     return target
 
 
-def _check_programs(programs: Iterable[str]) -> list[str]:
+def _check_programs(programs: Iterable[str], known: Sequence[str] = PROGRAMS) -> list[str]:
     names = list(programs)
-    unknown = [p for p in names if p not in PROGRAMS]
+    unknown = [p for p in names if p not in known]
     if unknown:
-        raise CorpusError(f"unknown program(s) {unknown}; known: {', '.join(PROGRAMS)}")
+        raise CorpusError(f"unknown program(s) {unknown}; known: {', '.join(known)}")
     return names
+
+
+def crates_registry(release: str) -> Path:
+    """Where ``scripts/fetch-crates <release>`` unpacks the cargo directory source."""
+    return CRATES_DIR / release / "root" / "usr" / "share" / "cargo" / "registry"
+
+
+def _crates_missing(config: Config) -> SkipReason | None:
+    if config.crates is None or crates_registry(config.crates).is_dir():
+        return None
+    return SkipReason(config.name, f"Debian {config.crates}'s crates not fetched: run "
+                                   f"`bash scripts/fetch-crates {config.crates}` (needs Debian's mirror)")
 
 
 def _config(name: str) -> Config:
@@ -249,17 +295,20 @@ def _config(name: str) -> Config:
         raise CorpusError(f"unknown config {name!r}; known: {', '.join(CONFIGS)}") from None
 
 
-def build_config(name: str, programs: Sequence[str] = PROGRAMS) -> dict[str, Path] | SkipReason:
-    """Builds ``programs`` under one config with one cargo run."""
+def build_config(name: str, programs: Sequence[str] | None = None) -> dict[str, Path] | SkipReason:
+    """Builds ``programs`` (default: all of the config's package) under one config with one cargo run."""
     config = _config(name)
-    names = _check_programs(programs)
+    names = _check_programs(config.programs if programs is None else programs, config.programs)
     tools = toolchain(config.toolchain)
     if isinstance(tools, SkipReason):
         return SkipReason(name, tools.reason)
+    missing = _crates_missing(config)
+    if missing is not None:
+        return missing
     command = _cargo_command(config, tools, names)
     result = subprocess.run(
         command,
-        cwd=CORPUS_DIR,
+        cwd=config.package_dir,
         env=_cargo_env(config, tools),
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -279,11 +328,12 @@ def build(
     Raises ``BuildFailed`` when cargo fails, ``CorpusError`` on bad names.
     """
     config_names = list(CONFIGS) if configs is None else list(configs)
+    asked = None if programs is None else list(programs)
     for name in config_names:
-        _config(name)
-    names = _check_programs(PROGRAMS if programs is None else programs)
+        _check_programs(asked or (), _config(name).programs)
     results: dict[tuple[str, str], Path | SkipReason] = {}
     for name in config_names:
+        names = CONFIGS[name].programs if asked is None else asked
         built = build_config(name, names)
         for program in names:
             results[(name, program)] = built if isinstance(built, SkipReason) else built[program]
@@ -321,13 +371,14 @@ def binary(config: str, program: str) -> Path:
 def skip_reason(config: str) -> SkipReason | None:
     """Why ``config`` cannot be built here, or None when it can."""
     tools = toolchain(_config(config).toolchain)
-    return SkipReason(config, tools.reason) if isinstance(tools, SkipReason) else None
+    return SkipReason(config, tools.reason) if isinstance(tools, SkipReason) else _crates_missing(CONFIGS[config])
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", action="append", choices=list(CONFIGS), help="default: all")
-    parser.add_argument("--program", action="append", choices=list(PROGRAMS), help="default: all")
+    every = sorted({p for c in CONFIGS.values() for p in c.programs})
+    parser.add_argument("--program", action="append", choices=every, help="default: all of each config")
     return parser.parse_args(argv)
 
 
@@ -338,9 +389,12 @@ def _children_cpu() -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    programs = args.program or list(PROGRAMS)
     status = 0
     for name in args.config or list(CONFIGS):
+        programs = [p for p in args.program if p in CONFIGS[name].programs] if args.program \
+            else list(CONFIGS[name].programs)
+        if not programs:
+            continue
         started = time.monotonic()
         cpu_before = _children_cpu()
         try:

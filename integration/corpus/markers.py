@@ -25,13 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SRC_DIR = Path(__file__).resolve().parent / "src" / "bin"
+# The modern corpus (integration/corpus_modern): programs shared by its
+# packages, then each package's own; program names are unique across all.
+MODERN_DIR = Path(__file__).resolve().parent.parent / "corpus_modern"
+SRC_DIRS = (SRC_DIR, MODERN_DIR / "common", MODERN_DIR / "trixie" / "src" / "bin", MODERN_DIR / "sid" / "src" / "bin")
 
 _AWAIT = re.compile(r"//\s*await:\s*(?P<parent>\S+)\s+->\s+(?P<child>\S+)\s*$")
 _AWAIT_ANY = re.compile(r"//\s*await:")
 _BP = re.compile(r"//\s*bp:\s*(?P<name>[A-Za-z_]\w*)\s*$")
 _BP_ANY = re.compile(r"//\s*bp:")
 _MIN_RUSTC = re.compile(r"^//\s*corpus:\s*min-rustc\s+(\d+)\.(\d+)\s*$")
-_AWAITING_CODE = re.compile(r"\.await\b|\b(?:join|select)!\s*[({]")
+_AWAITING_CODE = re.compile(r"\.await\b|\b(?:join|try_join|select)!\s*[({]")
 
 Version = tuple[int, int]
 
@@ -108,13 +112,14 @@ def parse_markers(text: str, file: Path) -> FileMarkers:
 
 def program_sources(program: str) -> list[Path]:
     """The Rust source files of ``program`` (a file or a directory in src/bin)."""
-    single = SRC_DIR / f"{program}.rs"
-    directory = SRC_DIR / program
-    if single.is_file():
-        return [single]
-    if directory.is_dir():
-        return sorted(directory.glob("*.rs"))
-    known = sorted(p.stem for p in SRC_DIR.iterdir())
+    for src in SRC_DIRS:
+        single = src / f"{program}.rs"
+        directory = src / program
+        if single.is_file():
+            return [single]
+        if directory.is_dir():
+            return sorted(directory.glob("*.rs"))
+    known = sorted(p.stem for src in SRC_DIRS if src.is_dir() for p in src.iterdir() if p.suffix in (".rs", ""))
     raise ValueError(f"unknown corpus program {program!r}; known: {', '.join(known)}")
 
 

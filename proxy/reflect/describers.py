@@ -74,13 +74,19 @@ def _deref_chain(r: Reflector, addr: int, type_name: str) -> tuple[int, str] | N
 
 
 def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``PollFn<closure>`` (tokio's own before 1.30-ish, ``core::future::poll_fn`` after): what the
+    closure captured decides, not the version. ``futures`` (by ``&mut``, one or two levels, the
+    name bare or ``_ref__futures``) is a tuple of ``join!``/``try_join!``'s ``MaybeDone``s, or of
+    ``select!``'s branches when ``disabled`` is captured too; any other capture is a reference
+    to the object the closure polls (``recv``: ``&mut chan::Rx``; ``JoinSet::join_next``:
+    ``&mut JoinSet``), shown as a leaf named after the closure's function."""
     f = _field(r, type_name, "f")
     if f is None:
         return None
     env_addr, env = addr + f.offset, f.type_name
     futs = _field(r, env, "futures")
     if futs is None:
-        return Node("leaf", "PollFn", addr, type_name, detail=_short(env))
+        return _poll_fn_leaf(r, addr, type_name, env_addr, env)
     got = _deref_chain(r, env_addr + futs.offset, futs.type_name)
     if got is None:
         return missing_or_unreadable(r, addr, type_name, "join!/select! futures")
@@ -97,7 +103,9 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
         if m is None:
             return missing_or_unreadable(r, addr, type_name, "select! state")
         mask = m
-    node = Node("combinator", "tokio::select!" if select else "tokio::join!", addr, type_name)
+    macro = "select!" if select else "join!"
+    crate = "futures" if "futures_util::" in ttype else "tokio"
+    node = Node("combinator", f"{crate}::{macro}", addr, type_name)
     for i, el in enumerate(tup.fields):
         if select and mask & (1 << i):
             child = Node("leaf", _label_of(r, el.type_name), taddr + el.offset, el.type_name, status="completed")
@@ -106,6 +114,90 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
         child.branch = f"branch {i}"
         node.children.append(child)
     return node
+
+
+_CLOSURE_OF = re.compile(r"^(.*?)::\{async_fn#\d+\}::\{closure_env#\d+\}(<.*>)?$")
+
+
+def _poll_fn_leaf(r: Reflector, addr: int, type_name: str, env_addr: int, env: str) -> Node:
+    m = _CLOSURE_OF.match(env)
+    label = f"{m.group(1)}::poll_fn" if m else "poll_fn"
+    node = Node("leaf", label, addr, type_name)
+    t = r.type(env)
+    for cap in t.fields if t is not None else ():
+        got = _deref_chain(r, env_addr + cap.offset, cap.type_name)
+        if got is None:
+            return missing_or_unreadable(r, addr, type_name, label)
+        detail = object_detail(r, *got)
+        if detail:
+            node.detail = detail
+            break
+    return node
+
+
+# -- what a leaf waits on: the object a reference points at, by type ----------------------
+
+
+def _arc_target(r: Reflector, addr: int, type_name: str, *names: str) -> int | None:
+    """The heap address of the ``Arc`` reached by following ``names`` (its first word)."""
+    at = _path(r, addr, type_name, *names)
+    return r.mem.word(at) if at is not None else None
+
+
+def _chan_detail(kind: str, *names: str):  # type: ignore[no-untyped-def]
+    def detail(r: Reflector, addr: int, type_name: str) -> str | None:
+        p = _arc_target(r, addr, type_name, *names)
+        return f"waits on {kind} 0x{p:x}" if p else None
+    return detail
+
+
+def _join_set_detail(r: Reflector, addr: int, type_name: str) -> str | None:
+    at = _path(r, addr, type_name, "inner", "length")
+    n = r.mem.word(at) if at is not None else None
+    return f"JoinSet of {n} tasks" if n is not None and n < 1 << 32 else None
+
+
+# type prefix -> detail of a leaf that waits on such an object (follows field names; a layout
+# without them gives no detail, never a guess)
+OBJECTS: list[tuple[str, Callable[["Reflector", int, str], "str | None"]]] = [
+    ("tokio::sync::mpsc::chan::Rx<", _chan_detail("mpsc channel", "inner")),
+    ("tokio::sync::mpsc::bounded::Receiver<", _chan_detail("mpsc channel", "chan", "inner")),
+    ("tokio::sync::mpsc::unbounded::UnboundedReceiver<", _chan_detail("mpsc channel", "chan", "inner")),
+    ("tokio::sync::broadcast::Receiver<", _chan_detail("broadcast channel", "shared")),
+    ("tokio::sync::watch::Receiver<", _chan_detail("watch channel", "shared")),
+    ("tokio::task::join_set::JoinSet<", _join_set_detail),
+    ("tokio_stream::wrappers::mpsc_bounded::ReceiverStream<", _chan_detail("mpsc channel", "inner", "chan", "inner")),
+    ("tokio_stream::wrappers::mpsc_unbounded::UnboundedReceiverStream<",
+     _chan_detail("mpsc channel", "inner", "chan", "inner")),
+]
+
+
+def objects(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """A channel end or set met as a leaf (a stream polled by ``next()``): what it waits on."""
+    for prefix, fn in OBJECTS:
+        if type_name.startswith(prefix):
+            return Node("leaf", _short(type_name), addr, type_name, detail=fn(r, addr, type_name) or "")
+    return None
+
+
+def broadcast_recv(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``broadcast::Recv { receiver: &mut Receiver, waiter }``."""
+    f = _field(r, type_name, "receiver")
+    if f is None:
+        return None
+    node = Node("leaf", "tokio::sync::broadcast::Receiver::recv", addr, type_name)
+    got = _deref_chain(r, addr + f.offset, f.type_name)
+    if got is None:
+        return missing_or_unreadable(r, addr, type_name, node.label)
+    node.detail = object_detail(r, *got) or ""
+    return node
+
+
+def object_detail(r: Reflector, addr: int, type_name: str) -> str | None:
+    for prefix, fn in OBJECTS:
+        if type_name.startswith(prefix):
+            return fn(r, addr, type_name)
+    return None
 
 
 def maybe_done(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
@@ -152,16 +244,62 @@ def _label_of(r: Reflector, type_name: str) -> str:
 
 
 def sleep(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
-    at = _path(r, addr, type_name, "inner", "deadline", "std", "__0", "t")
-    ts = r.type("std::sys::pal::unix::time::Timespec") or r.type("std::sys::unix::time::Timespec")
+    """tokio's ``Sleep``: its deadline is a field named ``deadline`` (``inner.deadline`` in 1.24,
+    ``entry.deadline`` of the ``TimerEntry`` in 1.43 and 1.53), an ``Instant`` that wraps std's,
+    which wraps a ``Timespec { tv_sec, tv_nsec }`` of CLOCK_MONOTONIC: found by name."""
     node = Node("leaf", "tokio::time::Sleep", addr, type_name)
-    if at is None or ts is None:
+    found = _find_field(r, type_name, "deadline")
+    if found is None:
         return node
-    sec_f, nsec_f = ts.field("tv_sec"), ts.field("tv_nsec")
-    sec = r.mem.u(at + sec_f.offset, 8) if sec_f else None
-    nsec = r.mem.u(at + nsec_f.offset, 4) if nsec_f else None
+    return _deadline(r, node, addr + found[0], found[1]) or missing_or_unreadable(r, addr, type_name,
+                                                                                    "Sleep deadline")
+
+
+def _find_field(r: Reflector, type_name: str, name: str, max_depth: int = 4) -> tuple[int, str] | None:
+    """(offset, type) of the first field called ``name`` inside ``type_name``, by value only
+    (breadth first, ``max_depth`` levels of nested structs)."""
+    level = [(0, type_name)]
+    for _ in range(max_depth):
+        nxt = []
+        for off, tn in level:
+            t = r.type(tn)
+            if t is None or t.kind != "struct":
+                continue
+            for f in t.fields:
+                if f.name == name:
+                    return off + f.offset, f.type_name
+                nxt.append((off + f.offset, f.type_name))
+        level = nxt
+    return None
+
+
+def _timespec(r: Reflector, type_name: str) -> tuple[int, int, int] | None:
+    """(offset, tv_sec field offset, tv_nsec field offset) of the Timespec inside an Instant."""
+    off = 0
+    for _ in range(6):
+        t = r.type(type_name)
+        if t is None or t.kind != "struct" or not t.fields:
+            return None
+        sec, nsec = t.field("tv_sec"), t.field("tv_nsec")
+        if sec is not None and nsec is not None:
+            return off, sec.offset, nsec.offset
+        f = t.fields[0] if len(t.fields) == 1 else (t.field("std") or t.field("t") or t.field("__0"))
+        if f is None:
+            return None
+        off, type_name = off + f.offset, f.type_name
+    return None
+
+
+def _deadline(r: Reflector, node: Node, at: int, instant: str) -> Node | None:
+    """Sets ``node.detail`` to the time left until the Instant at ``at``; None: unreadable."""
+    ts = _timespec(r, instant)
+    if ts is None:
+        return node
+    off, sec_off, nsec_off = ts
+    sec = r.mem.u(at + off + sec_off, 8)
+    nsec = r.mem.u(at + off + nsec_off, 4)
     if sec is None or nsec is None:
-        return missing_or_unreadable(r, addr, type_name, "Sleep deadline")
+        return None
     deadline = sec * 1_000_000_000 + nsec
     if r.now_ns is not None:
         left = deadline - r.now_ns
@@ -272,24 +410,6 @@ def oneshot_receiver(r: Reflector, addr: int, type_name: str, depth: int, seen: 
     if inner is None:
         return missing_or_unreadable(r, addr, type_name, "oneshot::Receiver")
     node.detail = "closed (no channel)" if inner == 0 else f"waits on oneshot channel 0x{inner:x}"
-    return node
-
-
-def mpsc_recv(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
-    """``recv``'s PollFn closure holds ``&mut &mut Receiver``: name the channel."""
-    f = _field(r, type_name, "f")
-    env = f.type_name if f else ""
-    sf = _field(r, env, "self")
-    if f is None or sf is None:
-        return None
-    got = _deref_chain(r, addr + f.offset + sf.offset, sf.type_name)
-    if got is None:
-        return missing_or_unreadable(r, addr, type_name, "mpsc recv")
-    chan = r.mem.word(got[0])  # Receiver { chan: Rx { inner: Arc<Chan> } }: one pointer
-    node = Node("leaf", "tokio::sync::mpsc::Receiver::recv", addr, type_name)
-    if chan is None:
-        return missing_or_unreadable(r, addr, type_name, "mpsc Receiver")
-    node.detail = f"waits on mpsc channel 0x{chan:x}"
     return node
 
 
@@ -434,7 +554,8 @@ def stream_next(r: Reflector, addr: int, type_name: str, depth: int, seen: froze
     f = _field(r, type_name, "stream")
     if f is None:
         return None
-    label = "futures::stream::next" if "::next::Next<" in type_name else "futures::stream::collect"
+    crate = "tokio_stream" if type_name.startswith("tokio_stream::") else "futures::stream"
+    label = f"{crate}::next" if "::next::Next<" in type_name else f"{crate}::collect"
     node = Node("combinator", label, addr, type_name)
     t = r.type(f.type_name)
     if t is not None and t.kind == "pointer":
@@ -497,13 +618,94 @@ def readiness(r: Reflector, addr: int, type_name: str, depth: int, seen: frozens
     return node
 
 
+# -- one-field wrappers ------------------------------------------------------------------
+
+_NOT_WRAPPERS = ("core::pin::Pin<", "alloc::boxed::Box<", "core::future::from_generator::GenFuture<")
+
+
+def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """A future that wraps exactly one other future is shown as that future: tokio's task-dump
+    ``trace::Root<F>``, ``coop::Coop<F>``, tracing's ``Instrumented<F>``, ``AssertUnwindSafe<F>``,
+    futures' ``Fuse``/``Map``/``Then`` (enums: the variant in memory decides), whatever a
+    runtime or library adds. Found by layout: a struct (or the enum's current variant) with
+    exactly one field whose type leads to a future (a coroutine, a known combinator or
+    leaf, or such a wrapper, by value or behind ``&``/``Box``/``Pin``). An enum variant with
+    none (``Map::Complete``, ``Option::None`` of a ``Fuse``) is a finished future."""
+    if type_name.startswith(_NOT_WRAPPERS):
+        return None
+    t = r.type(type_name)
+    if t is None or t.kind not in ("struct", "enum"):
+        return None
+    if t.kind == "struct":
+        if {f.name for f in t.fields} >= {"pointer", "vtable"}:
+            return None  # Box<dyn Future>: the walker follows its vtable
+        futs = [f for f in t.fields if _futurish(r, f.type_name)]
+        if len(futs) != 1:
+            return None
+        return r.child(addr + futs[0].offset, futs[0].type_name, depth - 1, seen)
+    if not _futurish(r, type_name):
+        return None
+    v, ok = _enum_variant(r, addr, type_name)
+    if not ok:
+        return missing_or_unreadable(r, addr, type_name, _short(type_name))
+    if v is None:
+        return None
+    futs = [f for f in v.fields if _futurish(r, f.type_name)]
+    if len(futs) == 1:
+        return r.child(addr + futs[0].offset, futs[0].type_name, depth - 1, seen)
+    if not futs:
+        return Node("leaf", _short(type_name), addr, type_name, status="completed", detail=v.name)
+    return None
+
+
+def _futurish(r: Reflector, type_name: str) -> bool:
+    cache = getattr(r.inv, "_reflect_futurish", None)
+    if cache is None:  # per program (its types), like walker's parents index
+        cache = {}
+        try:
+            r.inv._reflect_futurish = cache  # type: ignore[attr-defined]
+        except AttributeError:
+            cache = r.__dict__.setdefault("_futurish", cache)
+    got = cache.get(type_name)
+    if got is None:
+        cache[type_name] = False  # a recursive type: not by way of itself
+        got = cache[type_name] = _is_futurish(r, type_name, cache)
+    return got
+
+
+def _is_futurish(r: Reflector, type_name: str, cache: dict[str, bool]) -> bool:
+    if type_name in r.inv.layouts:
+        return True
+    if any(type_name.startswith(prefix) for prefix, _ in DESCRIBERS if prefix):
+        return True
+    t = r.type(type_name)
+    if t is None:
+        return False
+    if t.kind == "pointer":
+        return type_name.startswith("&") and bool(t.pointee) and _futurish(r, t.pointee or "")
+    if t.kind == "struct" and {f.name for f in t.fields} >= {"pointer", "vtable"}:
+        return "core::future::future::Future" in type_name
+    if type_name.startswith("alloc::boxed::Box<") and t.fields:
+        from .walker import _pointee
+
+        pointee = _pointee(r, r.type(t.fields[0].type_name))
+        return bool(pointee) and _futurish(r, pointee or "")
+    if type_name.startswith("core::pin::Pin<") and t.fields:
+        return _futurish(r, t.fields[0].type_name)
+    if t.kind == "struct":
+        return any(_futurish(r, f.type_name) for f in t.fields)
+    if t.kind == "enum":
+        return any(_futurish(r, f.type_name) for v in t.variants for f in v.fields)
+    return False
+
+
 def pending(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
     return Node("leaf", "core::future::pending", addr, type_name, detail="never completes")
 
 
 DESCRIBERS: list[tuple[str, Describer]] = [
-    ("tokio::future::poll_fn::PollFn<tokio::sync::mpsc::", mpsc_recv),
     ("tokio::future::poll_fn::PollFn<", poll_fn),
+    ("core::future::poll_fn::PollFn<", poll_fn),
     ("tokio::future::maybe_done::MaybeDone<", maybe_done),
     ("futures_util::future::maybe_done::MaybeDone<", maybe_done),
     ("tokio::time::timeout::Timeout<", timeout),
@@ -522,4 +724,8 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("futures_util::stream::stream::collect::Collect<", stream_next),
     ("tokio::task::yield_now::", yield_now),  # the YieldNow struct local to yield_now's body
     ("tokio::runtime::io::scheduled_io::Readiness", readiness),
+    ("tokio_stream::stream_ext::next::Next<", stream_next),
+    ("tokio::sync::broadcast::Recv<", broadcast_recv),
+    ("", objects),  # channel ends met as leaves (not futures: not in _is_futurish)
+    ("", wrapper),  # last: any one-field wrapper future
 ]

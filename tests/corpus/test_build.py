@@ -56,3 +56,20 @@ def test_missing_old_toolchain_is_a_skip_reason(monkeypatch: pytest.MonkeyPatch)
         assert "apt-get install cargo" in str(skip) and skip.config == "old-debug"
     finally:
         corpus.toolchain.cache_clear()
+
+
+def test_modern_config_without_fetched_crates_says_to_fetch_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(corpus, "CRATES_DIR", Path("/nonexistent/crates"))
+    skip = corpus.build_config("sid-debug")
+    assert isinstance(skip, corpus.SkipReason)
+    assert "bash scripts/fetch-crates sid" in str(skip) and skip.config == "sid-debug"
+    assert corpus.skip_reason("trixie-dump-release") is not None
+
+
+def test_modern_configs_build_their_own_package() -> None:
+    dump = corpus.CONFIGS["trixie-dump-debug"]
+    assert dump.package_dir == corpus.MODERN_DIR / "trixie" and "tk_dump" in dump.programs
+    assert corpus._cargo_env(dump, TOOLS)["RUSTFLAGS"] == "--cfg tokio_unstable --cfg tokio_taskdump"
+    assert corpus.CONFIGS["sid-release"].release and "axum_svc" in corpus.CONFIGS["sid-release"].programs
+    with pytest.raises(corpus.CorpusError, match="unknown program"):
+        corpus.build_config("sid-debug", ["astd"])
