@@ -126,6 +126,10 @@ def kernel_core(p: subprocess.Popen[str], cwd: Path) -> Path:
     """SIGABRT with RLIMIT_CORE unlimited: the kernel writes the core into cwd."""
     p.send_signal(signal.SIGABRT)
     p.wait(timeout=30)
+    return kernel_core_wait(cwd)
+
+
+def kernel_core_wait(cwd: Path) -> Path:
     for _ in range(100):
         cores = [c for c in cwd.iterdir() if c.name.startswith("core")]
         if cores and time.time() - cores[0].stat().st_mtime > 0.2:
@@ -231,3 +235,47 @@ def test_bad_core_is_one_line(damage: str, tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
     want = {"truncate": "truncated", "garbage": "corrupt", "empty": "empty", "not-core": "not a core"}[damage]
     assert want in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+@pytest.mark.parametrize("kind, sig", [("segv", signal.SIGSEGV), ("panic", signal.SIGABRT)])
+def test_crash_core_gives_the_async_backtrace(kind: str, sig: int, config: str, tmp_path: Path) -> None:
+    """A task dies inside a poll (SIGSEGV in `leaf`; a panic that aborts, as panic=abort
+    does): the kernel's core gives the crashing thread's logical async backtrace
+    leaf <- middle <- outer (release: inlined into one resume function), the other task's
+    tree, and gdb through serve --core shows the fault where it happened."""
+    reason = kernel_core_skip()
+    if reason:
+        pytest.skip(reason)
+    from integration.corpus import markers
+
+    prog = _binary(config, "crash")
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+    r = subprocess.run([str(prog), kind, "mt"], cwd=tmp_path, preexec_fn=limits, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == -sig, r
+    core = kernel_core_wait(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "proxy", "tree", "--core", str(core)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    at = {m.parent: m.line for m in markers.await_markers("crash")}
+    crash_line = markers.breakpoint_markers("crash")[kind][1]
+    want = [rf"  #0 crash::leaf at \S+crash.rs:{crash_line}  \(tokio#\d+ crash::outer\)",
+            rf"  #1 crash::middle at \S+crash.rs:{at['middle']}  \(tokio#\d+ crash::outer\)",
+            rf"  #2 crash::outer at \S+crash.rs:{at['outer']}  \(tokio#\d+ crash::outer\)"]
+    lines = out.stdout.splitlines()
+    i = next((k for k, line in enumerate(lines) if line.startswith("crashed: thread ")), None)
+    assert i is not None, out.stdout
+    name = signal.Signals(sig).name
+    assert re.fullmatch(rf"crashed: thread \d+, {name}" + (" at address 0x10" if kind == "segv" else ""), lines[i])
+    assert lines[i + 1].startswith("async backtrace of thread ")
+    for pattern, line in zip(want, lines[i + 2:i + 5]):
+        assert re.fullmatch(pattern, line), (pattern, out.stdout)
+    assert re.search(r"╼ crash::bystander at \S+crash.rs:\d+\n└╼ tokio::time::Sleep \(60\.0 min left\)",
+                     out.stdout), out.stdout
+    gdb = serve_core(core, prog, ["bt", *ask("tree")])  # gdb unwinds through libc (abort) to the poll
+    assert re.search(rf"crash.rs:{crash_line}\n", gdb), gdb
+    assert "crash::bystander" in section(gdb, "tree"), gdb

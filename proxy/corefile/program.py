@@ -5,7 +5,9 @@ or of a process long gone)."""
 
 from __future__ import annotations
 
+from proxy.analysis.elf import open_elf
 from proxy.analysis.errors import AnalysisError
+from proxy.analysis.unwind import Unwinder
 from proxy.analysis.inventory import build_inventory
 from proxy.analysis.model import Inventory
 from proxy.reflect import ReflectSource
@@ -42,8 +44,43 @@ def prepare_source(inv: Inventory, auxv: bytes) -> ReflectSource | str:
     return src
 
 
+def library_entry(image: ProgramImage):  # type: ignore[no-untyped-def]
+    """How a thread stopped in a shared library (libc's futex wait, abort, raise) enters
+    the program: unwind the library's frames with the library's own CFI (its file from
+    the image's mappings, its load address from its first mapping) until a return
+    address into the program."""
+    unwinders: dict[str, Unwinder | None] = {}
+
+    def unwinder_for(pc: int) -> Unwinder | None:
+        region = next((g for g in image.regions if g.start <= pc < g.end), None)
+        if region is None or not region.path.startswith("/"):
+            return None
+        if region.path not in unwinders:
+            base = min((g.start for g in image.regions if g.path == region.path), default=region.start)
+            try:
+                unwinders[region.path] = Unwinder(open_elf(region.path), base)
+            except (AnalysisError, OSError, ValueError):
+                unwinders[region.path] = None
+        return unwinders[region.path]
+
+    def enter(regs, read, in_program):  # type: ignore[no-untyped-def]
+        unw = unwinder_for(regs.get("rip", 0))
+        if unw is None:
+            return None
+        for i, frame in enumerate(unw.unwind(regs, read, max_frames=32)):
+            if i and in_program(frame.pc, True):
+                return dict(frame.regs)
+        return None
+
+    return enter
+
+
 def attach_image(src: ReflectSource, image: ProgramImage) -> ReflectSource:
-    """Point a source at one image: its clock, the tokio adapter over its memory."""
+    """Point a source at one image: its clock, the tokio adapter over its memory,
+    the libraries' unwind tables for threads stopped in them."""
+    finder = src.stacks() if src.stacks is not None else None
+    if finder is not None:
+        finder.enter = library_entry(image)
     clock = image.extra.get("clock_ns")
     src.now_ns = (lambda: clock) if isinstance(clock, int) else None
     adapter = TokioAdapter(src.inventory, src.bias, None, False, ranges=image.heap_ranges)

@@ -25,7 +25,8 @@ def header(snap: PsSnapshot) -> str:
 
 
 def _footer(snap: PsSnapshot) -> list[str]:
-    return [c.text() for c in snap.cycles] + [f"note: {n}" for n in snap.notes]
+    crash = snap.crash.lines() if snap.crash is not None else []
+    return crash + [c.text() for c in snap.cycles] + [f"note: {n}" for n in snap.notes]
 
 
 def render_ps(snap: PsSnapshot) -> str:
@@ -74,6 +75,11 @@ def document(snap: PsSnapshot) -> dict[str, Any]:
             "resources": [f"0x{m:x}" for m in c.resources],
             "text": c.text(),
         } for c in snap.cycles],
+        "crash": None if snap.crash is None else {
+            "thread": snap.crash.thread, "signal": snap.crash.signal,
+            "address": None if snap.crash.address is None else f"0x{snap.crash.address:x}",
+            "async_backtrace": [{"name": n, "location": loc, "task": task} for n, loc, task in snap.crash.frames],
+        },
         "notes": snap.notes,
     }
 

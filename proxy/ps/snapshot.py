@@ -9,12 +9,15 @@ finds the cycles in it. The renderers only format what it returns.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
+
+from proxy.analysis.model import SourceLoc
 
 from proxy.corefile.image import ProgramImage
 from proxy.reflect import ReflectSource, walk_all
-from proxy.reflect.tree import Root, render
-from proxy.reflect.walker import Node
+from proxy.reflect.tree import Root, _first_coroutine_below, norm, render
+from proxy.reflect.walker import Node, coroutine_path
 
 
 @dataclass(slots=True)
@@ -49,6 +52,26 @@ class Cycle:
 
 
 @dataclass(slots=True)
+class Crash:
+    """The thread that took the signal that ended the program, and its async frames."""
+
+    thread: int
+    signal: str  # "SIGSEGV"
+    address: int | None  # the faulting address (SIGSEGV, SIGBUS)
+    frames: list[tuple[str, str, str]]  # innermost first: (coroutine, "file:line" or "", task title)
+
+    def lines(self) -> list[str]:
+        at = f" at address 0x{self.address:x}" if self.address is not None else ""
+        out = [f"crashed: thread {self.thread}, {self.signal}{at}"]
+        if not self.frames:
+            return out + ["  no async frame on its stack"]
+        out.append(f"async backtrace of thread {self.thread}:")
+        for i, (name, loc, task) in enumerate(self.frames):
+            out.append(f"  #{i} {name}" + (f" at {loc}" if loc else "") + (f"  ({task})" if task else ""))
+        return out
+
+
+@dataclass(slots=True)
 class PsSnapshot:
     origin: str
     pid: int
@@ -57,6 +80,7 @@ class PsSnapshot:
     notes: list[str] = field(default_factory=list)
     stopped_ns: int | None = None  # live processes: how long the program was stopped
     copied: int | None = None  # bytes copied while stopped
+    crash: Crash | None = None  # a core of a program killed by a signal
 
     def tree_lines(self) -> list[str]:
         out = []
@@ -89,6 +113,7 @@ def take(image: ProgramImage, src: ReflectSource) -> PsSnapshot:
     """Walk every task of `image` (see the module docstring)."""
     threads = {t.tid: dict(t.regs) for t in image.threads}
     trees, _ = walk_all(src, image.read, None, {}, threads)
+    mark_running(src, trees)
     tasks = []
     for root, tree in trees:
         nodes = list(tree.iter())
@@ -97,12 +122,73 @@ def take(image: ProgramImage, src: ReflectSource) -> PsSnapshot:
             _innermost(tree), [n.waits_on for n in nodes if n.waits_on is not None],
             [m for n in nodes for m in n.holds], tree, root))
     notes = ([src.note] if src.note else []) + list(src.stack_notes)
-    snap = PsSnapshot(image.origin, image.pid, tasks, find_cycles(tasks), notes)
+    snap = PsSnapshot(image.origin, image.pid, tasks, find_cycles(tasks), notes, crash=crash_of(image, src, tasks))
     stopped = image.extra.get("stopped_ns")
     copied = image.extra.get("copied")
     snap.stopped_ns = stopped if isinstance(stopped, int) else None
     snap.copied = copied if isinstance(copied, int) else None
     return snap
+
+
+def async_frames(src: ReflectSource, key: tuple[int, str]) -> list[tuple[str, SourceLoc | None]]:
+    """The coroutines executing in the resume frame of `key` on its thread's stack,
+    innermost first, each at its line: the frame's own coroutine and, in optimised
+    builds, the ones inlined into it (release: leaf and middle inside outer's resume)."""
+    pc = src.chain_pcs.get(key)
+    if pc is None or src.frames_at is None:
+        return [(coroutine_path(key[1]), None)]
+    try:
+        frames = src.frames_at(pc)
+    except Exception:  # noqa: BLE001 - a line table we cannot read: the name alone
+        return [(coroutine_path(key[1]), None)]
+    out = [(norm(f.function), f.loc) for f in frames if "{" in f.function and " as " not in f.function]
+    return out or [(coroutine_path(key[1]), frames[-1].loc if frames else None)]
+
+
+def mark_running(src: ReflectSource, trees: list[tuple[Root, Node]]) -> None:
+    """A coroutine whose resume function is on a thread's stack runs there, whatever its
+    ``__state`` still says (it changes only when the poll returns): mark it and the
+    coroutines inlined into its frame, each with the line it is at; the innermost one's
+    children are not awaited yet."""
+    nodes = {(n.addr, n.type_name): n for _, t in trees for n in t.iter() if n.kind == "coroutine"}
+    for tid, chain in src.stack_chains.items():
+        for i, key in enumerate(chain):
+            node = nodes.get(key) if key is not None else None
+            if node is None or key is None:
+                continue
+            inner = list(reversed(async_frames(src, key)))  # outermost first: the frame's own first
+            for j, (name, loc) in enumerate(inner):
+                below = node if j == 0 else _first_coroutine_below(node, name)
+                if below is None:
+                    break
+                node = below
+                node.status, node.detail = "running", f"running on thread {tid}"
+                node.loc = loc or node.loc
+            if i == 0:
+                node.children = []
+
+
+def crash_of(image: ProgramImage, src: ReflectSource, tasks: list[PsTask]) -> Crash | None:
+    fault = image.fault
+    thread = next((t for t in image.threads if t.signal), None)
+    if thread is None or fault is None or fault[0] in (signal.SIGSTOP, 0):
+        return None  # gcore writes SIGSTOP: the program did not die
+    try:
+        name = signal.Signals(thread.signal).name
+    except ValueError:
+        name = f"signal {thread.signal}"
+    address = fault[2] if fault[0] in (signal.SIGSEGV, signal.SIGBUS) and fault[0] == thread.signal else None
+    owner = {}
+    for t in tasks:
+        for n in t.tree.iter():
+            owner.setdefault((n.addr, n.type_name), t.title)
+    frames = []
+    for key in src.stack_chains.get(thread.tid, []):
+        if key is None:
+            continue
+        for fn, loc in async_frames(src, key):
+            frames.append((fn, str(loc) if loc else "", owner.get(key, "")))
+    return Crash(thread.tid, name, address, frames)
 
 
 def find_cycles(tasks: list[PsTask]) -> list[Cycle]:

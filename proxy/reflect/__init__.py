@@ -120,7 +120,9 @@ def collect_roots(src: ReflectSource, r: Reflector, engine,  # type: ignore[no-u
         roots.setdefault((root.addr, root.type_name), root)
     if src.discover is not None:
         for root in src.discover(r) or ():
-            roots.setdefault((root.addr, root.type_name), root)
+            have = roots.setdefault((root.addr, root.type_name), root)
+            if have is not root and root.label and not have.label:  # on a stack, and the runtime's task
+                roots[root.addr, root.type_name] = replace(have, label=root.label)
     if engine is not None:  # the engine saw these finish: their memory may hold anything now
         for t in engine.roots():
             layout = engine.catalog.layout_for(t.site) if t.finished else None
@@ -257,6 +259,8 @@ def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int], 
             lifted[key] = root
         elif root.origin == "stack" and "stack" not in prev.origin:  # seen, and on a stack now
             lifted[key] = replace(prev, origin=f"{prev.origin}, stack")
+        elif root.label and not prev.label:  # found on a stack first: keep the runtime's task id
+            lifted[key] = replace(prev, label=root.label)
     out = []
     for root in lifted.values():
         key = (root.addr, root.type_name)

@@ -34,7 +34,7 @@ caller. Every step is bounded (frames per thread, scan bytes, locations).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +108,13 @@ class StackFinder:
         self.chains: dict[int, list[tuple[int, str] | None]] = {}
         # link-time pc (the call in it) of the resume frame that polls each chain entry, last discovery
         self.chain_pcs: dict[tuple[int, str], int] = {}
+        # A thread stopped outside the program enters it where the libraries' own CFI says
+        # (regs, read, in_program) -> the registers of the first program frame, or None; set
+        # when the libraries are known (a core or a copied process: proxy.corefile.program).
+        # The return-address scan below guesses wrong when a libc frame holds a stale one:
+        # abort()'s, after a panic hook's eprintln, held a write_fmt return address.
+        self.enter: Callable[[dict[str, int], Callable[[int, int], bytes | None],
+                              Callable[[int, bool], bool]], dict[str, int] | None] | None = None
 
     # -- entry ---------------------------------------------------------------------------
     def find(self, r: Reflector, threads: dict[int, dict[str, int]]) -> list[Found]:
@@ -166,6 +173,10 @@ class StackFinder:
         if self._in_program(pc, call=False):
             return self.unwinder.unwind(regs, r.mem.read, max_frames=MAX_FRAMES)
         sp = regs.get("rsp", 0)
+        entered = self.enter(regs, r.mem.read, self._in_program) if self.enter is not None else None
+        if entered is not None:
+            frames = self.unwinder.unwind(entered, r.mem.read, max_frames=MAX_FRAMES)
+            return [UnwoundFrame(pc, entered.get("rsp"), sp, "none", tuple(regs.items()))] + frames
         for slot in range(sp, sp + RA_SCAN, 8):
             ra = r.mem.word(slot)
             if ra is None:
