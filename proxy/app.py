@@ -280,7 +280,7 @@ def make_session(
     if upstream.kind == "core":
         # Nothing runs: no capture, no probes, no target to find at a first resume;
         # reflection reads the image (its auxv, its anonymous memory), never /proc.
-        cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = None
+        cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = cfg.classify_stub = None
         cfg.mode = "off"
     session = Session(cfg)
     session.register_notice = policy.notice()
