@@ -123,6 +123,7 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         note=note,
         mode=lambda args: _mode_command(session, args),
         capture=lambda args: _capture_command(session, args),
+        threads_command=lambda args: _threads_command(session, args),
         reflect=_reflect_source(session, engine),
         threads=session.monitor_threads,
         mode_name=session.mode,
@@ -173,6 +174,46 @@ MODE_LOSES = {
            " counts, no parent edges beyond what memory shows, tasks found only if seen before"
            " or with --tokio-adapter",
 }
+
+
+_TASKS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
+
+
+def task_threads(session: Session, read: Callable[[int, int], bytes | None],
+                 threads: dict[int, bytes]) -> tuple[list[object], object]:
+    """The live tasks at this stop for task threads (proxy.threads.adapter)."""
+    from proxy.threads.adapter import TaskSource
+
+    src = _reflect_source(session, session.engine)
+    if src is None:
+        return [], None
+    ts = _TASKS.get(session)
+    if not isinstance(ts, TaskSource) or ts.src is not src:
+        ts = _TASKS[session] = TaskSource(src)
+    return ts.read(read, session.engine, session.stop_pcs(), threads)  # type: ignore[return-value]
+
+
+def _threads_command(session: Session, args: tuple[str, ...]) -> str:
+    """`monitor async threads [on|off|N|filter REGEX|filter]`: tasks as threads."""
+    view = session.task_view
+    if view is None:
+        return "asyncrsp: task threads are not available in this session"
+    if args:
+        word = args[0]
+        if word in ("on", "off"):
+            view.enabled = word == "on"
+        elif word == "filter":
+            view.pattern = " ".join(args[1:]) or None
+        elif word.isdigit() and int(word) > 0:
+            view.cap = int(word)
+        else:
+            return "asyncrsp: usage: threads [on|off|N|filter [REGEX]]"
+        view.stale()
+        session._threads_doc = None
+    state = "on" if view.enabled else "off"
+    flt = f", filter {view.pattern!r}" if view.pattern else ""
+    return (f"task threads: {state}, cap {view.cap}{flt}; ids from 0x40000000, synthetic stacks at "
+            f"0x5a5a000000000000 (non-canonical: never mapped)")
 
 
 def monitor(text: str, session: Session, read: Callable[[int, int], bytes | None]) -> str:
@@ -248,6 +289,7 @@ def make_session(
     capture: str = "auto",
     options: dict[str, object] | None = None,
     emulate: bool = True,
+    task_threads_on: bool = False,
 ) -> Session:
     policy = register_policy(upstream, registers)
     target_xml = None
@@ -276,6 +318,7 @@ def make_session(
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
         stub_probe=STUB_PROBE_QSUPPORTED,
         local_exe=local_exe if upstream.is_local else None,
+        task_threads=task_threads,
     )
     if upstream.kind == "core":
         # Nothing runs: no capture, no probes, no target to find at a first resume;
@@ -283,6 +326,9 @@ def make_session(
         cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = cfg.classify_stub = None
         cfg.mode = "off"
     session = Session(cfg)
+    from proxy.threads.view import TaskThreadView
+
+    session.task_view = TaskThreadView(enabled=task_threads_on)
     session.register_notice = policy.notice()
     if upstream.kind == "core":
         from proxy.corefile.program import image_source

@@ -49,6 +49,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-probe", action="append", default=[], metavar="REGEX",
                    help="tracepoint capture: count the entries and rets of every function whose name "
                         "matches inside gdbserver (repeatable; `monitor async stats` shows the counts)")
+    p.add_argument("--task-threads", action="store_true",
+                   help="show each live task as an extra thread with its logical stack (monitor async threads)")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),
@@ -159,7 +161,7 @@ def _serve(args: argparse.Namespace) -> int:
             return make_session(up, probes=args.probe, elf=elf, registers=args.registers,
                                 mode=args.mode, only=args.only, exclude=args.exclude,
                                 capture=args.capture, options=vars(args),
-                                emulate=not args.step_over_probes)
+                                emulate=not args.step_over_probes, task_threads_on=args.task_threads)
 
         return trio.run(serve, opts, make)
     finally:

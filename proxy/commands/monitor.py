@@ -40,6 +40,7 @@ class MonitorContext:
     note: str | None = None  # why there is no engine / why the inventory is partial
     mode: Callable[[tuple[str, ...]], str] | None = None
     capture: Callable[[tuple[str, ...]], str] | None = None
+    threads_command: Callable[[tuple[str, ...]], str] | None = None  # tasks as threads (proxy.threads)
     reflect: object | None = None  # proxy.reflect.ReflectSource: trees read from memory
     # every thread's `g` reply (LWP -> reply), None until the session has read them
     threads: Callable[[], Mapping[int, bytes] | None] | None = None
@@ -57,6 +58,7 @@ HELP: tuple[tuple[str, str], ...] = (
     ("stats", "events seen, tasks, evictions, hidden stops, time spent, drops"),
     ("mode [MODE]", "show or set how poll events are captured"),
     ("capture [ARGS]", "show or change the capture backend"),
+    ("threads [on|off|N|filter RE]", "tasks as threads: on/off, the cap (default 1024), a name filter"),
     ("help", "this list"),
 )
 _NAMES = {h.split()[0] for h, _ in HELP}
@@ -85,8 +87,8 @@ def run_monitor(text: str, ctx: MonitorContext) -> str:
 def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
     if cmd.name == "help":
         return _help()
-    if cmd.name in ("mode", "capture"):
-        handler = ctx.mode if cmd.name == "mode" else ctx.capture
+    if cmd.name in ("mode", "capture", "threads"):
+        handler = {"mode": ctx.mode, "capture": ctx.capture, "threads": ctx.threads_command}[cmd.name]
         if handler is None:
             raise MonitorError(f"'{cmd.name}' is not available in this session")
         return handler(cmd.args)

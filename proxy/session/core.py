@@ -55,6 +55,8 @@ from .lifecycle import CaptureLifecycle
 from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .queries import PROXY_QXFER_OBJECTS, Queries
 from .state import SessionConfig, Stopped, Waiter
+from proxy.threads.hooks import TaskThreadHooks
+
 from .wire import (
     SIGTRAP,
     feature_on,
@@ -68,7 +70,7 @@ from .wire import (
 _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands", "QNonStop")
 
 
-class Session(HiddenStops, CaptureLifecycle, Queries):
+class Session(HiddenStops, CaptureLifecycle, Queries, TaskThreadHooks):
     """One client <-> stub session (see the module docstring)."""
 
     def client_packet(self, body: bytes, raw: bytes) -> None:
@@ -235,6 +237,8 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
                 if isinstance(verdict, Reply):
                     return self._reply(verdict.body)
             self._residues = [r for r in self._residues if not r.done]
+        if self._task_thread_request(body):  # tasks as threads (proxy.threads): answered here
+            return None
         head = body[:1]
         try:
             if body.startswith(b"qSupported"):
@@ -358,6 +362,11 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
             self._forward(body, raw)
 
     def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
+        verdict, new = self._task_thread_resume(resume)  # no task thread ever reaches the stub
+        if verdict == "refuse":
+            return self._reply(new)
+        if verdict == "forward":
+            resume, body, raw = parse_resume(new) or resume, new, None
         self._interrupt_forwarded = False
         self._interrupt_pending = False
         if not self._planted and (self.config.resolve_probes is not None or self.capture is not None

@@ -79,6 +79,9 @@ class SessionConfig:
     local_exe: Callable[[int], str | None] | None = None
     # Emulate probed instructions instead of stepping over them (emulate.py).
     emulate: bool = True
+    # Tasks as threads (proxy.threads): (session, read_memory, LWP -> `g` reply) ->
+    # (live tasks, frame shape lookup); None: the feature is not composed in.
+    task_threads: Callable[..., Any] | None = None
     clock: Callable[[], float] = time.perf_counter
 
 

@@ -1,0 +1,189 @@
+"""The one place that turns what the monitor knows into task threads.
+
+``live_task_threads`` takes the task trees reflection reads at a stop (the
+same ``walk_all`` that ``monitor async tree``/``tasks`` use: the observed
+graph's roots, the threads' stacks, the runtime adapter) and returns one
+``TaskThread`` per live task: its name, what it waits on, and its logical
+stack as (pc at the suspend point, coroutine address) pairs, innermost first.
+
+The pc of a coroutine suspended at an ``.await`` on line L is the return
+address of a call on line L in its resume function (the poll of the
+awaitee), so that a debugger, which looks up ``pc - 1`` for an outer frame,
+finds line L and the lexical scopes live at that await. (The first address
+of line L is no good: in debug builds it is where the state dispatch jumps
+on resume, and the byte before it belongs to the function's first line: gdb
+showed lock_ba's frame at stuck.rs:32, its ``fn`` line, for the await at 36.)
+Without such a call the first address of line L is taken, and an outer
+frame's return address is one past it. Coroutines whose
+resume function was inlined into another one (release builds) have no pc of
+their own and are left out of the stack (their parent's frame remains).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from proxy.analysis.model import Inventory, SourceLoc
+from proxy.reflect.walker import Node
+
+from .model import TaskFrame, TaskThread
+
+_RUNNING_ON = re.compile(r"running on thread (\d+)")
+
+
+class SuspendPoints:
+    """(layout, state value) -> link-time pc of the suspend point in its resume function."""
+
+    def __init__(self, inv: Inventory, line_to_pcs: Callable[[str, int], list[int]],
+                 code: Callable[[int, int], bytes | None],
+                 pc_to_line: Callable[[int], SourceLoc | None] | None = None) -> None:
+        self.inv = inv
+        self.pc_to_line = pc_to_line
+        self.line_to_pcs = line_to_pcs
+        self.code = code
+        self._by_layout = {}
+        for f in inv.resume_fns:
+            if f.layout_name is not None:
+                self._by_layout.setdefault(f.layout_name, f)
+        self._memo: dict[tuple[str, int], tuple[int, int] | None] = {}
+
+    def pc(self, layout_name: str, state_value: int) -> tuple[int, int] | None:
+        """(pc for the innermost frame, return address for an outer one), link-time."""
+        key = (layout_name, state_value)
+        if key not in self._memo:
+            self._memo[key] = self._find(layout_name, state_value)
+        return self._memo[key]
+
+    def _find(self, layout_name: str, state_value: int) -> tuple[int, int] | None:
+        fn = self._by_layout.get(layout_name)
+        lay = self.inv.layouts.get(layout_name)
+        st = lay.state(state_value) if lay is not None else None
+        if fn is None or st is None or st.loc is None:
+            return None
+        rows = [p for p in self.line_to_pcs(st.loc.file, st.loc.line) if fn.low_pc < p < fn.high_pc]
+        line = st.loc.line
+        after_call = [p for p in rows if self._after_call(p) and self._line(p - 1) == line]
+        if after_call:
+            return after_call[0], after_call[0]
+        return (rows[0], rows[0] + 1) if rows else None
+
+    def _line(self, pc: int) -> int | None:
+        loc = self.pc_to_line(pc) if self.pc_to_line is not None else None
+        return loc.line if loc is not None else None
+
+    def _after_call(self, p: int) -> bool:
+        code = self.code(p - 7, 7)
+        return code is not None and len(code) == 7 and (code[2] == 0xE8 or code[5] == 0xFF or code[4] == 0xFF
+                                                         or code[1] == 0xFF)
+
+
+def logical_chain(tree: Node) -> list[Node]:
+    """The coroutines from the task's outermost one down its first pending branch."""
+    chain = [tree]
+    cur = tree
+    while True:
+        nxt = _first_coroutine_below(cur)
+        if nxt is None:
+            return chain
+        chain.append(nxt)
+        cur = nxt
+
+
+def _first_coroutine_below(node: Node) -> Node | None:
+    stack = list(reversed(node.children))
+    while stack:
+        n = stack.pop()
+        if n.kind == "coroutine" and n.status in ("pending", "running"):
+            return n
+        stack.extend(reversed(n.children))
+    return None
+
+
+def _leaf(node: Node) -> Node | None:
+    """The first non-coroutine node that ends the chain below ``node`` (what it waits on)."""
+    for c in node.children:
+        if c.kind != "coroutine":
+            inner = _leaf(c)
+            return inner if inner is not None else c
+    return None
+
+
+def _short(loc: SourceLoc | None) -> str:
+    return "?" if loc is None else f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}"
+
+
+def describe(root_label: str, tree: Node) -> tuple[str, str, list[Node], int | None]:
+    """(name, extra, chain, LWP it runs on or None) of one task's tree."""
+    chain = logical_chain(tree)
+    name = f"task {root_label} {tree.label}" if root_label else f"task {tree.label}"
+    running = None
+    for n in chain:
+        m = _RUNNING_ON.search(n.detail)
+        if n.status == "running" and m:
+            running = int(m.group(1))
+    inner = chain[-1]
+    if running is not None:
+        extra = f"running on thread {running}"
+    else:
+        extra = f"suspended at {_short(inner.loc)}"
+    leaf = _leaf(inner)
+    if leaf is not None:
+        extra += f", {leaf.label}" + (f": {leaf.detail}" if leaf.detail else "")
+    return name, extra, chain, running
+
+
+def task_frames(chain: list[Node], points: SuspendPoints, inv: Inventory, bias: int) -> tuple[TaskFrame, ...]:
+    frames = []
+    for n in reversed(chain):  # innermost first
+        lay = inv.layouts.get(n.type_name)
+        st = next((s for s in lay.states if s.name == n.state), None) if lay is not None else None
+        if st is None:
+            continue
+        got = points.pc(n.type_name, st.value)
+        if got is None:
+            continue
+        frames.append(TaskFrame((got[1] if frames else got[0]) + bias, n.addr, n.label))
+    return tuple(frames)
+
+
+def live_task_threads(src: Any, read: Callable[[int, int], bytes | None], engine: Any,
+                      pcs: dict[int, int], threads: dict[int, dict[str, int]] | None,
+                      points: SuspendPoints) -> list[TaskThread]:
+    """Every live task at this stop (see the module docstring)."""
+    from proxy.reflect import walk_all
+
+    trees, _ = walk_all(src, read, engine, dict(pcs), threads)
+    out = []
+    for root, tree in trees:
+        if tree.kind != "coroutine":
+            continue
+        name, extra, chain, running = describe(root.label, tree)
+        frames = () if running is not None else task_frames(chain, points, src.inventory, src.bias)
+        out.append(TaskThread((root.addr, root.type_name), name, extra, frames, running))
+    return out
+
+
+class TaskSource:
+    """The reflection source's parts task threads need, built once per program."""
+
+    def __init__(self, src: Any) -> None:
+        from .shapes import ShapeReader
+
+        self.src = src
+        finder = src.stacks() if src.stacks is not None else None
+        self.shapes = ShapeReader(finder) if finder is not None and finder.map is not None else None
+        self.points = (SuspendPoints(src.inventory, finder.map.line_to_pcs, finder.unwinder.elf.read,
+                                     finder.map.pc_to_line)
+                       if self.shapes is not None else None)
+
+    def read(self, read: Callable[[int, int], bytes | None], engine: Any, pcs: dict[int, int],
+             threads_raw: dict[int, bytes]) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None]:
+        from proxy.reflect import thread_regs
+
+        if self.points is None or self.shapes is None:
+            return [], None
+        tasks = live_task_threads(self.src, read, engine, pcs, thread_regs(threads_raw), self.points)
+        shapes, bias = self.shapes, self.src.bias
+        return tasks, lambda pc, outer: shapes.shape(pc - bias)

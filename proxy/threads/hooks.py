@@ -1,0 +1,184 @@
+"""The session's side of task threads: when to ask for the tasks, and what to forward.
+
+Small on purpose: ``TaskThreadHooks`` is a mixin of ``proxy.session.core.Session``
+with two entry points, ``_task_thread_request`` (every client packet, before
+the session's own routing) and ``_task_thread_resume`` (a client resume). The
+answers themselves come from ``view.TaskThreadView``; the tasks from the
+session's ``config.task_threads`` (``adapter.live_task_threads`` composed in
+``proxy.app``). Nothing naming a task thread or the synthetic region is ever
+forwarded to the stub (DESIGN.md §3 rule 13).
+
+The stop's task list is read at the first thread query after a stop (the
+stub's threads' registers, then reflection, re-run after each pass of
+memory reads like a monitor command) and kept until the client resumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+from rsp.framing import unescape_binary
+from rsp.packets.memory import memory_bytes
+from rsp.packets.qxfer import QXferRead, build_qxfer_reply, parse_qxfer
+from rsp.packets.resume import Resume
+from rsp.errors import MalformedPacket
+
+from proxy.session.procedure import Exchange, Procedure
+from proxy.session.state import SessionBase
+
+from .view import TaskThreadView
+
+PASSES = 32
+READS_PER_PASS = 1024
+
+
+class TaskThreadHooks(SessionBase):
+    task_view: TaskThreadView | None = None
+    _listing_threads = False
+    _hc_task = False
+    _threads_doc: bytes | None = None
+
+    def _task_thread_request(self, body: bytes) -> bool:
+        """Answer a client packet about task threads; False: not ours, route it as usual."""
+        view = self.task_view
+        if view is None or not view.enabled or self.running or self.config.task_threads is None:
+            return False
+        if self._stopped is None:
+            # No stop seen yet (lldb lists threads before its `?`): the program's pid,
+            # file and threads are not known, so there are no tasks to read yet.
+            return False
+        if body == b"qfThreadInfo" or body.startswith(b"qXfer:threads:read:"):
+            self._start_proc(self._proc_thread_query(body))
+            return True
+        if body == b"qsThreadInfo" and self._listing_threads:
+            self._reply(view.next_page())
+            return True
+        if body[:2] == b"Hc":
+            self._hc_task = view.names_task(body)
+        if not view.fresh:
+            if view.names_task(body):
+                self._start_proc(self._proc_thread_query(body))
+                return True
+            return False
+        reply = view.answer(body)
+        if reply is None:
+            return False
+        self._reply(reply)
+        return True
+
+    def _task_thread_resume(self, resume: Resume) -> tuple[str, bytes]:
+        """("same", b""), ("forward", new body) or ("refuse", reply); the stop's tasks go stale."""
+        view = self.task_view
+        if view is None or not view.enabled:
+            return "same", b""
+        verdict = view.resume(resume, self._hc_task)
+        if verdict[0] != "refuse":
+            view.stale()
+            self._listing_threads = False
+            self._threads_doc = None
+        return verdict
+
+    # -- procedures ----------------------------------------------------------------------
+    def _proc_thread_query(self, body: bytes) -> Procedure:
+        view = self.task_view
+        assert view is not None
+        if not view.fresh:
+            yield from self._read_tasks(view)
+        if body == b"qfThreadInfo":
+            ids = yield from self._stub_thread_ids()
+            view.learn_format(ids)
+            self._listing_threads = True
+            self._proc = None
+            self._reply(view.thread_pages(ids)[0])
+            return
+        if body.startswith(b"qXfer:threads:read:"):
+            try:
+                req = parse_qxfer(body)
+            except MalformedPacket:
+                req = None
+            if not isinstance(req, QXferRead):
+                self._proc = None
+                self._reply(b"E00")
+                return
+            if req.offset == 0 or self._threads_doc is None:
+                doc = yield from self._stub_threads_doc()
+                if doc is None:  # the stub has no such object: its reply, as it gave it
+                    self._proc = None
+                    self._reply(b"E00")
+                    return
+                self._threads_doc = view.threads_xml(doc)
+            self._proc = None
+            self._reply(build_qxfer_reply(self._threads_doc, req.offset, req.length))
+            return
+        self._proc = None
+        reply = view.answer(body)
+        if reply is not None:
+            self._reply(reply)
+        else:
+            self._forward(body, None)
+
+    def _stub_thread_ids(self) -> Generator[Exchange, list[bytes], list[bytes]]:
+        ids: list[bytes] = []
+        ask = b"qfThreadInfo"
+        for _ in range(4096):
+            (rep,) = yield Exchange((ask,))
+            if not rep.startswith(b"m"):
+                break
+            ids += [t for t in rep[1:].split(b",") if t]
+            ask = b"qsThreadInfo"
+        return ids
+
+    def _stub_threads_doc(self) -> Generator[Exchange, list[bytes], bytes | None]:
+        doc = b""
+        for _ in range(4096):
+            (rep,) = yield Exchange((b"qXfer:threads:read::%x,%x" % (len(doc), 0x3FFF),))
+            if rep[:1] not in (b"m", b"l"):
+                return None
+            doc += unescape_binary(rep[1:])
+            if rep[:1] == b"l":
+                break
+        return doc
+
+    def _read_tasks(self, view: TaskThreadView) -> Generator[Exchange, list[bytes], None]:
+        """The live tasks at this stop, read like a monitor command (passes of reads)."""
+        fn = self.config.task_threads
+        assert fn is not None
+        yield from self._resolve_pending_reads()
+        threads = yield from self._read_thread_registers()
+        stop = self.current_thread()
+        template = threads.get(stop) if stop is not None else None
+        template = template or next(iter(threads.values()), b"")
+        cache: dict[tuple[int, int], bytes | None] = {}
+        tasks, shape = [], None
+        for _ in range(PASSES):
+            missing: list[tuple[int, int]] = []
+
+            def read(addr: int, size: int) -> bytes | None:
+                key = (addr, size)
+                if key in cache:
+                    return cache[key]
+                if 0 < size <= 1 << 16 and addr >= 0:
+                    missing.append(key)
+                return None
+
+            try:
+                tasks, shape = fn(self, read, threads)
+            except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
+                from proxy.session.actions import Notice
+
+                self._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
+                tasks, shape = [], None
+                break
+            if not missing:
+                break
+            wanted = list(dict.fromkeys(missing))[:READS_PER_PASS]
+            replies = yield Exchange(tuple(b"m%x,%x" % k for k in wanted))
+            for key, rep in zip(wanted, replies):
+                cache[key] = memory_bytes(rep)
+        view.set_tasks(tasks, template, shape)
+
+    if TYPE_CHECKING:  # provided by proxy.session.queries.Queries
+        def current_thread(self) -> int | None: ...
+        def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]: ...
+        def _resolve_pending_reads(self) -> Generator[Exchange, list[bytes], None]: ...

@@ -1,0 +1,113 @@
+"""The session routes thread queries through the task-thread view; nothing naming a
+task thread reaches the stub. The stub is played by hand (gdbserver 13.1's replies);
+the tasks come from a stand-in for reflection (integration/test_task_threads.py runs
+the real one on real programs)."""
+
+from __future__ import annotations
+
+from proxy.session.actions import ToClient, ToStub, ToStubRaw
+from proxy.session.core import Session, SessionConfig
+from proxy.threads.model import TID_BASE, TaskFrame, TaskThread
+from proxy.threads.stack import FrameShape
+from proxy.threads.view import STEP_REFUSED, TaskThreadView
+from rsp.framing import frame
+
+G = b"00" * (17 * 8 + 4 * 7)
+SHAPE = FrameShape("rsp", 64, (("rip", -8),), (("rsp", 16),))
+
+
+def tasks(session, read, threads):  # type: ignore[no-untyped-def]
+    word = read(0x7000, 8)  # one memory read: the session reads it and asks again
+    if word is None:
+        return [], None
+    frames = (TaskFrame(0x5000, int.from_bytes(word, "little")),)
+    return [TaskThread((0xA000, "t"), "task #1 app::f", "suspended at app.rs:3", frames)], lambda pc, o: SHAPE
+
+
+class Driver:
+    def __init__(self) -> None:
+        self.s = Session(SessionConfig(elf_path="/bin/true", task_threads=tasks))
+        self.s.task_view = TaskThreadView()
+        self.to_stub: list[bytes] = []
+        self.client(b"?")  # the stop the client attaches at
+        self.stub(b"T0006:00e0ffffff7f0000;07:b00eddf7ff7f0000;10:0010000000000000;thread:p10.10;core:0;")
+        self.to_stub.clear()
+
+    def client(self, body: bytes) -> list[bytes]:
+        self.s.client_packet(body, frame(body))
+        return self._take()
+
+    def stub(self, body: bytes) -> list[bytes]:
+        self.s.stub_packet(body, frame(body))
+        return self._take()
+
+    def _take(self) -> list[bytes]:
+        out = []
+        for a in self.s.take_actions():
+            if isinstance(a, ToStub):
+                self.to_stub.append(a.body)
+            elif isinstance(a, ToStubRaw):
+                self.to_stub.append(a.raw[1:-3])
+            elif isinstance(a, ToClient):
+                out.append(a.body)
+        return out
+
+    def play_stub(self, replies: dict[bytes, bytes]) -> list[bytes]:
+        """Answer every request the proxy sends until it replies to the client."""
+        got: list[bytes] = []
+        while not got:
+            assert self.to_stub, "the proxy waits for nothing"
+            req = self.to_stub.pop(0)
+            key = next((k for k in replies if req.startswith(k)), None)
+            assert key is not None, f"unexpected request to the stub: {req!r}"
+            got = self.stub(replies[key])
+        return got
+
+
+STUB = {b"qfThreadInfo": b"mp10.10", b"qsThreadInfo": b"l", b"Hg": b"OK", b"g": G,
+        b"m7000,8": b"efbeadde00000000"}
+
+
+def test_thread_list_registers_and_memory_of_a_task_thread() -> None:
+    d = Driver()
+    d.client(b"qfThreadInfo")
+    (page,) = d.play_stub(STUB)
+    tid = TID_BASE + 1
+    assert page == b"mp10.10,p10.%x" % tid
+    assert d.client(b"qsThreadInfo") == [b"l"]
+    assert d.client(b"qThreadExtraInfo,p10.%x" % tid) == [b"suspended at app.rs:3".hex().encode()]
+    assert d.client(b"Hgp10.%x" % tid) == [b"OK"]
+    (g,) = d.client(b"g")
+    rsp = int.from_bytes(bytes.fromhex(g.decode())[56:64], "little")
+    (slot,) = d.client(b"m%x,8" % (rsp + 16))
+    assert slot == b"efbeadde00000000"  # the coroutine's address, where its frame's DWARF looks
+    assert d.to_stub == []  # none of these reached the stub
+
+
+def test_continue_with_a_task_selected_resumes_the_program_and_step_is_refused() -> None:
+    d = Driver()
+    d.client(b"qfThreadInfo")
+    d.play_stub(STUB)
+    tid = TID_BASE + 1
+    assert d.client(b"vCont;s:p10.%x;c" % tid) == [STEP_REFUSED]
+    assert d.to_stub == []
+    d.client(b"vCont;c:p10.%x" % tid)
+    assert d.to_stub == [b"vCont;c"]
+
+
+def test_no_tasks_before_the_first_stop() -> None:
+    """lldb lists threads before it asks `?`: nothing is known of the program yet."""
+    s = Session(SessionConfig(elf_path="/bin/true", task_threads=tasks))
+    s.task_view = TaskThreadView()
+    s.client_packet(b"qfThreadInfo", frame(b"qfThreadInfo"))
+    (fwd,) = [a for a in s.take_actions() if isinstance(a, ToStubRaw)]
+    assert fwd.raw == frame(b"qfThreadInfo")
+    assert not s.task_view.fresh
+
+
+def test_off_by_default_everything_goes_to_the_stub() -> None:
+    d = Driver()
+    assert d.s.task_view is not None
+    d.s.task_view.enabled = False
+    d.client(b"qfThreadInfo")
+    assert d.to_stub == [b"qfThreadInfo"]
