@@ -178,6 +178,8 @@ def wrap(run_dir: Path, proxy_args: list[str], gdbserver: str, args: list[str]) 
     if "--once" in args[:i]:
         extra.append("--once")
     log = run_dir / f"proxy-{os.getpid()}.log"
+    if os.environ.get("GDB_TESTSUITE_PACKETS"):  # for diagnosis: every byte each proxy exchanged
+        extra += ["--log-packets", str(run_dir / f"packets-{os.getpid()}.log")]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     for k in ("LD_LIBRARY_PATH", "TCLLIBPATH"):
         env.pop(k, None)

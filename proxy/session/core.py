@@ -52,6 +52,7 @@ from .actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToS
 from .breakpoints import BpKey
 from .hidden import HiddenStops
 from .lifecycle import CaptureLifecycle
+from .nonstop import NonStop
 from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .queries import PROXY_QXFER_OBJECTS, Queries
 from .state import SessionConfig, Stopped, Waiter
@@ -67,10 +68,10 @@ from .wire import (
 )
 
 # Features the client must not see (rule 5).
-_HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands", "QNonStop")
+_HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
 
 
-class Session(HiddenStops, CaptureLifecycle, Queries, TaskThreadHooks):
+class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     """One client <-> stub session (see the module docstring)."""
 
     def client_packet(self, body: bytes, raw: bytes) -> None:
@@ -81,6 +82,9 @@ class Session(HiddenStops, CaptureLifecycle, Queries, TaskThreadHooks):
         self._dispatch_client(body, raw)
 
     def client_interrupt(self) -> None:
+        if self.non_stop:
+            self._emit(ToStubRaw(b"\x03"))  # gdb interrupts with vCont;t here; pass anything else on
+            return
         if self._proc is not None:
             # Rule 8: the hidden stop in progress ends in a SIGINT stop.
             self._interrupt_pending = True
@@ -243,6 +247,16 @@ class Session(HiddenStops, CaptureLifecycle, Queries, TaskThreadHooks):
         try:
             if body.startswith(b"qSupported"):
                 return self._client_qsupported(body)
+            if body.startswith(b"QNonStop:"):
+                return self._ns_client_nonstop(body, raw)
+            if self.non_stop:
+                if body == b"vStopped":
+                    return self._ns_client_vstopped()
+                if body == b"?":
+                    return self._ns_client_status()
+                resume = parse_resume(body)
+                if resume is not None:
+                    return self._ns_client_resume(resume, body, raw)
             if body == b"QStartNoAckMode":
                 # Each side of the proxy negotiates no-ack on its own.
                 self._reply(b"OK")
@@ -290,8 +304,15 @@ class Session(HiddenStops, CaptureLifecycle, Queries, TaskThreadHooks):
             # of our own first (its reply never reaches the client) tells which
             # stub this is, and a gdbserver >= 14 by its QThreadOptions= (regsafety);
             # gdbserver re-decides its register mode at every qSupported, so
-            # this one leaves nothing behind.
-            (probe,) = yield Exchange((self.config.stub_probe,))
+            # this one leaves nothing behind - but for multiprocess+: gdbserver
+            # turns that on at the qSupported that names it and off only at a
+            # new connection, and a client without it (gdb's
+            # multiprocess-feature-packet off) then got `W0;process:PID` and
+            # ended in an internal error. It goes only to a client that asks.
+            ask = self.config.stub_probe
+            if not feature_on(client, "multiprocess"):
+                ask = ask.replace(b"multiprocess+;", b"").replace(b";multiprocess+", b"")
+            (probe,) = yield Exchange((ask,))
             safe, notice = self.config.classify_stub(probe)
             self.config.registers_safe = safe
             self.register_notice = notice
@@ -388,6 +409,7 @@ class Session(HiddenStops, CaptureLifecycle, Queries, TaskThreadHooks):
 
     def _on_client_reply(self, body: bytes, raw: bytes) -> None:
         self._snoop_reply(body)
+        self._ns_reply_seen(body)
         if body[:1] in (b"T", b"S") and is_stop_reply(body):  # the answer to `?`
             try:
                 sr = parse_stop_reply(body)
@@ -424,7 +446,9 @@ class Session(HiddenStops, CaptureLifecycle, Queries, TaskThreadHooks):
         if self._on_program_event(sr, raw):
             return
         pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
-        if sr.kind == "T" and sr.signal == SIGTRAP and self.probes:
+        # A stub without T stop replies (gdbserver --disable-packet=T) says
+        # `S05`: no thread, no registers; the pc is read as for QEMU below.
+        if sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.probes:
             if is_trap_reason(sr) and pc is not None:
                 if self._probe_hit(sr, raw, pc):
                     return

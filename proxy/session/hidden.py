@@ -5,6 +5,8 @@ stepping over it; a probe at a client breakpoint is processed, then reported."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from rsp.errors import MalformedPacket
 from rsp.framing import frame
 from rsp.packets.memory import memory_bytes
@@ -56,8 +58,10 @@ class HiddenStops(SessionBase):
         return b"T%02xthread:%s;" % (sig, step.thread.format(step.thread.pid is not None))
 
     def _stepping(self, thread: ThreadId | None) -> bool:
-        if self._resume is None or thread is None:
+        if self._resume is None:
             return False
+        if thread is None:  # a stop without a thread (S05): any step of the client's
+            return self._resume.is_step
         action = self._resume.action_for(thread)
         return action is not None and action.op in ("s", "S", "r")
 
@@ -76,7 +80,18 @@ class HiddenStops(SessionBase):
         return True
 
     def _proc_read_pc_then_classify(self, sr: StopReply, raw: bytes) -> Procedure:
-        (regs,) = yield Exchange((b"g",))
+        if sr.thread is None:
+            # `S05` (gdbserver --disable-packet=T): the stub's current thread is
+            # the one whose registers `g` reads; the hidden stop steps that one
+            # alone (a `vCont;s` without a thread would step them all).
+            qc, regs = yield Exchange((b"qC", b"g"))
+            if qc.startswith(b"QC"):
+                try:
+                    sr = dataclasses.replace(sr, thread=ThreadId.parse(qc[2:]))
+                except MalformedPacket:
+                    pass
+        else:
+            (regs,) = yield Exchange((b"g",))
         self._proc = None
         pc = pc_from_g(regs)
         if pc is None or not self._probe_hit(sr, raw, pc):

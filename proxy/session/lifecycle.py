@@ -224,7 +224,7 @@ class CaptureLifecycle(SessionBase):
     def tick(self, now: float) -> None:
         """Called by the shell every few tens of ms: lets the capture ask for a
         hidden stop while the program runs (a drain before its buffer fills)."""
-        if (self.capture is None or not self.running or self._proc is not None or self._closing
+        if (self.capture is None or not self.running or self._proc is not None or self._closing or self.non_stop
                 or self._interrupt_forwarded or self._capture_interrupt or not self._capture_installed):
             return
         if self._capture_call("wants_interrupt", now):

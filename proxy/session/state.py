@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rsp.packets.qsupported import Feature
-from rsp.packets.resume import Resume
+from rsp.packets.resume import Resume, ResumeAction
 from rsp.packets.stop import StopReply
 from rsp.threads import ThreadId
 
@@ -170,6 +170,16 @@ class SessionBase:
         self._emulate = False  # decided from the stub's qSupported reply
         self._main_pid: int | None = None  # the program's process (fork children are others)
         self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
+        # non-stop mode (nonstop.py)
+        self.non_stop = False
+        self._ns_request: bool | None = None  # QNonStop:N sent, its OK not seen yet
+        self._ns_queue: deque[bytes] = deque()  # stops for the client; [0] notified, not acknowledged
+        self._ns_notified = False  # the client is in a notification cycle
+        self._ns_waiting = False  # the stub notified while the proxy was busy
+        self._ns_notified_stop: bytes | None = None  # that notification's stop
+        self._ns_actions: dict[tuple[int | None, int], ResumeAction] = {}  # the client's, per thread
+        self._ns_default: ResumeAction | None = None  # ... and for the others
+        self._ns_stepping: dict[tuple[int | None, int], tuple[BpKey, ResumeAction | None]] = {}
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
 
     def take_actions(self) -> list[Action]:
@@ -220,6 +230,7 @@ class SessionBase:
             if self._proc is proc:
                 self._proc = None
             self._drain_client_queue()
+            self._ns_kick()
             return
         self._proc_expect = len(ex.bodies)
         for i, b in enumerate(ex.bodies):
@@ -254,3 +265,4 @@ class SessionBase:
         def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]: ...
         def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure: ...
         def _interrupt_reply(self, step: StopReply) -> bytes: ...
+        def _ns_kick(self) -> None: ...

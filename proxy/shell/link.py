@@ -139,7 +139,7 @@ class Link:
         elif isinstance(ev, Packet):
             self.session.stub_packet(ev.body, ev.raw)
         elif isinstance(ev, Notification):
-            self.cconn.send_raw(ev.raw)
+            self.session.stub_notification(ev.body, ev.raw)
 
     async def _capture_loop(self) -> None:
         """Drive the capture while the program runs: fold a continuous
