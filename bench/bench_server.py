@@ -23,6 +23,9 @@ most:
 * ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
                     watched;
 * ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-sampled`` the same with --sample N (`--sample`, 64): one root poll
+                    in N per coroutine instance recorded, poll counts and busy
+                    times exact (folded in the kernel);
 * ``uprobes-entry`` the same with --mode entry (exits inferred);
 * ``tracepoints``   gdb -> asyncrsp --capture tracepoints -> gdbserver;
 * ``breakpoints``   gdb -> asyncrsp --capture breakpoints -> gdbserver.
@@ -77,9 +80,10 @@ DONE = re.compile(r"server done requests=(\d+) connections=(\d+) conn_polls=(\d+
 WRK_RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
+            "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-entry", "tracepoints", "breakpoints"]
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-sampled", "uprobes-entry", "tracepoints", "breakpoints"]
 
 
 @dataclass
@@ -385,9 +389,11 @@ def main() -> int:
     ap.add_argument("--server", choices=["corpus", "axum"], default="corpus")
     ap.add_argument("--config", choices=["release", "debug"], default="release")
     ap.add_argument("--only", nargs="+", choices=ORDER + SPLIT, help="ways of watching (default: all that apply)")
+    ap.add_argument("--sample", type=int, default=64, help="uprobes-sampled: --sample N (64)")
     ap.add_argument("--split", action="store_true", help="where uprobe capture's cost goes (no gdb)")
     args = ap.parse_args()
     wrk = ensure_wrk()
+    CAPTURES["uprobes-sampled"][-1] = str(args.sample)
     server = Server(args.server, args.config)
     hows = [h for h in (args.only or (SPLIT if args.split else ORDER))
             if h != "console" or server.console_prog is not None]

@@ -665,3 +665,26 @@ def test_a_program_whose_file_was_replaced_is_still_probed(tmp_path: Path) -> No
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_sampling_records_a_sample_and_counts_every_poll(config: str) -> None:
+    """--sample N: the kernel folds every poll into its instance's totals and
+    records one root poll in N (new instances always). The same current-thread
+    run (deterministic) fully recorded and sampled: far fewer records, the
+    same number of polls counted (live instances' totals read at the end plus
+    the totals of instances whose address started a new life), the same hits."""
+    prog = _binary(config, "tokio_bench")
+    inv = build_inventory(str(prog))
+    full, _eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0)
+    assert code == 0 and full.decoder is not None
+    polls = full.decoder.stats.entries
+    sampled, eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0, sample_every=16)
+    assert code == 0 and sampled.decoder is not None and sampled._kernel_totals is not None
+    _n, live_polls, recorded, _unseen = sampled._kernel_totals
+    assert live_polls + sampled.closed_polls == polls
+    assert sampled.decoder.stats.entries < polls / 2, (sampled.decoder.stats.entries, polls)
+    assert recorded <= sampled.decoder.stats.entries
+    assert eng.timing.sampled and "exact" in eng.timing.sampled
+    lines = sampled.stats_lines()
+    assert any(ln.startswith("sampling: one root poll in 16") for ln in lines), lines

@@ -51,6 +51,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "matches inside gdbserver (repeatable; `monitor async stats` shows the counts)")
     p.add_argument("--task-threads", action="store_true",
                    help="show each live task as an extra thread with its logical stack (monitor async threads)")
+    p.add_argument("--sample", type=int, default=1, metavar="N",
+                   help="uprobe capture: record one root poll in N of each coroutine instance (new ones "
+                        "always); poll counts and busy times stay exact (counted in the kernel), the "
+                        "graph and the poll histograms see the recorded polls only (default 1: all)")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     p.add_argument("--registers", choices=("safe", "full"),

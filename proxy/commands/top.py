@@ -45,7 +45,10 @@ def timing_cells(engine: Engine, task: Task) -> tuple[str, str, str]:
 
 def cost_line(engine: Engine) -> str:
     cost, source = engine.timing.cost()
-    return f"capture cost subtracted: {fmt_ns(cost)} per event ({source})"
+    line = f"capture cost subtracted: {fmt_ns(cost)} per event ({source})"
+    if engine.timing.sampled:
+        line += "\n" + engine.timing.sampled
+    return line
 
 
 def render_top(engine: Engine, args: tuple[str, ...]) -> str:

@@ -309,6 +309,11 @@ class Engine:
         rec = self._find(ref)
         return self._task(rec) if rec is not None else None
 
+    def node_at(self, self_ptr: int, site: int) -> int | None:
+        """The id of the coroutine the engine holds at `self_ptr` for resume function `site`."""
+        at = self._g.index.get(self_ptr)
+        return at.get(self.catalog.type_key(site)) if at is not None else None
+
     def roots(self) -> list[Task]:
         return [t for t in self.tasks() if t.parent is None]
 

@@ -67,6 +67,7 @@ class PollTiming:
         self._leaves: deque[int] = deque(maxlen=LEAF_SAMPLES)
         self._cost_cache: tuple[int, int] | None = None  # (leaf_polls, cost) of the last sort
         self._high = -1
+        self.sampled: str | None = None  # what was sampled, when polls were (said by top)
 
     # ---- feeding (from GraphState) -----------------------------------------------
     def poll(self, task: int, enter_seq: int, exit_seq: int, enter_ns: int, exit_ns: int) -> None:
@@ -95,6 +96,18 @@ class PollTiming:
         t.samples.append((raw, inside + 1))
         if raw > t.longest[0]:
             t.longest = (raw, inside + 1)
+
+    def set_totals(self, task: int, polls: int, raw_ns: int, events: int) -> None:
+        """A task's exact totals counted elsewhere (uprobe capture folds every poll
+        in the kernel and records a sample of them): they replace what the
+        recorded polls added up to; the duration samples stay the recorded ones."""
+        t = self.tasks.pop(task, None)
+        if t is None:
+            if len(self.tasks) >= MAX_TASKS:
+                del self.tasks[next(iter(self.tasks))]
+            t = TaskTiming()
+        self.tasks[task] = t
+        t.polls, t.raw_ns, t.events = polls, raw_ns, events
 
     def set_backend(self, name: str | None) -> None:
         """The capture backend in use: its benchmark cost until the run calibrates its own."""

@@ -21,6 +21,9 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
         v = opts.get(opt)
         if isinstance(v, int) and v >= 0:
             kw[arg] = v
+    sample = opts.get("sample")
+    if isinstance(sample, int) and sample > 1:
+        kw["sample_every"] = sample
     return UprobeCapture(only=only, exclude=exclude, entry_only=mode == "entry", **kw)
 
 

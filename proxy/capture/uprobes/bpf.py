@@ -39,15 +39,18 @@ BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
 PAGE = mmap.PAGESIZE
 
-# struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, sp_adjust
-SITE = struct.Struct("<BBBBiIi")
-CONFIG = struct.Struct("<IIq")  # tgid, stack_max, stack credits
-KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT = 0, 1, 2, 3
+# struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, sp_adjust, fn
+SITE = struct.Struct("<BBBBiIiI")
+CONFIG = struct.Struct("<IIqII")  # tgid, stack_max, stack credits, sample_every, pad
+INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
+INST_STATS = struct.Struct("<QQQQ")  # struct inst_stats: polls, raw ns, hits, recorded polls
+KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS = 0, 1, 2, 3, 4
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
 CHUNK = 256
 STACK_MAX = 16384
 
-COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries")
+COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries",
+            "skipped", "stats lost")
 
 
 class BpfError(Exception):
@@ -65,10 +68,11 @@ class SiteSpec:
     cfa_reg: int = REG_RSP
     cfa_off: int = 8  # a ret: CFA = rsp + 8, so the entry's sp = rsp
     sp_adjust: int = 0  # an entry probed after its prologue: the entry's sp = rsp + sp_adjust
+    fn: int = 0  # the resume function's index: instances are keyed (self, fn)
 
     def pack(self) -> bytes:
         return SITE.pack(self.kind, self.self_reg, self.state_size, self.cfa_reg, self.cfa_off,
-                         self.state_off, self.sp_adjust)
+                         self.state_off, self.sp_adjust, self.fn)
 
 
 # ---- libbpf -------------------------------------------------------------------------------------
@@ -103,6 +107,7 @@ class _Libbpf:
             "bpf_map__fd": (i, [vp]),
             "bpf_map_update_elem": (i, [i, vp, vp, u64]),
             "bpf_map_lookup_elem": (i, [i, vp, vp]),
+            "bpf_map_get_next_key": (i, [i, vp, vp]),
             "libbpf_num_possible_cpus": (i, []),
             "libbpf_set_print": (vp, [vp]),
         }
@@ -157,7 +162,7 @@ class Program:
         self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
-            for name in ("events", "sites", "config", "counters", "scopes", "site_hits")
+            for name in ("events", "sites", "config", "counters", "scopes", "site_hits", "instances")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -195,15 +200,34 @@ class Program:
                 lib.lib.bpf_object__close(obj)
 
     # -- maps
-    def set_config(self, tgid: int, stack_max: int, credits: int = 1 << 62) -> None:
-        """`credits`: how many entries may still carry a stack slice (the unwinder's sample)."""
+    def set_config(self, tgid: int, stack_max: int, credits: int = 1 << 62, sample_every: int = 1) -> None:
+        """`credits`: how many entries may still carry a stack slice (the unwinder's sample);
+        `sample_every` N > 1: one root poll in N of each coroutine instance is recorded."""
         stack_max = max(0, min(STACK_MAX, stack_max // CHUNK * CHUNK))
-        self._config = (tgid, stack_max)
-        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits))
+        self._config = (tgid, stack_max, max(sample_every, 1))
+        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits, max(sample_every, 1), 0))
 
     def set_credits(self, credits: int) -> None:
-        tgid, stack_max = getattr(self, "_config", (0, 0))
-        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits))
+        tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))
+        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits, every, 0))
+
+    def instances(self) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+        """Every coroutine instance's totals folded in the kernel:
+        (self, fn) -> (polls, raw ns, hits, recorded polls)."""
+        fd = self.fds["instances"]
+        lib = self._lib.lib
+        key = ctypes.create_string_buffer(INST_KEY.size)
+        nxt = ctypes.create_string_buffer(INST_KEY.size)
+        val = ctypes.create_string_buffer(INST_STATS.size)
+        out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+        prev = None
+        while lib.bpf_map_get_next_key(fd, prev, nxt) == 0:
+            ctypes.memmove(key, nxt, INST_KEY.size)
+            prev = key
+            if lib.bpf_map_lookup_elem(fd, key, val) == 0:
+                self_ptr, fn, _ = INST_KEY.unpack(key.raw)
+                out[(self_ptr, fn)] = INST_STATS.unpack(val.raw)
+        return out
 
     def set_sites(self, sites: list[SiteSpec]) -> None:
         for i, s in enumerate(sites):

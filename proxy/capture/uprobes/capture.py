@@ -24,6 +24,15 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   over to the breakpoints backend.
 * ``uninstall`` closes the links: the kernel restores the bytes. If the
   proxy dies, the kernel closes them too.
+* Sampling (``--sample N``, ``sample_every``): the BPF program folds every
+  poll into its coroutine instance's totals in a kernel map (polls, raw ns,
+  hits inside) and records one root poll in N of each instance, with the
+  polls nested in it, and every first poll of a new instance. ``sync`` reads
+  the map and gives the engine's timing the exact totals of every instance it
+  knows (``PollTiming.set_totals``); an instance's address starting a new
+  life sends its totals in the stream first (``InstanceTotals``). What the
+  recorded polls alone give (the graph's edges and states, the histograms,
+  the longest poll) is a sample, and ``stats`` and ``top`` say so.
 * The user's ``--probe`` functions (count probes): under ``--capture
   uprobes`` the session hands them over (``count_probes``) and they become
   uprobe sites that only count (``KIND_COUNT``, no record): the client's
@@ -56,7 +65,7 @@ from rsp.packets.breakpoints import SOFTWARE, parse_breakpoint
 from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory
 
 from . import bpf as B
-from .decode import ENTRY_REC, Decoder, EntryCapture, entry_capture
+from .decode import ENTRY_REC, Decoder, EntryCapture, InstanceTotals, entry_capture
 from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
 
@@ -86,6 +95,7 @@ class UprobeCapture(CaptureBase):
         max_backlog: int = 2_000_000,
         object_path: os.PathLike[str] | None = None,
         move_entries: bool = True,
+        sample_every: int = 1,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -99,6 +109,10 @@ class UprobeCapture(CaptureBase):
         self.poll_budget_s = poll_budget_s
         self.object_path = object_path
         self.move_entries = move_entries  # entry probes on the first emulated instruction (emulated.py)
+        self.sample_every = max(int(sample_every), 1)
+        self._fn_site: dict[int, int] = {}  # resume function index -> runtime low_pc (the engine's site)
+        self._kernel_totals: tuple[int, int, int, int] | None = None  # instances, polls, recorded, unseen polls
+        self.closed_polls = 0  # polls of the instances whose totals came closed (InstanceTotals)
         self.inventory: Inventory | None = None
         self.plan_: SitePlan | None = None
         self.decoder: Decoder | None = None
@@ -296,7 +310,7 @@ class UprobeCapture(CaptureBase):
             self.note = str(err)
             return
         try:
-            prog.set_config(self._pid, self.stack_bytes, self._credits_wanted())
+            prog.set_config(self._pid, self.stack_bytes, self._credits_wanted(), self.sample_every)
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]
@@ -331,6 +345,7 @@ class UprobeCapture(CaptureBase):
         self._prog = prog
         self._ring = prog.ring()
         self._cookies = {s.addr: i for i, s in enumerate(sites)}
+        self._fn_site = {s.spec.fn: s.info.site for s in sites if s.spec.kind != B.KIND_COUNT}
         self.decoder = Decoder([s.info for s in sites], first_seq=self._next_seq())
         self._mask = sorted((s.addr, s.original) for s in sites)
 
@@ -411,7 +426,43 @@ class UprobeCapture(CaptureBase):
 
     def sync(self) -> Procedure | None:
         self._fold(budget_s=None)
+        if self.sample_every > 1:
+            self._apply_kernel_totals()
         return None
+
+    def _credit(self, tot: InstanceTotals, engine: Engine) -> None:
+        """An instance's exact totals (closed: its address starts a new life) to
+        the engine's node for it, when sampling (otherwise every poll was recorded)."""
+        self.closed_polls += tot.polls
+        if self.sample_every <= 1:
+            return
+        site = self._fn_site.get(tot.fn)
+        node = engine.node_at(tot.self_ptr, site) if site is not None else None
+        if node is not None and tot.polls:
+            engine.timing.set_totals(node, tot.polls, tot.raw_ns, tot.hits)
+
+    def _apply_kernel_totals(self) -> None:
+        """At a stop: every live instance's exact totals from the kernel's map to the
+        engine's timing; what was recorded of them, for `stats` and `top`."""
+        prog, engine = self._prog, self.engine
+        if prog is None or engine is None:
+            return
+        polls = recorded = unseen = 0
+        totals = prog.instances()
+        for (self_ptr, fn), (n, raw, hits, rec) in totals.items():
+            polls += n
+            recorded += rec
+            site = self._fn_site.get(fn)
+            node = engine.node_at(self_ptr, site) if site is not None else None
+            if node is None:
+                unseen += n
+            elif n:
+                engine.timing.set_totals(node, n, raw, hits)
+        self._kernel_totals = (len(totals), polls, recorded, unseen)
+        engine.timing.sampled = (
+            f"sampled: one root poll in {self.sample_every} per coroutine instance recorded "
+            f"({recorded:,} of {polls:,} polls of the live instances); POLLS and BUSY are exact "
+            "(counted in the kernel), LONGEST and histograms from the recorded polls")
 
     def _fold(self, budget_s: float | None) -> bool:
         """Fold the backlog, then the ring, into the engine for up to `budget_s`
@@ -533,6 +584,9 @@ class UprobeCapture(CaptureBase):
         for off, n in spans:
             ev = decode(buf, off, n)
             if ev is None:
+                continue
+            if type(ev) is InstanceTotals:
+                self._credit(ev, engine)
                 continue
             self.events += 1
             if type(ev) is PollEnter:
@@ -725,6 +779,16 @@ class UprobeCapture(CaptureBase):
                     None: "unreadable"}[armed])
         elif self.lost:
             lines.append(f"uprobe events dropped: {self.lost}")
+        if self.sample_every > 1:
+            lines.append(f"sampling: one root poll in {self.sample_every} per coroutine instance recorded, "
+                         f"with the polls nested in it, and every new instance's first; hits not recorded: "
+                         f"{c.get('skipped', 0):,}; the graph's edges and states and the poll histograms "
+                         "come from the recorded polls only")
+            if self._kernel_totals is not None:
+                n, polls, rec, unseen = self._kernel_totals
+                lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
+                             f"{unseen:,} polls of instances the graph never saw (not in top)"
+                             + (f"; instance totals lost (ring full): {c['stats lost']}" if c.get("stats lost") else ""))
         if self.decoder is not None and self.decoder.stats.bad:
             lines.append(f"bad uprobe records: {self.decoder.stats.bad}")
         if self._hw_converted:

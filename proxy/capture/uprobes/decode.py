@@ -18,7 +18,11 @@ What the engine gets:
   table. ``rax`` is kept in the record but not given to the engine as the
   ``Poll`` result: only a ``Poll<()>``-sized return has its discriminant in
   ``rax``, and nothing in the inventory says which do;
-* unwind exits (``call _Unwind_Resume``): ``panicked``.
+* unwind exits (``call _Unwind_Resume``): ``panicked``;
+* an instance's totals folded in the kernel (``KIND_STATS``: its address
+  starts a new life, the old one's polls, raw ns and hits go out first): an
+  ``InstanceTotals``, not an event; the capture credits it to the engine's
+  node at that address.
 
 Records whose kind or cookie makes no sense are counted, never raised.
 """
@@ -32,7 +36,7 @@ from typing import Any
 from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
 from proxy.graph.fast import slot_maker
 
-KIND_ENTRY, KIND_EXIT, KIND_UNWIND = 0, 1, 2
+KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_STATS = 0, 1, 2, 4
 F_SELF, F_STATE = 1, 2
 
 EXIT_REC = struct.Struct("<HHIIIQQQQQQQ")  # kind flags cookie tid stack_len ts ip sp self ret rax state
@@ -69,6 +73,18 @@ class EntryCapture:
         return self.stack[off:off + size]
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceTotals:
+    """A coroutine instance's totals folded in the kernel, closed (a new life at its address)."""
+
+    self_ptr: int
+    fn: int  # the resume function's index in the inventory
+    polls: int
+    raw_ns: int
+    hits: int  # 1 + the hits inside, summed over its polls
+    recorded: int  # polls whose records went out
+
+
 @dataclass(slots=True)
 class DecodeStats:
     records: int = 0
@@ -78,6 +94,7 @@ class DecodeStats:
     bad: int = 0  # unknown kind, cookie or a short record
     exit_self_known: int = 0
     exit_state_known: int = 0
+    closed: int = 0  # InstanceTotals records
 
 
 _enter = slot_maker(PollEnter)  # proxy/graph/fast.py: half the cost of the dataclass __init__
@@ -97,11 +114,11 @@ class Decoder:
     def lost(self, count: int, reason: str) -> EventsLost:
         return EventsLost(self.next_seq(), count, reason)
 
-    def decode(self, rec: bytes) -> PollEvent | None:
+    def decode(self, rec: bytes) -> PollEvent | InstanceTotals | None:
         """One record -> one event (None: a bad record, counted)."""
         return self.decode_at(rec, 0, len(rec))
 
-    def decode_at(self, buf: Any, off: int, length: int) -> PollEvent | None:
+    def decode_at(self, buf: Any, off: int, length: int) -> PollEvent | InstanceTotals | None:
         """The record of `length` bytes at `off` in `buf` (bytes, or the ring's
         pages themselves: no copy) -> one event (None: a bad record, counted)."""
         st = self.stats
@@ -110,6 +127,9 @@ class Decoder:
             st.bad += 1
             return None
         kind, flags, cookie, tid, _slen, ts, _ip, sp, self_ptr, ret, _rax, state = _unpack_exit(buf, off)
+        if kind == KIND_STATS:  # cookie = the function's index, ret/rax/state/ip = the totals
+            st.closed += 1
+            return InstanceTotals(self_ptr, cookie, ret, _rax, state, _ip)
         if cookie >= len(self.sites):
             st.bad += 1
             return None

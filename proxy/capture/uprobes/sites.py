@@ -99,7 +99,7 @@ def plan_sites(
         sites.append(Site(name, link + bias, off, original, spec,
                           SiteInfo(kind, fn.low_pc + bias, link + bias, adjust)))
 
-    for fn in inventory.resume_fns:
+    for fn_index, fn in enumerate(inventory.resume_fns):
         if not fn.low_pc:
             continue
         if only_re is not None and not only_re.search(fn.name):
@@ -122,12 +122,13 @@ def plan_sites(
                 elif moved[0].addr != fn.low_pc:
                     n_moved += 1
         for e in entries:
-            add(fn, fn.name, e.addr, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size, sp_adjust=e.adjust),
+            add(fn, fn.name, e.addr, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size, sp_adjust=e.adjust,
+                                                            fn=fn_index),
                 e.adjust)
         if entry_only:
             continue
         for r in fn.rets:
-            add(fn, fn.name + " (ret)", r, KIND_EXIT, SiteSpec(KIND_EXIT, self_reg, st_off, st_size))
+            add(fn, fn.name + " (ret)", r, KIND_EXIT, SiteSpec(KIND_EXIT, self_reg, st_off, st_size, fn=fn_index))
         for x in fn.other_exits:
             rule = cfa_at(x) if cfa_at is not None else None
             if rule is None or rule[0] not in (_DWARF_RSP, _DWARF_RBP):
@@ -135,7 +136,7 @@ def plan_sites(
                 continue
             reg = REG_RSP if rule[0] == _DWARF_RSP else REG_RBP
             add(fn, fn.name + " (unwind)", x, KIND_UNWIND,
-                SiteSpec(KIND_UNWIND, self_reg, st_off, st_size, reg, rule[1]))
+                SiteSpec(KIND_UNWIND, self_reg, st_off, st_size, reg, rule[1], fn=fn_index))
     if n_moved:
         notes.append(f"{n_moved} entry probes moved past their prologue to an instruction the kernel emulates")
     if n_dispatch:

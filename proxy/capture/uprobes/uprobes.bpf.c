@@ -6,7 +6,7 @@
  *
  * Each hit writes one record into the ring buffer `events` (no wakeup: the
  * proxy drains it on a timer) and counts itself in the per-CPU `counters`
- * (hits, records, drops, ...): hits = records + drops, always.
+ * (hits, records, drops, ...): hits = records + drops + skipped, always.
  *
  *   entry  -> kind, cookie, tid, ns, ip, the entry's sp (sp + the site's
  *             sp_adjust: the probe may stand on the first instruction the
@@ -23,6 +23,20 @@
  * (KIND_COUNT: the user's `--probe` functions under `--capture uprobes`) only
  * counts there and writes no record.
  *
+ * Folding in the kernel: every poll (entry to exit, matched by (tid, entry sp)
+ * in `scopes`) adds to its coroutine instance's totals in `instances`, keyed
+ * (self, resume function): polls, raw ns (exit ts - entry ts), and the hits on
+ * its thread from its entry to its exit (1 + those inside: what the proxy's
+ * timing subtracts the per-event cost for). With `sample_every` N > 1 only one
+ * root poll (no enclosing scope on the thread) in N of each instance is
+ * recorded, with every poll nested in it; the first poll of a new instance
+ * (not in `instances`, or entered Unresumed) always is. The other polls write
+ * no record: their counts and times are exact in `instances`, which the proxy
+ * reads at each stop. When an instance's address starts a new life (entered
+ * Unresumed after polls), its totals so far go out first as a KIND_STATS
+ * record: self, fn (cookie field), polls (ret), raw ns (rax), hits (state),
+ * recorded polls (ip).
+ *
  * Build: proxy/capture/uprobes/build.py (clang -target bpf; no vmlinux.h, no
  * CO-RE: only the UAPI pt_regs, so the object is portable and committed).
  */
@@ -38,6 +52,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define KIND_EXIT 1
 #define KIND_UNWIND 2
 #define KIND_COUNT 3
+#define KIND_STATS 4 /* records only: an instance's totals, closed */
 
 #define REG_RDI 0
 #define REG_RSI 1
@@ -58,7 +73,9 @@ char LICENSE[] SEC("license") = "GPL";
 #define C_OTHER_PID 4
 #define C_SCOPE_FULL 5
 #define C_RETRIES 6
-#define N_COUNTERS 8
+#define C_SKIPPED 7 /* hits not recorded (sampling) */
+#define C_STATS_LOST 8 /* KIND_STATS records the ring had no room for */
+#define N_COUNTERS 10
 
 struct site {
 	__u8 kind;
@@ -68,12 +85,44 @@ struct site {
 	__s32 cfa_off;    /* exits: CFA = cfa_reg + cfa_off; entry sp = CFA - 8 */
 	__u32 state_off;
 	__s32 sp_adjust;  /* entries: the entry's sp = sp + sp_adjust (a probe moved past the prologue) */
+	__u32 fn;         /* the resume function's index (the key of `instances`) */
 };
 
 struct config {
 	__u32 tgid;        /* 0: any (the link's pid filter still applies) */
 	__u32 stack_max;   /* bytes of stack at entries, a multiple of CHUNK */
 	__s64 credits;     /* stack slices the proxy still wants: each entry takes one */
+	__u32 sample_every; /* 0/1: record every poll; N: one root poll in N per instance */
+	__u32 pad;
+};
+
+/* the poll in progress at (tid, entry sp) */
+struct scope_val {
+	__u64 self;
+	__u64 ts;       /* entry time */
+	__u64 hits;     /* the thread's hit count at the entry */
+	__u32 fn;
+	__u32 recorded; /* its entry went out as a record */
+};
+
+struct thread_state {
+	__u64 hits;     /* hits on this thread so far */
+	__u64 root_sp;  /* entry sp of the root poll in progress */
+	__u32 depth;    /* polls in progress on this thread */
+	__u32 recording; /* the root poll in progress is recorded */
+};
+
+struct inst_key {
+	__u64 self;
+	__u32 fn;
+	__u32 pad;
+};
+
+struct inst_stats {
+	__u64 polls;
+	__u64 raw_ns;
+	__u64 hits;     /* sum over its polls of 1 + the hits inside on its thread */
+	__u64 recorded; /* polls whose records went out */
 };
 
 struct scope_key {
@@ -144,13 +193,28 @@ struct {
 	__type(value, __u64);
 } site_hits SEC(".maps");
 
-/* (tid, sp at entry) -> self: an exit finds its poll's self pointer here */
+/* (tid, sp at entry) -> the poll in progress: an exit finds its self pointer here */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct scope_key);
-	__type(value, __u64);
+	__type(value, struct scope_val);
 } scopes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} threads SEC(".maps");
+
+/* per coroutine instance: exact totals of every poll, recorded or not */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct inst_key);
+	__type(value, struct inst_stats);
+} instances SEC(".maps");
 
 static __always_inline void count(__u32 which)
 {
@@ -161,13 +225,16 @@ static __always_inline void count(__u32 which)
 
 static __always_inline __u64 read_state(__u64 self, const struct site *s, __u16 *flags)
 {
-	__u64 v = 0;
+	/* 16 bytes for a read of at most 15 (n & 15): the verifier cannot always
+	 * carry the n <= 8 bound to the call */
+	__u64 v[2] = {0, 0};
 	__u32 n = s->state_size;
 	if (!self || n == 0 || n > 8)
 		return 0;
-	if (bpf_probe_read_user(&v, n & 15, (void *)(self + s->state_off)) == 0)
+	barrier_var(n); /* keeps the mask below: clang drops it when it knows n <= 8 */
+	if (bpf_probe_read_user(v, n & 15, (void *)(self + s->state_off)) == 0)
 		*flags |= F_STATE;
-	return v;
+	return v[0];
 }
 
 /* The fields every record has; `r` is a ring slot or the scratch record. */
@@ -188,26 +255,27 @@ static __always_inline void fill_head(struct rec *r, struct pt_regs *ctx, __u16 
 }
 
 /* An entry's fields (self, state, callee-saved registers), and its scope. */
-static __always_inline void fill_entry(struct rec *r, struct pt_regs *ctx, const struct site *s,
-				       struct scope_key *key, __u64 sp)
+static __always_inline void fill_entry(struct rec *r, struct pt_regs *ctx, __u64 self, __u64 state,
+				       __u16 flags)
 {
-	/* read both: the verifier refuses a ctx pointer moved by a variable offset */
-	__u64 rdi = ctx->rdi, rsi = ctx->rsi;
-	barrier_var(rdi);
-	barrier_var(rsi);
-	__u64 self = s->self_reg == REG_RSI ? rsi : rdi;
 	r->self = self;
-	r->flags = F_SELF;
-	r->state = read_state(self, s, &r->flags);
+	r->flags = flags;
+	r->state = state;
 	r->rbp = ctx->rbp;
 	r->rbx = ctx->rbx;
 	r->r12 = ctx->r12;
 	r->r13 = ctx->r13;
 	r->r14 = ctx->r14;
 	r->r15 = ctx->r15;
-	key->sp = sp;
-	if (bpf_map_update_elem(&scopes, key, &self, BPF_ANY))
-		count(C_SCOPE_FULL);
+}
+
+static __always_inline __u64 entry_self(struct pt_regs *ctx, const struct site *s)
+{
+	/* read both: the verifier refuses a ctx pointer moved by a variable offset */
+	__u64 rdi = ctx->rdi, rsi = ctx->rsi;
+	barrier_var(rdi);
+	barrier_var(rsi);
+	return s->self_reg == REG_RSI ? rsi : rdi;
 }
 
 /* An exit's scope: (tid, the entry's sp); a `ret` leaves with the entry's sp, an
@@ -220,22 +288,50 @@ static __always_inline void exit_key(struct pt_regs *ctx, const struct site *s, 
 	key->sp = base + (__s64)s->cfa_off - 8;
 }
 
-/* An exit's fields: self and __state when the entry's (tid, entry sp) is in `scopes`. */
-static __always_inline void fill_exit(struct rec *r, struct pt_regs *ctx, const struct site *s,
-				      struct scope_key *key, __u64 sp)
+/* An exit's fields: self and __state when its poll's scope was found. */
+static __always_inline void fill_exit(struct rec *r, const struct site *s, __u64 self)
 {
-	exit_key(ctx, s, key, sp);
-	__u64 *self = bpf_map_lookup_elem(&scopes, key);
 	r->self = 0;
 	r->state = 0;
 	if (self) {
-		r->self = *self;
+		r->self = self;
 		r->flags = F_SELF;
-		r->state = read_state(*self, s, &r->flags);
-		bpf_map_delete_elem(&scopes, key);
-	} else {
-		count(C_SCOPE_MISS);
+		r->state = read_state(self, s, &r->flags);
 	}
+}
+
+/* The thread's state (created zeroed on its first hit). */
+static __always_inline struct thread_state *thread_of(__u32 tid)
+{
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &tid);
+	if (t)
+		return t;
+	struct thread_state zero = {};
+	bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+/* A closed instance's totals, as a record (KIND_STATS). */
+static __always_inline void emit_stats(struct inst_key *ik, struct inst_stats *st, __u32 tid)
+{
+	struct rec *r = bpf_ringbuf_reserve(&events, EXIT_SIZE, 0);
+	if (!r) {
+		count(C_STATS_LOST);
+		return;
+	}
+	r->kind = KIND_STATS;
+	r->flags = 0;
+	r->cookie = ik->fn;
+	r->tid = tid;
+	r->stack_len = 0;
+	r->ts = bpf_ktime_get_ns();
+	r->ip = st->recorded;
+	r->sp = 0;
+	r->self = ik->self;
+	r->ret = st->polls;
+	r->rax = st->raw_ns;
+	r->state = st->hits;
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 }
 
 /* Reserve a fixed-size record in the ring (once more when the ring's lock gave
@@ -275,24 +371,100 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	}
 	__u64 sp = PT_REGS_SP(ctx);
 	struct scope_key key = {.tid = (__u32)id};
+	struct thread_state *th = thread_of((__u32)id);
+	if (th)
+		th->hits += 1;
 
 	if (s->kind != KIND_ENTRY) {
+		exit_key(ctx, s, &key, sp);
+		struct scope_val *sc = bpf_map_lookup_elem(&scopes, &key);
+		__u64 self = 0;
+		__u32 recorded = th ? th->recording : 1;
+		if (sc) {
+			self = sc->self;
+			recorded = sc->recorded;
+			struct inst_key ik = {.self = sc->self, .fn = sc->fn};
+			struct inst_stats *st = bpf_map_lookup_elem(&instances, &ik);
+			if (st) {
+				st->polls += 1;
+				st->raw_ns += bpf_ktime_get_ns() - sc->ts;
+				st->hits += th ? th->hits - sc->hits : 1;
+				st->recorded += recorded;
+			}
+			if (th && th->depth > 0)
+				th->depth -= 1;
+		} else {
+			count(C_SCOPE_MISS);
+		}
+		if (!recorded) {
+			count(C_SKIPPED);
+			if (sc)
+				bpf_map_delete_elem(&scopes, &key);
+			return 0;
+		}
 		/* exits: a 72-byte record written in place in the ring (no copy) */
 		struct rec *r = RESERVE(EXIT_SIZE);
 		if (!r) {
 			count(C_DROPS);
-			exit_key(ctx, s, &key, sp); /* the poll is over all the same */
-			bpf_map_delete_elem(&scopes, &key);
+			if (sc)
+				bpf_map_delete_elem(&scopes, &key); /* the poll is over all the same */
 			return 0;
 		}
 		fill_head(r, ctx, s->kind, cookie, id, sp);
-		fill_exit(r, ctx, s, &key, sp);
+		fill_exit(r, s, self);
+		if (sc)
+			bpf_map_delete_elem(&scopes, &key);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
 		return 0;
 	}
 
 	__u64 esp = sp + (__s64)s->sp_adjust;
+	__u64 self = entry_self(ctx, s);
+	__u16 flags = F_SELF;
+	__u64 state = read_state(self, s, &flags);
+	__u64 now = bpf_ktime_get_ns();
+
+	/* the instance's totals; a new one, or a new life at its address (entered
+	 * Unresumed after polls: the old one's totals go out first) */
+	struct inst_key ik = {.self = self, .fn = s->fn};
+	struct inst_stats *st = bpf_map_lookup_elem(&instances, &ik);
+	int fresh = 0;
+	if (!st) {
+		struct inst_stats zero = {};
+		bpf_map_update_elem(&instances, &ik, &zero, BPF_ANY);
+		fresh = 1;
+	} else if ((flags & F_STATE) && state == 0 && st->polls > 0) {
+		emit_stats(&ik, st, (__u32)id);
+		st->polls = 0;
+		st->raw_ns = 0;
+		st->hits = 0;
+		st->recorded = 0;
+		fresh = 1;
+	}
+
+	/* a root poll: no poll in progress on the thread, or the stack is back at or
+	 * above the root's frame (its exit was missed) */
+	__u32 recording = 1;
+	if (th) {
+		if (th->depth == 0 || esp >= th->root_sp) {
+			__u32 n = cfg->sample_every;
+			th->depth = 0;
+			th->root_sp = esp;
+			th->recording = n <= 1 || fresh || !st || st->polls % n == 0;
+		}
+		th->depth += 1;
+		recording = th->recording;
+	}
+	key.sp = esp;
+	struct scope_val sv = {.self = self, .ts = now, .hits = th ? th->hits : 0, .fn = s->fn,
+			       .recorded = recording};
+	if (bpf_map_update_elem(&scopes, &key, &sv, BPF_ANY))
+		count(C_SCOPE_FULL);
+	if (!recording) {
+		count(C_SKIPPED);
+		return 0;
+	}
 
 	/* The unwinder samples: a slice only while the proxy has credits left
 	 * (it refills them as it unwinds), so a fast program does not fill the
@@ -305,7 +477,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			return 0;
 		}
 		fill_head(r, ctx, KIND_ENTRY, cookie, id, esp);
-		fill_entry(r, ctx, s, &key, esp);
+		fill_entry(r, ctx, self, state, flags);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
 		return 0;
@@ -319,7 +491,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		return 0;
 	}
 	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp);
-	fill_entry(r, ctx, s, &key, esp);
+	fill_entry(r, ctx, self, state, flags);
 	__u32 want = cfg->stack_max;
 	__u32 got = 0;
 	for (int i = 0; i < MAX_CHUNKS; i++) {
