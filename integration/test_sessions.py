@@ -1,0 +1,157 @@
+"""Sessions beyond one all-stop client: non-stop mode, extended-remote runs,
+a reconnecting client. Real gdb -> asyncrsp -> gdbserver on the bundled tokio
+program, the hidden-breakpoint capture (it stops threads, the case that needs
+the proxy's care in each of these modes)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from integration.harness.stubs import OutputPump, kill_tree
+from integration.harness.tools import require_tool
+from integration.test_await_graph import _binary, ask, bp_line, section
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = "tokio_app.rs"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _gdb(prog: Path, commands: list[str], timeout: float = 180) -> str:
+    argv = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60"]
+    for c in commands:
+        argv += ["-ex", c]
+    out = subprocess.run([*argv, str(prog)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
+    return out.stdout
+
+
+class _Proc:
+    """A background process whose output is collected; ended at exit."""
+
+    def __init__(self, argv: list[str], ready: bytes) -> None:
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.out = OutputPump(self.proc.stdout)
+        if not self.out.wait_for(re.compile(re.escape(ready)), 30):
+            self.close()
+            raise AssertionError(f"{argv[0]} did not start: {self.out.text()!r}")
+
+    def text(self) -> str:
+        return self.out.text()
+
+    def close(self) -> None:
+        kill_tree(self.proc)
+        self.out.join()
+
+
+def _proxy(upstream: str, port: int, *extra: str) -> _Proc:
+    return _Proc([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
+                  "--upstream", upstream, "--capture", "breakpoints", *extra], b"listening on")
+
+
+def _edges(out: str) -> list[str]:
+    """`edges --completed` rows without the source paths (the same either way)."""
+    text = section(out, "edges --completed")
+    return [re.sub(r" at \S+:(\d+)", r" at :\1", row).strip() for row in text.splitlines() if "->" in row]
+
+
+def test_non_stop_graph_equals_all_stop() -> None:
+    """Non-stop mode on the multi-thread runtime: hidden stops stop only the
+    thread that hit them; the graph at the end of main is the all-stop one,
+    and the runtime's workers run on while main is stopped, as straight.
+    (`interrupt -a` / `continue -a` are GDB's own testsuite's business:
+    scripts/gdb-testsuite; gdb -batch handles one notification per command.)"""
+    require_tool("gdb", "gdbserver")
+    prog = _binary("debug", "tokio_app")
+    stop = [f"break {SRC}:{bp_line('main_done')}"]
+    after = ["echo ==threads==\\n", "info threads", "echo ==end==\\n"]
+    runs = {}
+    for mode in ("off", "on"):
+        port = _port()
+        px = _proxy("|gdbserver --once - " + f"{prog} mt", port)
+        try:
+            cont = ["continue -a"] if mode == "on" else ["continue"]
+            runs[mode] = _gdb(prog, [f"set non-stop {mode}", f"target remote 127.0.0.1:{port}", *stop, *cont,
+                                     *ask("edges --completed"), *(after if mode == "on" else [])])
+        finally:
+            px.close()
+    straight = _gdb(prog, ["set non-stop on", f"target remote | gdbserver --once - {prog} mt", *stop,
+                           "continue -a", *after])
+    edges_all_stop, edges_non_stop = _edges(runs["off"]), _edges(runs["on"])
+    assert edges_all_stop, runs["off"][-3000:]
+    assert edges_non_stop == edges_all_stop, runs["on"][-3000:]
+    for out in (runs["on"], straight):
+        threads = section(out, "threads")
+        assert re.search(r"^\* 1 .*tokio_app::main \(\) at ", threads, re.M), threads
+        assert threads.count("(running)") >= 2, threads
+
+
+def test_extended_remote_run_kill_run_has_a_graph_per_run() -> None:
+    """`run`, `kill`, `run` again on gdbserver --multi: each process gets the
+    capture planned anew and a graph of its own (task numbers start over)."""
+    require_tool("gdb", "gdbserver")
+    prog = _binary("debug", "tokio_app")
+    gport, pport = _port(), _port()
+    server = _Proc(["gdbserver", "--once", "--multi", f"127.0.0.1:{gport}"], b"Listening on port")
+    try:
+        px = _proxy(f"127.0.0.1:{gport}", pport)
+        try:
+            run = ["run ct", *ask("edges --completed")]
+            out = _gdb(prog, [f"target extended-remote 127.0.0.1:{pport}", f"set remote exec-file {prog}",
+                              f"break {SRC}:{bp_line('main_done')}", *run, "kill",
+                              *[c.replace("==", "==second ", 1) if c.startswith("echo ==edges") else c
+                                for c in run], "kill", "monitor exit"])
+        finally:
+            px.close()
+    finally:
+        server.close()
+    first = _edges(out)
+    m = re.search(r"==second edges --completed==\n(.*?)(?:\n==|\Z)", out, re.S)
+    assert m, out[-3000:]
+    second = [re.sub(r" at \S+:(\d+)", r" at :\1", r).strip() for r in m.group(1).splitlines() if "->" in r]
+    assert first and second == first, out[-3000:]
+    assert out.count("Breakpoint 1, ") == 2, out[-3000:]
+
+
+def test_reconnect_keeps_the_capture() -> None:
+    """A client hangs up mid-run (gdb's `disconnect`); gdbserver without
+    --once keeps the program for another, and so does the proxy: the next
+    client finds the capture still in place, and the graph at the end of
+    main is the one a single session sees."""
+    require_tool("gdb", "gdbserver")
+    prog = _binary("debug", "tokio_app")
+    whole = ["break " + f"{SRC}:{bp_line('main_done')}", "continue", *ask("edges --completed")]
+    gport, pport = _port(), _port()
+    server = _Proc(["gdbserver", f"127.0.0.1:{gport}", str(prog), "ct"], b"Listening on port")
+    try:
+        px = _proxy(f"127.0.0.1:{gport}", pport)
+        try:
+            first = _gdb(prog, [f"target remote 127.0.0.1:{pport}",
+                                f"break {SRC}:{bp_line('c_after_sleep')}", "continue", "disconnect"])
+            assert "c_after_sleep" in first or "Breakpoint 1" in first, first[-2000:]
+            second = _gdb(prog, [f"target remote 127.0.0.1:{pport}", *whole, "kill"])
+            log = px.text()
+        finally:
+            px.close()
+    finally:
+        server.close()
+    assert "wait for the next client" in log, log
+    one = _Proc([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{pport}", "--once",
+                 "--upstream", f"|gdbserver --once - {prog} ct", "--capture", "breakpoints"], b"listening on")
+    try:
+        single = _gdb(prog, [f"target remote 127.0.0.1:{pport}", *whole, "kill"])
+    finally:
+        one.close()
+    assert _edges(single), single[-3000:]
+    assert _edges(second) == _edges(single), second[-3000:]
