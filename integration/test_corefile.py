@@ -23,6 +23,9 @@ import pytest
 from integration.test_await_graph import _binary, _free_port, ask, section
 
 ROOT = Path(__file__).resolve().parents[1]
+# tokio 1.24 (the corpus), 1.43 (trixie) and 1.53 (sid): the same `stuck` source; the modern
+# configs skip when their crates were not fetched (scripts/fetch-crates)
+STUCK_CONFIGS = ["debug", "release", "trixie-debug", "sid-debug"]
 GDB_COMMANDS = ["info threads", "bt", "thread 2", "bt", *ask("tasks", "tree")]
 
 
@@ -36,12 +39,15 @@ def _gdb(port: int, prog: Path, commands: list[str], leave: str = "detach") -> s
                           timeout=180, check=False).stdout
 
 
-def _proxy(args: list[str]) -> tuple[subprocess.Popen[str], int]:
+def _proxy(args: list[str], command: str = "serve") -> tuple[subprocess.Popen[str], int]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "proxy", command, "--listen", f"127.0.0.1:{port}", *args],
                             cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()
+    if command == "run":  # first the gdb command line
+        assert line.startswith(f"asyncrsp: connect with:  gdb -ex 'target remote 127.0.0.1:{port}' "), line
+        line = proc.stderr.readline()
     assert "listening on" in line, line + proc.stderr.read()
     return proc, port
 
@@ -55,8 +61,9 @@ def _finish(proc: subprocess.Popen[str]) -> str:
     return err
 
 
-def serve_core(core: Path, prog: Path, commands: list[str], extra: list[str] = ()) -> str:  # type: ignore[assignment]
-    proxy, port = _proxy(["--core", str(core), *extra])
+def serve_core(core: Path, prog: Path, commands: list[str], extra: list[str] = (),  # type: ignore[assignment]
+               command: str = "serve") -> str:
+    proxy, port = _proxy(["--core", str(core), *extra], command)
     try:
         return _gdb(port, prog, commands)
     finally:
@@ -138,7 +145,7 @@ def kernel_core_wait(cwd: Path) -> Path:
     raise AssertionError(f"no core in {cwd}: {list(cwd.iterdir())}")
 
 
-@pytest.mark.parametrize("config", ["debug", "release"])
+@pytest.mark.parametrize("config", STUCK_CONFIGS)
 def test_gcore_served_equals_the_live_session(config: str, tmp_path: Path) -> None:
     """gdb through `serve --core` on a gcore of `stuck` shows what a live session on
     the same process shows: threads, backtraces, tasks, trees, the deadlock."""
@@ -210,6 +217,8 @@ def test_core_is_read_only(tmp_path: Path) -> None:
     assert re.search(r"Cannot access memory at address 0x[0-9a-f]+\n", out), out
     assert "Cannot insert breakpoint 1." in out, out
     assert re.search(r"\* 1 +Thread \d+ +syscall \(\)", out), out  # still where the core left it
+    ran = serve_core(core, prog, ["info threads"], ["--", str(prog)], command="run")  # `run --core`: the same
+    assert re.search(r"\* 1 +Thread \d+ +syscall \(\)", ran), ran
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "not-core"])

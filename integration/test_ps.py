@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from integration.test_await_graph import _binary
-from integration.test_corefile import gcore, start_stuck
+from integration.test_corefile import STUCK_CONFIGS, gcore, start_stuck
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def rows(text: str) -> list[str]:
     return [re.sub(r"\(\d+\.\d (min|h|s) left\)", "(… left)", line) for line in text.splitlines()[1:]]
 
 
-@pytest.mark.parametrize("config", ["debug", "release"])
+@pytest.mark.parametrize("config", STUCK_CONFIGS)
 def test_ps_live_equals_ps_of_its_core(config: str, tmp_path: Path) -> None:
     """ps PID: tasks, what each waits on, the deadlock cycle; the program survives; a gcore
     of the same process gives the same rows through ps --core."""

@@ -72,8 +72,8 @@ MODERN_DIR = REPO_DIR / "integration" / "corpus_modern"
 CRATES_DIR = BUILD_DIR / "crates"
 # The modern corpus' programs per package (= Debian release of its crates).
 MODERN_PROGRAMS: dict[str, tuple[str, ...]] = {
-    "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec"),
-    "sid": ("tk_dump", "tk_sync", "axum_svc"),
+    "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec", "stuck"),
+    "sid": ("tk_dump", "tk_sync", "axum_svc", "stuck"),
 }
 
 NEW_MIN_RUSTC = (1, 85)
