@@ -21,7 +21,9 @@ from proxy.regsafety import (
     read_host_xsave_layout,
     stub_reply_policy,
 )
+from proxy.identity import prove
 from proxy.session.core import Session, SessionConfig
+from proxy.session.procedure import Exchange
 from proxy.shell.upstream import UpstreamSpec
 from proxy.symbols import resolve_probes
 
@@ -86,17 +88,21 @@ def _reflect_source(session: Session, engine: object) -> object | None:
     src = _REFLECT.get(session)
     if src is not None and (inv is None or getattr(src, "inventory", None) is inv):
         return src if not isinstance(src, str) else None
-    local = session.config.local_exe is not None
+    # host-side reads (/proc/PID/exe, auxv, maps) only for a process proven to be the program's
+    ident = session.identity
+    local = ident.local and session.config.local_exe is not None
     if inv is not None and (target.bias or not inv.pie):
         src = make_source(inv, target.bias, local=bool(target.local))
     else:  # attached and never resumed: no target yet
-        pid = session._stop_pid()
-        path = session.exec_file or (session.config.local_exe(pid) if local and pid else None)
+        pid = ident.host_pid if local else None
+        path = session.exec_file if ident.exe is None else ident.exe
+        path = path or (session.config.local_exe(pid) if local and pid else None)
         src = source_without_capture(path, pid, local)
     if _TOKIO_ADAPTER.get(session) and not isinstance(src, str):
         from proxy.reflect.tokio_adapter import TokioAdapter
 
-        pid = getattr(target, "pid", None) or session._stop_pid()
+        pid = getattr(target, "pid", None) if target is not None and target.local else ident.host_pid
+        local = bool(target.local) if target is not None else local
         adapter = TokioAdapter(src.inventory, src.bias, pid, local)  # type: ignore[attr-defined]
         src.discover = adapter.discover  # type: ignore[attr-defined]
         src.note = f"tokio adapter off: {adapter.note}" if adapter.note else None  # type: ignore[attr-defined]
@@ -290,7 +296,10 @@ def make_session(
     options: dict[str, object] | None = None,
     emulate: bool = True,
     task_threads_on: bool = False,
+    host: str | None = None,
 ) -> Session:
+    """`host`: "local" / "remote" overrides the proof that the stub's program is this
+    host's process (proxy/identity.py); None proves it."""
     policy = register_policy(upstream, registers)
     target_xml = None
     if policy.safe:
@@ -314,16 +323,18 @@ def make_session(
         mode=mode,
         emulate=emulate,
         open_target=lambda path, entry, pid, feats: open_target(
-            path, entry, pid, local=upstream.is_local, stub_features=feats, load_inventory=build_inventory),
+            path, entry, pid, local=False, stub_features=feats, load_inventory=build_inventory),
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
         stub_probe=STUB_PROBE_QSUPPORTED,
-        local_exe=local_exe if upstream.is_local else None,
+        local_exe=local_exe,
         task_threads=task_threads,
+        identify=lambda pid, auxv, path: prove(pid, auxv, path, override=host, exchange=Exchange),
     )
     if upstream.kind == "core":
         # Nothing runs: no capture, no probes, no target to find at a first resume;
         # reflection reads the image (its auxv, its anonymous memory), never /proc.
         cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = cfg.classify_stub = None
+        cfg.identify = None
         cfg.mode = "off"
     session = Session(cfg)
     from proxy.threads.view import TaskThreadView

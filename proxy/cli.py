@@ -57,6 +57,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "graph and the poll histograms see the recorded polls only (default 1: all)")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", dest="host", action="store_const", const="local",
+                       help="take the pid the stub reports as this host's process without proving it "
+                            "(default: proved by the stub's auxv and random bytes against /proc)")
+    where.add_argument("--remote", dest="host", action="store_const", const="remote",
+                       help="never act on this host's processes (no uprobes, no /proc reads or writes)")
     p.add_argument("--registers", choices=("safe", "full"),
                    help="safe: keep gdbserver<14 from corrupting AVX-512 registers (default when it could); "
                         "full: forward xmlRegisters as the client sent it")
@@ -165,7 +171,8 @@ def _serve(args: argparse.Namespace) -> int:
             return make_session(up, probes=args.probe, elf=elf, registers=args.registers,
                                 mode=args.mode, only=args.only, exclude=args.exclude,
                                 capture=args.capture, options=vars(args),
-                                emulate=not args.step_over_probes, task_threads_on=args.task_threads)
+                                emulate=not args.step_over_probes, task_threads_on=args.task_threads,
+                                host=args.host)
 
         return trio.run(serve, opts, make)
     finally:

@@ -9,6 +9,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
+
+
+def host_pid_of(target: Any, stub_pid: int) -> int | None:
+    """The host pid of a process of the program's the stub numbers `stub_pid`
+    (a fork child), proven by proxy/identity.py; None when it is not this
+    host's: nothing may be written then. A target without an identity (a
+    backend driven directly, as the backend tests do) takes the pid as is."""
+    ident = getattr(target, "identity", None)
+    if ident is None:
+        return stub_pid if getattr(target, "local", False) else None
+    return ident.host_pid_of(stub_pid)
 
 
 def restore_code(pid: int, originals: Iterable[tuple[int, bytes]]) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.analysis.model import Inventory, SourceLoc
 from proxy.graph.catalog import Catalog
@@ -29,6 +30,9 @@ class Target:
     engine: Engine | None = None
     note: str | None = None  # why there is no graph, if so
     extra: dict[str, object] = field(default_factory=dict)  # backend-private facts
+    # proxy.identity.Identity: `pid` is the host's pid when local; host_pid_of(stub pid)
+    # gives a fork child's host pid (None: not this host's, never touched)
+    identity: Any = None
 
 
 def open_target(

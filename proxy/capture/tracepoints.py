@@ -74,7 +74,7 @@ from typing import Any
 from proxy.analysis.model import ResumeFn
 from proxy.capture.base import CaptureBase, Handover, Reply, Verdict
 from proxy.capture.breakpoints import BreakpointCapture
-from proxy.capture.procmem import restore_code
+from proxy.capture.procmem import host_pid_of, restore_code
 from proxy.capture.target import Target
 from proxy.capture.trace_program import (
     REGNUM,
@@ -775,10 +775,11 @@ class TracepointCapture(CaptureBase):
             return None
         pid = child.pid or child.tid
         target = self.target
-        if target is None or not getattr(target, "local", False):
+        host = host_pid_of(target, pid) if target is not None and getattr(target, "local", False) else None
+        if host is None:
             self.fork_notes.append(f"fork child {pid} keeps the tracepoints' int3s (the program is not on this host)")
             return None
-        err = self._clean_child(pid)
+        err = self._clean_child(host)
         if err:
             self.fork_notes.append(f"fork child {pid}: {err}")
         else:

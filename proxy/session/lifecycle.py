@@ -14,6 +14,8 @@ from rsp.packets.stop import StopReply
 from rsp.packets.resume import Resume
 from rsp.threads import ThreadId
 
+from proxy.identity import UNDECIDED, Identity
+
 from .actions import Close, Notice, ToStubRaw
 from .breakpoints import BpKey
 from .probes import Probe
@@ -78,19 +80,24 @@ class CaptureLifecycle(SessionBase):
                 self.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
         pid = self._stop_pid()
         self._main_pid = pid
+        entry: int | None = None
+        auxv: bytes | None = None
+        if feature_on(self.stub_features, "qXfer:auxv:read"):
+            (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
+            entry = auxv_entry(reply)
+            auxv = unescape_binary(reply[1:]) if reply[:1] in (b"l", b"m") else None
+        self._entry = entry
+        ident = yield from self._identify(pid, auxv)
         # gdbserver answers qXfer:exec-file with the /proc/PID/exe link, which reads
         # "PATH (deleted)" once the file was replaced under the running program (a
         # rebuild renames a new binary over it): a name that opens nothing. On the
         # program's host the running file still opens through /proc/PID/exe; a remote
         # one keeps the name, and the analysis says it cannot read it.
         replaced = self.exec_file is not None and self.exec_file.endswith(" (deleted)")
-        if (self.exec_file is None or replaced) and self.config.local_exe is not None and pid is not None:
-            self.exec_file = self.config.local_exe(pid) or self.exec_file
-        entry: int | None = None
-        if feature_on(self.stub_features, "qXfer:auxv:read"):
-            (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
-            entry = auxv_entry(reply)
-        self._entry = entry
+        if (self.exec_file is None or replaced) and self.config.local_exe is not None and ident.local:
+            self.exec_file = self.config.local_exe(ident.host_pid) or self.exec_file
+        elif ident.exe is not None and self.config.elf_path is None:
+            self.exec_file = ident.exe  # the stub's path is not this host's (a mount namespace)
         probes: list[Probe] = []
         if self.config.resolve_probes is not None:
             try:
@@ -100,7 +107,9 @@ class CaptureLifecycle(SessionBase):
                 self._emit(Notice(f"probes not planted: {err}"))
         if self.config.open_target is not None:
             feats = frozenset(f.name for f in self.stub_features if f.value != "-")
-            self.target = self.config.open_target(self.exec_file, entry, pid, feats)
+            self.target = self.config.open_target(self.exec_file, entry, ident.host_pid if ident.local else pid,
+                                                  feats)
+            self.target.identity, self.target.local = ident, ident.local
         if self.capture is None and self.config.make_capture is not None and self.mode != "off":
             try:
                 self.capture = self.config.make_capture(self.capture_name, self.mode, self.target)
@@ -112,6 +121,21 @@ class CaptureLifecycle(SessionBase):
         yield from self._plant_probes(probes)
         self._emit(Notice(f"planted {len(self.probes)} probe(s)"))
         yield from self._install_capture()
+
+    def _identify(self, pid: int | None, auxv: bytes | None) -> Generator[Exchange, list[bytes], Identity]:
+        """Is the stub's process this host's, and which pid (proxy/identity.py)?
+        Decided once, before any host-side action; said at connect and in stats."""
+        if self.identity is UNDECIDED:
+            if self.config.identify is not None and auxv is None and pid is not None \
+                    and feature_on(self.stub_features, "qXfer:auxv:read"):
+                (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
+                auxv = unescape_binary(reply[1:]) if reply[:1] in (b"l", b"m") else None
+            if self.config.identify is None:
+                self.identity = Identity(False, None, pid, "remote: not checked")
+            else:
+                self.identity = yield from self.config.identify(pid, auxv, self.exec_file)
+                self._emit(Notice(self.identity.line()))
+        return self.identity
 
     def _plant_probes(self, probes: list[Probe]) -> Generator[Exchange, list[bytes], None]:
         bodies = []

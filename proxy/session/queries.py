@@ -44,6 +44,9 @@ class Queries(SessionBase):
         """Run a command; read the memory it asks for; run it again."""
         assert self.config.monitor is not None
         yield from self._resolve_pending_reads()
+        if not self._planted and self._last_stop is not None:
+            # reflection before the first resume may read the program on this host
+            yield from self._identify(self._stop_pid(), None)
         cache: dict[tuple[int, int], bytes | None] = {}
         out = ""
         threads: dict[int, bytes] | None = None  # LWP -> `g` reply, read when a command asks
@@ -261,6 +264,7 @@ class Queries(SessionBase):
             f"hidden stops resumed once (probed instruction emulated): {s.emulated}",
             f"capture errors: {s.capture_errors}",
             self.register_notice.removeprefix("asyncrsp: "),
+            self.identity.line(),
         ]
         if s.hidden_interrupts:
             lines.append(f"hidden interrupts (capture drains): {s.hidden_interrupts}")

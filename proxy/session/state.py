@@ -22,6 +22,8 @@ from rsp.packets.resume import Resume, ResumeAction
 from rsp.packets.stop import StopReply
 from rsp.threads import ThreadId
 
+from proxy.identity import UNDECIDED, Identity
+
 from .actions import Action, Notice, ToClient, ToStub, ToStubRaw
 from .breakpoints import BpKey, BreakpointTable
 from .procedure import Exchange, Procedure
@@ -77,6 +79,9 @@ class SessionConfig:
     stub_probe: bytes = b"qSupported:multiprocess+;swbreak+"
     # The program's file from its pid when the stub cannot tell (local stubs).
     local_exe: Callable[[int], str | None] | None = None
+    # Is the stub's process this host's? (stub pid, stub auxv, program path) ->
+    # a procedure returning a proxy.identity.Identity (identity.prove). None: never local.
+    identify: Callable[[int | None, bytes | None, str | None], Generator[Exchange, list[bytes], Any]] | None = None
     # Emulate probed instructions instead of stepping over them (emulate.py).
     emulate: bool = True
     # Tasks as threads (proxy.threads): (session, read_memory, LWP -> `g` reply) ->
@@ -181,6 +186,7 @@ class SessionBase:
         self._ns_default: ResumeAction | None = None  # ... and for the others
         self._ns_stepping: dict[tuple[int | None, int], tuple[BpKey, ResumeAction | None]] = {}
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
+        self.identity: Identity = UNDECIDED  # the program's host (proxy/identity.py), decided at the first resume
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
@@ -262,6 +268,8 @@ class SessionBase:
         def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None: ...
         def _snoop_reply(self, body: bytes) -> None: ...
         def _holds_program(self) -> bool: ...
+        def _stop_pid(self) -> int | None: ...
+        def _identify(self, pid: int | None, auxv: bytes | None) -> Generator[Exchange, list[bytes], Identity]: ...
         def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]: ...
         def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure: ...
         def _interrupt_reply(self, step: StopReply) -> bytes: ...

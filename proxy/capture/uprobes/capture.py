@@ -54,7 +54,7 @@ from typing import Any
 from proxy.analysis.elf import ElfImage, open_elf
 from proxy.analysis.model import Inventory
 from proxy.capture.base import CaptureBase
-from proxy.capture.procmem import restore_code
+from proxy.capture.procmem import host_pid_of, restore_code
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter
@@ -155,7 +155,9 @@ class UprobeCapture(CaptureBase):
     def available(target: Any = None) -> tuple[bool, str]:
         """(can run, why not in one line) for ``--capture auto`` and the error of ``--capture uprobes``."""
         if target is not None and not getattr(target, "local", True):
-            return False, "uprobes: the program does not run on the proxy's host"
+            ident = getattr(target, "identity", None)
+            return False, "uprobes: the program is not a process of the proxy's host" + (
+                f" ({ident.reason})" if ident is not None else "")
         return _host_check()
 
     # ------------------------------------------------------------------ planning
@@ -691,7 +693,7 @@ class UprobeCapture(CaptureBase):
             pid = parse_stop_reply(reply).pid
         except MalformedPacket:
             return True
-        return pid is None or not self._pid or pid == self._pid
+        return pid is None or not self._pid or pid == _stub_pid(self.target, self._pid)
 
     # Fork and exec, as gdbserver reports them to a client that asked for
     # fork-events+ / exec-events+ (gdb does); the session calls these hooks.
@@ -709,8 +711,13 @@ class UprobeCapture(CaptureBase):
     #   links close and the capture stops, said in stats.
     def forked(self, child: object) -> Procedure | None:
         pid = int(getattr(child, "pid", 0) or getattr(child, "tid", 0) or 0)
-        if pid > 0 and pid != self._pid and self._mask:
-            self._clean_child(pid)
+        if pid > 0 and pid != _stub_pid(self.target, self._pid) and self._mask:
+            host = host_pid_of(self.target, pid)
+            if host is None:
+                self.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: it is not a "
+                                    "process of this host the proxy can prove")
+                return None
+            self._clean_child(host)
         return None
 
     def exec_happened(self, path: str | None) -> None:
@@ -842,6 +849,12 @@ def running_file(pid: int, path: str) -> tuple[str, str | None]:
         return exe, (f"uprobes: {path} was replaced after the program started: the probes and the "
                      f"analysis use the running file ({exe})")
     return path, None
+
+
+def _stub_pid(target: Any, pid: int) -> int:
+    """The program's pid as the stub numbers it (another in a pid namespace)."""
+    ident = getattr(target, "identity", None)
+    return ident.stub_pid if ident is not None and ident.stub_pid else pid
 
 
 def _verdict(kind: str, arg: Any) -> Forward | Handover:
