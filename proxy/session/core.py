@@ -55,6 +55,7 @@ from .lifecycle import CaptureLifecycle
 from .nonstop import NonStop
 from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .queries import PROXY_QXFER_OBJECTS, Queries
+from .shield import ERROR_REPLY, refuse
 from .state import SessionConfig, Stopped, Waiter
 from proxy.threads.hooks import TaskThreadHooks
 
@@ -67,6 +68,16 @@ from .wire import (
     unframe,
 )
 
+def _checksum_ok(raw: bytes) -> bool:
+    """A whole ``$body#cs`` frame whose two digits are its checksum."""
+    if len(raw) < 4 or raw[-3:-2] != b"#":
+        return False
+    try:
+        return int(raw[-2:], 16) == sum(raw[1:-3]) & 0xFF and raw[-2:].isalnum()
+    except ValueError:
+        return False
+
+
 # Features the client must not see (rule 5).
 _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
 
@@ -76,6 +87,11 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
 
     def client_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.client_packets += 1
+        if raw is not None and not _checksum_ok(raw):
+            # In no-ack mode the reader takes any checksum (gdb does not check them
+            # either); gdbserver does, and a non-hex one kills it ("Invalid hex
+            # digit 35"): such a frame goes out framed anew, never verbatim.
+            raw = None  # type: ignore[assignment]
         if self._proc is not None or self._waiters_for_client():
             self._client_queue.append(body)
             return
@@ -225,6 +241,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None:
         if self._closing:
             return
+        if not handed_over and self._shielded(body):
+            return None
         if self.capture is not None and not handed_over:
             verdict = self._capture_call("client_request", body)
             if isinstance(verdict, Reply):
@@ -407,7 +425,34 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         self._stopped = None
         self._forward(body, raw, resume=True)
 
+    def _shielded(self, body: bytes) -> bool:
+        """A packet the stub must not get (shield.py): answered E01 here."""
+        why = refuse(body, non_stop=bool(getattr(self, "non_stop", False)), g_size=self._g_size,
+                     non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self._stub_packet_size())
+        if why is None:
+            self._g_asked = body[:1] == b"g"
+            return False
+        self.stats.shielded += 1
+        if self.stats.shielded == 1:
+            self._emit(Notice(f"a client packet was answered E01 and not forwarded ({why}); counted in stats"))
+        self.shield_last = why
+        self._reply(ERROR_REPLY)
+        return True
+
+    def _stub_packet_size(self) -> int | None:
+        for f in self.stub_features:
+            if f.name == "PacketSize" and f.value:
+                try:
+                    return int(f.value, 16)
+                except ValueError:
+                    return None
+        return None
+
     def _on_client_reply(self, body: bytes, raw: bytes) -> None:
+        if self._g_asked:
+            self._g_asked = False
+            if body and len(body) % 2 == 0 and body[:1] != b"E" and all(c in b"0123456789abcdefABCDEFx" for c in body):
+                self._g_size = len(body)  # the stub's register block: a G must match it
         self._snoop_reply(body)
         self._ns_reply_seen(body)
         if body[:1] in (b"T", b"S") and is_stop_reply(body):  # the answer to `?`

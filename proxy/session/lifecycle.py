@@ -50,6 +50,7 @@ class CaptureLifecycle(SessionBase):
         self._planted = False
         self._program_exited = False
         self._main_pid = None
+        self.identity = UNDECIDED  # another process: proven again before any host-side action
         self._entry = None
         self.load_bias = None
         self.exec_file = self.config.elf_path  # asked again: vRun may name another program

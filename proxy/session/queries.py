@@ -266,6 +266,9 @@ class Queries(SessionBase):
             self.register_notice.removeprefix("asyncrsp: "),
             self.identity.line(),
         ]
+        if s.shielded:
+            lines.append(f"client packets answered E01, not forwarded (the stub could not take them): "
+                         f"{s.shielded}; last: {self.shield_last}")
         if s.hidden_interrupts:
             lines.append(f"hidden interrupts (capture drains): {s.hidden_interrupts}")
         if s.forks_cleaned:

@@ -112,6 +112,7 @@ class SessionStats:
     interrupts_during_hidden: int = 0
     capture_errors: int = 0
     client_packets: int = 0
+    shielded: int = 0  # client packets answered E01 by the proxy, never forwarded (shield.py)
     reconnects: int = 0  # clients after the first on a kept stub
     stub_packets: int = 0
     probe_stats: ProbeStats = field(default_factory=ProbeStats)
@@ -186,6 +187,9 @@ class SessionBase:
         self._ns_default: ResumeAction | None = None  # ... and for the others
         self._ns_stepping: dict[tuple[int | None, int], tuple[BpKey, ResumeAction | None]] = {}
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
+        self._g_asked = False  # the client's `g` is out: its reply gives the stub's register block size
+        self._g_size: int | None = None
+        self.shield_last: str | None = None  # why the last refused client packet was refused
         self.identity: Identity = UNDECIDED  # the program's host (proxy/identity.py), decided at the first resume
 
     def take_actions(self) -> list[Action]:

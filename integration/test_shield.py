@@ -1,0 +1,109 @@
+"""The proxy shields the stub (proxy/session/shield.py), real gdbserver 13.1:
+
+* straight, one malformed packet kills gdbserver and the program with it
+  (a bad hex digit, the all-stop vCont;t assertion);
+* through the proxy, every packet of tests/proxy/session/test_shield.py's
+  KILLERS gets E01 from the proxy; gdbserver and the program live on, and
+  after the client detaches the program runs to its normal exit with its
+  right result;
+* a packet the proxy does not parse passes unchanged (the same reply as
+  straight).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from integration.harness.rawrsp import RawPeer
+from integration.harness.stubs import REPO, pid_alive, start_proxy, start_stub
+from integration.harness.tools import require_tool
+
+sys.path.insert(0, str(REPO / "integration" / "corpus"))
+sys.path.insert(0, str(REPO / "tests" / "proxy" / "session"))
+import build  # noqa: E402
+from test_shield import KILLERS  # noqa: E402
+
+SUPPORTED = b"qSupported:multiprocess+;swbreak+;hwbreak+;vContSupported+"
+
+
+def _monitor(peer: RawPeer, command: str) -> bytes:
+    """qRcmd: the console output (O packets) up to the final reply."""
+    peer.send_packet(b"qRcmd," + command.encode().hex().encode())
+    assert peer.read_ack() == b"+"
+    text = b""
+    while True:
+        reply, _ = peer.read_packet()
+        peer.send(b"+")
+        if not reply.startswith(b"O") or reply == b"OK":
+            return text
+        text += bytes.fromhex(reply[1:].decode())
+
+
+def _bench() -> Path:
+    got = build.build(configs=["debug"], programs=["tokio_bench"]).get(("debug", "tokio_bench"))
+    if not isinstance(got, Path):
+        pytest.skip(f"tokio_bench (debug) not built: {got}")
+    return got
+
+
+@pytest.mark.parametrize("packet", [b"m1,zz", b"vCont;t"])
+def test_straight_one_malformed_packet_kills_gdbserver_and_the_program(packet: bytes) -> None:
+    require_tool("gdbserver")
+    with start_stub("gdbserver", _bench(), ["50", "mt"]) as stub:
+        pid = stub.find_inferior()
+        peer = RawPeer.connect(stub.address)
+        peer.request(SUPPORTED)
+        peer.request(b"?")
+        peer.send_packet(packet)
+        # gdbserver may answer E01 first (its error() unwinds to the packet loop),
+        # then drops the link and kills the program at the next packet
+        peer.send(b"+")
+        peer.send_packet(b"qC")
+        assert peer.closed(timeout=10), "gdbserver kept the connection"
+        stub.wait(timeout=10)
+        stub.output.join(5)
+        assert pid is None or not pid_alive(pid)
+        assert re.search(r"Invalid hex digit|Assertion", stub.output_text()), stub.output_text()
+
+
+def test_through_the_proxy_the_same_packets_get_e01_and_the_program_finishes() -> None:
+    require_tool("gdbserver")
+    with start_stub("gdbserver", _bench(), ["50", "mt"]) as stub:
+        with start_proxy(stub.address) as px:
+            peer = RawPeer.connect(px.address)
+            peer.request(SUPPORTED)
+            peer.request(b"?")
+            for packet in KILLERS:
+                assert peer.request(packet) == b"E01", packet
+            qc = peer.request(b"qC")
+            assert qc.startswith(b"QCp"), qc
+            pid = qc[3:].split(b".")[0]
+            straight_like = peer.request(b"qTStatus")  # not parsed by the proxy: the stub's reply
+            assert straight_like.startswith(b"T0"), straight_like
+            stats = _monitor(peer, "async stats")
+            assert peer.request(b"D;" + pid) == b"OK"  # multiprocess: gdbserver wants the pid
+            peer.close()
+            px.wait(timeout=15)
+            assert "Traceback" not in px.stderr_text()
+        stub.wait(timeout=60)
+        out = stub.output_text()
+        assert "bench done n=50 mode=mt leaves=150" in out and "check=ok" in out, out
+    assert stats, "no stats"
+
+
+def test_proxy_stats_count_the_refused_packets() -> None:
+    require_tool("gdbserver")
+    with start_stub("gdbserver", _bench(), ["5", "ct"]) as stub, start_proxy(stub.address) as px:
+        peer = RawPeer.connect(px.address)
+        peer.request(SUPPORTED)
+        peer.request(b"?")
+        assert peer.request(b"Gzz") == b"E01"
+        assert peer.request(b"vCont;t") == b"E01"
+        text = _monitor(peer, "async stats")
+        assert re.search(rb"client packets answered E01, not forwarded .*: 2; last: vCont;t is a non-stop "
+                         rb"request", text), text
+        peer.send_packet(b"k")
