@@ -427,7 +427,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
 
     def _shielded(self, body: bytes) -> bool:
         """A packet the stub must not get (shield.py): answered E01 here."""
-        why = refuse(body, non_stop=bool(getattr(self, "non_stop", False)), g_size=self._g_size,
+        why = refuse(body, non_stop=self.non_stop, g_size=self._g_size,
                      non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self._stub_packet_size())
         if why is None:
             self._g_asked = body[:1] == b"g"

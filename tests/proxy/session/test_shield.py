@@ -55,7 +55,7 @@ def test_packets_gdb_and_lldb_send_pass() -> None:
 
 def test_vcont_t_passes_in_non_stop_mode() -> None:
     assert refuse(b"vCont;t:p1.1", non_stop=True) is None
-    assert refuse(b"QNonStop:1") is not None  # the proxy hides QNonStop from the client
+    assert refuse(b"QNonStop:1") is not None  # when the proxy does not show QNonStop to the client
     assert refuse(b"QNonStop:1", non_stop_offered=True) is None
 
 
