@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from proxy.analysis.model import Inventory, SourceLoc
+from proxy.analysis.model import Inventory, ResumeFn, SourceLoc
 from proxy.reflect.walker import Node
 
 from .model import TaskFrame, TaskThread
@@ -43,7 +43,7 @@ class SuspendPoints:
         self.pc_to_line = pc_to_line
         self.line_to_pcs = line_to_pcs
         self.code = code
-        self._by_layout = {}
+        self._by_layout: dict[str, ResumeFn] = {}
         for f in inv.resume_fns:
             if f.layout_name is not None:
                 self._by_layout.setdefault(f.layout_name, f)
@@ -56,13 +56,25 @@ class SuspendPoints:
             self._memo[key] = self._find(layout_name, state_value)
         return self._memo[key]
 
-    def _find(self, layout_name: str, state_value: int) -> tuple[int, int] | None:
+    def resume_fn(self, layout_name: str) -> ResumeFn | None:
+        return self._by_layout.get(layout_name)
+
+    def _ranges(self, layout_name: str) -> list[tuple[int, int]]:
+        """Where the coroutine's resume code is: its out-of-line function, else the ranges
+        where a release build inlined it into another one (gdb and lldb then show it as an
+        inlined frame at that pc)."""
         fn = self._by_layout.get(layout_name)
+        if fn is not None:
+            return [(fn.low_pc + 1, fn.high_pc)]
+        return [r for c in self.inv.inlined if c.layout_name == layout_name for r in c.ranges]
+
+    def _find(self, layout_name: str, state_value: int) -> tuple[int, int] | None:
+        ranges = self._ranges(layout_name)
         lay = self.inv.layouts.get(layout_name)
         st = lay.state(state_value) if lay is not None else None
-        if fn is None or st is None or st.loc is None:
+        if not ranges or st is None or st.loc is None:
             return None
-        rows = [p for p in self.line_to_pcs(st.loc.file, st.loc.line) if fn.low_pc < p < fn.high_pc]
+        rows = [p for p in self.line_to_pcs(st.loc.file, st.loc.line) if any(lo <= p < hi for lo, hi in ranges)]
         line = st.loc.line
         after_call = [p for p in rows if self._after_call(p) and self._line(p - 1) == line]
         if after_call:
@@ -135,11 +147,18 @@ def describe(root_label: str, tree: Node) -> tuple[str, str, list[Node], int | N
 
 
 def task_frames(chain: list[Node], points: SuspendPoints, inv: Inventory, bias: int) -> tuple[TaskFrame, ...]:
-    frames = []
+    """Innermost first. A coroutine inlined into the next outer one's resume function
+    (release builds) shares that function's physical frame: the debugger shows it as an
+    inlined frame at the pc, and the frame's ``self`` is the outer coroutine's."""
+    frames: list[TaskFrame] = []
     for n in reversed(chain):  # innermost first
         lay = inv.layouts.get(n.type_name)
         st = next((s for s in lay.states if s.name == n.state), None) if lay is not None else None
         if st is None:
+            continue
+        fn = points.resume_fn(n.type_name)
+        if frames and fn is not None and fn.low_pc <= frames[-1].pc - bias - (1 if len(frames) > 1 else 0) < fn.high_pc:
+            frames[-1] = TaskFrame(frames[-1].pc, n.addr, n.label)  # the inner one runs inlined in it
             continue
         got = points.pc(n.type_name, st.value)
         if got is None:

@@ -48,7 +48,7 @@ class TaskThreadHooks(SessionBase):
             # No stop seen yet (lldb lists threads before its `?`): the program's pid,
             # file and threads are not known, so there are no tasks to read yet.
             return False
-        if body == b"qfThreadInfo" or body.startswith(b"qXfer:threads:read:"):
+        if body in (b"qfThreadInfo", b"jThreadsInfo") or body.startswith(b"qXfer:threads:read:"):
             self._start_proc(self._proc_thread_query(body))
             return True
         if body == b"qsThreadInfo" and self._listing_threads:
@@ -91,6 +91,11 @@ class TaskThreadHooks(SessionBase):
             self._listing_threads = True
             self._proc = None
             self._reply(view.thread_pages(ids)[0])
+            return
+        if body == b"jThreadsInfo":
+            (rep,) = yield Exchange((body,))
+            self._proc = None
+            self._reply(view.threads_json(rep) if view.all_tids() else rep)
             return
         if body.startswith(b"qXfer:threads:read:"):
             try:

@@ -22,11 +22,13 @@ Pure: ``answer`` returns the reply bytes, or None for "not mine, forward".
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from xml.sax.saxutils import escape, quoteattr
 
 from rsp.errors import MalformedPacket
+from rsp.framing import escape_binary
 from rsp.packets.resume import Resume, ResumeAction
 from rsp.threads import ThreadId
 
@@ -137,6 +139,17 @@ class TaskThreadView:
             extra.append(f'<thread id="{self.wire(tid).decode()}" name={quoteattr(name)}>{escape(text)}</thread>\n')
         return doc + "".join(extra).encode() + stub_doc[end:]
 
+    def threads_json(self, stub_reply: bytes) -> bytes:
+        """lldb's ``jThreadsInfo`` (its only source of thread names with a stub that has no
+        ``qThreadStopInfo`` names): the stub's array, or none, plus one entry per task."""
+        try:
+            items = json.loads(stub_reply) if stub_reply.startswith(b"[") else []
+        except ValueError:
+            items = []
+        for tid in self.all_tids():
+            items.append({"tid": tid, "name": self._name_extra(tid)[0], "reason": "none"})
+        return escape_binary(json.dumps(items, separators=(",", ":")).encode())
+
     def _name_extra(self, tid: int) -> tuple[str, str]:
         t = self.tasks.get(tid)
         if t is not None:
@@ -171,7 +184,11 @@ class TaskThreadView:
         if body.startswith(b"qThreadStopInfo"):
             tid = _tid(body[15:])
             if tid is not None and is_task_tid(tid):
-                return b"T00thread:%b;" % self.wire(tid) if self.knows(tid) else b"E01"
+                if not self.knows(tid):
+                    return b"E01"
+                # lldb takes a thread's name from its stop info (`hexname:`), not from qXfer:threads
+                name = self._name_extra(tid)[0].encode().hex().encode()
+                return b"T00thread:%b;hexname:%b;" % (self.wire(tid), name)
             return None
         if head in (b"m", b"M", b"X"):
             return self._memory(body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from proxy.threads.model import TID_BASE, TaskFrame, TaskThread, region_of
 from proxy.threads.stack import FrameShape
 from proxy.threads.view import STEP_REFUSED, WRITE_REFUSED, TaskThreadView
+from rsp.framing import unescape_binary
 from rsp.packets.resume import parse_resume
 
 SHAPE = FrameShape("rsp", 64, (("rip", -8),), (("rsp", 16),))
@@ -118,3 +120,15 @@ def test_legacy_step_with_a_task_selected_for_resume_is_refused() -> None:
     v = view([task(1)])
     assert v.resume(parse_resume(b"s"), hc_task=True) == ("refuse", STEP_REFUSED)  # type: ignore[arg-type]
     assert v.resume(parse_resume(b"c"), hc_task=True) == ("same", b"")  # type: ignore[arg-type]
+
+
+def test_lldb_gets_names_from_stop_info_and_jthreadsinfo() -> None:
+    v = view([task(1)])
+    tid = TID_BASE + 1
+    stop = v.answer(b"qThreadStopInfo%x" % tid)
+    assert stop == b"T00thread:%x;hexname:%b;" % (tid, b"task #1 app::f1".hex().encode())
+    doc = v.threads_json(b"")
+    assert b"#" not in doc and b"}" + bytes([ord("#") ^ 0x20]) in doc  # escaped for the wire
+    assert json.loads(unescape_binary(doc)) == [{"tid": tid, "name": "task #1 app::f1", "reason": "none"}]
+    merged = json.loads(unescape_binary(v.threads_json(b'[{"tid":16,"reason":"signal","signal":5}]')))
+    assert [t["tid"] for t in merged] == [16, tid]
