@@ -43,10 +43,7 @@ class Queries(SessionBase):
     def _proc_monitor(self, text: str) -> Procedure:
         """Run a command; read the memory it asks for; run it again."""
         assert self.config.monitor is not None
-        yield from self._resolve_pending_reads()
-        if not self._planted and self._last_stop is not None:
-            # reflection before the first resume may read the program on this host
-            yield from self._identify(self._stop_pid(), None)
+        yield from self._before_reflection()
         cache: dict[tuple[int, int], bytes | None] = {}
         out = ""
         threads: dict[int, bytes] | None = None  # LWP -> `g` reply, read when a command asks
@@ -98,6 +95,14 @@ class Queries(SessionBase):
         for i in range(0, len(out), 400):
             self._reply(build_console_output(out[i:i + 400]))
         self._reply(b"OK")
+
+    def _before_reflection(self) -> Generator[Exchange, list[bytes], None]:
+        """What reading the program's state at a stop needs first: the capture's drain and
+        the deferred reads, and (before the first resume) whether the stub's process is
+        this host's, since reflection may then read the program here."""
+        yield from self._resolve_pending_reads()
+        if not self._planted and self._last_stop is not None:
+            yield from self._identify(self._stop_pid(), None)
 
     def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]:
         """Every thread's `g` block (qfThreadInfo/qsThreadInfo, then `Hg` + `g` per thread,

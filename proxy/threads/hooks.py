@@ -149,7 +149,7 @@ class TaskThreadHooks(SessionBase):
         """The live tasks at this stop, read like a monitor command (passes of reads)."""
         fn = self.config.task_threads
         assert fn is not None
-        yield from self._resolve_pending_reads()
+        yield from self._before_reflection()
         threads = yield from self._read_thread_registers()
         stop = self.current_thread()
         template = threads.get(stop) if stop is not None else None
@@ -186,4 +186,4 @@ class TaskThreadHooks(SessionBase):
     if TYPE_CHECKING:  # provided by proxy.session.queries.Queries
         def current_thread(self) -> int | None: ...
         def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]: ...
-        def _resolve_pending_reads(self) -> Generator[Exchange, list[bytes], None]: ...
+        def _before_reflection(self) -> Generator[Exchange, list[bytes], None]: ...
