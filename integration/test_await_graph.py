@@ -7,6 +7,7 @@ Each test stops the bundled tokio program at a marked line and reads what
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -16,6 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+from integration.harness import debuggers
+from integration.harness.stubs import start_stub
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
@@ -44,13 +48,26 @@ def session(prog: Path, args: list[str], commands: list[str], *, extra: list[str
     """Run gdb through a fresh proxy over a spawned gdbserver; return gdb's output.
 
     These tests pin the hidden-breakpoint backend (the one every stub has);
-    the other backends' own tests compare their graphs with it."""
+    the other backends' own tests compare their graphs with it. With a newer
+    debugger set in use (integration/harness/debuggers.py: gdb and gdbserver
+    of a Debian chroot) the chroot's gdbserver listens on loopback and the
+    proxy connects to it, as to any stub it did not start."""
+    with contextlib.ExitStack() as stack:
+        if debuggers.current().root is None:
+            upstream = "|gdbserver --once - " + " ".join([str(prog), *args])
+        else:
+            upstream = stack.enter_context(start_stub("gdbserver", prog, args)).address
+        return _session(upstream, prog, commands, extra, env)
+
+
+def _session(upstream: str, prog: Path, commands: list[str], extra: list[str],
+             env: dict[str, str] | None) -> str:
     port = _free_port()
     if not any(a.startswith("--capture") for a in extra):
         extra = [*extra, "--capture", "breakpoints"]
     proxy = subprocess.Popen(
         [sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}",
-         "--upstream", "|gdbserver --once - " + " ".join([str(prog), *args]), *extra],
+         "--upstream", upstream, *extra],
         cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         env=None if env is None else {**os.environ, **env})
     try:
@@ -62,8 +79,8 @@ def session(prog: Path, args: list[str], commands: list[str], *, extra: list[str
         # ahead of the output (still printed when it comes). The first reflection of a session
         # reads DWARF (stack discovery) and, under load 5-6 on 2 shared cores, took over 6 s:
         # the flake of test_mode_off_after_a_switch... Speed is measured in bench/, not here.
-        gdb = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60",
-               "-ex", f"target remote 127.0.0.1:{port}"]
+        gdb = debuggers.argv("gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60",
+                             "-ex", f"target remote 127.0.0.1:{port}")
         for c in commands:
             gdb += ["-ex", c]
         gdb += ["-ex", "kill", str(prog)]

@@ -280,7 +280,14 @@ def local_exe(pid: int) -> str | None:
     # "PATH (deleted)", a name that opens nothing (reflection found no source and said
     # "poll capture is off", and gdb, loading the new file, mislocated every frame: seen
     # once in 66 attaches of `stuck`). /proc/PID/exe itself still opens the running file.
-    return f"/proc/{pid}/exe" if path.endswith(" (deleted)") else path
+    if path.endswith(" (deleted)"):
+        return f"/proc/{pid}/exe"
+    # The stub and its program run in a chroot or another mount namespace (a
+    # Debian chroot's lldb-server, which has no qXfer:exec-file): the link then
+    # reads a path of their view, which here names another file or none (seen:
+    # the chroot's directory under its /tmp mount). /proc/PID/exe opens the
+    # running file whatever namespace it came from.
+    return path if os.path.exists(path) else f"/proc/{pid}/exe"
 
 
 def make_session(

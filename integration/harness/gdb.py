@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import debuggers
 from .console import PtyConsole
 
 INIT = ("set pagination off", "set confirm off", "set style enabled off", "set width 0",
@@ -38,7 +39,7 @@ def _init_args(init: Sequence[str]) -> list[str]:
 
 def gdb_cli(program: Path, init: Sequence[str] = (), timeout: float = 30.0) -> PtyConsole:
     """An interactive gdb on ``program``; connect with ``cmd('target remote ...')``."""
-    return PtyConsole(["gdb", "-nx", "-q", *_init_args(init), str(program)], "(gdb) ",
+    return PtyConsole(debuggers.argv("gdb", "-nx", "-q", *_init_args(init), str(program)), "(gdb) ",
                       timeout=timeout)
 
 
@@ -51,7 +52,7 @@ class GdbRun:
 def gdb_batch(program: Path, commands: Sequence[str], init: Sequence[str] = (),
               timeout: float = 60.0) -> GdbRun:
     """``gdb -nx -batch -ex C1 -ex C2 ... PROGRAM`` (stdout and stderr merged)."""
-    argv = ["gdb", "-nx", "-batch", *_init_args(init)]
+    argv = debuggers.argv("gdb", "-nx", "-batch", *_init_args(init))
     for c in commands:
         argv += ["-ex", c]
     res = subprocess.run([*argv, str(program)], stdin=subprocess.DEVNULL, capture_output=True,
@@ -151,7 +152,7 @@ class MiSession:
     log: list[MiRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        argv = ["gdb", "-nx", "-q", "--interpreter=mi3", *_init_args(self.init), str(self.program)]
+        argv = debuggers.argv("gdb", "-nx", "-q", "--interpreter=mi3", *_init_args(self.init), str(self.program))
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1,
                                      start_new_session=True)

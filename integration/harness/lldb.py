@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import debuggers
+
 LLDB_PY_HALVES = (Path("/usr/lib/llvm-14/lib/python3.11/dist-packages/lldb"),
                   Path("/usr/lib/llvm-14/lib/python3/dist-packages/lldb"))
 INIT = ("settings set use-color false", "settings set auto-confirm true",
@@ -60,6 +62,8 @@ def lldb_python_dir() -> Path | None:
 
 def lldb_env() -> dict[str, str]:
     env = dict(os.environ)
+    if debuggers.current().root is not None:
+        return env  # a chroot's lldb finds its own Python; the host's halves are lldb 14's
     py = lldb_python_dir()
     if py is not None:
         env["PYTHONPATH"] = str(py)
@@ -82,7 +86,7 @@ class LldbRun:
 
 
 def lldb_batch(program: Path, commands: Sequence[str], timeout: float = 60.0) -> LldbRun:
-    argv = ["lldb", "-x", "--no-use-colors", "--batch"]
+    argv = debuggers.argv("lldb", "-x", "--no-use-colors", "--batch")
     for c in (*INIT, *commands):
         argv += ["-o", c]
     res = subprocess.run([*argv, str(program)], stdin=subprocess.DEVNULL, capture_output=True,

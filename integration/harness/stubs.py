@@ -379,7 +379,10 @@ def wait_orphan(pid: int, timeout: float = 30.0) -> int | None:
         try:
             got, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            if not pid_alive(pid):
+            # Not ours yet. A zombie still counts: its parent (the stub, after a
+            # detach) may exit first and hand it to us (lldb-server 19 lets the
+            # detached program end before it exits itself).
+            if not os.path.exists(f"/proc/{pid}"):
                 return None
             time.sleep(0.02)
             continue

@@ -679,7 +679,7 @@ class UprobeCapture(CaptureBase):
             self._close_links()  # the process is gone: fold its last events, free the links
             return reply
         c = request[:1]
-        if c == b"m" and self._mask and reply[:1] != b"E":
+        if c in (b"m", b"x") and self._mask and reply and reply[:1] != b"E":
             return self._mask_m(request, reply)
         if self._hw_converted and b"hwbreak" in reply and reply[:1] in (b"T", b"S"):
             return self._swbreak(reply)
@@ -740,14 +740,20 @@ class UprobeCapture(CaptureBase):
             self.notices.append(f"uprobes: forked child {pid}: {failed} probe sites could not be restored")
 
     def _mask_m(self, request: bytes, reply: bytes) -> bytes:
+        """The file's bytes at the sites in a memory read's reply: ``m``, or
+        ``x``, which gdb >= 16 sends to a stub that offers binary-upload+
+        (gdbserver >= 16: its reply is ``b`` + escaped bytes; lldb-server's has
+        no ``b``). gdbserver hides only its own breakpoints, not the kernel's
+        uprobe int3s: without this gdb 16 read them (x/8xb at a site: 0xcc)."""
         try:
             req = parse_read_memory(request)
-            data = parse_memory_reply(reply)
+            b_prefix = req.binary and "binary-upload" in getattr(self.target, "stub_features", ())
+            data = parse_memory_reply(reply, binary=req.binary, b_prefix=b_prefix)
         except (MalformedPacket, ValueError):
             return reply
         if not data or not self._overlaps(req.addr, len(data)):
             return reply
-        return build_memory_reply(mask_bytes(req.addr, data, self._mask))
+        return build_memory_reply(mask_bytes(req.addr, data, self._mask), binary=req.binary, b_prefix=b_prefix)
 
     def _overlaps(self, addr: int, size: int) -> bool:
         return any(a < addr + size and addr < a + len(o) for a, o in self._mask)

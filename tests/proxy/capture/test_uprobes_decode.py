@@ -167,6 +167,19 @@ def test_memory_replies_over_sites_are_masked() -> None:
     assert cap.client_reply(b"m1000,4", b"E14") == b"E14"
 
 
+def test_binary_memory_replies_over_sites_are_masked() -> None:
+    """gdb >= 16 reads memory with `x` from a stub that offers binary-upload+
+    (gdbserver >= 16: reply `b` + escaped bytes); lldb's `x` reply has no `b`."""
+    cap = _capture_with_sites({0x1000: b"\x48\x8b", 0x1010: b"}"})
+    cap.target = SimpleNamespace(stub_features=frozenset({"binary-upload", "swbreak"}))
+    assert cap.client_reply(b"x1000,4", b"b\xcc\x8b\x15\x71") == b"b\x48\x8b\x15\x71"
+    assert cap.client_reply(b"x100f,2", b"b\x90\xcc") == b"b\x90}]"  # `}` escaped in the reply
+    assert cap.client_reply(b"x2000,2", b"b\xcc\xcc") == b"b\xcc\xcc"  # not a site
+    assert cap.client_reply(b"x1000,4", b"") == b""  # x not supported
+    cap.target = SimpleNamespace(stub_features=frozenset({"QThreadSuffixSupported"}))
+    assert cap.client_reply(b"x1000,2", b"\xcc\x8b") == b"\x48\x8b"  # lldb's form
+
+
 def test_committed_object_matches_its_source() -> None:
     """Rebuild with `python -m proxy.capture.uprobes.build` after editing uprobes.bpf.c."""
     stamp = Path(bpf_build.STAMP).read_text().strip()
