@@ -6,15 +6,14 @@ proxy runs on the host (integration/harness/debuggers.py). The host's gdb
 
 The whole newer-debugger matrix is its own command, ``bash
 scripts/test-debuggers`` (``ASYNCRSP_DEBUGGERS=full``); the default suite
-runs one transparency case per newer gdb and lldb and one await-graph case
-per newer gdb. Without the chroots every case skips and says how to build
-them.
+runs one transparency case and one await-graph case per newer gdb and lldb
+(``ASYNCRSP_DEBUGGERS=none``: none). Without the chroots every case skips
+and says how to build them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path
 
@@ -28,7 +27,9 @@ from integration.harness.scenarios import run_session
 from integration.harness.stubs import start_proxy, start_stub
 from integration.test_transparency import BROKEN_SIGNS, check_transparent
 
-FULL = os.environ.get("ASYNCRSP_DEBUGGERS") == "full"
+MODE = debuggers.newer_mode()
+FULL = MODE == "full"
+pytestmark = pytest.mark.skipif(MODE == "none", reason="ASYNCRSP_DEBUGGERS=none")
 STUBS = ("gdbserver", "lldb-server")  # the debuggers' own stubs (QEMU is not one)
 
 # (release, client, stub, scenario or "*") that fail straight against the

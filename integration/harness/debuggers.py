@@ -99,6 +99,19 @@ SETS = {s.name: s for s in (
 )}
 NEWER = ("trixie", "sid")
 
+# How much of the newer-debugger tests a run takes (ASYNCRSP_DEBUGGERS):
+# "full" (scripts/test-debuggers), "subset" (the default: one case per newer
+# debugger, for the suite's budget) or "none".
+MODES = ("full", "subset", "none")
+
+
+def newer_mode() -> str:
+    mode = os.environ.get("ASYNCRSP_DEBUGGERS", "subset")
+    if mode not in MODES:
+        raise ValueError(f"ASYNCRSP_DEBUGGERS must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
 _current = HOST
 
 
