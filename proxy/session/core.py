@@ -109,6 +109,12 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         if self.running and not self._interrupt_forwarded:
             self._interrupt_forwarded = True
             self._emit(ToStubRaw(b"\x03"))
+        elif not self.running:
+            # gdb sends its Ctrl-C even between a stop and the resume that
+            # follows (a shared-library event it handles by itself); gdbserver
+            # then queues a SIGINT for the program, and the next resume stops
+            # with it at once (reconnect-ctrl-c.exp). Dropping it lost the stop.
+            self._emit(ToStubRaw(b"\x03"))
 
     def stub_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.stub_packets += 1

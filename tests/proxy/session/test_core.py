@@ -140,6 +140,18 @@ def test_interrupt_during_hidden_stop_reports_sigint() -> None:
     assert reported.startswith(b"T02") and THREAD in reported
 
 
+def test_interrupt_while_stopped_reaches_the_stub() -> None:
+    """gdb's Ctrl-C between a stop and its next resume (it handled a
+    shared-library event by itself): gdbserver queues a SIGINT for the
+    program, and the next resume stops at once (reconnect-ctrl-c.exp)."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x7FFFF7FCC060))  # not a probe: the client's stop
+    d.s.take_actions()
+    d.s.client_interrupt()
+    assert d.s.take_actions() == [ToStubRaw(b"\x03")]
+
+
 def test_step_of_the_hit_thread_is_the_clients_step() -> None:
     d = Driver()
     d.client(b"vCont;s:" + THREAD)
