@@ -63,7 +63,11 @@ def z_packet(insert: bool, key: BpKey) -> bytes:
 
 def step_packet(thread: ThreadId | None) -> bytes:
     if thread is None:
-        return b"vCont;s"
+        # A stop reply without a thread: the legacy step of the stub's current
+        # thread. `vCont;s` would step every thread (gdbserver), and a stub that
+        # names no threads may have no vCont at all (gdbserver
+        # --disable-packet=threads answers it empty).
+        return b"s"
     return b"vCont;s:" + thread.format(thread.pid is not None)
 
 

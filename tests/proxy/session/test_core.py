@@ -152,6 +152,16 @@ def test_interrupt_while_stopped_reaches_the_stub() -> None:
     assert d.s.take_actions() == [ToStubRaw(b"\x03")]
 
 
+def test_stop_without_a_thread_steps_with_the_legacy_step() -> None:
+    """gdbserver --disable-packet=threads: no thread in stop replies, and
+    `vCont` answered empty; a `vCont;s` would step every thread anyway."""
+    d = Driver()
+    d.start_running()
+    nothread = stop_at(PROBE).split(b"thread:")[0]
+    acts = d.stub(nothread)
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode(), b"s"]
+
+
 def test_step_of_the_hit_thread_is_the_clients_step() -> None:
     d = Driver()
     d.client(b"vCont;s:" + THREAD)
