@@ -23,6 +23,8 @@ answer, displaced stepping, is not offered to its clients).
 
 from __future__ import annotations
 
+import dataclasses
+
 from rsp.errors import MalformedPacket
 from rsp.framing import frame_notification, rle_expand
 from rsp.packets.memory import memory_bytes
@@ -36,7 +38,7 @@ from .breakpoints import BpKey
 from .probes import Probe
 from .procedure import Exchange, Procedure
 from .state import SessionBase
-from .wire import RSP_REGNUM_AMD64, SIGTRAP, is_trap_reason, z_packet
+from .wire import RSP_REGNUM_AMD64, SIGTRAP, is_trap_reason, pc_from_g, z_packet
 
 
 def _key(thread: ThreadId | None) -> tuple[int | None, int] | None:
@@ -156,12 +158,22 @@ class NonStop(SessionBase):
             self._program_exited = True
             self.bps.forget_all()
             self._capture_installed = False
+        if (sr is not None and sr.thread is None and sr.kind in ("T", "S")
+                and (self._ns_stepping or (self.probes and sr.signal == SIGTRAP))):
+            # A stub that names no thread (gdbserver --disable-packet=T or
+            # Tthread): the program's one thread, when it has one.
+            sole = yield from self._ns_sole_thread()
+            if sole is not None:
+                sr = dataclasses.replace(sr, thread=sole)
         k = _key(sr.thread) if sr is not None else None
         if sr is not None and k is not None and k in self._ns_stepping:
             yield from self._ns_step_done(sr, body, k)
             return
-        if sr is not None and sr.kind == "T" and sr.signal == SIGTRAP and self.probes:
-            pc = sr.pc(self.pc_regnum)
+        if sr is not None and sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.probes:
+            pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
+            if pc is None and sr.thread is not None:
+                replies = yield Exchange((self._ns_select(sr.thread), b"g") + self._ns_restore())
+                pc = pc_from_g(replies[1])
             if pc is not None and (is_trap_reason(sr) or sr.reason is None):
                 probe = self.probes.get(pc)
                 if probe is not None and sr.thread is not None:
@@ -175,6 +187,21 @@ class NonStop(SessionBase):
                         replies = yield Exchange((self._ns_select(sr.thread),) + reads + self._ns_restore())
                         self._capture_hit(probe, sr, replies[1:1 + len(reads)])
         self._ns_to_client(body)
+
+    def _ns_sole_thread(self) -> Procedure:
+        """The program's thread when it has exactly one (qfThreadInfo), else None."""
+        (first,) = yield Exchange((b"qfThreadInfo",))
+        ids = first[1:].split(b",") if first[:1] == b"m" else []
+        if len(ids) == 1:
+            (more,) = yield Exchange((b"qsThreadInfo",))
+            if more[:1] == b"l" and len(more) == 1:
+                try:
+                    return ThreadId.parse(ids[0])
+                except MalformedPacket:
+                    return None
+        elif ids:
+            (more,) = yield Exchange((b"qsThreadInfo",))  # end the listing
+        return None
 
     def _ns_to_client(self, body: bytes) -> None:
         self._ns_queue.append(body)
@@ -235,7 +262,7 @@ class NonStop(SessionBase):
         yield Exchange((z_packet(True, key),))
         assert sr.thread is not None
         tid = sr.thread.format(sr.thread.pid is not None)
-        if sr.kind == "T" and sr.signal == SIGTRAP and action is not None:
+        if sr.kind in ("T", "S") and sr.signal == SIGTRAP and action is not None:
             if action.op in ("c", "C"):
                 yield Exchange((b"vCont;c:" + tid,))
                 return
