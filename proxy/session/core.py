@@ -500,6 +500,11 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         # A stub without T stop replies (gdbserver --disable-packet=T) says
         # `S05`: no thread, no registers; the pc is read as for QEMU below.
         if sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.probes:
+            if sr.thread is None and (is_trap_reason(sr) or not self._stepping(None)):
+                # No thread in the stop (gdbserver --disable-packet=T or Tthread):
+                # find the thread at the probe first (hidden.py).
+                self._start_proc(self._proc_read_pc_then_classify(sr, raw))
+                return
             if is_trap_reason(sr) and pc is not None:
                 if self._probe_hit(sr, raw, pc):
                     return

@@ -80,21 +80,47 @@ class HiddenStops(SessionBase):
         return True
 
     def _proc_read_pc_then_classify(self, sr: StopReply, raw: bytes) -> Procedure:
+        scanned = False
         if sr.thread is None:
-            # `S05` (gdbserver --disable-packet=T): the stub's current thread is
-            # the one whose registers `g` reads; the hidden stop steps that one
-            # alone (a `vCont;s` without a thread would step them all).
+            # `S05` (gdbserver --disable-packet=T): no thread, and gdbserver's
+            # selected thread stays the client's, not the one that stopped
+            # (stop-reply-no-thread-multi.exp: the worker hit a probe). The
+            # selected thread first; if it is not at a probe, the one that is.
             qc, regs = yield Exchange((b"qC", b"g"))
-            if qc.startswith(b"QC"):
+            cur = qc[2:] if qc.startswith(b"QC") else None
+            pc = pc_from_g(regs)
+            found = cur if pc is not None and pc in self.probes else None
+            if found is None and cur is not None:
+                ids: list[bytes] = []
+                (listing,) = yield Exchange((b"qfThreadInfo",))
+                while listing[:1] == b"m" and len(ids) < 4096:
+                    ids += listing[1:].split(b",")
+                    (listing,) = yield Exchange((b"qsThreadInfo",))
+                for t in ids:
+                    if t == cur:
+                        continue
+                    (_, other) = yield Exchange((b"Hg" + t, b"g"))
+                    opc = pc_from_g(other)
+                    if opc is not None and opc in self.probes:
+                        found, regs, scanned = t, other, True
+                        break
+                if ids:
+                    yield Exchange((b"Hg" + cur,))  # the client's selection back (rule 6)
+            if found is not None:
                 try:
-                    sr = dataclasses.replace(sr, thread=ThreadId.parse(qc[2:]))
+                    sr = dataclasses.replace(sr, thread=ThreadId.parse(found))
                 except MalformedPacket:
                     pass
         else:
             (regs,) = yield Exchange((b"g",))
         self._proc = None
         pc = pc_from_g(regs)
-        if pc is None or not self._probe_hit(sr, raw, pc):
+        # A thread found by the scan is not the stub's selected one: no
+        # emulation (its writes would go to the selected thread).
+        self._no_emulation = scanned
+        hit = pc is not None and self._probe_hit(sr, raw, pc)
+        self._no_emulation = False
+        if not hit:
             self._report_stop(sr, raw, pc=pc)
 
     def _proc_hidden_stop(self, sr: StopReply, pc: int, probe: Probe) -> Procedure:
@@ -186,7 +212,8 @@ class HiddenStops(SessionBase):
         """Emulate the probed instruction when it is safe: a known instruction,
         gdbserver's `g` layout without xmlRegisters (rule 11), and a thread
         that simply continues (a step is the client's own: rule 3)."""
-        if not self._emulate or not probe.code or thread is None or self._resume is None:
+        if (not self._emulate or not probe.code or thread is None or self._resume is None
+                or self._no_emulation):
             return None
         if self._interrupt_pending or self._interrupt_forwarded or self._closing:
             return None

@@ -174,6 +174,7 @@ class SessionBase:
         self.capture_notice: str | None = None
         self._entry: int | None = None
         self._emulate = False  # decided from the stub's qSupported reply
+        self._no_emulation = False  # this hit's thread is not the stub's selected one (hidden.py)
         self._main_pid: int | None = None  # the program's process (fork children are others)
         self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
         # non-stop mode (nonstop.py)

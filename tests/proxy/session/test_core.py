@@ -152,14 +152,29 @@ def test_interrupt_while_stopped_reaches_the_stub() -> None:
     assert d.s.take_actions() == [ToStubRaw(b"\x03")]
 
 
-def test_stop_without_a_thread_steps_with_the_legacy_step() -> None:
-    """gdbserver --disable-packet=threads: no thread in stop replies, and
-    `vCont` answered empty; a `vCont;s` would step every thread anyway."""
+def g_block(pc: int) -> bytes:
+    return b"00" * 128 + pc.to_bytes(8, "little").hex().encode() + b"00" * 64
+
+
+def test_stop_without_a_thread_finds_the_thread_at_the_probe() -> None:
+    """gdbserver --disable-packet=T: `S05`, no thread, no registers, and the
+    stub's selected thread stays the client's: the proxy asks the selected
+    thread first, then looks for the one at a probe, puts the client's
+    selection back, and steps that thread alone (no emulation: its writes
+    would go to the selected thread)."""
     d = Driver()
     d.start_running()
-    nothread = stop_at(PROBE).split(b"thread:")[0]
-    acts = d.stub(nothread)
-    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode(), b"s"]
+    other = b"p3a4d.3a51"
+    assert bodies(d.stub(b"S05"), ToStub) == [b"qC", b"g"]
+    d.stub(b"QC" + THREAD)
+    assert bodies(d.stub(g_block(0x1000)), ToStub) == [b"qfThreadInfo"]
+    assert bodies(d.stub(b"m" + THREAD + b"," + other), ToStub) == [b"qsThreadInfo"]
+    assert bodies(d.stub(b"l"), ToStub) == [b"Hg" + other, b"g"]
+    d.stub(b"OK")
+    assert bodies(d.stub(g_block(PROBE)), ToStub) == [b"Hg" + THREAD]
+    acts = d.stub(b"OK")
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;s:" + other]
+    assert not bodies(acts, ToClient)
 
 
 def test_step_of_the_hit_thread_is_the_clients_step() -> None:
