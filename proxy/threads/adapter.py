@@ -36,7 +36,7 @@ _RUNNING_ON = re.compile(r"running on thread (\d+)")
 class SuspendPoints:
     """(layout, state value) -> link-time pc of the suspend point in its resume function."""
 
-    def __init__(self, inv: Inventory, line_to_pcs: Callable[[str, int], list[int]],
+    def __init__(self, inv: Inventory, line_to_pcs: Callable[[str, int, int], list[int]],
                  code: Callable[[int, int], bytes | None],
                  pc_to_line: Callable[[int], SourceLoc | None] | None = None) -> None:
         self.inv = inv
@@ -74,7 +74,8 @@ class SuspendPoints:
         st = lay.state(state_value) if lay is not None else None
         if not ranges or st is None or st.loc is None:
             return None
-        rows = [p for p in self.line_to_pcs(st.loc.file, st.loc.line) if any(lo <= p < hi for lo, hi in ranges)]
+        rows = sorted({p for lo0, _ in ranges for p in self.line_to_pcs(st.loc.file, st.loc.line, lo0)
+                       if any(lo <= p < hi for lo, hi in ranges)})
         line = st.loc.line
         after_call = [p for p in rows if self._after_call(p) and self._line(p - 1) == line]
         if after_call:
