@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from integration.test_await_graph import _binary
-from integration.test_corefile import STUCK_CONFIGS, gcore, start_stuck
+from integration.test_corefile import STUCK_CONFIGS, expected_tasks, gcore, start_stuck
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_ps_live_equals_ps_of_its_core(config: str, tmp_path: Path) -> None:
     assert len(cycle) == 1 and re.fullmatch(
         r"cycle: tokio#\d+ stuck::lock_(ab|ba) -> Mutex 0x[0-9a-f]+ held by tokio#\d+ stuck::lock_(ab|ba) "
         r"-> Mutex 0x[0-9a-f]+ held by tokio#\d+ stuck::lock_\1", cycle[0]), live.stdout
-    for name in ("run", "lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter"):
+    for name in expected_tasks(live.stdout):
         assert re.search(rf"stuck::{name} +suspended at \S+stuck.rs:\d+", live.stdout), live.stdout
     from_core = asyncrsp("ps", "--core", str(core))
     assert from_core.returncode == 0, from_core.stderr

@@ -154,7 +154,9 @@ class CoreStub:
         data = self.image.read_raw(req.addr, min(req.length, MAX_READ))
         if not data:
             return b"E14"  # EFAULT, gdbserver's answer for unreadable memory
-        return (b"b" + escape_binary(data)) if req.binary else hex_encode(data)
+        # `x` without the `b` prefix: lldb's form (its `x0,0` probe is answered OK above);
+        # gdb >= 16 sends `x` only to a stub that offers binary-upload+, which this one does not
+        return escape_binary(data) if req.binary else hex_encode(data)
 
     def _qxfer(self, body: bytes) -> bytes:
         parts = body.split(b":", 4)

@@ -40,6 +40,8 @@ def ask(stub: CoreStub, body: bytes, *, bytewise: bool = True) -> bytes:
     (b"m400010,4", hex_encode(TEXT[16:20])),
     (b"m401ffe,4", hex_encode(TEXT[0x1ffe:0x2002])),
     (b"m900000,4", b"E14"),
+    (b"x0,0", b"OK"),  # lldb's probe
+    (b"x400010,4", TEXT[16:20]),  # no '#', '$', '}' or '*' in these bytes: no escaping
     (b"qXfer:exec-file:read::0,fff", b"l" + PROG.encode()),
     (b"vCont;c", b"E.asyncrsp: a core file is read-only: it cannot run, step, or be written"),
     (b"c", b"E.asyncrsp: a core file is read-only: it cannot run, step, or be written"),
