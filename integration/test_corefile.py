@@ -216,10 +216,16 @@ def gcore_of_stuck(prog: Path, tmp_path: Path) -> Path:
         p.wait()
 
 
-def test_core_is_read_only(tmp_path: Path) -> None:
-    """Resume, write and breakpoint get a clear error from the core stub; gdb stays stopped."""
+@pytest.fixture(scope="module")
+def stuck_core(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(program, gcore) of debug `stuck`, shared by the tests that only read it."""
     prog = _binary("debug", "stuck")
-    core = gcore_of_stuck(prog, tmp_path)
+    return prog, gcore_of_stuck(prog, tmp_path_factory.mktemp("stuck"))
+
+
+def test_core_is_read_only(stuck_core: tuple[Path, Path]) -> None:
+    """Resume, write and breakpoint get a clear error from the core stub; gdb stays stopped."""
+    prog, core = stuck_core
     out = serve_core(core, prog, ["continue", "set var *(char*)$sp = 1", "break stuck::sleeper", "continue",
                                   "info threads"])
     # gdb shows the stub's E.text for a resume; for a write or a breakpoint (Z0 refused, then
@@ -233,11 +239,11 @@ def test_core_is_read_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "not-core"])
-def test_bad_core_is_one_line(damage: str, tmp_path: Path) -> None:
-    prog = _binary("debug", "stuck")
+def test_bad_core_is_one_line(damage: str, tmp_path: Path, stuck_core: tuple[Path, Path]) -> None:
+    prog, core = stuck_core
     bad = tmp_path / "bad"
     if damage in ("truncate", "garbage"):
-        data = gcore_of_stuck(prog, tmp_path).read_bytes()
+        data = core.read_bytes()
         if damage == "truncate":
             data = data[:len(data) // 3]
         else:  # the program headers overwritten
@@ -302,10 +308,9 @@ def test_crash_core_gives_the_async_backtrace(kind: str, sig: int, config: str, 
 
 
 @pytest.mark.skipif(shutil.which("lldb") is None, reason="lldb not installed (scripts/setup installs it)")
-def test_lldb_reads_the_core(tmp_path: Path) -> None:
+def test_lldb_reads_the_core(stuck_core: tuple[Path, Path]) -> None:
     """lldb over gdb-remote: threads, a backtrace into main, the monitor table (x reads, lldb's form)."""
-    prog = _binary("debug", "stuck")
-    core = gcore_of_stuck(prog, tmp_path)
+    prog, core = stuck_core
     proxy, port = _proxy(["--core", str(core)])
     try:
         out = subprocess.run(["lldb", "-b", "-o", f"gdb-remote 127.0.0.1:{port}", "-o", "thread list", "-o", "bt",
