@@ -162,7 +162,7 @@ class NonStop(SessionBase):
                 and (self._ns_stepping or (self.probes and sr.signal == SIGTRAP))):
             # A stub that names no thread (gdbserver --disable-packet=T or
             # Tthread): the program's one thread, when it has one.
-            sole = yield from self._ns_sole_thread()
+            sole = yield from self._ns_find_thread(sr)
             if sole is not None:
                 sr = dataclasses.replace(sr, thread=sole)
         k = _key(sr.thread) if sr is not None else None
@@ -188,20 +188,27 @@ class NonStop(SessionBase):
                         self._capture_hit(probe, sr, replies[1:1 + len(reads)])
         self._ns_to_client(body)
 
-    def _ns_sole_thread(self) -> Procedure:
-        """The program's thread when it has exactly one (qfThreadInfo), else None."""
-        (first,) = yield Exchange((b"qfThreadInfo",))
-        ids = first[1:].split(b",") if first[:1] == b"m" else []
-        if len(ids) == 1:
-            (more,) = yield Exchange((b"qsThreadInfo",))
-            if more[:1] == b"l" and len(more) == 1:
-                try:
-                    return ThreadId.parse(ids[0])
-                except MalformedPacket:
-                    return None
-        elif ids:
-            (more,) = yield Exchange((b"qsThreadInfo",))  # end the listing
-        return None
+    def _ns_find_thread(self, sr: StopReply) -> Procedure:
+        """The thread a stop without one is about: the program's only thread,
+        or the one the proxy is stepping, for a step's stop. Otherwise None:
+        the client sees the stop as the stub sent it. (Looking for the thread
+        by its pc among several went wrong: with other threads running, a
+        new thread's registers were written - a SIGSEGV in clone3.)"""
+        ids: list[bytes] = []
+        (listing,) = yield Exchange((b"qfThreadInfo",))
+        while listing[:1] == b"m" and len(ids) < 4096:
+            ids += listing[1:].split(b",")
+            (listing,) = yield Exchange((b"qsThreadInfo",))
+        found: bytes | None = ids[0] if len(ids) == 1 else None
+        if found is None and len(self._ns_stepping) == 1 and not is_trap_reason(sr):
+            pid, tid = next(iter(self._ns_stepping))
+            return ThreadId(pid, tid)
+        if found is None:
+            return None
+        try:
+            return ThreadId.parse(found)
+        except MalformedPacket:
+            return None
 
     def _ns_to_client(self, body: bytes) -> None:
         self._ns_queue.append(body)
