@@ -158,10 +158,11 @@ def test_gdb_threads_stacks_and_locals_of_tasks(config: str) -> None:
     assert "a task thread cannot be stepped" in part(out, "step"), part(out, "step")
 
 
-def test_gdb_mi_thread_info_frames_and_variables() -> None:
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_gdb_mi_thread_info_frames_and_variables(config: str) -> None:
     """What cpptools and CLion send: -thread-info, then per thread -stack-list-frames and
     -stack-list-variables."""
-    with stuck_behind_proxy("debug") as (prog, _pid, port):
+    with stuck_behind_proxy(config) as (prog, _pid, port):
         out = gdb(prog, port, [
             'interpreter-exec mi "-thread-info"',
             *select("lock_ba"),
@@ -179,11 +180,14 @@ def test_gdb_mi_thread_info_frames_and_variables() -> None:
     lines = re.findall(r'line="(\d+)"', frames.group(1))
     assert funcs[2] == "stuck::lock_ba::{async_fn#0}" and int(lines[2]) in await_lines("lock_ba", "lock"), frames
     variables = re.search(r"\^done,variables=\[(.*?)\]\n", out)
+    if config == "release":  # the guard lives in a register without a DWARF location there
+        return
     assert variables and '{name="held",type="tokio::sync::mutex::MutexGuard<u64>"' in variables.group(1), out[-3000:]
 
 
-def test_lldb_thread_list_backtraces_and_frame_variables() -> None:
-    with stuck_behind_proxy("debug") as (prog, _pid, port):
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_lldb_thread_list_backtraces_and_frame_variables(config: str) -> None:
+    with stuck_behind_proxy(config) as (prog, _pid, port):
         run = lldb_batch(prog, ["settings set plugin.process.gdb-remote.packet-timeout 60",
                                 f"gdb-remote 127.0.0.1:{port}", "thread list", "bt all",
                                 "script lldb.process.SetSelectedThread([t for t in lldb.process "
@@ -200,6 +204,8 @@ def test_lldb_thread_list_backtraces_and_frame_variables() -> None:
     frame = steps["frame select 2"]
     m = re.search(r"at stuck.rs:(\d+)", frame)
     assert m and int(m.group(1)) in await_lines("lock_ba", "lock"), frame
+    if config == "release":
+        return
     assert re.search(r"\(tokio::sync::mutex::MutexGuard<unsigned long>\) held = \{\s*lock = 0x[0-9a-f]+",
                      steps["frame variable held"]), steps["frame variable held"]
     assert re.search(r"= 2$", steps["frame variable held.lock->c.value"].strip()), steps["frame variable held.lock->c.value"]
