@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -209,7 +210,12 @@ def _threads_command(session: Session, args: tuple[str, ...]) -> str:
         if word in ("on", "off"):
             view.enabled = word == "on"
         elif word == "filter":
-            view.pattern = " ".join(args[1:]) or None
+            pattern = " ".join(args[1:]) or None
+            try:
+                re.compile(pattern or "")
+            except re.error as err:
+                return f"asyncrsp: bad filter {pattern!r}: {err}"
+            view.pattern = pattern
         elif word.isdigit() and int(word) > 0:
             view.cap = int(word)
         else:

@@ -126,6 +126,8 @@ class TaskThreadView:
         return self._pages.pop(0) if self._pages else b"l"
 
     def threads_xml(self, stub_doc: bytes) -> bytes:
+        # gdb files a <thread id> without a pid under a made-up inferior (pid 42000, its
+        # magic null ptid): write task ids with the program's pid, as the stub writes its own
         self.learn_format(re.findall(rb'<thread id="([^"]+)"', stub_doc))
         end = stub_doc.rfind(b"</threads>")
         if end < 0:

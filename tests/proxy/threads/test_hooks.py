@@ -111,3 +111,20 @@ def test_off_by_default_everything_goes_to_the_stub() -> None:
     d.s.task_view.enabled = False
     d.client(b"qfThreadInfo")
     assert d.to_stub == [b"qfThreadInfo"]
+
+
+def test_monitor_async_threads_command() -> None:
+    from types import SimpleNamespace
+
+    from proxy.app import _threads_command
+
+    view = TaskThreadView(enabled=False)
+    session = SimpleNamespace(task_view=view, _threads_doc=b"old")
+    assert _threads_command(session, ()).startswith("task threads: off, cap 1024")  # type: ignore[arg-type]
+    assert _threads_command(session, ("on",)).startswith("task threads: on")  # type: ignore[arg-type]
+    assert "cap 50" in _threads_command(session, ("50",))  # type: ignore[arg-type]
+    assert "filter 'lock'" in _threads_command(session, ("filter", "lock"))  # type: ignore[arg-type]
+    assert view.enabled and view.cap == 50 and view.pattern == "lock" and session._threads_doc is None
+    assert _threads_command(session, ("many",)).startswith("asyncrsp: usage:")  # type: ignore[arg-type]
+    assert _threads_command(session, ("filter", "(")).startswith("asyncrsp: bad filter '('")  # type: ignore[arg-type]
+    assert view.pattern == "lock"
