@@ -62,10 +62,9 @@ _GRAMMAR: list[tuple[bytes, Callable[[bytes], bool], str]] = [
     (b"QSetWorkingDir:", _full(rb"QSetWorkingDir:" + _BYTES), "QSetWorkingDir:hex"),
     (b"qSearch:memory:", _full(rb"qSearch:memory:" + _NUM + rb";" + _NUM + rb";.*"), "qSearch:memory:addr;length;pattern"),
     (b"qCRC:", _full(rb"qCRC:" + _NUM + rb"," + _NUM), "qCRC:addr,length"),
-    (b"qThreadExtraInfo,", _full(rb"qThreadExtraInfo,(?:p?-?" + _NUM + rb"(?:\.-?" + _NUM + rb")?)"),
-     "qThreadExtraInfo,thread"),
-    (b"qGetTLSAddr:", _full(rb"qGetTLSAddr:[-p.0-9a-fA-F]+," + _NUM + rb"," + _NUM), "qGetTLSAddr:thread,offset,lm"),
-    (b"qGetTIBAddr:", _full(rb"qGetTIBAddr:[-p.0-9a-fA-F]+"), "qGetTIBAddr:thread"),
+    (b"qThreadExtraInfo,", lambda body: _thread_ok(body[17:]), "qThreadExtraInfo,thread"),
+    (b"qGetTLSAddr:", lambda body: _tls_ok(body), "qGetTLSAddr:thread,offset,lm"),
+    (b"qGetTIBAddr:", lambda body: _thread_ok(body[12:]), "qGetTIBAddr:thread"),
     (b"QDisableRandomization:", _full(rb"QDisableRandomization:[01]"), "QDisableRandomization:0|1"),
     (b"QNonStop:", _full(rb"QNonStop:[01]"), "QNonStop:0|1"),
     (b"QThreadEvents:", _full(rb"QThreadEvents:[01]"), "QThreadEvents:0|1"),
@@ -112,6 +111,11 @@ def _vfile(body: bytes) -> bool:
     return rx is None or re.fullmatch(rx.encode(), args, re.S) is not None
 
 
+def _tls_ok(body: bytes) -> bool:
+    thread, _, rest = body[12:].partition(b",")
+    return _thread_ok(thread) and re.fullmatch(_NUM + rb"," + _NUM, rest) is not None
+
+
 def _thread_ok(text: bytes) -> bool:
     try:
         t = ThreadId.parse(text)
@@ -119,7 +123,10 @@ def _thread_ok(text: bytes) -> bool:
         return False
     if max(abs(t.tid), abs(t.pid or 0)) >= 1 << 63:
         return False
-    # gdbserver: "invalid remote ptid" (fatal) for a thread of every process (p-1.N, p-1.-1)
+    # gdbserver's read_ptid: "invalid remote ptid" (fatal) for a p form without its
+    # ".tid" (Tp11, found by the fuzz client) and for a thread of every process (p-1.N)
+    if text.startswith(b"p") and b"." not in text:
+        return False
     return not (t.pid == -1 and b"." in text)
 
 

@@ -20,6 +20,8 @@ KILLERS = [
     b"qXfer:threads:read::zz", b"vCont;t", b"vCont;t:p1.1", b"QTDV:zz",
     # over a breakpoint of gdbserver's: "check_mem_read: Assertion ... failed" (the fuzz client, seed 1)
     b"m7ffff734d2ad,10000",
+    # "invalid remote ptid: p11" (the fuzz client, seed 3)
+    b"Tp11",
 ]
 PACKET_SIZE = 0x47FF  # gdbserver 13.1's
 
