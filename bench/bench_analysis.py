@@ -4,7 +4,15 @@ full pyelftools DIE walk of the same file as the same-run baseline.
 Each measurement runs in its own subprocess (a fresh interpreter: imports
 counted, peak RSS from resource.getrusage of that process alone).
 
-    .venv/bin/python bench/bench_analysis.py [BINARY] [--no-walk]
+    .venv/bin/python bench/bench_analysis.py [BINARY] [--no-walk] [--peers]
+
+``--peers`` adds, on the same binary in the same run: gdb loading its
+symbols and answering ``info functions ::poll$`` (``gdb -batch``: wall time
+and peak RSS of gdb), drgn (libdw underneath: the debug info loaded and every
+coroutine's ``__state`` layout type looked up by name) and LIEF 1.0's DWARF
+reader (every function and type of every unit enumerated, the coroutine
+variants counted); each skipped with the reason when the package is missing
+(``pip install drgn lief``: measured, not dependencies of the proxy).
 
 Targets (issue 3): cold <= 2 s, warm <= 0.3 s, peak memory <= 250 MB.
 """
@@ -32,6 +40,38 @@ if mode == "walk":
             for _ in cu.iter_DIEs():
                 n += 1
     extra = {"dies": n}
+elif mode == "drgn":
+    import drgn
+    prog = drgn.Program()
+    prog.load_debug_info([path])
+    t1 = time.perf_counter()
+    # what the inventory needs first: the coroutine layouts (looked up by the
+    # resume functions' names from the symbol table)
+    from proxy.analysis.elf import open_elf
+    names = [s.demangled for s in open_elf(path).symbols if s.is_func and "{{closure}}" in s.demangled]
+    found = 0
+    for n in names[:200]:
+        try:
+            prog.function(n.split(" ")[0])
+            found += 1
+        except (LookupError, ValueError, SyntaxError):
+            pass
+    extra = {"load_s": round(t1 - t0, 3), "lookups": min(len(names), 200), "found": found}
+elif mode == "lief":
+    import lief
+    d = lief.dwarf.load(path)
+    if d is None:  # the PyPI wheel: "Debug info not available for this build" (LIEF extended only)
+        sys.exit(f"LIEF {lief.__version__} from PyPI has no DWARF reader (lief.dwarf.load: None; LIEF extended only)")
+    fns = tys = coros = 0
+    for cu in d.compilation_units:
+        for f in cu.functions:
+            fns += 1
+        for t in cu.types:
+            tys += 1
+            name = t.name or ""
+            if "{async_fn_env#" in name or "{async_block_env#" in name:
+                coros += 1
+    extra = {"functions": fns, "types": tys, "coroutine_types": coros}
 else:
     from pathlib import Path
     from proxy.analysis.inventory import build_inventory
@@ -46,6 +86,30 @@ def measure(mode: str, path: Path, cache: Path) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path), str(cache)], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def measure_gdb(path: Path) -> dict[str, float]:
+    """gdb -batch loading the binary's symbols and answering `info functions ::poll$`:
+    wall time and the child's peak RSS (wait4's rusage)."""
+    import os
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(["gdb", "-nx", "-batch", "-ex", "info functions ::poll$", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = proc.stdout.read() if proc.stdout else b""
+    _pid, _status, ru = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t0
+    return {"mode": "gdb", "seconds": dt, "peak_mb": ru.ru_maxrss / 1024,
+            "lines": out.count(b"\n")}
+
+
+def peer(mode: str, path: Path) -> dict[str, float] | str:
+    try:
+        return measure(mode, path, Path("."))
+    except subprocess.CalledProcessError as err:
+        tail = (err.stderr or err.stdout or "").strip().splitlines()
+        return tail[-1] if tail else f"{mode} failed"
 
 
 def default_binary() -> Path:
@@ -63,13 +127,21 @@ def main(argv: list[str]) -> int:
         cold = measure("cold", path, Path(cache))
         warm = measure("warm", path, Path(cache))
     rows = [cold, warm]
+    if "--peers" in argv:
+        rows.append(measure_gdb(path))
+        for mode in ("drgn", "lief"):
+            got = peer(mode, path)
+            if isinstance(got, str):
+                print(f"{mode:>5}: skipped: {got}")
+            else:
+                rows.append(got)
     if "--no-walk" not in argv:
         rows.append(measure("walk", path, Path(".")))
     for r in rows:
         info = ", ".join(f"{k}={v}" for k, v in r.items() if k not in ("mode", "seconds", "peak_mb"))
         print(f"{r['mode']:>5}: {r['seconds']:7.3f} s  peak {r['peak_mb']:6.1f} MB  ({info})")
-    if len(rows) == 3:
-        walk = rows[2]
+    if rows[-1]["mode"] == "walk":
+        walk = rows[-1]
         print(f"cold is {walk['seconds'] / cold['seconds']:.1f}x faster than the full DIE walk, "
               f"warm {walk['seconds'] / warm['seconds']:.0f}x; memory {walk['peak_mb'] / cold['peak_mb']:.1f}x less")
     ok = cold["seconds"] <= 2.0 and warm["seconds"] <= 0.3 and cold["peak_mb"] <= 250

@@ -34,7 +34,8 @@ most:
 (the capture runs inside the benchmark's own process, as in
 `integration/test_uprobes.run_captured`), rounds interleaved the same way:
 ``bare``; ``traps`` (every site planted, each only counting its hits: the
-kernel's cost of the probed instructions); ``records`` (the records written,
+kernel's cost of the probed instructions); ``traps-rets`` (the same with the
+exits on the functions' ``ret``s, not in their callers); ``records`` (the records written,
 nobody reading them: a 512 MiB ring); ``consumer`` (the proxy's consumer
 folding every record into an engine as the server runs; its CPU time per
 event is printed). Each with requests/s, the ratio to bare and the events.
@@ -266,7 +267,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                 px_cm.__exit__(None, None, None)
 
 
-SPLIT = ["bare", "traps", "records", "consumer"]
+SPLIT = ["bare", "traps-rets", "traps", "records", "consumer"]
 
 
 def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
@@ -294,13 +295,14 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
             bias = 0x555555554000 if inv.pie else 0  # spawn_stopped turns ASLR off, as gdbserver does
             target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
                                      engine=Engine(Catalog(inv, bias)), note=None, extra={})
-            cap = UprobeCapture(ring_bytes=(512 << 20) if how == "records" else 64 << 20)
+            cap = UprobeCapture(ring_bytes=(512 << 20) if how == "records" else 64 << 20,
+                                move_exits=how != "traps-rets")
             cap.plan(target)  # type: ignore[arg-type]
             cap.install()
             if not cap.attached:
                 run.note = f"not attached: {cap.note}"
                 return run
-            if how == "traps":
+            if how.startswith("traps"):
                 assert cap._prog is not None and cap.plan_ is not None
                 cap._prog.set_sites([B.SiteSpec(B.KIND_COUNT)] * len(cap.plan_.sites))
         os.kill(pid, signal.SIGCONT)
@@ -337,7 +339,8 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
 
 
 RUNNERS: dict[str, Callable[[Server, str, float, int, str], Run]] = {
-    "bare": run_bare, "console": run_bare, "gdb": run_gdb, "traps": run_split, "records": run_split,
+    "bare": run_bare, "console": run_bare, "gdb": run_gdb, "traps": run_split, "traps-rets": run_split,
+    "records": run_split,
     "consumer": run_split,
     **{k: run_gdb for k in CAPTURES}}
 

@@ -22,6 +22,7 @@ from integration.harness import programs as cprogs
 from integration.harness.normalise import mask_timing
 from proxy.analysis.elf import open_elf
 from proxy.analysis.inventory import build_inventory
+from proxy.capture.uprobes.caller_exits import caller_exits
 from proxy.analysis.model import CoroutineKind, Era, Inventory, ResumeFn
 from proxy.capture.uprobes.capture import UprobeCapture
 from proxy.graph.catalog import Catalog
@@ -566,8 +567,14 @@ def test_client_stepping_over_poll_sites_of_a_rust_program() -> None:
     assert "ret" in out["x/i $pc"] and _xb(out[f"x/1xb {ret:#x}"]) == b"\xc3"
     assert "exited normally" in proxied[-1][1]
     # the first poll of c, stopped at: the polls of main's block, a, b and c entered, c's
-    # `ret` stepped through and b's run by `finish`: each seen exactly once
-    assert "events: 6 (enters 4, exits 2, lost 0, rejected 0)" in stats[0], stats[0]
+    # `ret` stepped through and b's run by `finish`: each seen exactly once. b's exit is
+    # probed in its caller, a few instructions after the call, when every return of b goes
+    # there (caller_exits.py): `finish` stops at the return address, before that probe,
+    # and b's exit is counted when a goes on (the next `next`)
+    [b] = [f for f in inv.resume_fns if f.name.endswith("b::{async_fn#0}") and "nested" in f.name]
+    b_in_caller = isinstance(caller_exits(open_elf(prog), [(b.low_pc, b.high_pc)])[b.low_pc], list)
+    want = "events: 5 (enters 4, exits 1," if b_in_caller else "events: 6 (enters 4, exits 2,"
+    assert want + " lost 0, rejected 0)" in stats[0], stats[0]
     s = stats[1]
     assert re.search(r"capture: uprobes \([^)]*, attached\)", s) and "hidden stops: 0" in s, s
     m = re.search(r"events: (\d+) \(enters (\d+), exits (\d+), lost 0, rejected 0\)", s)
@@ -688,3 +695,25 @@ def test_sampling_records_a_sample_and_counts_every_poll(config: str) -> None:
     assert eng.timing.sampled and "exact" in eng.timing.sampled
     lines = sampled.stats_lines()
     assert any(ln.startswith("sampling: one root poll in 16") for ln in lines), lines
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_exits_in_the_callers_count_every_poll_once(config: str) -> None:
+    """Exit probes moved from the rets to the emulated instruction after each call
+    (caller_exits.py), where every return of the function goes: the same
+    current-thread run with and without them, entries = exits exactly, the
+    same counts, every exit matched to its entry by sp."""
+    prog = _binary(config, "tokio_bench")
+    inv = build_inventory(str(prog))
+    counts = []
+    for move in (False, True):
+        cap, eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0, move_exits=move)
+        assert code == 0 and cap.decoder is not None and cap.plan_ is not None
+        d = cap.decoder.stats
+        st = eng.stats()
+        assert d.entries == d.exits + d.unwinds and st.exits_missed == 0 and st.unmatched_exits == 0, \
+            (move, d, st)
+        moved = [s for s in cap.plan_.sites if s.name.endswith("(return to caller)")]
+        assert bool(moved) == move, [s.name for s in cap.plan_.sites]
+        counts.append((d.entries, d.exits))
+    assert counts[0] == counts[1]

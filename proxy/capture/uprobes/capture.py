@@ -96,6 +96,7 @@ class UprobeCapture(CaptureBase):
         object_path: os.PathLike[str] | None = None,
         move_entries: bool = True,
         sample_every: int = 1,
+        move_exits: bool = True,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -110,6 +111,7 @@ class UprobeCapture(CaptureBase):
         self.object_path = object_path
         self.move_entries = move_entries  # entry probes on the first emulated instruction (emulated.py)
         self.sample_every = max(int(sample_every), 1)
+        self.move_exits = move_exits  # exit probes in the callers where every return goes (caller_exits.py)
         self._fn_site: dict[int, int] = {}  # resume function index -> runtime low_pc (the engine's site)
         self._kernel_totals: tuple[int, int, int, int] | None = None  # instances, polls, recorded, unseen polls
         self.closed_polls = 0  # polls of the instances whose totals came closed (InstanceTotals)
@@ -193,7 +195,8 @@ class UprobeCapture(CaptureBase):
         self.unwinder = StackUnwinder(self._elf, inv, bias)
         cfa = _cfa_rule(self.unwinder)
         self.plan_ = plan_sites(self._elf, inv, bias, only=self.only, exclude=self.exclude,
-                                entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries)
+                                entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries,
+                                move_exits=self.move_exits)
         self._sites_by_addr = self.plan_.by_addr()
         self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
         if not inv.resume_fns:

@@ -20,6 +20,7 @@ from proxy.analysis.model import Inventory, ResumeFn
 
 from .bpf import KIND_COUNT, KIND_ENTRY, KIND_EXIT, KIND_UNWIND, REG_RBP, REG_RDI, REG_RSI, REG_RSP, SiteSpec
 from .decode import SiteInfo
+from .caller_exits import caller_exits
 from .emulated import MovedEntry, moved_entries
 
 _DWARF_RSP, _DWARF_RBP = 7, 6
@@ -77,10 +78,14 @@ def plan_sites(
     entry_only: bool = False,
     cfa_at: "callable[[int], tuple[int, int] | None] | None" = None,  # type: ignore[valid-type]
     move_entries: bool = True,
+    move_exits: bool = True,
 ) -> SitePlan:
     """``cfa_at(link pc) -> (DWARF cfa register, offset)`` gives unwind exits their entry sp.
     ``move_entries``: an entry probe stands on the first instruction the kernel
-    emulates when the poll is still fully known there (emulated.py)."""
+    emulates when the poll is still fully known there (emulated.py).
+    ``move_exits``: a function's exit probes stand in its callers, on the first
+    emulated instruction after each call, when every return goes there
+    (caller_exits.py); its ``ret``s are then not probed."""
     only_re = re.compile(only) if only else None
     exclude_re = re.compile(exclude) if exclude else None
     sites: list[Site] = []
@@ -99,6 +104,18 @@ def plan_sites(
         sites.append(Site(name, link + bias, off, original, spec,
                           SiteInfo(kind, fn.low_pc + bias, link + bias, adjust)))
 
+    chosen = [fn for fn in inventory.resume_fns if fn.low_pc
+              and (only_re is None or only_re.search(fn.name)) and not (exclude_re and exclude_re.search(fn.name))]
+    in_callers: dict[int, list] = {}  # type: ignore[type-arg]
+    if move_exits and not entry_only and chosen:
+        found = caller_exits(elf, [(fn.low_pc, fn.high_pc) for fn in chosen])
+        starts = {fn.low_pc for fn in inventory.resume_fns}
+        taken: set[int] = set()
+        for lo, got in found.items():
+            if isinstance(got, list) and got and not any(c.addr in starts or c.addr in taken for c in got):
+                in_callers[lo] = got
+                taken.update(c.addr for c in got)
+    n_caller_exits = 0
     for fn_index, fn in enumerate(inventory.resume_fns):
         if not fn.low_pc:
             continue
@@ -127,8 +144,15 @@ def plan_sites(
                 e.adjust)
         if entry_only:
             continue
-        for r in fn.rets:
-            add(fn, fn.name + " (ret)", r, KIND_EXIT, SiteSpec(KIND_EXIT, self_reg, st_off, st_size, fn=fn_index))
+        if fn.low_pc in in_callers:
+            # rsp there is the entry's sp + 8 (the return address popped): scope key rsp + 0 - 8
+            n_caller_exits += 1
+            for c in in_callers[fn.low_pc]:
+                add(fn, fn.name + " (return to caller)", c.addr, KIND_EXIT,
+                    SiteSpec(KIND_EXIT, self_reg, st_off, st_size, REG_RSP, 0, -8, fn=fn_index), -8)
+        else:
+            for r in fn.rets:
+                add(fn, fn.name + " (ret)", r, KIND_EXIT, SiteSpec(KIND_EXIT, self_reg, st_off, st_size, fn=fn_index))
         for x in fn.other_exits:
             rule = cfa_at(x) if cfa_at is not None else None
             if rule is None or rule[0] not in (_DWARF_RSP, _DWARF_RBP):
@@ -137,6 +161,9 @@ def plan_sites(
             reg = REG_RSP if rule[0] == _DWARF_RSP else REG_RBP
             add(fn, fn.name + " (unwind)", x, KIND_UNWIND,
                 SiteSpec(KIND_UNWIND, self_reg, st_off, st_size, reg, rule[1], fn=fn_index))
+    if n_caller_exits:
+        notes.append(f"{n_caller_exits} resume functions' exits probed in their callers, on the instruction "
+                     "the kernel emulates after each call (every return goes there), not on their rets")
     if n_moved:
         notes.append(f"{n_moved} entry probes moved past their prologue to an instruction the kernel emulates")
     if n_dispatch:

@@ -84,7 +84,7 @@ struct site {
 	__u8 cfa_reg;     /* exits: the CFA's base register (REG_RSP / REG_RBP) */
 	__s32 cfa_off;    /* exits: CFA = cfa_reg + cfa_off; entry sp = CFA - 8 */
 	__u32 state_off;
-	__s32 sp_adjust;  /* entries: the entry's sp = sp + sp_adjust (a probe moved past the prologue) */
+	__s32 sp_adjust;  /* the entry's sp = sp + sp_adjust (an entry moved past the prologue; an exit in the caller) */
 	__u32 fn;         /* the resume function's index (the key of `instances`) */
 };
 
@@ -410,7 +410,9 @@ int asyncrsp_poll(struct pt_regs *ctx)
 				bpf_map_delete_elem(&scopes, &key); /* the poll is over all the same */
 			return 0;
 		}
-		fill_head(r, ctx, s->kind, cookie, id, sp);
+		/* sp_adjust: an exit probed in the caller after the call (-8: the return
+		 * address popped); the record carries the entry's sp */
+		fill_head(r, ctx, s->kind, cookie, id, sp + (__s64)s->sp_adjust);
 		fill_exit(r, s, self);
 		if (sc)
 			bpf_map_delete_elem(&scopes, &key);
