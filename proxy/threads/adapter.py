@@ -80,7 +80,14 @@ class SuspendPoints:
         after_call = [p for p in rows if self._after_call(p) and self._line(p - 1) == line]
         if after_call:
             return after_call[0], after_call[0]
-        return (rows[0], rows[0] + 1) if rows else None
+        if rows:
+            return rows[0], rows[0] + 1
+        # No row of the .await's file:line in the function: the awaits inside join!/select!
+        # carry the macro's own file:line (tokio 1.43's tk_dump: bar's join! state names
+        # macros/join.rs). The frame still belongs on the stack (its locals, its place
+        # between caller and callee): at the function's first line.
+        lo = ranges[0][0]
+        return lo, lo + 1
 
     def _line(self, pc: int) -> int | None:
         loc = self.pc_to_line(pc) if self.pc_to_line is not None else None
