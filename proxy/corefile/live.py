@@ -127,8 +127,11 @@ class LiveProcess:
         try:
             self._stop_all(seized)
             stopped_at = time.monotonic_ns()
-            for tid in seized:
-                regs[tid] = self._registers(tid)
+            for tid in list(seized):
+                try:
+                    regs[tid] = self._registers(tid)
+                except OSError:  # exited while stopped (a thread killed by another)
+                    seized.remove(tid)
             segments, buf = self._copy(sp for r, _ in regs.values() for sp in [r["rsp"]])
         finally:
             for tid in seized:
@@ -163,10 +166,16 @@ class LiveProcess:
                                         "or /proc/sys/kernel/yama/ptrace_scope forbids it)") from None
                     raise LiveError(f"process {self.pid}: ptrace: {err.strerror}") from None
                 seized.append(tid)
-                self.ptrace(PTRACE_INTERRUPT, tid, 0, None)
+                try:
+                    self.ptrace(PTRACE_INTERRUPT, tid, 0, None)
+                except OSError:  # it exited between the seize and the interrupt
+                    seized.remove(tid)
             for tid in new:
                 if tid in seized:
-                    os.waitpid(tid, WALL)
+                    try:
+                        os.waitpid(tid, WALL)
+                    except ChildProcessError:  # it exited before it stopped
+                        seized.remove(tid)
 
     def _registers(self, tid: int) -> tuple[dict[str, int], bytes | None]:
         gp = ctypes.create_string_buffer(8 * len(USER_REGS))
