@@ -96,3 +96,25 @@ def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     r = asyncrsp(*args)
     assert r.returncode == 2 and r.stdout == "", r
     assert r.stderr.count("\n") == 1 and message in r.stderr and r.stderr.startswith("asyncrsp: "), r.stderr
+
+
+def test_ps_on_a_busy_program_leaves_its_result_unchanged() -> None:
+    """tokio_bench checks its own result against a synchronous twin (a corrupted register or
+    byte shows as check=MISMATCH): `ps` stops it mid-run, as often as it can, and the run
+    still ends check=ok."""
+    prog = _binary("debug", "tokio_bench")
+    p = subprocess.Popen([str(prog), "100000", "mt"], stdout=subprocess.PIPE, text=True)
+    looks = 0
+    try:
+        while p.poll() is None and looks < 3:
+            r = asyncrsp("ps", str(p.pid))
+            if r.returncode == 0:
+                assert re.match(rf"process {p.pid}: \d+ tasks?; stopped \d+\.\d ms", r.stdout), r.stdout
+                looks += 1
+        out, _ = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert looks >= 1, "the program ended before ps could look at it"
+    assert re.search(r"^bench done n=100000 mode=mt leaves=300000 acc=\d+ check=ok$", out, re.M), out
