@@ -47,14 +47,14 @@ def await_lines(parent: str, child: str) -> list[int]:
 
 
 @contextmanager
-def stuck_behind_proxy(config: str) -> Iterator[tuple[Path, int, int]]:
+def stuck_behind_proxy(config: str, program: str = "stuck") -> Iterator[tuple[Path, int, int]]:
     """(program, its pid, the proxy's port): `stuck mt` attached by gdbserver behind
     asyncrsp --task-threads; after the client detached, the program must still run."""
-    prog = _binary(config, "stuck")
+    prog = _binary(config, program)
     p = subprocess.Popen([str(prog), "mt"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     procs: list[subprocess.Popen[str]] = []
     try:
-        assert p.stdout is not None and "stuck ready" in p.stdout.readline()
+        assert p.stdout is not None and f"{program} ready" in p.stdout.readline()
         gport, pport = _free_port(), _free_port()
         gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -209,6 +209,21 @@ def test_lldb_thread_list_backtraces_and_frame_variables(config: str) -> None:
     assert re.search(r"\(tokio::sync::mutex::MutexGuard<unsigned long>\) held = \{\s*lock = 0x[0-9a-f]+",
                      steps["frame variable held"]), steps["frame variable held"]
     assert re.search(r"= 2$", steps["frame variable held.lock->c.value"].strip()), steps["frame variable held.lock->c.value"]
+
+
+def test_gdb_tokio_143_task_dump_program() -> None:
+    """tokio 1.43 (the modern corpus' tk_dump): foo -> bar -> join!(buz -> baz -> sleep, fiz)
+    is one task thread whose stack is baz, buz, bar, foo. bar's state names join!'s own
+    file:line (no row of it in bar's function): its frame is at bar's first line."""
+    with stuck_behind_proxy("trixie-debug", "tk_dump") as (prog, _pid, port):
+        out = gdb(prog, port, [echo("threads"), "info threads", echo("all"), "thread apply all bt", echo("end")])
+    threads = part(out, "threads")
+    for name in ("foo", "holder", "receiver", "oneshot_waiter", "waiter", "run"):
+        assert re.search(rf'"task (\S+ )?tk_dump::{name}" \(suspended at', threads), threads
+    block = re.search(r'Thread \d+ \(Thread \d+\.\d+ "task \S+ tk_dump::foo".*?(?=\n\n|\Z)', part(out, "all"), re.S)
+    assert block, part(out, "all")
+    fns = re.findall(r"in (tk_dump::\w+)::\{async_fn#0\}|^#0\s+(tk_dump::\w+)::", block.group(0), re.M)
+    assert [a or b for a, b in fns] == ["tk_dump::baz", "tk_dump::buz", "tk_dump::bar", "tk_dump::foo"], block.group(0)
 
 
 def _matrix_pairs() -> list[object]:
