@@ -154,25 +154,57 @@ def describe(root_label: str, tree: Node) -> tuple[str, str, list[Node], int | N
     return name, extra, chain, running
 
 
-def task_frames(chain: list[Node], points: SuspendPoints, inv: Inventory, bias: int) -> tuple[TaskFrame, ...]:
-    """Innermost first. A coroutine inlined into the next outer one's resume function
-    (release builds) shares that function's physical frame: the debugger shows it as an
-    inlined frame at the pc, and the frame's ``self`` is the outer coroutine's."""
-    frames: list[TaskFrame] = []
-    for n in reversed(chain):  # innermost first
+def chain_states(chain: list[Node], inv: Inventory) -> list[tuple[str, int, int, str]]:
+    """A reflected chain (outermost first) as (layout, __state, address, name), innermost first."""
+    out = []
+    for n in reversed(chain):
         lay = inv.layouts.get(n.type_name)
         st = next((s for s in lay.states if s.name == n.state), None) if lay is not None else None
-        if st is None:
-            continue
-        fn = points.resume_fn(n.type_name)
+        if st is not None:
+            out.append((n.type_name, st.value, n.addr, n.label))
+    return out
+
+
+def task_frames(coroutines: list[tuple[str, int, int, str]], points: SuspendPoints,
+                bias: int) -> tuple[TaskFrame, ...]:
+    """coroutines: (layout, __state, address, name), innermost first. A coroutine inlined
+    into the next outer one's resume function (release builds) shares that function's
+    physical frame: the debugger shows it as an inlined frame at the pc, and the frame's
+    ``self`` is the outer coroutine's."""
+    frames: list[TaskFrame] = []
+    for layout, state, addr, name in coroutines:
+        fn = points.resume_fn(layout)
         if frames and fn is not None and fn.low_pc <= frames[-1].pc - bias - (1 if len(frames) > 1 else 0) < fn.high_pc:
-            frames[-1] = TaskFrame(frames[-1].pc, n.addr, n.label)  # the inner one runs inlined in it
+            frames[-1] = TaskFrame(frames[-1].pc, addr, name)  # the inner one runs inlined in it
             continue
-        got = points.pc(n.type_name, st.value)
+        got = points.pc(layout, state)
         if got is None:
             continue
-        frames.append(TaskFrame((got[1] if frames else got[0]) + bias, n.addr, n.label))
+        frames.append(TaskFrame((got[1] if frames else got[0]) + bias, addr, name))
     return tuple(frames)
+
+
+def from_snapshot(snapshot: Any, points: SuspendPoints, bias: int) -> list[TaskThread]:
+    """The live tasks of a ``proxy.snapshot.Snapshot`` (the one model of tasks, states and
+    logical stacks) as task threads: the same names, states and stacks every command prints."""
+    holders = {h.resource.addr: h.task for h in getattr(snapshot.waits, "holds", ())}
+    out = []
+    for t in snapshot.live():
+        kind = getattr(t.state.kind, "value", t.state.kind)
+        running = t.state.thread if kind == "running" else None
+        if running is not None:
+            extra = f"running on thread {running}"
+        elif kind == "suspended":
+            extra = f"suspended at {_short(t.state.loc)}"
+        else:
+            extra = str(t.state)
+        for w in t.waits:
+            held = holders.get(w.resource.addr)
+            extra += f", waits on {w.resource}" + (f" held by #{held}" if held is not None and held != t.id else "")
+        coroutines = [(f.type_name, f.state_value, f.addr, f.name) for f in t.stack if f.state_value is not None]
+        frames = () if running is not None else task_frames(coroutines, points, bias)
+        out.append(TaskThread((t.addr, t.type_name), f"task {t.label} {t.name}", extra, frames, running))
+    return out
 
 
 def live_task_threads(src: Any, read: Callable[[int, int], bytes | None], engine: Any,
@@ -187,7 +219,7 @@ def live_task_threads(src: Any, read: Callable[[int, int], bytes | None], engine
         if tree.kind != "coroutine":
             continue
         name, extra, chain, running = describe(root.label, tree)
-        frames = () if running is not None else task_frames(chain, points, src.inventory, src.bias)
+        frames = () if running is not None else task_frames(chain_states(chain, src.inventory), points, src.bias)
         out.append(TaskThread((root.addr, root.type_name), name, extra, frames, running))
     return out
 

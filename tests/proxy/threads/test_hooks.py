@@ -128,3 +128,30 @@ def test_monitor_async_threads_command() -> None:
     assert _threads_command(session, ("many",)).startswith("asyncrsp: usage:")  # type: ignore[arg-type]
     assert _threads_command(session, ("filter", "(")).startswith("asyncrsp: bad filter '('")  # type: ignore[arg-type]
     assert view.pattern == "lock"
+
+
+def test_tasks_from_a_snapshot() -> None:
+    """The snapshot's live tasks (proxy.snapshot's documented model, built here by hand):
+    names, states, waits with their holder, and frames at each coroutine's suspend point."""
+    from types import SimpleNamespace as NS
+
+    from proxy.analysis.model import CoroutineKind, Era, Inventory, ResumeFn, SourceLoc
+    from proxy.threads.adapter import SuspendPoints, from_snapshot
+
+    fn = ResumeFn(0x1000, 0x1100, "", "app::f::{async_fn#0}", "app::f", CoroutineKind.ASYNC_FN, Era.MODERN,
+                  None, (), layout_name="app::f::{async_fn_env#0}")
+    inv = Inventory(None, "/x", True, 0, resume_fns=[fn])
+    points = SuspendPoints(inv, lambda f, l, near: [], lambda a, n: None)
+    points._memo[("app::f::{async_fn_env#0}", 3)] = (0x1040, 0x1041)
+    res = type("R", (), {"addr": 0x77, "__str__": lambda self: "Mutex 0x77"})()
+    frame = NS(type_name="app::f::{async_fn_env#0}", state_value=3, addr=0xA0, name="app::f")
+    waiting = NS(id=3, label="#3", name="app::f", addr=0xA0, type_name="app::f::{async_fn_env#0}",
+                 state=NS(kind=NS(value="suspended"), thread=None, loc=SourceLoc("/src/app.rs", 9)),
+                 waits=(NS(resource=res),), stack=(frame,))
+    running = NS(id=4, label="#4", name="app::g", addr=0xB0, type_name="g", state=NS(kind=NS(value="running"),
+                 thread=17, loc=None), waits=(), stack=())
+    snap = NS(live=lambda: [waiting, running], waits=NS(holds=(NS(task=4, resource=res),)))
+    got = from_snapshot(snap, points, bias=0x5000)
+    assert got[0].name == "task #3 app::f" and got[0].extra == "suspended at app.rs:9, waits on Mutex 0x77 held by #4"
+    assert got[0].frames == (TaskFrame(0x6040, 0xA0, "app::f"),)
+    assert got[1].running_on == 17 and got[1].frames == () and got[1].extra == "running on thread 17"
