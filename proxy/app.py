@@ -187,13 +187,13 @@ _TASKS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
 
 
 def task_threads(session: Session, read: Callable[[int, int], bytes | None],
-                 threads: dict[int, bytes]) -> tuple[list[object], object]:
+                 threads: dict[int, bytes]) -> tuple[list[object], object, int]:
     """The live tasks at this stop for task threads (proxy.threads.adapter)."""
     from proxy.threads.adapter import TaskSource
 
     src = _reflect_source(session, session.engine)
     if src is None:
-        return [], None
+        return [], None, 0
     ts = _TASKS.get(session)
     if not isinstance(ts, TaskSource) or ts.src is not src:
         ts = _TASKS[session] = TaskSource(src)

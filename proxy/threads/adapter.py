@@ -236,13 +236,27 @@ class TaskSource:
         self.points = (SuspendPoints(src.inventory, finder.map.line_to_pcs, finder.unwinder.elf.read,
                                      finder.map.pc_to_line)
                        if self.shapes is not None else None)
+        self.end_ra = _outermost_return(finder, src.bias) if finder is not None else 0
 
     def read(self, read: Callable[[int, int], bytes | None], engine: Any, pcs: dict[int, int],
-             threads_raw: dict[int, bytes]) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None]:
+             threads_raw: dict[int, bytes]) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None, int]:
         from proxy.reflect import thread_regs
 
         if self.points is None or self.shapes is None:
-            return [], None
+            return [], None, 0
         tasks = live_task_threads(self.src, read, engine, pcs, thread_regs(threads_raw), self.points)
         shapes, bias = self.shapes, self.src.bias
-        return tasks, lambda pc, outer: shapes.shape(pc - bias)
+        return tasks, lambda pc, outer: shapes.shape(pc - bias), self.end_ra
+
+
+def _outermost_return(finder: Any, bias: int) -> int:
+    """A return address in the program's ``_start`` whose CFI row says the return address
+    is undefined (the outermost frame), or 0 when there is none such."""
+    elf = finder.unwinder.elf
+    for sym in elf.symbols_named("_start"):
+        row = finder.unwinder.row_for(sym.addr + 4)
+        code = elf.read(sym.addr, 5)
+        # xor ebp,ebp (2 bytes); mov r9,rdx (3 bytes): +5 is the third instruction
+        if row is not None and row.rules.get(16, ("", 0))[0] == "undef" and code == bytes.fromhex("31ed4989d1"):
+            return sym.addr + 5 + bias
+    return 0

@@ -155,7 +155,7 @@ class TaskThreadHooks(SessionBase):
         template = threads.get(stop) if stop is not None else None
         template = template or next(iter(threads.values()), b"")
         cache: dict[tuple[int, int], bytes | None] = {}
-        tasks, shape = [], None
+        tasks, shape, end_ra = [], None, 0
         for _ in range(PASSES):
             missing: list[tuple[int, int]] = []
 
@@ -168,12 +168,12 @@ class TaskThreadHooks(SessionBase):
                 return None
 
             try:
-                tasks, shape = fn(self, read, threads)
+                tasks, shape, end_ra = fn(self, read, threads)
             except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
                 from proxy.session.actions import Notice
 
                 self._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
-                tasks, shape = [], None
+                tasks, shape, end_ra = [], None, 0
                 break
             if not missing:
                 break
@@ -181,7 +181,7 @@ class TaskThreadHooks(SessionBase):
             replies = yield Exchange(tuple(b"m%x,%x" % k for k in wanted))
             for key, rep in zip(wanted, replies):
                 cache[key] = memory_bytes(rep)
-        view.set_tasks(tasks, template, shape)
+        view.set_tasks(tasks, template, shape, end_ra)
 
     if TYPE_CHECKING:  # provided by proxy.session.queries.Queries
         def current_thread(self) -> int | None: ...

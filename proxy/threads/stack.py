@@ -19,8 +19,12 @@ have if each polled the next one at its ``.await``:
   ``self`` parameter, and the slots that coroutine locals dereference, a
   spilled copy of ``self``), or a register.
 
-The outermost frame's return address is 0: gdb and lldb end the backtrace
-there. Pure: shapes come from the caller (``FrameShape``), nothing is read.
+The outermost frame returns into the program's ``_start`` (``end_ra``), whose
+CFI marks the return address undefined: gdb and lldb end the backtrace there,
+as they do for a real thread. (With a zero return address gdb showed a
+``0x0 in ?? ()`` frame and, for each task thread, read the program headers
+through the stub looking for a dynamic-linker trampoline at pc 0.) Pure:
+shapes come from the caller (``FrameShape``), nothing is read.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ def _align16(v: int) -> int:
     return (v + 15) & ~15
 
 
-def lay_out(frames: Sequence[tuple[int, int, FrameShape | None]], base: int) -> SyntheticStack:
+def lay_out(frames: Sequence[tuple[int, int, FrameShape | None]], base: int, end_ra: int = 0) -> SyntheticStack:
     """frames: innermost first, (runtime pc, self address, shape at that pc). A frame
     whose shape is unknown, or that does not fit the region, ends the stack."""
     rsp: list[int] = []
@@ -126,7 +130,7 @@ def lay_out(frames: Sequence[tuple[int, int, FrameShape | None]], base: int) -> 
     for i in range(n):
         for r, off in shapes[i].saved:
             if r == "rip":
-                out._put(cfa[i] + off, pcs[i + 1] if i + 1 < n else 0)
+                out._put(cfa[i] + off, pcs[i + 1] if i + 1 < n else end_ra)
             elif r in CALLEE_SAVED:
                 out._put(cfa[i] + off, vals[i + 1].get(r, 0))
         bases = {"rsp": rsp[i], "rbp": vals[i].get("rbp", 0), "cfa": cfa[i]}

@@ -60,6 +60,7 @@ class TaskThreadView:
         self.hidden = 0  # tasks past the cap
         self.group_tid: int | None = None
         self.shape: Shape | None = None
+        self.end_ra = 0
         self.template_g = b""
         self.stacks: dict[int, SyntheticStack] = {}
         self.selected: int | None = None  # the task thread of the client's Hg
@@ -68,8 +69,10 @@ class TaskThreadView:
         self._pages: list[bytes] = []
 
     # -- the stop's tasks --------------------------------------------------------------
-    def set_tasks(self, tasks: list[TaskThread], template_g: bytes, shape: Shape | None) -> None:
+    def set_tasks(self, tasks: list[TaskThread], template_g: bytes, shape: Shape | None, end_ra: int = 0) -> None:
+        """end_ra: where the outermost frame returns (the program's ``_start``: stack.py)."""
         self.fresh = True
+        self.end_ra = end_ra
         self.template_g = template_g
         self.shape = shape
         self.stacks = {}
@@ -228,7 +231,7 @@ class TaskThreadView:
             for i, f in enumerate(t.frames if t is not None else ()):
                 shape = self.shape(f.pc - (1 if i else 0), i > 0) if self.shape is not None else None
                 frames.append((f.pc, f.self_addr, shape))
-            st = self.stacks[tid] = lay_out(frames, region_of(tid))
+            st = self.stacks[tid] = lay_out(frames, region_of(tid), self.end_ra)
         return st
 
     def _block(self, tid: int) -> bytes:

@@ -54,6 +54,11 @@ def test_self_in_a_callee_saved_register_reaches_the_outer_frame() -> None:
     assert walked[0]["rbx"] == 0xAAA0 and walked[1]["rbx"] == 0xBBB0
 
 
+def test_the_outermost_frame_returns_where_it_is_told() -> None:
+    st = lay_out([(0x1000, 1, RSP_FRAME), (0x2001, 2, RSP_FRAME)], REGION_BASE, end_ra=0x4005)
+    assert [w["rip"] for w in unwind(st, [RSP_FRAME, RSP_FRAME])] == [0x1000, 0x2001, 0x4005]
+
+
 def test_unknown_shape_ends_the_stack_there() -> None:
     st = lay_out([(0x1000, 1, RSP_FRAME), (0x2001, 2, None), (0x3001, 3, RSP_FRAME)], REGION_BASE)
     assert st.depth == 1
