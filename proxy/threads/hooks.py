@@ -44,6 +44,10 @@ class TaskThreadHooks(SessionBase):
         view = self.task_view
         if view is None or not view.enabled or self.running or self.config.task_threads is None:
             return False
+        if getattr(self, "non_stop", False):
+            # Non-stop: other threads run while the client looks at one, so no moment holds
+            # every task still; task threads are all-stop only (never listed, never named).
+            return False
         if self._stopped is None:
             # No stop seen yet (lldb lists threads before its `?`): the program's pid,
             # file and threads are not known, so there are no tasks to read yet.

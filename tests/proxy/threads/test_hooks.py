@@ -155,3 +155,10 @@ def test_tasks_from_a_snapshot() -> None:
     assert got[0].name == "task #3 app::f" and got[0].extra == "suspended at app.rs:9, waits on Mutex 0x77 held by #4"
     assert got[0].frames == (TaskFrame(0x6040, 0xA0, "app::f"),)
     assert got[1].running_on == 17 and got[1].frames == () and got[1].extra == "running on thread 17"
+
+
+def test_non_stop_sessions_list_no_task_threads() -> None:
+    d = Driver()
+    d.s.non_stop = True
+    d.client(b"qfThreadInfo")
+    assert d.to_stub == [b"qfThreadInfo"]
