@@ -187,21 +187,11 @@ def wrap(run_dir: Path, proxy_args: list[str], gdbserver: str, args: list[str]) 
             "--upstream", f"127.0.0.1:{private}", *extra]
     with open(log, "w") as fh:
         fh.write(f"gdbserver {shlex.join(args)}\n")
-    # The proxy must not be gdbserver's child (this process becomes gdbserver):
-    # gdbserver waits for any child (waitpid -1) and would reap it. A child
-    # starts it in its own session and exits; init adopts it.
-    r, w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.setsid()
-        with open(log, "a") as fh:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env)
-        os.write(w, b"%d" % p.pid)
-        os._exit(0)
-    os.close(w)
-    os.waitpid(child, 0)
-    pid = int(os.read(r, 32))
-    os.close(r)
+    zygote = os.environ.get("GDB_TESTSUITE_ZYGOTE")
+    if zygote:
+        pid = _from_zygote(zygote, argv[3:], log)  # without "python -m proxy.cli"
+    else:
+        pid = _spawn_proxy(argv, log, env)
     with open(run_dir / "proxies", "a") as fh:
         fh.write(f"{pid}\n")
 
@@ -226,6 +216,74 @@ def wrap(run_dir: Path, proxy_args: list[str], gdbserver: str, args: list[str]) 
         time.sleep(0.01)
     args = [*args[:i], f"127.0.0.1:{private}", *args[i + 1:]]
     os.execv(gdbserver, [gdbserver, *args])
+
+
+def _spawn_proxy(argv: list[str], log: Path, env: dict[str, str]) -> int:
+    # The proxy must not be gdbserver's child (this process becomes gdbserver):
+    # gdbserver waits for any child (waitpid -1) and would reap it. A child
+    # starts it in its own session and exits; init adopts it.
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        with open(log, "a") as fh:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env)
+        os.write(w, b"%d" % p.pid)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(child, 0)
+    pid = int(os.read(r, 32))
+    os.close(r)
+    return pid
+
+
+# -- --warm: proxies forked from one interpreter that imported the proxy once --
+#
+# Each gdbserver start of the testsuite (93 in the subset) otherwise starts a
+# new Python that imports the proxy (~0.5 s on a quiet machine, 2 s at load
+# 12): that, not the protocol, is most of the proxy ways' extra time. --warm
+# measures the rest: the runner keeps one interpreter with the proxy imported,
+# and each wrapper has it fork a proxy (its own session, its own log).
+
+def _from_zygote(path: str, args: list[str], log: Path) -> int:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(json.dumps({"argv": args, "cwd": os.getcwd(), "log": str(log)}).encode() + b"\n")
+        return int(s.makefile().readline())
+
+
+def zygote(path: str) -> None:
+    import proxy.app  # noqa: F401 - what every proxy needs, imported once
+    import proxy.cli
+
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(16)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    print("ready", flush=True)
+    while True:
+        conn, _ = srv.accept()
+        req = json.loads(conn.makefile().readline())
+        if os.fork() == 0:
+            srv.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setsid()
+            os.chdir(req["cwd"])
+            fd = os.open(req["log"], os.O_WRONLY | os.O_APPEND)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            conn.sendall(b"%d\n" % os.getpid())
+            conn.close()
+            code = 1
+            try:
+                code = proxy.cli.main(req["argv"])
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code or 0)
+        conn.close()
 
 
 def _end_proxies(run_dir: Path) -> int:
@@ -261,13 +319,15 @@ def _end_proxies(run_dir: Path) -> int:
 
 # -- running and reporting ------------------------------------------------------
 
-def label_of(way: str, capture: str | None) -> str:
-    return way if capture is None or way == "straight" else f"{way}-{capture}"
+def label_of(way: str, capture: str | None, warm: bool = False) -> str:
+    if way == "straight":
+        return way
+    return way + (f"-{capture}" if capture else "") + ("-warm" if warm else "")
 
 
-def run_way(way: str, tests: list[str], capture: str | None, timeout_factor: int | None) -> dict:
+def run_way(way: str, tests: list[str], capture: str | None, warm: bool) -> dict:
     obj = ensure_testsuite()
-    label = label_of(way, capture)
+    label = label_of(way, capture, warm)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = CACHE / "runs" / label / stamp
     run_dir.mkdir(parents=True)
@@ -285,11 +345,25 @@ def run_way(way: str, tests: list[str], capture: str | None, timeout_factor: int
     src = CACHE / f"gdb-{GDB_VERSION}" / "gdb" / "testsuite"
     cmd = ["runtest", f"--srcdir={src}", f"GDB={shutil.which('gdb') or '/usr/bin/gdb'}",
            f"GDBSERVER={server}", "--target_board=native-gdbserver", *tests]
+    env = tool_env()
+    zyg = None
+    if warm and way != "straight":
+        path = str(run_dir / "zygote.sock")
+        zyg = subprocess.Popen([sys.executable, __file__, "--zygote", path], stdout=subprocess.PIPE,
+                               env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, start_new_session=True)
+        assert zyg.stdout is not None
+        zyg.stdout.readline()
+        env["GDB_TESTSUITE_ZYGOTE"] = path
     t0 = time.monotonic()
-    with open(run_dir / "runtest.out", "w") as fh:
-        subprocess.run(cmd, cwd=run_dir, env=tool_env(), stdout=fh, stderr=subprocess.STDOUT,
-                       stdin=subprocess.DEVNULL)
-    elapsed = time.monotonic() - t0
+    try:
+        with open(run_dir / "runtest.out", "w") as fh:
+            subprocess.run(cmd, cwd=run_dir, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL)
+        elapsed = time.monotonic() - t0
+    finally:
+        if zyg is not None:
+            zyg.kill()
+            zyg.wait()
     left = _end_proxies(run_dir)
     results = parse_sum(run_dir / "gdb.sum")
     rec = {"way": label, "tests": tests, "time": elapsed, "dir": str(run_dir), "proxies_left": left,
@@ -365,6 +439,9 @@ def stored(label: str, tests: list[str]) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--zygote"]:
+        zygote(argv[1])
+        return 0
     if argv[:1] == ["--as-gdbserver"]:
         run_dir, gdbserver, extra = Path(argv[1]), argv[2], json.loads(argv[3])
         wrap(run_dir, extra, gdbserver, argv[4:])
@@ -375,6 +452,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--part", metavar="N/K", help="run the N-th of K parts of the subset (each part < 10 min)")
     p.add_argument("--capture", choices=("uprobes", "tracepoints", "breakpoints"),
                    help="force a capture backend in the proxy ways")
+    p.add_argument("--warm", action="store_true",
+                   help="proxies forked from one interpreter that imported the proxy once "
+                        "(measures the proxy without its Python start-up, ~93 of them)")
     p.add_argument("--report", action="store_true", help="print the figures over every stored part, run nothing")
     p.add_argument("--list", action="store_true", help="print the subset and exit")
     p.add_argument("tests", nargs="*", help="test files (e.g. gdb.server/ext-run.exp) instead of the subset")
@@ -391,13 +471,13 @@ def main(argv: list[str]) -> int:
         return 0
     ways = a.way or list(WAYS)
     if a.report:
-        recs = [r for w in ways if (r := stored(label_of(w, a.capture), tests)) is not None]
+        recs = [r for w in ways if (r := stored(label_of(w, a.capture, a.warm), tests)) is not None]
         report(recs)
         return 0
     recs = []
     for way in ways:
-        print(f"gdb-testsuite: {label_of(way, a.capture)}: {len(tests)} test files ...", file=sys.stderr, flush=True)
-        recs.append(run_way(way, tests, a.capture, None))
+        print(f"gdb-testsuite: {label_of(way, a.capture, a.warm)}: {len(tests)} test files ...", file=sys.stderr, flush=True)
+        recs.append(run_way(way, tests, a.capture, a.warm))
     report(recs)
     return 0
 
