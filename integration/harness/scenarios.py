@@ -41,6 +41,29 @@ from .stubs import (ProxyProc, StubProc, become_subreaper, start_proxy, start_st
 
 PROBES = ("^probed$",)
 INTERRUPT_DELAY = 1.0
+RUN_BEFORE_INTERRUPT = 10.0  # at most this much more for the program to start running
+
+
+def cpu_ticks(pid: int | None) -> int:
+    """utime + stime of ``pid`` in clock ticks (0 when unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def wait_until_running(pid: int | None) -> None:
+    """Sleep INTERRUPT_DELAY, then until the program has used some CPU (at
+    most RUN_BEFORE_INTERRUPT more). With uprobe capture the proxy holds the
+    first resume while it attaches (BPF, a 128 MB ring); at load 13-15 on 2
+    cores that took over a second, the interrupt landed before the program ran
+    a single loop and it printed "spun none"."""
+    time.sleep(INTERRUPT_DELAY)
+    deadline = time.monotonic() + RUN_BEFORE_INTERRUPT
+    while pid and cpu_ticks(pid) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -133,7 +156,7 @@ def _run_gdb(program: Path, steps: Sequence[Step], proxied: bool, run: SessionRu
                     run.stats.append(con.cmd(st.text))
             elif st.kind == "interrupt":
                 con.start(st.text)
-                time.sleep(INTERRUPT_DELAY)
+                wait_until_running(run.inferior_pid)
                 run.steps.append(("<Ctrl-C>", summarise_interrupt("gdb", con.interrupt())))
             else:
                 run.steps.append((st.text, con.cmd(st.text)))
@@ -153,7 +176,7 @@ def _run_mi(program: Path, steps: Sequence[Step], proxied: bool, run: SessionRun
                     run.stats.append(mi.console(st.text))
             elif st.kind == "interrupt":
                 mi.cmd("-exec-continue")
-                time.sleep(INTERRUPT_DELAY)
+                wait_until_running(run.inferior_pid)
                 mi.cmd("-exec-interrupt")
                 stop = mi.wait_stopped()
                 run.steps.append(("-exec-interrupt", summarise_interrupt("mi", stop.raw)))
