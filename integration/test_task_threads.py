@@ -226,6 +226,26 @@ def test_gdb_tokio_143_task_dump_program() -> None:
     assert [a or b for a, b in fns] == ["tk_dump::baz", "tk_dump::buz", "tk_dump::bar", "tk_dump::foo"], block.group(0)
 
 
+def test_continue_with_a_task_thread_selected_stops_as_before() -> None:
+    """tokio_app: break in c, continue, select a task thread, continue: the program runs
+    and the next stop is the same as without task threads."""
+    from integration.test_await_graph import SRC, bp_line, session
+
+    prog = _binary("debug", "tokio_app")
+    cmds = [f"break {SRC}:{bp_line('c_after_sleep')}", "continue", "continue", echo("threads"), "info threads",
+            "python [t for t in gdb.selected_inferior().threads() if (t.name or '').startswith('task ')][0].switch()",
+            echo("selected"), "thread", echo("go"), "continue", echo("stop"), "bt 1", echo("end")]
+    with_tt = session(prog, ["ct"], cmds, extra=["--task-threads"])
+    without = session(prog, ["ct"], cmds)
+    assert re.search(r'Thread \d+\.\d+ "task #\d+ tokio_app::run" \(suspended at', part(with_tt, "threads")), with_tt
+    assert re.search(rf"Thread \d+\.{TID_BASE + 1:d}|\(Thread \d+\.\d{{10}}\)", part(with_tt, "selected")), with_tt
+    stop_with = re.sub(r"Thread \d+ \"[^\"]*\"", "Thread N", part(with_tt, "go"))  # the name gains the task
+    stop_without = re.sub(r"Thread \d+ \"[^\"]*\"", "Thread N", part(without, "go"))
+    assert re.search(r"Breakpoint 1, tokio_app::c::\{async_fn#0\}", stop_with), with_tt
+    assert stop_with.splitlines()[-1] == stop_without.splitlines()[-1], (stop_with, stop_without)
+    assert part(with_tt, "stop").splitlines()[0] == part(without, "stop").splitlines()[0]
+
+
 def _matrix_pairs() -> list[object]:
     from integration.harness import matrix
 

@@ -121,7 +121,9 @@ def lay_out(frames: Sequence[tuple[int, int, FrameShape | None]], base: int, end
                 vals[i][r] = 0
             else:
                 vals[i][r] = vals[i + 1].get(r, 0)
-    regs = {"rip": pcs[0] if n else 0, "rsp": rsp[0] if n else base + _START}
+    # no frame at all (the group of tasks past the cap, a task with no resume code of its
+    # own): the thread sits where a stack ends, in _start
+    regs = {"rip": pcs[0] if n else end_ra, "rsp": rsp[0] if n else base + _START}
     if n:
         regs.update(vals[0])
         for r in shapes[0].self_regs:
