@@ -355,3 +355,29 @@ def test_monitor_reads_every_thread_then_restores_the_clients_thread(hg_after_st
     out = bodies(acts, ToClient)
     assert out[-1] == b"OK" and bytes.fromhex(out[0][1:].decode()) == b"ok\n"
     assert seen == [None, {0x3a50: b"00" * 8, 0x3a51: b"11" * 8}]
+
+
+@pytest.mark.parametrize("client_mp", [False, True])
+def test_stub_classifying_qsupported_names_multiprocess_only_for_a_client_that_does(client_mp: bool) -> None:
+    """gdbserver turns multiprocess on at the qSupported that names it and off
+    only at a new connection: a client without it (gdb's
+    multiprocess-feature-packet off) then got `W0;process:PID` and gdb ended
+    in an internal error (stop-reply-no-thread.exp, to_disable=threads)."""
+    d = Driver(probes=[], classify_stub=lambda reply: (True, "asyncrsp: registers: safe"))
+    acts = d.client(b"qSupported:" + (b"multiprocess+;" if client_mp else b"") + b"swbreak+;xmlRegisters=i386")
+    (probe,) = bodies(acts, ToStub)
+    assert probe.startswith(b"qSupported") and (b"multiprocess+" in probe) == client_mp
+
+
+def test_extended_restart_gets_no_reply_and_plants_again() -> None:
+    """`R` (gdb's `run` with run-packet off): gdbserver restarts the program
+    and answers nothing; the proxy waited for a reply and every later packet
+    queued behind it (ext-restart.exp timeouts). The new process gets the
+    probes planted at its first resume."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000))  # the client's stop
+    assert bodies(d.client(b"R00"), ToStubRaw) == [frame(b"R00")]
+    assert bodies(d.client(b"?"), ToStubRaw) == [frame(b"?")]  # not queued
+    d.stub(stop_at(0x2000))
+    assert d.client(b"vCont;c:p3a4d.-1") == [ToStub(f"Z0,{PROBE:x},1".encode())]
