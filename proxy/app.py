@@ -207,8 +207,12 @@ def _threads_command(session: Session, args: tuple[str, ...]) -> str:
         return "asyncrsp: task threads are not available in this session"
     if args:
         word = args[0]
-        if word in ("on", "off"):
-            view.enabled = word == "on"
+        if word == "on":
+            view.enabled, view.off_at_resume = True, False
+        elif word == "off":
+            # The client may have a task thread selected now: its registers and stack stay
+            # answered until the program resumes (the client lists threads again at the stop).
+            view.off_at_resume = view.enabled
         elif word == "filter":
             pattern = " ".join(args[1:]) or None
             try:
@@ -220,9 +224,10 @@ def _threads_command(session: Session, args: tuple[str, ...]) -> str:
             view.cap = int(word)
         else:
             return "asyncrsp: usage: threads [on|off|N|filter [REGEX]]"
-        view.stale()
-        session._threads_doc = None
-    state = "on" if view.enabled else "off"
+        if word != "off":
+            view.stale()
+            session._threads_doc = None
+    state = ("on (off from the next resume)" if view.off_at_resume else "on") if view.enabled else "off"
     flt = f", filter {view.pattern!r}" if view.pattern else ""
     return (f"task threads: {state}, cap {view.cap}{flt}; ids from 0x40000000, synthetic stacks at "
             f"0x5a5a000000000000 (non-canonical: never mapped)")

@@ -51,6 +51,7 @@ Shape = Callable[[int, bool], "FrameShape | None"]  # (runtime pc, outer frame) 
 class TaskThreadView:
     def __init__(self, cap: int = DEFAULT_CAP, enabled: bool = True, pattern: str | None = None) -> None:
         self.enabled = enabled
+        self.off_at_resume = False  # `monitor async threads off` while task threads are listed
         self.cap = cap
         self.pattern = pattern
         self.ids = TaskIds()
@@ -89,6 +90,8 @@ class TaskThreadView:
 
     def stale(self) -> None:
         """The program resumes: nothing listed holds any more."""
+        if self.off_at_resume:
+            self.enabled, self.off_at_resume = False, False
         self.fresh = False
         self.selected = None
         self.stacks = {}

@@ -122,6 +122,10 @@ def test_monitor_async_threads_command() -> None:
     session = SimpleNamespace(task_view=view, _threads_doc=b"old")
     assert _threads_command(session, ()).startswith("task threads: off, cap 1024")  # type: ignore[arg-type]
     assert _threads_command(session, ("on",)).startswith("task threads: on")  # type: ignore[arg-type]
+    assert _threads_command(session, ("off",)).startswith("task threads: on (off from the next resume)")  # type: ignore[arg-type]
+    view.stale()
+    assert not view.enabled
+    assert _threads_command(session, ("on",)).startswith("task threads: on,")  # type: ignore[arg-type]
     assert "cap 50" in _threads_command(session, ("50",))  # type: ignore[arg-type]
     assert "filter 'lock'" in _threads_command(session, ("filter", "lock"))  # type: ignore[arg-type]
     assert view.enabled and view.cap == 50 and view.pattern == "lock" and session._threads_doc is None
