@@ -128,7 +128,10 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._emit(ToClientRaw(raw))
             return
         if b"*" in body:  # gdbserver run-length encodes replies (rule 7)
-            body = rle_expand(body)
+            try:
+                body = rle_expand(body)
+            except MalformedPacket:
+                pass  # a broken run: the body as it came (its reader judges it)
         if waiter.kind == "proc" and body.startswith(b"qRelocInsn:"):
             self._relocation_request(body)  # not the reply: the stub asks, then replies
             return

@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rsp.errors import ProtocolError
 from rsp.packets.qsupported import Feature
 from rsp.packets.resume import Resume, ResumeAction
 from rsp.packets.stop import StopReply
@@ -24,7 +25,7 @@ from rsp.threads import ThreadId
 
 from proxy.identity import UNDECIDED, Identity
 
-from .actions import Action, Notice, ToClient, ToStub, ToStubRaw
+from .actions import Action, Close, Notice, ToClient, ToStub, ToStubRaw
 from .breakpoints import BpKey, BreakpointTable
 from .procedure import Exchange, Procedure
 from .probes import Probe, ProbeStats
@@ -242,6 +243,15 @@ class SessionBase:
                 self._proc = None
             self._drain_client_queue()
             self._ns_kick()
+            return
+        except ProtocolError as err:
+            # A stub reply the proxy's own exchange cannot read (a qSupported
+            # reply with a non-ASCII feature, found by tests/proxy/session/
+            # test_fuzz_session.py): the session ends with that reason.
+            if self._proc is proc:
+                self._proc = None
+            self._emit(Notice(f"the stub's reply could not be read: {err}"))
+            self._emit(Close("the stub sent a reply the proxy cannot read"))
             return
         self._proc_expect = len(ex.bodies)
         for i, b in enumerate(ex.bodies):
