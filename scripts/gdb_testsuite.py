@@ -137,104 +137,10 @@ def all_tests() -> list[str]:
     return [t for t in server if t not in SKIPPED] + list(TESTS)
 
 
-# -- the wrapper (GDBSERVER=...) ----------------------------------------------
+# -- the wrapper (GDBSERVER=...): gdb_testsuite_wrap.py (a light import) -------
 
-_COMM = re.compile(r"^(?P<host>[^:]*):(?P<port>\d+)$")
-_ARG_OPTIONS = ("--wrapper",)  # gdbserver options that take words up to "--"
-
-
-def _comm_index(args: list[str]) -> int | None:
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a == "--wrapper":
-            i = args.index("--", i) + 1 if "--" in args[i:] else len(args)
-            continue
-        if a.startswith("--"):
-            i += 1
-            continue
-        return i if _COMM.match(a) else None
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wrap(run_dir: Path, proxy_args: list[str], gdbserver: str, args: list[str]) -> None:
-    """Be the GDBSERVER the testsuite starts (see the module docstring)."""
-    i = _comm_index(args)
-    if i is None:
-        os.execv(gdbserver, [gdbserver, *args])
-    m = _COMM.match(args[i])
-    assert m is not None
-    host = m.group("host") or "0.0.0.0"
-    if host == "localhost":
-        host = "127.0.0.1"
-    private = _free_port()
-    extra = list(proxy_args)
-    if "--once" in args[:i]:
-        extra.append("--once")
-    log = run_dir / f"proxy-{os.getpid()}.log"
-    if os.environ.get("GDB_TESTSUITE_PACKETS"):  # for diagnosis: every byte each proxy exchanged
-        extra += ["--log-packets", str(run_dir / f"packets-{os.getpid()}.log")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    for k in ("LD_LIBRARY_PATH", "TCLLIBPATH"):
-        env.pop(k, None)
-    argv = [sys.executable, "-m", "proxy.cli", "serve", "--listen", f"{host}:{m.group('port')}",
-            "--upstream", f"127.0.0.1:{private}", *extra]
-    with open(log, "w") as fh:
-        fh.write(f"gdbserver {shlex.join(args)}\n")
-    zygote = os.environ.get("GDB_TESTSUITE_ZYGOTE")
-    if zygote:
-        pid = _from_zygote(zygote, argv[3:], log)  # without "python -m proxy.cli"
-    else:
-        pid = _spawn_proxy(argv, log, env)
-    with open(run_dir / "proxies", "a") as fh:
-        fh.write(f"{pid}\n")
-
-    def alive() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-    deadline = time.monotonic() + 60
-    while True:
-        text = log.read_text(errors="replace")
-        if "listening on" in text:
-            break
-        if not alive() or time.monotonic() > deadline:
-            if "is busy" in text:
-                print("Can't bind address: Address already in use.", flush=True)
-            else:
-                print(f"asyncrsp did not start: {text.strip().splitlines()[-1:]}", flush=True)
-            sys.exit(1)
-        time.sleep(0.01)
-    args = [*args[:i], f"127.0.0.1:{private}", *args[i + 1:]]
-    os.execv(gdbserver, [gdbserver, *args])
-
-
-def _spawn_proxy(argv: list[str], log: Path, env: dict[str, str]) -> int:
-    # The proxy must not be gdbserver's child (this process becomes gdbserver):
-    # gdbserver waits for any child (waitpid -1) and would reap it. A child
-    # starts it in its own session and exits; init adopts it.
-    r, w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.setsid()
-        with open(log, "a") as fh:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env)
-        os.write(w, b"%d" % p.pid)
-        os._exit(0)
-    os.close(w)
-    os.waitpid(child, 0)
-    pid = int(os.read(r, 32))
-    os.close(r)
-    return pid
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gdb_testsuite_wrap import wrap  # noqa: E402
 
 
 # -- --warm: proxies forked from one interpreter that imported the proxy once --
@@ -244,13 +150,6 @@ def _spawn_proxy(argv: list[str], log: Path, env: dict[str, str]) -> int:
 # 12): that, not the protocol, is most of the proxy ways' extra time. --warm
 # measures the rest: the runner keeps one interpreter with the proxy imported,
 # and each wrapper has it fork a proxy (its own session, its own log).
-
-def _from_zygote(path: str, args: list[str], log: Path) -> int:
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(path)
-        s.sendall(json.dumps({"argv": args, "cwd": os.getcwd(), "log": str(log)}).encode() + b"\n")
-        return int(s.makefile().readline())
-
 
 def zygote(path: str) -> None:
     import proxy.app  # noqa: F401 - what every proxy needs, imported once
@@ -339,7 +238,8 @@ def run_way(way: str, tests: list[str], capture: str | None, warm: bool) -> dict
         server = str(run_dir / "gdbserver-through-asyncrsp")
         Path(server).write_text(
             "#!/bin/sh\n"
-            f"exec {shlex.quote(sys.executable)} {shlex.quote(__file__)} --as-gdbserver {shlex.quote(str(run_dir))}"
+            f"GDB_TESTSUITE_PYTHON={shlex.quote(sys.executable)} exec {shlex.quote(sys.executable)} -S "
+            f"{shlex.quote(str(Path(__file__).with_name('gdb_testsuite_wrap.py')))} {shlex.quote(str(run_dir))}"
             f" {shlex.quote(gdbserver)} {shlex.quote(json.dumps(extra))} \"$@\"\n")
         os.chmod(server, 0o755)
     src = CACHE / f"gdb-{GDB_VERSION}" / "gdb" / "testsuite"
@@ -444,7 +344,7 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["--as-gdbserver"]:
         run_dir, gdbserver, extra = Path(argv[1]), argv[2], json.loads(argv[3])
-        wrap(run_dir, extra, gdbserver, argv[4:])
+        wrap(str(run_dir), extra, gdbserver, argv[4:])
         return 0
     p = argparse.ArgumentParser(prog="gdb-testsuite", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,0 +1,126 @@
+"""The GDBSERVER the testsuite starts in the proxy ways of scripts/gdb-testsuite
+(see gdb_testsuite.py's docstring). Run with `python -S`: it starts once per
+gdbserver start (93 times in the subset), so it imports the standard library
+only, and little of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_COMM = re.compile(r"^(?P<host>[^:]*):(?P<port>\d+)$")
+_ARG_OPTIONS = ("--wrapper",)  # gdbserver options that take words up to "--"
+
+
+def _comm_index(args: list[str]) -> int | None:
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--wrapper":
+            i = args.index("--", i) + 1 if "--" in args[i:] else len(args)
+            continue
+        if a.startswith("--"):
+            i += 1
+            continue
+        return i if _COMM.match(a) else None
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wrap(run_dir: str, proxy_args: list[str], gdbserver: str, args: list[str]) -> None:
+    """Be the GDBSERVER the testsuite starts (see the module docstring)."""
+    i = _comm_index(args)
+    if i is None:
+        os.execv(gdbserver, [gdbserver, *args])
+    m = _COMM.match(args[i])
+    assert m is not None
+    host = m.group("host") or "0.0.0.0"
+    if host == "localhost":
+        host = "127.0.0.1"
+    private = _free_port()
+    extra = list(proxy_args)
+    if "--once" in args[:i]:
+        extra.append("--once")
+    log = os.path.join(run_dir, f"proxy-{os.getpid()}.log")
+    if os.environ.get("GDB_TESTSUITE_PACKETS"):  # for diagnosis: every byte each proxy exchanged
+        extra += ["--log-packets", os.path.join(run_dir, f"packets-{os.getpid()}.log")]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for k in ("LD_LIBRARY_PATH", "TCLLIBPATH"):
+        env.pop(k, None)
+    argv = [os.environ.get("GDB_TESTSUITE_PYTHON", sys.executable), "-m", "proxy.cli", "serve", "--listen", f"{host}:{m.group('port')}",
+            "--upstream", f"127.0.0.1:{private}", *extra]
+    with open(log, "w") as fh:
+        fh.write("gdbserver " + " ".join(args) + "\n")
+    zygote = os.environ.get("GDB_TESTSUITE_ZYGOTE")
+    if zygote:
+        pid = _from_zygote(zygote, argv[3:], log)  # without "python -m proxy.cli"
+    else:
+        pid = _spawn_proxy(argv, log, env)
+    with open(os.path.join(run_dir, "proxies"), "a") as fh:
+        fh.write(f"{pid}\n")
+
+    def alive() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 60
+    while True:
+        with open(log, errors="replace") as fh:
+            text = fh.read()
+        if "listening on" in text:
+            break
+        if not alive() or time.monotonic() > deadline:
+            if "is busy" in text:
+                print("Can't bind address: Address already in use.", flush=True)
+            else:
+                print(f"asyncrsp did not start: {text.strip().splitlines()[-1:]}", flush=True)
+            sys.exit(1)
+        time.sleep(0.01)
+    args = [*args[:i], f"127.0.0.1:{private}", *args[i + 1:]]
+    os.execv(gdbserver, [gdbserver, *args])
+
+
+def _spawn_proxy(argv: list[str], log: str, env: dict[str, str]) -> int:
+    import subprocess
+
+    # The proxy must not be gdbserver's child (this process becomes gdbserver):
+    # gdbserver waits for any child (waitpid -1) and would reap it. A child
+    # starts it in its own session and exits; init adopts it.
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        with open(log, "a") as fh:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env)
+        os.write(w, b"%d" % p.pid)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(child, 0)
+    pid = int(os.read(r, 32))
+    os.close(r)
+    return pid
+
+
+def _from_zygote(path: str, args: list[str], log: str) -> int:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.sendall(json.dumps({"argv": args, "cwd": os.getcwd(), "log": log}).encode() + b"\n")
+        return int(s.makefile().readline())
+
+
+if __name__ == "__main__":
+    wrap(sys.argv[1], json.loads(sys.argv[3]), sys.argv[2], sys.argv[4:])
