@@ -4,6 +4,7 @@ auxiliary vector, resume packets without their signals)."""
 
 from __future__ import annotations
 
+from rsp.errors import MalformedPacket
 from rsp.framing import rle_expand, unescape_binary
 from rsp.packets.breakpoints import BreakpointPacket
 from rsp.packets.memory import memory_bytes
@@ -96,7 +97,12 @@ def unframe(raw: bytes) -> bytes:
     """The body of one framed packet `$...#cs` (RLE expanded)."""
     start, end = raw.find(b"$"), raw.rfind(b"#")
     body = raw[start + 1:end] if start >= 0 and end > start else raw
-    return rle_expand(body) if b"*" in body else body
+    if b"*" in body:
+        try:
+            return rle_expand(body)
+        except MalformedPacket:
+            return body  # a broken run from the stub: passed on as it came
+    return body
 
 
 def auxv_entry(reply: bytes) -> int | None:
