@@ -153,6 +153,9 @@ from gdb_testsuite_wrap import wrap  # noqa: E402
 
 def zygote(path: str) -> None:
     import proxy.app  # noqa: F401 - what every proxy needs, imported once
+    import proxy.capture.breakpoints  # noqa: F401
+    import proxy.capture.tracepoints  # noqa: F401
+    import proxy.capture.uprobes  # noqa: F401
     import proxy.cli
 
     srv = socket.socket(socket.AF_UNIX)
