@@ -77,8 +77,12 @@ import build  # type: ignore[import-not-found]  # noqa: E402
 from integration.harness.stubs import OutputPump, kill_tree, start_proxy, start_stub  # noqa: E402
 
 READY = re.compile(rb"server ready port=(\d+)")
-DONE = re.compile(r"server done requests=(\d+) connections=(\d+) conn_polls=(\d+) conn_busy_us=(\d+)")
+DONE = re.compile(r"server done requests=(\d+)(?: connections=(\d+) conn_polls=(\d+) conn_busy_us=(\d+))?")
 WRK_RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
+# axum 0.8's serve spawns each connection as an async block of its serve module;
+# console-subscriber names the task by its spawn location (axum's serve.rs)
+CONN_FN_AXUM = r"axum::serve::.*async_block"
+CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
@@ -94,6 +98,7 @@ class Run:
     ok: bool = False
     note: str = ""
     own: tuple[int, int] | None = None  # the server's own (conn polls, conn busy µs)
+    requests: int = 0  # the server's own count of requests served
     top: tuple[int, float] | None = None  # top's (polls, busy µs) summed over connection tasks
     events: int | None = None
     lost: int = 0
@@ -128,7 +133,8 @@ def quit_server(port: int) -> None:
 def _own(text: str, run: Run) -> None:
     m = DONE.search(text)
     if m:
-        run.own = (int(m.group(3)), int(m.group(4)))
+        run.own = (int(m.group(3)), int(m.group(4))) if m.group(3) else None
+        run.requests = int(m.group(1))
         run.ok = True
     elif not run.note:
         run.note = "no 'server done' line: " + " | ".join(text.strip().splitlines()[-3:])[:200]
@@ -140,11 +146,13 @@ def _us(cell: str) -> float:
 
 
 def parse_top(out: str, fn: str = "conn_task") -> tuple[int, float] | None:
-    """(polls, busy µs) summed over the rows of `top` whose async fn is `fn`."""
+    """(polls, busy µs) summed over the rows of `top` whose async fn matches `fn`
+    (a regex: `::conn_task`, the corpus server's connection tasks; axum's
+    connection task is the async block its `serve` spawns per connection)."""
     polls, busy, seen = 0, 0.0, False
     for line in out.splitlines():
         cols = line.split()
-        if len(cols) >= 7 and cols[0].startswith("#") and cols[2].isdigit() and re.search(rf"::{fn}\b", cols[6]):
+        if len(cols) >= 7 and cols[0].startswith("#") and cols[2].isdigit() and re.search(fn, " ".join(cols[6:])):
             polls += int(cols[2])
             busy += _us(cols[1])
             seen = True
@@ -156,13 +164,17 @@ class Server:
 
     def __init__(self, kind: str, config: str) -> None:
         self.kind = kind
+        self.config = config
         if kind == "corpus":
             self.prog = Path(build.binary(config, "http_server"))
             self.console_prog: Path | None = None
+            self.conn_fn = r"::conn_task\b"
         else:
-            from bench.server import build_server  # type: ignore[import-not-found]
+            sys.path.insert(0, str(ROOT / "bench" / "server"))
+            import build_server  # type: ignore[import-not-found]
 
-            self.prog, self.console_prog = build_server(config)
+            self.prog, self.console_prog = build_server.build_server(config)
+            self.conn_fn = CONN_FN_AXUM
         self.args = ["0"]
 
 
@@ -196,9 +208,19 @@ def run_bare(server: Server, wrk: str, duration: float, conns: int, how: str = "
 
 
 def console_figures(server: Server, port: int) -> str:
-    from bench.server import console_stats  # type: ignore[import-not-found]
+    """console-subscriber's own figures for the connection tasks, summed:
+    `console conn_polls=P conn_busy_us=B tasks=N` plus its raw lines."""
+    import build_server  # type: ignore[import-not-found]  # bench/server, on the path (Server)
 
-    return str(console_stats(server))
+    text = str(build_server.console_stats(server.config))
+    polls = busy = n = 0
+    for line in text.splitlines():
+        m = re.match(r"task id=\d+ loc=(\S+) polls=(\d+) busy_ns=(\d+)", line)
+        if m and CONN_LOC_AXUM.search(m.group(1)):
+            polls += int(m.group(2))
+            busy += int(m.group(3))
+            n += 1
+    return f"console conn_polls={polls} conn_busy_us={busy // 1000} tasks={n}\n{text}"
 
 
 GDB_SCRIPT = """set pagination off
@@ -254,7 +276,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                         run.events = int(cap.group(2))
                     lost = re.search(r"events lost: (\d+)", text)
                     run.lost = int(lost.group(1)) if lost else 0
-                    run.top = parse_top(text)
+                    run.top = parse_top(text, server.conn_fn)
                     sampled = re.search(r"^sampl.*$", text, re.M)
                     if sampled:
                         run.extra["sampling"] = sampled.group(0)
@@ -361,27 +383,35 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
         notes = sorted({r.note for r in rs if r.note})
         print(f"{how:14} {' '.join(f'{_fmt_rps(v):>11}' for v in rps):>36} {_fmt_rps(med):>9} {ratio:>20}  "
               + "; ".join(n[:160] for n in notes))
-    print("\naccuracy (connection tasks, summed): the server's own count of their polls and time "
-          "inside them against what the tool reports")
-    print(f"{'how':14} {'round':>5} {'own polls':>11} {'tool polls':>11} {'ratio':>7} "
-          f"{'own busy':>10} {'tool busy':>10} {'ratio':>7} {'events':>11} {'lost':>6}")
+    print("\naccuracy (the connection tasks, summed): the tool's polls and busy time against the reference "
+          "of the same round (corpus: the server's own count in the same run; axum: console-subscriber's "
+          "own figures in the console run), per request and per poll (runs differ in requests)")
+    print(f"{'how':16} {'round':>5} {'requests':>9} {'polls':>9} {'polls/req':>9} {'ref':>9} {'ratio':>6} "
+          f"{'busy/poll':>10} {'ref':>10} {'ratio':>6} {'events':>11} {'lost':>5}")
+    console = runs.get("console", [])
     for how, rs in runs.items():
         for i, r in enumerate(rs):
             if how in SPLIT[1:]:
-                print(f"{how:14} {i + 1:5} events {r.events or 0:,} lost {r.lost:,} "
+                print(f"{how:16} {i + 1:5} events {r.events or 0:,} lost {r.lost:,} "
                       + "; ".join(r.extra.values()))
                 continue
-            if r.own is None or r.top is None:
+            ref: tuple[int, float] | None = r.own
+            ref_req = r.requests
+            if ref is None and i < len(console) and console[i].top is not None:
+                ref, ref_req = console[i].top, console[i].requests
+            if r.top is None or ref is None or not r.requests or not ref_req:
                 if how not in ("bare", "gdb") and r.ok:
-                    print(f"{how:14} {i + 1:5} {'(no top figures)':>30}")
+                    print(f"{how:16} {i + 1:5} {'(no figures to compare)':>30}")
                 continue
-            (op, ob), (tp, tb) = r.own, r.top
+            (tp, tb), (op, ob) = r.top, ref
+            t_pr, o_pr = tp / r.requests, op / ref_req
+            t_bp, o_bp = (tb / tp if tp else 0.0), (ob / op if op else 0.0)
             ev = f"{r.events:,}" if r.events is not None else "-"
-            print(f"{how:14} {i + 1:5} {op:11,} {tp:11,} {tp / op if op else 0:7.3f} "
-                  f"{ob / 1e3:9.1f}ms {tb / 1e3:9.1f}ms {tb / ob if ob else 0:7.3f} {ev:>11} {r.lost:6}")
+            print(f"{how:16} {i + 1:5} {r.requests:9,} {tp:9,} {t_pr:9.3f} {o_pr:9.3f} {t_pr / o_pr if o_pr else 0:6.3f} "
+                  f"{t_bp:8.2f}us {o_bp:8.2f}us {t_bp / o_bp if o_bp else 0:6.3f} {ev:>11} {r.lost:5}")
             for k, v in r.extra.items():
-                if k != "console":
-                    print(f"{'':14} {k}: {v}")
+                if k not in ("console",):
+                    print(f"{'':16} {k}: {v}")
 
 
 def main() -> int:
