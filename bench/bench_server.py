@@ -79,6 +79,7 @@ from integration.harness.stubs import OutputPump, kill_tree, start_proxy, start_
 READY = re.compile(rb"server ready port=(\d+)")
 DONE = re.compile(r"server done requests=(\d+)(?: connections=(\d+) conn_polls=(\d+) conn_busy_us=(\d+))?")
 WRK_RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
+WRK_REQUESTS = re.compile(r"(\d+) requests in")
 # axum 0.8's serve spawns each connection as an async block of its serve module;
 # console-subscriber names the task by its spawn location (axum's serve.rs)
 CONN_FN_AXUM = r"axum::serve::.*async_block"
@@ -99,6 +100,7 @@ class Run:
     note: str = ""
     own: tuple[int, int] | None = None  # the server's own (conn polls, conn busy µs)
     requests: int = 0  # the server's own count of requests served
+    cpu_us: tuple[float, float] | None = None  # CPU µs per request while wrk ran: (server, watcher)
     top: tuple[int, float] | None = None  # top's (polls, busy µs) summed over connection tasks
     events: int | None = None
     lost: int = 0
@@ -116,10 +118,33 @@ def ensure_wrk() -> str:
     return wrk
 
 
-def load(wrk: str, port: int, duration: float, connections: int) -> tuple[float, str]:
+def cpu_s(pids: list[int]) -> float:
+    """user + system CPU seconds of the processes so far (/proc/PID/stat), 0 for a gone one."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def load(wrk: str, port: int, duration: float, connections: int, run: Run | None = None,
+         server_pids: list[int] = (), watcher_pids: list[int] = ()) -> tuple[float, str]:  # type: ignore[assignment]
+    """wrk's requests/s; with `run`: the CPU the server and the watcher (gdb,
+    gdbserver, the proxy) took per request while wrk ran, which a loaded
+    machine disturbs far less than the throughput."""
+    s0, w0 = cpu_s(list(server_pids)), cpu_s(list(watcher_pids))
     res = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
                          capture_output=True, text=True, timeout=duration + 60, check=False)
     m = WRK_RPS.search(res.stdout)
+    n = WRK_REQUESTS.search(res.stdout)
+    if run is not None and n and int(n.group(1)):
+        req = int(n.group(1))
+        run.cpu_us = ((cpu_s(list(server_pids)) - s0) / req * 1e6, (cpu_s(list(watcher_pids)) - w0) / req * 1e6)
     return (float(m.group(1)) if m else float("nan")), res.stdout + res.stderr
 
 
@@ -191,7 +216,7 @@ def run_bare(server: Server, wrk: str, duration: float, conns: int, how: str = "
             run.note = "server did not start: " + out.text()[-200:]
             return run
         port = int(m.group(1))
-        run.rps, _ = load(wrk, port, duration, conns)
+        run.rps, _ = load(wrk, port, duration, conns, run, [proc.pid])
         if how == "console":
             run.extra["console"] = console_figures(server, port)
         quit_server(port)
@@ -254,7 +279,9 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     run.note = "server did not start: " + (stub.output_text() + gout.text())[-300:]
                     return run
                 port = int(m.group(1))
-                run.rps, _ = load(wrk, port, duration, conns)
+                inferior = stub.find_inferior()
+                watchers = [gdb.pid, stub.proc.pid] + ([px.proc.pid] if px else [])
+                run.rps, _ = load(wrk, port, duration, conns, run, [inferior] if inferior else [], watchers)
                 quit_server(port)
                 try:
                     gdb.wait(timeout=300)
@@ -383,6 +410,20 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
         notes = sorted({r.note for r in rs if r.note})
         print(f"{how:14} {' '.join(f'{_fmt_rps(v):>11}' for v in rps):>36} {_fmt_rps(med):>9} {ratio:>20}  "
               + "; ".join(n[:160] for n in notes))
+    print("\nCPU per request while wrk ran (µs; server | watcher: gdb + gdbserver + proxy), median of the "
+          "rounds; the ratio of the total to bare's: what watching costs in CPU, far steadier than "
+          "requests/s on a loaded machine")
+    base = [r.cpu_us for r in bare if r.cpu_us]
+    base_total = statistics.median(a + b for a, b in base) if base else float("nan")
+    for how, rs in runs.items():
+        cs = [r.cpu_us for r in rs if r.cpu_us and r.ok]
+        if not cs:
+            continue
+        srv = statistics.median(a for a, _ in cs)
+        wat = statistics.median(b for _, b in cs)
+        tot = [a + b for a, b in cs]
+        print(f"{how:16} server {srv:8.1f}  watcher {wat:8.1f}  total {statistics.median(tot):8.1f}  "
+              f"x bare {statistics.median(tot) / base_total:6.2f} (rounds: {', '.join(f'{t:.1f}' for t in tot)})")
     print("\naccuracy (the connection tasks, summed): the tool's polls and busy time against the reference "
           "of the same round (corpus: the server's own count in the same run; axum: console-subscriber's "
           "own figures in the console run), per request and per poll (runs differ in requests)")
