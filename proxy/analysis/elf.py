@@ -114,8 +114,16 @@ def open_elf(path: str | Path) -> ElfImage:
         raise AnalysisError(f"{p}: not an ELF file")
     try:
         return _parse(str(p), data)
+    except AnalysisError:
+        raise
     except (ELFError, ELFParseError, struct.error, ValueError, IndexError, KeyError) as e:
         raise AnalysisError(f"{p}: unreadable ELF ({type(e).__name__}: {e}); the file may be truncated") from e
+    except (OverflowError, MemoryError, RecursionError, TypeError, AttributeError, AssertionError,
+            UnicodeError, ZeroDivisionError) as e:
+        # pyelftools on a corrupt header or section table (a bit-flipped binary:
+        # "OverflowError: Python int too large to convert to C ssize_t"; the
+        # garbage tests in tests/proxy/analysis/test_garbage_binaries.py)
+        raise AnalysisError(f"{p}: corrupt ELF ({type(e).__name__}: {str(e)[:120]})") from e
 
 
 def _parse(path: str, data: bytes) -> ElfImage:

@@ -42,6 +42,7 @@ from elftools.elf.relocation import RelocationSection
 from . import cache as cache_mod
 from . import dies as D
 from .dwarf import DwarfView
+from .errors import AnalysisError
 from .elf import ElfImage, open_elf
 from .types import MAX_DEPTH as _TYPE_DEPTH
 from .types import TypeCollector
@@ -81,7 +82,12 @@ def build_inventory(
         if hit is not None:
             hit.path = str(path)
             return hit
-    inv = analyse(elf)
+    try:
+        inv = analyse(elf)
+    except AnalysisError:
+        raise
+    except Exception as e:  # noqa: BLE001 - corrupt DWARF/CFI/lines: one line, never a traceback
+        raise AnalysisError(f"{path}: corrupt debug information ({type(e).__name__}: {str(e)[:120]})") from e
     if use_cache and elf.build_id:
         cache_mod.store(inv, cache_dir)
     return inv
