@@ -199,6 +199,9 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         is, probes and capture included, for the next client
         (`client_reconnected`). A running program is stopped first (the proxy
         cannot watch it without a client), as a hidden stop in progress is."""
+        # After a detach or kill, or once the program exited, gdbserver without
+        # --once quits when the client goes, unless in extended mode (`!`).
+        keep_stub = keep_stub and (self._extended or not (self._left or self._program_exited))
         self._closing = True
         self._keep_stub = keep_stub
         self._client_queue.clear()
@@ -234,7 +237,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         """The next client of a kept stub (client_closed): it starts afresh
         (qSupported, `?`, its own no-ack mode); the program, the probes and
         the capture are as the last client left them."""
-        self._closing = self._keep_stub = False
+        self._closing = self._keep_stub = self._left = False
         self._client_queue.clear()
         self.client_features = []
         self.client_g_thread = None
@@ -284,6 +287,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 resume = parse_resume(body)
                 if resume is not None:
                     return self._ns_client_resume(resume, body, raw)
+            if body == b"!":
+                self._extended = True
             if body == b"QStartNoAckMode":
                 # Each side of the proxy negotiates no-ack on its own.
                 self._reply(b"OK")
@@ -404,6 +409,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._start_proc(self._proc_detach_child(body))
                 return None
             return self._forward(body, raw)
+        self._left = True
         if self._holds_program() and not self._program_exited:
             self._start_proc(self._proc_leave(then=(body, raw)))
         else:

@@ -49,6 +49,7 @@ class CaptureLifecycle(SessionBase):
         self.target = None
         self._planted = False
         self._program_exited = False
+        self._left = False
         self._main_pid = None
         self.identity = UNDECIDED  # another process: proven again before any host-side action
         self._entry = None

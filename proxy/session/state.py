@@ -135,6 +135,8 @@ class SessionBase:
         self._client_queue: deque[bytes] = deque()
         self._closing = False
         self._keep_stub = False  # the client hung up and the stub stays for the next one
+        self._left = False  # the client detached from or killed the program
+        self._extended = False  # extended-remote (`!`): the stub outlives its processes
         # what the client believes / asked
         self.client_features: list[Feature] = []
         self.stub_features: list[Feature] = []
