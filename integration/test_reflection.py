@@ -282,12 +282,12 @@ def test_stuck_runtime_attached_mode_off(config: str) -> None:
 
 @pytest.mark.parametrize("config", ["debug", "release", "old-release"])  # release: 20 of 20 attaches found it
 def test_stack_discovery_finds_block_on_future_without_adapter(config: str) -> None:
-    """Without --tokio-adapter, mode off on an attached program: the threads' stacks give
+    """With the runtime adapters off (--adapters off), mode off on an attached program: the threads' stacks give
     `run`, the future `block_on` polls (its pinned `f`: a DWARF location in debug builds,
     optimized out in release ones, where the frame is scanned); spawned tasks parked in
     tokio's heap are on no stack and are not found."""
     prog = _binary(config, "stuck")
-    out = attached(prog, ["mt"], "stuck ready", ask("tasks", "tree"), ["--mode", "off"])
+    out = attached(prog, ["mt"], "stuck ready", ask("tasks", "tree"), ["--mode", "off", "--adapters", "off"])
     tree = section(out, "tree")
     heads = [line for line in tree.splitlines() if line.startswith("task ")]
     assert len(heads) == 1 and "stuck::run::{async_fn_env#0}" in heads[0], tree

@@ -77,7 +77,7 @@ def _proxy_stats(session: Session) -> dict[str, object]:
 
 
 _REFLECT: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
-_TOKIO_ADAPTER: weakref.WeakKeyDictionary[Session, bool] = weakref.WeakKeyDictionary()
+_ADAPTERS: weakref.WeakKeyDictionary[Session, str] = weakref.WeakKeyDictionary()
 
 
 def _reflect_source(session: Session, engine: object) -> object | None:
@@ -99,14 +99,15 @@ def _reflect_source(session: Session, engine: object) -> object | None:
         path = session.exec_file if ident.exe is None else ident.exe
         path = path or (session.config.local_exe(pid) if local and pid else None)
         src = source_without_capture(path, pid, local)
-    if _TOKIO_ADAPTER.get(session) and not isinstance(src, str):
-        from proxy.reflect.tokio_adapter import TokioAdapter
+    wanted = _ADAPTERS.get(session, "auto")
+    if wanted != "off" and not isinstance(src, str):
+        from proxy.reflect.adapters import choose
 
         pid = getattr(target, "pid", None) if target is not None and target.local else ident.host_pid
         local = bool(target.local) if target is not None else local
-        adapter = TokioAdapter(src.inventory, src.bias, pid, local)  # type: ignore[attr-defined]
-        src.discover = adapter.discover  # type: ignore[attr-defined]
-        src.note = f"tokio adapter off: {adapter.note}" if adapter.note else None  # type: ignore[attr-defined]
+        found = choose(src.inventory, src.bias, pid, local, wanted)  # type: ignore[attr-defined]
+        src.discover = found.discover if found.adapters else None  # type: ignore[attr-defined]
+        src.note = found.note  # type: ignore[attr-defined]
     _REFLECT[session] = src
     return src if not isinstance(src, str) else None
 
@@ -179,7 +180,7 @@ MODE_LOSES = {
     "off": "nothing planted, zero overhead while running: tasks/edges/bt hold only what was seen before;"
            " `tree` (and `tasks` with no graph) is read from memory at each stop (reflection): no poll"
            " counts, no parent edges beyond what memory shows, tasks found only if seen before"
-           " or with --tokio-adapter",
+           " or by a runtime adapter (--adapters)",
 }
 
 
@@ -366,5 +367,6 @@ def make_session(
         _REFLECT[session] = image_source(image)  # type: ignore[arg-type]
         session.register_notice = (f"serving {image.origin} (pid {image.pid}, "  # type: ignore[union-attr]
                                    f"{len(image.threads)} threads), read-only")  # type: ignore[union-attr]
-    _TOKIO_ADAPTER[session] = bool((options or {}).get("tokio_adapter"))
+    opts = options or {}
+    _ADAPTERS[session] = "tokio" if opts.get("tokio_adapter") else (opts.get("adapters") or "auto")
     return session

@@ -43,9 +43,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-over-probes", action="store_true",
                    help="breakpoint capture: step over every hidden breakpoint (two resumes) instead of "
                         "emulating the probed instruction (one resume); for diagnosis")
+    p.add_argument("--adapters", default="auto", type=_adapters, metavar="auto|off|NAME[,NAME]",
+                   help="reflection: runtime adapters that find every spawned task by scanning the program's "
+                        "heap for task headers (local programs): tokio, async-task (smol, async-std). "
+                        "auto (default): every runtime whose task layout is in the program; off: none; "
+                        "names force those (a missing layout is then reported)")
     p.add_argument("--tokio-adapter", action="store_true",
-                   help="reflection: also find tokio's spawned tasks by scanning the program's heap "
-                        "for task headers (local programs; tokio 1.x layout, checked at start)")
+                   help="the same as --adapters tokio (tokio's adapter only, its layout checked at start)")
     p.add_argument("--trace-probe", action="append", default=[], metavar="REGEX",
                    help="tracepoint capture: count the entries and rets of every function whose name "
                         "matches inside gdbserver (repeatable; `monitor async stats` shows the counts)")
@@ -66,6 +70,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registers", choices=("safe", "full"),
                    help="safe: keep gdbserver<14 from corrupting AVX-512 registers (default when it could); "
                         "full: forward xmlRegisters as the client sent it")
+
+
+def _adapters(text: str) -> str:
+    from proxy.reflect.adapters import NAMES
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names in (["auto"], ["off"]) or (names and all(n in NAMES for n in names)):
+        return ",".join(names)
+    raise argparse.ArgumentTypeError(f"{text!r}: want auto, off, or adapter names from {', '.join(NAMES)}")
 
 
 def _trace_buffer_size(text: str) -> int:

@@ -61,9 +61,12 @@ from .model import (
 ASYNC_FN_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)#\d+\}")
 ASYNC_ENV_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)_env#\d+\}")
 # Runtime task cells whose layout reflection needs (where a spawned future lies in its task)
-RUNTIME_CELL_PREFIXES = ("Cell<",)
-RUNTIME_CELLS = ("tokio::runtime::task::core::Cell<",)
+RUNTIME_CELL_PREFIXES = ("Cell<", "Header<", "TaskVTable", "TaskLayout")
+RUNTIME_CELLS = ("tokio::runtime::task::core::Cell<", "async_task::header::Header<", "async_task::raw::TaskVTable",
+                 "async_task::raw::TaskLayout")
 TASK_POLL = "tokio::runtime::task::raw::poll<"
+# async-task (smol's async-executor, async-std): RawTask<F, T, S, M>::run, F = the spawned future
+ASYNC_TASK_RUN = "async_task::raw::RawTask<"
 _KINDS = {
     "async_fn": CoroutineKind.ASYNC_FN,
     "async_block": CoroutineKind.ASYNC_BLOCK,
@@ -112,7 +115,13 @@ def analyse(elf: ElfImage) -> Inventory:
 
 
 def candidate_symbol(name: str) -> bool:
-    """Could this symbol be a resume function (a closure, or GenFuture's poll)?"""
+    """Could this symbol be a resume function (a closure, or GenFuture's poll), or a
+    runtime's task function (tokio's ``task::raw::poll``, async-task's ``RawTask::run``)?
+    A unit holding only task functions (a debug build's codegen unit of tokio's
+    monomorphized ``raw::poll<T, S>``) is read for them too: without it the tokio adapter
+    found no vtable, hence no task, in debug builds (tokio 1.43, tk_sync)."""
+    if "4task3raw4poll" in name or ("10async_task3raw" in name and "3run" in name):
+        return True
     if name.startswith("_ZN"):
         return "closure" in name or ("GenFuture" in name and "4poll" in name)
     if name.startswith("_R"):
@@ -174,6 +183,8 @@ class _Collector:
                 self.inv.resume_fns.append(rf)
         if self.inv.task_polls:
             self.inv.task_vtables = _task_vtables(self.elf, self.inv.task_polls)
+        if self.inv.task_runs:
+            self.inv.task_run_slots = _task_vtables(self.elf, self.inv.task_runs)
         while self.types.envs:  # coroutines met inside awaited types (MaybeDone<F>, Box<F>...)
             self._layout(self.types.envs.pop())
         if self.types.truncated:
@@ -197,9 +208,17 @@ class _Collector:
                 self._inlined(unit, die)
 
     def _task_poll(self, die: D.Die) -> None:
-        """tokio's ``raw::poll<T, S>``: its address names the task cell ``Cell<T, S>``."""
+        """tokio's ``raw::poll<T, S>``: its address names the task cell ``Cell<T, S>``;
+        async-task's ``RawTask<F, T, S, M>::run<F, T, S, M>``: its address names F."""
         origin = self._origin(die)
-        if not (origin.get(D.AT_NAME) or "").startswith("poll<"):
+        name = origin.get(D.AT_NAME) or ""
+        if name.startswith("run<") and name.endswith(">"):
+            if self.qualname(origin).startswith(ASYNC_TASK_RUN):
+                args = _split_generics(name[len("run<"):-1])
+                if len(args) == 4:
+                    self.inv.task_runs[int(die.attrs[D.AT_LOW_PC])] = args[0]
+            return
+        if not name.startswith("poll<"):
             return
         q = self.qualname(origin)
         if q.startswith(TASK_POLL) and q.endswith(">"):
@@ -551,9 +570,26 @@ class _Collector:
         return None
 
 
+def _split_generics(s: str) -> list[str]:
+    """``A<B, C>, D`` -> [``A<B, C>``, ``D``]: split at top-level commas."""
+    out: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(s):
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(s[start:i].strip())
+            start = i + 1
+    out.append(s[start:].strip())
+    return out
+
+
 def _task_vtables(elf: ElfImage, polls: dict[int, str]) -> dict[int, str]:
-    """Static tokio task vtables: pointer slots holding a ``raw::poll`` address (``Vtable.poll``
-    is its first field, checked by the adapter against DWARF). A PIE's slots are filled by
+    """Static pointer slots holding one of ``polls``' function addresses: tokio's task
+    vtables (``Vtable.poll`` is its first field, checked by the adapter against DWARF),
+    async-task's ``TaskVTable.run`` slots. A PIE's slots are filled by
     R_X86_64_RELATIVE relocations (the addend is the target); a non-PIE's hold it as data."""
     out: dict[int, str] = {}
     rela = elf.section_data(".rela.dyn") or b""

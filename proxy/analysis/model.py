@@ -145,6 +145,11 @@ class Inventory:
     # static Vtable) -> the task cell type Cell<T, S> (proxy.reflect.tokio_adapter)
     task_polls: dict[int, str] = field(default_factory=dict)
     task_vtables: dict[int, str] = field(default_factory=dict)
+    # async-task's RawTask<F, T, S, M>::run functions (link addr) -> F, the spawned future's type,
+    # and the static TaskVTable slots holding them (link addr of the `run` slot) -> F
+    # (proxy.reflect.adapters.async_task)
+    task_runs: dict[int, str] = field(default_factory=dict)
+    task_run_slots: dict[int, str] = field(default_factory=dict)
     # an I/O handle's OS file descriptor: a coroutine local's pointer type ("&tokio::net::
     # tcp::stream::TcpStream") -> offset of the fd (an i32) inside the value it points at
     fd_offsets: dict[str, int] = field(default_factory=dict)

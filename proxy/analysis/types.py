@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 MAX_DEPTH = 8  # hops from an awaitee type (a JoinHandle's vtable is 6 away)
 MAX_TYPES = 40_000
+# Holders that add no hop of their own (the pointer inside a Box still counts one): hyper's
+# server Connection keeps the handler's future 5 structs and a Pin<Box<Option<F>>> down.
+PLUMBING = ("core::pin::Pin<", "alloc::boxed::Box<", "core::ptr::unique::Unique<", "core::ptr::non_null::NonNull<",
+            "core::option::Option<", "core::cell::UnsafeCell<", "core::mem::manually_drop::ManuallyDrop<")
 
 
 class TypeCollector:
@@ -76,9 +80,9 @@ class TypeCollector:
             if m.tag != D.TAG_MEMBER:
                 continue
             ft = m.get(D.AT_TYPE)
-            out.append(Field(m.get(D.AT_NAME) or "?", base + _offset(m), self.coll._size(ft),
-                             self.coll.type_name(ft)))
-            self.add(ft, depth + 1)
+            tname = self.coll.type_name(ft)
+            out.append(Field(m.get(D.AT_NAME) or "?", base + _offset(m), self.coll._size(ft), tname))
+            self.add(ft, depth + (0 if tname.startswith(PLUMBING) else 1))
         return out
 
     def _info(self, t: D.Die, name: str, depth: int) -> TypeInfo | None:

@@ -86,7 +86,7 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
     env_addr, env = addr + f.offset, f.type_name
     futs = _field(r, env, "futures")
     if futs is None:
-        return _poll_fn_leaf(r, addr, type_name, env_addr, env)
+        return _poll_fn_leaf(r, addr, type_name, env_addr, env, depth, seen)
     got = _deref_chain(r, env_addr + futs.offset, futs.type_name)
     if got is None:
         return missing_or_unreadable(r, addr, type_name, "join!/select! futures")
@@ -104,8 +104,7 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
             return missing_or_unreadable(r, addr, type_name, "select! state")
         mask = m
     macro = "select!" if select else "join!"
-    crate = "futures" if "futures_util::" in ttype else "tokio"
-    node = Node("combinator", f"{crate}::{macro}", addr, type_name)
+    node = Node("combinator", f"tokio::{macro}", addr, type_name)
     for i, el in enumerate(tup.fields):
         if select and mask & (1 << i):
             child = Node("leaf", _label_of(r, el.type_name), taddr + el.offset, el.type_name, status="completed")
@@ -119,7 +118,22 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
 _CLOSURE_OF = re.compile(r"^(.*?)::\{async_fn#\d+\}::\{closure_env#\d+\}(<.*>)?$")
 
 
-def _poll_fn_leaf(r: Reflector, addr: int, type_name: str, env_addr: int, env: str) -> Node:
+def _poll_fn_leaf(r: Reflector, addr: int, type_name: str, env_addr: int, env: str, depth: int,
+                  seen: frozenset) -> Node:
+    """A closure polled by ``poll_fn`` without tokio's ``futures`` tuple: futures' ``join!``
+    captures each ``MaybeDone`` as ``_fut0``, ``_fut1``.. (``Pin<&mut ..>``), its ``select!``
+    each branch by ``&mut`` (``_ref__rx``): captured futures are branches; otherwise the
+    closure polls an object (a channel end, a JoinSet): a leaf that names it."""
+    t = r.type(env)
+    futs = [f for f in (t.fields if t is not None else ()) if _futurish(r, f.type_name)]
+    if futs:
+        joined = all(re.fullmatch(r"_fut\d+", f.name) for f in futs)
+        node = Node("combinator", "futures::join!" if joined else "futures::select!", addr, type_name)
+        for i, f in enumerate(futs):
+            c = r.child(env_addr + f.offset, f.type_name, depth, seen)
+            c.branch = f"branch {i}" if joined else f.name.removeprefix("_ref__")
+            node.children.append(c)
+        return node
     m = _CLOSURE_OF.match(env)
     label = f"{m.group(1)}::poll_fn" if m else "poll_fn"
     node = Node("leaf", label, addr, type_name)
@@ -166,6 +180,9 @@ OBJECTS: list[tuple[str, Callable[["Reflector", int, str], "str | None"]]] = [
     ("tokio::sync::broadcast::Receiver<", _chan_detail("broadcast channel", "shared")),
     ("tokio::sync::watch::Receiver<", _chan_detail("watch channel", "shared")),
     ("tokio::task::join_set::JoinSet<", _join_set_detail),
+    ("futures_channel::oneshot::Receiver<", _chan_detail("oneshot channel", "inner")),
+    ("futures_channel::mpsc::Receiver<", _chan_detail("mpsc channel", "inner")),
+    ("futures_channel::mpsc::UnboundedReceiver<", _chan_detail("mpsc channel", "inner")),
     ("tokio_stream::wrappers::mpsc_bounded::ReceiverStream<", _chan_detail("mpsc channel", "inner", "chan", "inner")),
     ("tokio_stream::wrappers::mpsc_unbounded::UnboundedReceiverStream<",
      _chan_detail("mpsc channel", "inner", "chan", "inner")),
@@ -193,6 +210,10 @@ def broadcast_recv(r: Reflector, addr: int, type_name: str, depth: int, seen: fr
     return node
 
 
+# channel ends of OBJECTS that are futures themselves (awaited directly)
+FUTURE_OBJECTS = ("futures_channel::oneshot::Receiver<",)
+
+
 def object_detail(r: Reflector, addr: int, type_name: str) -> str | None:
     for prefix, fn in OBJECTS:
         if type_name.startswith(prefix):
@@ -217,16 +238,24 @@ def maybe_done(r: Reflector, addr: int, type_name: str, depth: int, seen: frozen
     return Node("leaf", label, addr, type_name, status="completed" if v.name == "Done" else "gone")
 
 
-def timeout(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
-    value, delay = _field(r, type_name, "value"), _field(r, type_name, "delay")
-    if value is None or delay is None:
-        return None
-    node = Node("combinator", "tokio::time::Timeout", addr, type_name)
-    for f, name in ((value, "value"), (delay, "deadline")):
-        c = r.child(addr + f.offset, f.type_name, depth, seen)
-        c.branch = name
-        node.children.append(c)
-    return node
+def _branches(label: str, *fields: tuple[str, str]) -> Describer:
+    """A combinator over named fields, each a branch: ``(field, branch name)``."""
+
+    def describe(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+        found = [(_field(r, type_name, f), name) for f, name in fields]
+        if any(f is None for f, _ in found):
+            return None
+        node = Node("combinator", label, addr, type_name)
+        for f, name in found:
+            c = r.child(addr + f.offset, f.type_name, depth, seen)
+            c.branch = name
+            node.children.append(c)
+        return node
+
+    return describe
+
+
+timeout = _branches("tokio::time::Timeout", ("value", "value"), ("delay", "deadline"))
 
 
 def _label_of(r: Reflector, type_name: str) -> str:
@@ -618,6 +647,49 @@ def readiness(r: Reflector, addr: int, type_name: str, depth: int, seen: frozens
     return node
 
 
+# -- async-io, async-channel, async-lock (smol 2.0, async-std 1.13) ----------------------
+
+
+def async_io_timer(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """``async_io::Timer { when: Option<Instant>, id_and_waker, period }``: time left."""
+    f = _field(r, type_name, "when")
+    if f is None:
+        return None
+    node = Node("leaf", "async_io::Timer", addr, type_name)
+    v, ok = _enum_variant(r, addr + f.offset, f.type_name)
+    if not ok:
+        return missing_or_unreadable(r, addr, type_name, "Timer")
+    if v is None:
+        return node
+    if v.name == "None" or not v.fields:
+        node.detail = "never fires"
+        return node
+    return _deadline(r, node, addr + f.offset + v.fields[0].offset, v.fields[0].type_name) or \
+        missing_or_unreadable(r, addr, type_name, "Timer deadline")
+
+
+def _by_ref(field: str, label: str, what: str, link: bool = False) -> Describer:
+    """A leaf whose future holds ``field: &Object`` somewhere inside (by value, behind
+    event-listener-strategy's ``FutureWrapper``): names the object (its address, or the
+    Arc its first field holds when ``what`` ends in "channel")."""
+
+    def describe(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+        found = _find_field(r, type_name, field)
+        if found is None:
+            return None
+        node = Node("leaf", label, addr, type_name)
+        p = r.mem.word(addr + found[0])
+        obj = r.mem.word(p) if p and what.endswith("channel") else p
+        if obj is None:
+            return missing_or_unreadable(r, addr, type_name, label)
+        node.detail = f"waits on {what} 0x{obj:x}"
+        if link:
+            node.waits_on = obj
+        return node
+
+    return describe
+
+
 # -- one-field wrappers ------------------------------------------------------------------
 
 _NOT_WRAPPERS = ("core::pin::Pin<", "alloc::boxed::Box<", "core::future::from_generator::GenFuture<")
@@ -640,6 +712,8 @@ def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
         if {f.name for f in t.fields} >= {"pointer", "vtable"}:
             return None  # Box<dyn Future>: the walker follows its vtable
         futs = [f for f in t.fields if _futurish(r, f.type_name)]
+        if len(futs) > 1 and "::{closure_env#" in type_name:  # futures' join!: the closure is awaited
+            return _poll_fn_leaf(r, addr, type_name, addr, type_name, depth, seen)
         if len(futs) != 1:
             return None
         return r.child(addr + futs[0].offset, futs[0].type_name, depth - 1, seen)
@@ -656,6 +730,20 @@ def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
     if not futs:
         return Node("leaf", _short(type_name), addr, type_name, status="completed", detail=v.name)
     return None
+
+
+def unwrap(r: Reflector, addr: int, type_name: str) -> tuple[int, str]:
+    """The future inside one-field wrapper structs (``trace::Root<F>``...), by value: where a
+    runtime adapter's task root really starts (its header then names the user's future)."""
+    for _ in range(4):
+        t = r.type(type_name)
+        if type_name in r.inv.layouts or t is None or t.kind != "struct" or type_name.startswith(_NOT_WRAPPERS):
+            break
+        futs = [f for f in t.fields if _futurish(r, f.type_name)]
+        if len(futs) != 1 or r.type(futs[0].type_name) is not None and r.type(futs[0].type_name).kind == "pointer":
+            break
+        addr, type_name = addr + futs[0].offset, futs[0].type_name
+    return addr, type_name
 
 
 def _futurish(r: Reflector, type_name: str) -> bool:
@@ -676,13 +764,14 @@ def _futurish(r: Reflector, type_name: str) -> bool:
 def _is_futurish(r: Reflector, type_name: str, cache: dict[str, bool]) -> bool:
     if type_name in r.inv.layouts:
         return True
-    if any(type_name.startswith(prefix) for prefix, _ in DESCRIBERS if prefix):
+    if any(type_name.startswith(prefix) for prefix, _ in DESCRIBERS if prefix) or type_name.startswith(FUTURE_OBJECTS):
         return True
     t = r.type(type_name)
     if t is None:
         return False
     if t.kind == "pointer":
-        return type_name.startswith("&") and bool(t.pointee) and _futurish(r, t.pointee or "")
+        # references and Box (DWARF names a Box a pointer type); never raw pointers (an Arc's inner)
+        return type_name.startswith(("&", "alloc::boxed::Box<")) and bool(t.pointee) and _futurish(r, t.pointee or "")
     if t.kind == "struct" and {f.name for f in t.fields} >= {"pointer", "vtable"}:
         return "core::future::future::Future" in type_name
     if type_name.startswith("alloc::boxed::Box<") and t.fields:
@@ -699,6 +788,16 @@ def _is_futurish(r: Reflector, type_name: str, cache: dict[str, bool]) -> bool:
     return False
 
 
+def blocking_task(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """tokio's ``BlockingTask<F>``: a closure run on the blocking pool (``spawn_blocking``, or
+    a multi-thread runtime's own worker threads), not a future: named after the closure."""
+    m = re.match(r"tokio::runtime::blocking::task::BlockingTask<(.*)>$", type_name)
+    closure = re.sub(r"::\{closure_env#\d+\}.*$", "", m.group(1)) if m else ""
+    worker = "::worker::" in closure and closure.endswith("::launch")
+    detail = "a worker thread of the runtime" if worker else f"spawn_blocking({closure or '?'})"
+    return Node("leaf", "tokio::task::spawn_blocking", addr, type_name, detail=detail)
+
+
 def pending(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
     return Node("leaf", "core::future::pending", addr, type_name, detail="never completes")
 
@@ -706,6 +805,7 @@ def pending(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
 DESCRIBERS: list[tuple[str, Describer]] = [
     ("tokio::future::poll_fn::PollFn<", poll_fn),
     ("core::future::poll_fn::PollFn<", poll_fn),
+    ("futures_util::future::poll_fn::PollFn<", poll_fn),
     ("tokio::future::maybe_done::MaybeDone<", maybe_done),
     ("futures_util::future::maybe_done::MaybeDone<", maybe_done),
     ("tokio::time::timeout::Timeout<", timeout),
@@ -716,6 +816,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("tokio::sync::notify::Notified", _pointer_field("tokio::sync::Notify::notified", "notify", "Notify")),
     ("tokio::sync::oneshot::Receiver<", oneshot_receiver),
     ("core::future::pending::Pending<", pending),
+    ("futures_util::future::pending::Pending<", pending),
     ("futures_util::future::join_all::JoinAll<", join_all),
     ("futures_util::future::select::Select<", select),
     ("futures_util::stream::futures_unordered::FuturesUnordered<", futures_unordered),
@@ -726,6 +827,17 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("tokio::runtime::io::scheduled_io::Readiness", readiness),
     ("tokio_stream::stream_ext::next::Next<", stream_next),
     ("tokio::sync::broadcast::Recv<", broadcast_recv),
+    ("tokio::runtime::blocking::task::BlockingTask<", blocking_task),
+    ("async_io::Timer", async_io_timer),
+    ("async_std::io::timeout::Timeout<", _branches("async_std::io::timeout", ("future", "value"), ("timeout", "deadline"))),
+    ("async_std::future::timeout::TimeoutFuture<",
+     _branches("async_std::future::timeout", ("future", "value"), ("delay", "deadline"))),
+    ("futures_lite::future::Or<", _branches("futures_lite::future::or", ("future1", "first"), ("future2", "second"))),
+    ("async_channel::Recv<", _by_ref("receiver", "async_channel::Receiver::recv", "channel")),
+    ("async_channel::Send<", _by_ref("sender", "async_channel::Sender::send", "channel")),
+    ("async_lock::mutex::Lock<", _by_ref("mutex", "async_lock::Mutex::lock", "Mutex", link=True)),
+    ("async_lock::rwlock::futures::Read<", _by_ref("lock", "async_lock::RwLock::read", "RwLock")),
+    ("async_lock::rwlock::futures::Write<", _by_ref("lock", "async_lock::RwLock::write", "RwLock")),
     ("", objects),  # channel ends met as leaves (not futures: not in _is_futurish)
     ("", wrapper),  # last: any one-field wrapper future
 ]

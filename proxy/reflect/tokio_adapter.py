@@ -24,12 +24,10 @@ adapter says which of these it did not find and finds nothing.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
 from proxy.analysis.model import Inventory
 
-from .memory import BLOCK
 from .tree import Root
 from .walker import Reflector, coroutine_path
 
@@ -93,22 +91,23 @@ class TokioAdapter:
         self.vt_off = f.offset if f is not None else 16
         self.scanned = 0  # bytes, last discovery
 
+    name = "tokio"
+
+    @property
+    def targets(self) -> dict[int, str]:
+        return self.vtables
+
     def discover(self, r: Reflector) -> list[Root] | None:
+        from .adapters import scan
+
         if self.note is not None:
             return None
-        headers: dict[int, str] = {}
-        self.scanned = 0
-        for lo, hi in self.ranges():
-            for base in range(lo, hi, BLOCK):
-                data = r.mem.read(base, BLOCK)
-                if data is None:
-                    continue
-                self.scanned += len(data)
-                for i, (w,) in enumerate(struct.iter_unpack("<Q", data)):
-                    if w in self.vtables:
-                        headers[base + 8 * i - self.vt_off] = self.vtables[w]
+        hits, self.scanned = scan(r, self.ranges(), [self])
+        return self.roots(r, hits[0])
+
+    def roots(self, r: Reflector, hits: dict[int, str]) -> list[Root]:
         roots = []
-        for header, cell in sorted(headers.items()):
+        for header, cell in sorted(hits.items()):
             root = self._root(r, header, cell)
             if root is not None:
                 roots.append(root)
@@ -137,7 +136,36 @@ class TokioAdapter:
         if v is None or v.name != "Running" or not v.fields:
             return None  # finished or consumed: not pending
         fut = v.fields[0]
+        from .describers import unwrap
+
+        faddr, ftype = unwrap(r, addr + fut.offset, fut.type_name)  # trace::Root<F> (task dumps) ...
         tid = r.mem.word(header + core.offset + tid_f.offset) if tid_f is not None else None
         label = f"tokio#{tid}" if tid is not None else ""
-        return Root(addr + fut.offset, fut.type_name, label, "tokio runtime",
-                    header=f"spawned task, header 0x{header:x}")
+        at = spawn_location(r, header + core.offset, core.type_name)
+        return Root(faddr, ftype, label, "tokio runtime",
+                    header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""))
+
+
+def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:
+    """``Core.spawned_at: &'static Location`` (tokio >= 1.46 built with ``tokio_unstable``):
+    ``file:line:col`` of the ``spawn`` call, or None when the layout has no such field."""
+    core_t = r.type(core_type)
+    f = core_t.field("spawned_at") if core_t is not None else None
+    p = r.mem.word(core_addr + f.offset) if f is not None else None
+    t = r.type(r.type(f.type_name).pointee or "") if f is not None and r.type(f.type_name) else None
+    fields = {x.name: x for x in t.fields} if t is not None else {}
+    if not p or not {"file", "line", "col"} <= set(fields):
+        return None
+    ft = r.type(fields["file"].type_name)
+    data_f = ft.field("data_ptr") if ft is not None else None
+    len_f = ft.field("length") if ft is not None else None
+    if data_f is None or len_f is None:
+        return None
+    data = r.mem.word(p + fields["file"].offset + data_f.offset)
+    n = r.mem.word(p + fields["file"].offset + len_f.offset)
+    line = r.mem.u(p + fields["line"].offset, 4)
+    col = r.mem.u(p + fields["col"].offset, 4)
+    name = r.mem.read(data, n) if data and n is not None and 0 < n < 4096 else None
+    if name is None or line is None or col is None:
+        return None
+    return f"{name.decode(errors='replace')}:{line}:{col}"

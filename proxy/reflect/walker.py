@@ -26,7 +26,7 @@ from .memory import BlockReader, Budget, ReadMemory
 MAX_DEPTH = 48
 MAX_NODES = 2000
 
-_MUTEX_GUARD = re.compile(r"tokio::sync::mutex::(Owned)?MutexGuard<")
+_MUTEX_GUARD = re.compile(r"tokio::sync::mutex::(Owned)?MutexGuard<|async_lock::mutex::MutexGuard<")
 _MUTEX_LOCK = re.compile(r"tokio::sync::mutex::\{impl#\d+\}::lock(<.*>)?$")
 _ENV_RE = re.compile(r"::\{(async_fn|async_block|async_closure|coroutine)_env#(\d+)\}")
 
@@ -167,7 +167,7 @@ class Reflector:
         for m in locals_:
             if _MUTEX_GUARD.match(m.type_name):
                 t = self.type(m.type_name)
-                f = t.field("lock") if t is not None else None
+                f = (t.field("lock") or t.field("__0")) if t is not None else None  # async-lock: MutexGuard(&Mutex)
                 p = self.mem.word(addr + m.offset + f.offset) if f is not None else None
                 if p:
                     node.holds.append(p)

@@ -4,8 +4,9 @@
 //! * `holder` keeps a `tokio::sync::Mutex` locked while it sleeps, `waiter` waits for it;
 //! * `receiver` waits on an mpsc channel, `oneshot_waiter` on a oneshot.
 //! Built with `--cfg tokio_unstable --cfg tokio_taskdump`, `run` prints
-//! `Handle::dump()` (every task's trace, between `==dump==` and `==end==`)
-//! before it stops at the `dumped` marker; other builds print nothing there.
+//! `Handle::dump()` (every task's trace, between `==dump==` and `==end==`;
+//! into the file `$TK_DUMP_FILE` names, if set) before it stops at the
+//! `dumped` marker; other builds print nothing there.
 //!
 //! Usage: `tk_dump [ct|mt]` (default ct; mt: 2 workers).
 
@@ -72,11 +73,15 @@ async fn oneshot_waiter(rx: oneshot::Receiver<u64>) -> u64 {
 #[cfg(tokio_taskdump)]
 async fn dump() {
     let dump = tokio::runtime::Handle::current().dump().await; // await: dump -> dump
-    println!("==dump==");
+    let mut text = String::from("==dump==\n");
     for task in dump.tasks().iter() {
-        println!("TASK\n{}", task.trace());
+        text += &format!("TASK\n{}\n", task.trace());
     }
-    println!("==end==");
+    text += "==end==\n";
+    match std::env::var_os("TK_DUMP_FILE") {
+        Some(path) => std::fs::write(path, text).expect("write the dump"),
+        None => print!("{text}"),
+    }
 }
 
 #[cfg(not(tokio_taskdump))]

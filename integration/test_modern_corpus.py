@@ -1,0 +1,94 @@
+"""Today's Rust: the modern corpus (tokio 1.43 / 1.53, hyper, axum, async-std, smol, futures'
+executor; integration/corpus_modern) through real gdb -> asyncrsp -> gdbserver.
+
+For each program at its marker, `monitor async tree` must name every pending future its
+source says is there, down to the leaf, with `.await` lines: the expected tree kept beside
+the source (`<program>.tree`, format in integration/harness/expected_tree.py). Two ways:
+
+* capture on (observed polls; the gdbserver runs the program from the start);
+* attach: the program runs alone until it is parked, then gdbserver attaches (the proxy
+  came late, nothing planted: `--mode off`), and the runtime adapters chosen by layout find
+  the spawned tasks in memory.
+
+The default run covers each program in debug + current-thread with capture on and in
+release + multi-thread attached; ASYNCRSP_MODERN_FULL=1 runs every combination (debug and
+release, ct and mt, both ways). The crates come from Debian trixie / sid
+(`bash scripts/fetch-crates trixie|sid`): without them the tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration" / "corpus"))
+
+import build  # noqa: E402
+import markers  # noqa: E402
+
+from integration.harness import expected_tree  # noqa: E402
+from integration.test_await_graph import ask, section, session  # noqa: E402
+from integration.test_reflection import attached  # noqa: E402
+
+MARKER = {"tk_dump": "dumped", "tk_sync": "parked", "hyper_svc": "requested", "axum_svc": "requested",
+          "astd": "parked", "smol_app": "parked", "fut_exec": "parked"}
+ONE_FLAVOUR = {"astd", "fut_exec"}  # async-std's global executor; LocalPool: one thread only
+# futures' LocalPool keeps its tasks in a FuturesUnordered with no static task vtable: no
+# adapter finds them in a program attached late (capture on sees them poll).
+NO_ADAPTER = {"fut_exec"}
+FULL = os.environ.get("ASYNCRSP_MODERN_FULL") == "1"
+
+
+def _cases() -> list:  # type: ignore[type-arg]
+    out = []
+    for rel in ("trixie", "sid"):
+        for program in build.MODERN_PROGRAMS[rel]:
+            for kind in ("debug", "release"):
+                for rt in ("ct",) if program in ONE_FLAVOUR else ("ct", "mt"):
+                    for how in ("capture", "attach"):
+                        if how == "attach" and program in NO_ADAPTER:
+                            continue
+                        default = (kind, rt, how) in (("debug", "ct", "capture"), ("release", "mt", "attach")) or (
+                            program in ONE_FLAVOUR and (kind, how) == ("release", "attach"))
+                        if FULL or default:
+                            out.append(pytest.param(f"{rel}-{kind}", program, rt, how,
+                                                    id=f"{rel}-{kind}-{program}-{rt}-{how}"))
+    return out
+
+
+def binary(config: str, program: str) -> Path:
+    skip = build.skip_reason(config)
+    if skip is not None:
+        pytest.skip(str(skip))
+    return build.binary(config, program)
+
+
+def expected(program: str) -> list:  # type: ignore[type-arg]
+    src = markers.program_sources(program)[0]
+
+    def lines(parent: str, child: str) -> list[int]:
+        return [m.line for m in markers.await_markers(program) if m.parent == parent and m.child == child]
+
+    return expected_tree.load(src.with_suffix(".tree"), lines)
+
+
+def tree_of(config: str, program: str, rt: str, how: str) -> str:
+    prog = binary(config, program)
+    if how == "capture":
+        path, line = markers.breakpoint_markers(program)[MARKER[program]]
+        out = session(prog, [rt], [f"break {path.name}:{line}", "continue", *ask("tree")])
+    else:
+        out = attached(prog, [rt], f"{program} ready", ask("tree"), ["--mode", "off"])
+    return section(out, "tree")
+
+
+@pytest.mark.parametrize("config,program,rt,how", _cases())
+def test_tree_names_every_pending_future(config: str, program: str, rt: str, how: str) -> None:
+    want = expected(program)
+    tree = tree_of(config, program, rt, how)
+    missing = expected_tree.missing(want, tree)
+    assert not missing, "\n".join(missing) + "\n--- tree:\n" + tree
