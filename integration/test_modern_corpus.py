@@ -34,7 +34,7 @@ from integration.harness import expected_tree  # noqa: E402
 from integration.test_await_graph import ask, section, session  # noqa: E402
 from integration.test_reflection import attached  # noqa: E402
 
-MARKER = {"tk_dump": "dumped", "tk_sync": "parked", "hyper_svc": "requested", "axum_svc": "requested",
+MARKER = {"stuck": "stuck_ready", "tk_dump": "dumped", "tk_sync": "parked", "hyper_svc": "requested", "axum_svc": "requested",
           "astd": "parked", "smol_app": "parked", "fut_exec": "parked"}
 ONE_FLAVOUR = {"astd", "fut_exec"}  # async-std's global executor; LocalPool: one thread only
 # futures' LocalPool keeps its tasks in a FuturesUnordered with no static task vtable: no
