@@ -436,6 +436,11 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
                 print(f"{how:16} {i + 1:5} events {r.events or 0:,} lost {r.lost:,} "
                       + "; ".join(r.extra.values()))
                 continue
+            if how == "console" and r.top is not None and r.requests:
+                p, b = r.top
+                print(f"{how:16} {i + 1:5} {r.requests:9,} {p:9,} {p / r.requests:9.3f} {'(the reference)':>16} "
+                      f"{b / p if p else 0:8.2f}us")
+                continue
             ref: tuple[int, float] | None = r.own
             ref_req = r.requests
             if ref is None and i < len(console) and console[i].top is not None:

@@ -1,0 +1,92 @@
+"""Builds the server benchmark's axum service (bench/server) from Debian sid's crates.
+
+    python bench/server/build_server.py [--config release|debug] [--variant bare|console]
+
+Two variants of the same service, each in its own cargo target dir under
+``integration/build/bench-server/``: ``bare`` and ``console`` (the
+``console`` feature: console-subscriber, with ``--cfg tokio_unstable`` as
+tokio-console asks). Crates come from ``bash scripts/fetch-crates sid`` (or
+the directory in ``ASYNCRSP_SID_REGISTRY``), offline, through cargo's
+``--config`` source replacement: nothing is fetched from crates.io.
+Returns (bare axum_server, console axum_server); ``console_stats`` is built
+with the console variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+OUT = ROOT / "integration" / "build" / "bench-server"
+CARGO = Path.home() / ".cargo" / "bin" / "cargo"
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def sid_registry() -> str:
+    env = os.environ.get("ASYNCRSP_SID_REGISTRY")
+    if env:
+        return env
+    script = ROOT / "scripts" / "fetch-crates"
+    if not script.exists():
+        raise BuildError("sid crates: scripts/fetch-crates is missing and ASYNCRSP_SID_REGISTRY is not set")
+    res = subprocess.run(["bash", str(script), "sid"], capture_output=True, text=True, check=False)
+    lines = res.stdout.strip().splitlines()
+    if res.returncode != 0 or not lines:
+        raise BuildError(f"scripts/fetch-crates sid failed: {res.stderr.strip()[-300:]}")
+    return lines[-1]
+
+
+def build(config: str = "release", variant: str = "bare", jobs: int = 2) -> Path:
+    """The variant's target dir after `cargo build` (a warm build is cargo's no-op)."""
+    target = OUT / f"{variant}-target"
+    env = dict(os.environ)
+    argv = [str(CARGO if CARGO.exists() else "cargo"), "build", "--offline", "-j", str(jobs),
+            "--manifest-path", str(HERE / "Cargo.toml"), "--target-dir", str(target),
+            "--config", 'source.crates-io.replace-with="debian-sid"',
+            "--config", f'source.debian-sid.directory="{sid_registry()}"']
+    if config == "release":
+        argv.append("--release")
+    if variant == "console":
+        argv += ["--features", "console"]
+        env["RUSTFLAGS"] = (env.get("RUSTFLAGS", "") + " --cfg tokio_unstable").strip()
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise BuildError(f"cargo build ({config}, {variant}) failed:\n{res.stderr[-2000:]}")
+    return target / ("release" if config == "release" else "debug")
+
+
+def build_server(config: str = "release") -> tuple[Path, Path]:
+    return build(config, "bare") / "axum_server", build(config, "console") / "axum_server"
+
+
+def console_stats(config: str = "release", addr: str = "http://127.0.0.1:6669") -> str:
+    """console-subscriber's own per-task figures (`console_stats` output)."""
+    prog = build(config, "console") / "console_stats"
+    res = subprocess.run([str(prog), addr], capture_output=True, text=True, timeout=60, check=False)
+    return res.stdout + (f"console_stats failed: {res.stderr.strip()[-300:]}" if res.returncode else "")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", choices=["release", "debug"], default="release")
+    ap.add_argument("--variant", choices=["bare", "console"], action="append")
+    args = ap.parse_args()
+    try:
+        for v in args.variant or ["bare", "console"]:
+            print(build(args.config, v))
+    except BuildError as err:
+        print(f"build_server: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
