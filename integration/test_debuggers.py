@@ -7,7 +7,9 @@ proxy runs on the host (integration/harness/debuggers.py). The host's gdb
 The whole newer-debugger matrix is its own command, ``bash
 scripts/test-debuggers`` (``ASYNCRSP_DEBUGGERS=full``); the default suite
 runs one transparency case and one await-graph case per newer gdb and lldb
-(``ASYNCRSP_DEBUGGERS=none``: none). Without the chroots every case skips
+(``ASYNCRSP_DEBUGGERS=none``: none). Measured with ``bash scripts/test-debuggers
+--host`` at load 13-15 on 2 cores: trixie 49 passed, 21 skipped in 342 s;
+sid 49 passed, 21 skipped in 289 s (the skips: the pairs below). Without the chroots every case skips
 and says how to build them.
 """
 
@@ -21,9 +23,8 @@ import pytest
 
 from integration import test_await_graph as await_graph
 from integration.harness import debuggers, matrix
-from integration.harness.scenarios import Scenario
 from integration.harness.lldb import lldb_batch
-from integration.harness.scenarios import run_session
+from integration.harness.scenarios import Scenario, run_session
 from integration.harness.stubs import start_proxy, start_stub
 from integration.test_transparency import BROKEN_SIGNS, check_transparent
 
@@ -64,7 +65,7 @@ def broken_reason(release: str, client: str, stub: str, scenario: str) -> str | 
 # themselves (5 of 5 runs here; lldb-server 14 exits first), and after a
 # detach the program's output is lost with lldb-server's pty: nothing would
 # show that it ran to its end. Detached from these, it runs long enough
-# (10^8 calls, ~0.3 s) to outlive lldb-server and become ours (subreaper):
+# (10^8 calls, ~0.4 s) to outlive lldb-server and become ours (subreaper):
 # its exit status is read.
 LONG_DETACH = dataclasses.replace(matrix.DETACH, args=("100000000",),
                                   program_output=r"sum=10000000000000000 calls=100000000")
