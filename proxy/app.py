@@ -188,12 +188,17 @@ _TASKS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
 
 
 def task_threads(session: Session, read: Callable[[int, int], bytes | None],
-                 threads: dict[int, bytes]) -> tuple[list[object], object, int]:
-    """The live tasks at this stop for task threads (proxy.threads.adapter)."""
+                 thread_registers: Callable[[], dict[int, bytes] | None]) -> tuple[list[object], object, int]:
+    """The live tasks at this stop for task threads (proxy.threads.adapter).
+    thread_registers(): every thread's `g` reply, None until the session has read them
+    (it reads them and asks again)."""
     from proxy.threads.adapter import TaskSource
 
     src = _reflect_source(session, session.engine)
-    if src is None:
+    if src is None or not getattr(src, "inventory").layouts:  # no coroutine: no task
+        return [], None, 0
+    threads = thread_registers()
+    if threads is None:
         return [], None, 0
     ts = _TASKS.get(session)
     if not isinstance(ts, TaskSource) or ts.src is not src:

@@ -154,10 +154,17 @@ class TaskThreadHooks(SessionBase):
         fn = self.config.task_threads
         assert fn is not None
         yield from self._before_reflection()
-        threads = yield from self._read_thread_registers()
-        stop = self.current_thread()
-        template = threads.get(stop) if stop is not None else None
-        template = template or next(iter(threads.values()), b"")
+        # The threads' registers are read only when the tasks are looked for (a program
+        # without coroutines costs nothing more at a stop: the matrix's C programs under lldb
+        # met their interrupt at another moment when each stop took 0.2 s longer).
+        threads: dict[int, bytes] | None = None
+        wants_threads = False
+
+        def thread_registers() -> dict[int, bytes] | None:
+            nonlocal wants_threads
+            wants_threads = threads is None
+            return threads
+
         cache: dict[tuple[int, int], bytes | None] = {}
         tasks, shape, end_ra = [], None, 0
         for _ in range(PASSES):
@@ -172,19 +179,27 @@ class TaskThreadHooks(SessionBase):
                 return None
 
             try:
-                tasks, shape, end_ra = fn(self, read, threads)
+                tasks, shape, end_ra = fn(self, read, thread_registers)
             except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
                 from proxy.session.actions import Notice
 
                 self._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
                 tasks, shape, end_ra = [], None, 0
                 break
+            if wants_threads and threads is None:
+                threads = yield from self._read_thread_registers()
+                continue
             if not missing:
                 break
             wanted = list(dict.fromkeys(missing))[:READS_PER_PASS]
             replies = yield Exchange(tuple(b"m%x,%x" % k for k in wanted))
             for key, rep in zip(wanted, replies):
                 cache[key] = memory_bytes(rep)
+        if tasks and threads is None:
+            threads = yield from self._read_thread_registers()
+        stop = self.current_thread()
+        template = (threads or {}).get(stop) if stop is not None else None
+        template = template or next(iter((threads or {}).values()), b"")
         view.set_tasks(tasks, template, shape, end_ra)
 
     if TYPE_CHECKING:  # provided by proxy.session.queries.Queries
