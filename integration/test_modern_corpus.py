@@ -19,6 +19,7 @@ release, ct and mt, both ways). The crates come from Debian trixie / sid
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -92,3 +93,18 @@ def test_tree_names_every_pending_future(config: str, program: str, rt: str, how
     tree = tree_of(config, program, rt, how)
     missing = expected_tree.missing(want, tree)
     assert not missing, "\n".join(missing) + "\n--- tree:\n" + tree
+
+
+def test_spawn_location_where_tokio_records_it() -> None:
+    """tokio >= 1.46 built with tokio_unstable keeps each task's spawn location in its
+    Core (`spawned_at`): the adapter's task line shows it (tokio 1.53, attached late)."""
+    prog = binary("sid-unstable-debug", "tk_dump")
+    src = markers.program_sources("tk_dump")[0]
+    line = next(i for i, text in enumerate(src.read_text().splitlines(), 1) if "tokio::spawn(foo())" in text)
+    out = attached(prog, ["ct"], "tk_dump ready", ask("tree"), ["--mode", "off"])
+    tree = section(out, "tree")
+    head = next((h for h in tree.splitlines() if h.startswith("task tokio#") and "tk_dump::foo" in h), "")
+    assert re.search(rf"spawned at \S*tk_dump\.rs:{line}:\d+", head), tree
+    # without tokio_unstable (the same tokio) nothing is recorded, nothing is shown
+    out = attached(binary("sid-debug", "tk_dump"), ["ct"], "tk_dump ready", ask("tree"), ["--mode", "off"])
+    assert "spawned at" not in section(out, "tree")

@@ -138,6 +138,8 @@ CONFIGS: dict[str, Config] = {
           for rel in MODERN_PROGRAMS for kind in ("debug", "release")),
         *(Config(f"trixie-dump-{kind}", "new", release=kind == "release", crates="trixie",
                  rustflags=TASKDUMP_FLAGS) for kind in ("debug", "release")),
+        # tokio 1.53 with tokio_unstable: the spawn location each task records (>= 1.46)
+        Config("sid-unstable-debug", "new", release=False, crates="sid", rustflags=("--cfg", "tokio_unstable")),
     )
 }
 

@@ -154,15 +154,15 @@ def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:
     p = r.mem.word(core_addr + f.offset) if f is not None else None
     t = r.type(r.type(f.type_name).pointee or "") if f is not None and r.type(f.type_name) else None
     fields = {x.name: x for x in t.fields} if t is not None else {}
-    if not p or not {"file", "line", "col"} <= set(fields):
+    file_f = fields.get("file") or fields.get("filename")  # &str; rustc >= 1.9x: NonNull<str>
+    if not p or file_f is None or not {"line", "col"} <= set(fields):
         return None
-    ft = r.type(fields["file"].type_name)
-    data_f = ft.field("data_ptr") if ft is not None else None
-    len_f = ft.field("length") if ft is not None else None
-    if data_f is None or len_f is None:
-        return None
-    data = r.mem.word(p + fields["file"].offset + data_f.offset)
-    n = r.mem.word(p + fields["file"].offset + len_f.offset)
+    from .describers import _find_field
+
+    data_at = _find_field(r, file_f.type_name, "data_ptr")  # the str fat pointer: (data_ptr, length)
+    len_at = _find_field(r, file_f.type_name, "length")
+    data = r.mem.word(p + file_f.offset + (data_at[0] if data_at else 0))
+    n = r.mem.word(p + file_f.offset + (len_at[0] if len_at else 8))
     line = r.mem.u(p + fields["line"].offset, 4)
     col = r.mem.u(p + fields["col"].offset, 4)
     name = r.mem.read(data, n) if data and n is not None and 0 < n < 4096 else None
