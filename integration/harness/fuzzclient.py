@@ -130,7 +130,7 @@ class Link:
     def request(self, body: bytes) -> bytes:
         """Send, read the reply (console `O` packets of a monitor command skipped)."""
         self.send(body)
-        for _ in range(1000):
+        for _ in range(1 << 20):
             reply = self.read_packet()
             if body.startswith(b"qRcmd,") and reply[:1] == b"O" and reply != b"OK":
                 continue
@@ -744,6 +744,12 @@ def run(packets: int, seed: int, *, straight: bool = False, capture: str = "auto
         stub.output.join(5)
         alive = stub.proc.poll() is None
         if code is None and pid:
+            try:  # what the program was doing when it did not finish (for the report)
+                state = next((ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+                              if ln.startswith("State:")), "")
+                fz.fig.crash = fz.fig.crash or f"the program did not exit after the detach ({state.strip()})"
+            except OSError:
+                pass
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

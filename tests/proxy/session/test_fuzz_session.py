@@ -13,7 +13,7 @@ it closes nothing more is fed (the shell stops). A drain-asking capture
 integration/) and a probe make hidden stops and drains happen.
 
 Cases: 300 machines x up to 60 steps (about 15,000 steps) per suite run;
-ASYNCRSP_FUZZ_SESSION_EXAMPLES raises it (20,000 machines measured, see
+ASYNCRSP_FUZZ_SESSION_EXAMPLES raises it (a longer run's figures:
 docs/safety.md).
 """
 

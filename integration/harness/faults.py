@@ -1,0 +1,191 @@
+"""Faults at any moment (scripts/fault-campaign, integration/test_fault_campaign.py).
+
+The multi-thread tokio benchmark runs on its own; gdbserver attaches to it
+(``--once --attach``), the proxy sits in front with one capture backend, and
+a raw client lets the program run (``vCont;c``) - or asks for a stop and a
+`monitor async tasks` now and then. At a random moment one of the three is
+SIGKILLed:
+
+* the proxy: gdbserver loses its client and detaches, taking its
+  breakpoints and trace points out; the kernel takes the uprobes out with the
+  proxy's links. The program must run to its normal exit with its right
+  result, with no int3 left in its code;
+* the client: the proxy takes its probes out, says why it ends, and exits;
+  the program runs to its normal exit, no int3 left;
+* the stub: the proxy says the stub is gone and exits (the program's fate is
+  gdbserver's: reported, not judged).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from integration.harness.fuzzclient import Link, Gone, Hang, stray_int3
+from integration.harness.stubs import OutputPump, kill_tree, spawn_proxy
+
+AT_ENTRY = 9
+
+
+def _bias(pid: int, prog: Path) -> int:
+    from elftools.elf.elffile import ELFFile
+
+    data = Path(f"/proc/{pid}/auxv").read_bytes()
+    entry = next(int.from_bytes(data[i + 8:i + 16], "little") for i in range(0, len(data) - 15, 16)
+                 if int.from_bytes(data[i:i + 8], "little") == AT_ENTRY)
+    with open(prog, "rb") as fh:
+        return entry - ELFFile(fh).header["e_entry"]
+
+
+@dataclass
+class Outcome:
+    backend: str
+    victim: str
+    delay: float
+    program_exit: int | None
+    program_ok: bool
+    stray: int
+    proxy_exit: int | None
+    proxy_said: str
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        if self.victim == "stub":
+            return self.proxy_exit is not None and "stub" in self.proxy_said
+        clean_proxy = self.victim == "proxy" or (self.proxy_exit is not None and "Traceback" not in self.proxy_said)
+        return self.program_exit == 0 and self.program_ok and self.stray == 0 and clean_proxy
+
+
+def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 3000) -> Outcome:
+    bench = subprocess.Popen([str(prog), str(iterations), "mt"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+    out = OutputPump(bench.stdout)
+    gs = subprocess.Popen(["gdbserver", "--once", "--attach", "127.0.0.1:0", str(bench.pid)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                          start_new_session=True)
+    gout = OutputPump(gs.stdout)
+    px = None
+    link = None
+    delay = rng.uniform(0.05, 2.0)
+    note = ""
+    try:
+        m = gout.wait_for(re.compile(rb"Listening on port (\d+)"), 15)
+        if not m:
+            raise RuntimeError(f"gdbserver did not attach: {gout.text()!r}")
+        px = spawn_proxy(f"127.0.0.1:{m.group(1).decode()}", extra=["--capture", backend])
+        link = Link(px.address, 30)
+        link.request(b"qSupported:multiprocess+;swbreak+;hwbreak+;fork-events+;vContSupported+")
+        link.request(b"?")
+        link.send(b"vCont;c")
+        t0 = time.monotonic()
+        deadline = t0 + delay
+        # now and then a stop, a graph question and a continue before the fault
+        while time.monotonic() < deadline:
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+            if rng.random() < 0.3 and time.monotonic() < deadline:
+                link.send_raw(b"\x03")
+                link.read_packet()
+                link.request(b"qRcmd," + b"async tasks".hex().encode())
+                link.send(b"vCont;c")
+    except (Gone, Hang, RuntimeError, OSError) as err:
+        note = f"before the fault: {err}"
+    try:
+        if victim == "proxy" and px is not None:
+            os.killpg(px.proc.pid, signal.SIGKILL)
+        elif victim == "client" and link is not None:
+            link.close()
+        elif victim == "stub":
+            os.killpg(gs.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proxy_exit = None
+    if px is not None:
+        try:
+            proxy_exit = px.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            note += " the proxy did not exit"
+    try:
+        gs.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        note += " gdbserver did not exit"
+    stray = 0
+    if bench.poll() is None:
+        try:
+            stray = len(stray_int3(bench.pid, prog, _bias(bench.pid, prog)))
+        except (OSError, StopIteration):
+            pass
+    try:
+        code = bench.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        code = None
+        bench.kill()
+    out.join(5)
+    said = ""
+    if px is not None:
+        px.close()
+        said = px.stderr_text()
+    kill_tree(gs)
+    ok = "check=ok" in out.text()
+    return Outcome(backend, victim, delay, code, ok, stray, proxy_exit, said, note)
+
+
+def campaign(prog: Path, backends: list[str], victims: list[str], runs: int, seed: int,
+             progress=None) -> list[Outcome]:  # type: ignore[no-untyped-def]
+    rng = random.Random(seed)
+    out = []
+    for backend in backends:
+        for victim in victims:
+            for _ in range(runs):
+                o = one(prog, backend, victim, rng)
+                out.append(o)
+                if progress is not None:
+                    progress(o)
+    return out
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    lines = []
+    keys = sorted({(o.backend, o.victim) for o in outcomes})
+    for b, v in keys:
+        group = [o for o in outcomes if (o.backend, o.victim) == (b, v)]
+        bad = [o for o in group if not o.ok]
+        exits = sum(o.program_exit == 0 and o.program_ok for o in group)
+        strays = sum(o.stray for o in group)
+        lines.append(f"  {b:12s} {v:6s} kill: {len(group)} runs, {len(bad)} failed; program exit 0 with check=ok "
+                     f"in {exits}; stray int3 {strays}")
+        for o in bad[:3]:
+            said = o.proxy_said.strip().splitlines()[-1:] if o.proxy_said else []
+            lines.append(f"    FAILED at {o.delay:.2f} s: program exit {o.program_exit} ok={o.program_ok} "
+                         f"stray={o.stray} proxy exit {o.proxy_exit} {said} {o.note}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:  # pragma: no cover - scripts/fault-campaign
+    import argparse
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "corpus"))
+    import build  # type: ignore[import-not-found]
+
+    ap = argparse.ArgumentParser(prog="fault-campaign")
+    ap.add_argument("--runs", type=int, default=10, help="runs per backend and victim")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--backends", default="breakpoints,tracepoints,uprobes")
+    ap.add_argument("--victims", default="proxy,client,stub")
+    a = ap.parse_args(argv)
+    prog = build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")]
+    t0 = time.monotonic()
+    res = campaign(prog, a.backends.split(","), a.victims.split(","), a.runs, a.seed,
+                   progress=lambda o: print(f"  {o.backend} {o.victim} at {o.delay:.2f} s: "
+                                            f"{'ok' if o.ok else 'FAILED'}", flush=True))
+    bad = sum(not o.ok for o in res)
+    print(f"fault-campaign seed={a.seed}: {len(res)} runs in {time.monotonic() - t0:.0f} s, {bad} failed")
+    print(summary(res))
+    return 1 if bad else 0
