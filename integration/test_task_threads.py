@@ -265,4 +265,4 @@ def test_transparent_with_task_threads(sc, client: str, stub: str, programs, req
     transcript as without the proxy."""
     from integration.test_transparency import check_transparent
 
-    check_transparent(sc, client, stub, programs, request, proxy_extra=("--capture", "breakpoints", "--task-threads", *__import__("os").environ.get("TT_EXTRA", "").split()))
+    check_transparent(sc, client, stub, programs, request, proxy_extra=("--capture", "breakpoints", "--task-threads"))
