@@ -202,6 +202,9 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         # After a detach or kill, or once the program exited, gdbserver without
         # --once quits when the client goes, unless in extended mode (`!`).
         keep_stub = keep_stub and (self._extended or not (self._left or self._program_exited))
+        # In non-stop mode the threads run on with nobody to hear their stops:
+        # the proxy takes its probes out and ends, as with --once.
+        keep_stub = keep_stub and not self.non_stop
         self._closing = True
         self._keep_stub = keep_stub
         self._client_queue.clear()
@@ -239,6 +242,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         the capture are as the last client left them."""
         self._closing = self._keep_stub = self._left = False
         self._client_queue.clear()
+        self._ns_queue.clear()
+        self._ns_notified = False
         self.client_features = []
         self.client_g_thread = None
         self._resume = None

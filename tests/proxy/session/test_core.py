@@ -381,3 +381,29 @@ def test_extended_restart_gets_no_reply_and_plants_again() -> None:
     assert bodies(d.client(b"?"), ToStubRaw) == [frame(b"?")]  # not queued
     d.stub(stop_at(0x2000))
     assert d.client(b"vCont;c:p3a4d.-1") == [ToStub(f"Z0,{PROBE:x},1".encode())]
+
+
+def test_hang_up_keeps_the_stub_only_in_all_stop_while_the_program_lives() -> None:
+    """A stub that takes another client (gdbserver without --once): a client
+    that just hangs up leaves program, probes and capture for the next one;
+    in non-stop mode (threads would run on unheard) the proxy leaves as with
+    --once: its probes go out first."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000))
+    d.s.take_actions()
+    d.s.client_closed(keep_stub=True)
+    assert d.s.take_actions() == [Close("client disconnected", keep_stub=True)]
+    d.s.client_reconnected()
+    assert d.client(b"vCont;c:p3a4d.-1") == [ToStubRaw(frame(b"vCont;c:p3a4d.-1"))]  # planted already
+    n = Driver()
+    n.client(b"QNonStop:1")
+    n.stub(b"OK")
+    n.client(b"vCont;c:p3a4d.-1")
+    n.stub(b"OK")
+    n.stub(b"OK")
+    n.s.take_actions()
+    n.s.client_closed(keep_stub=True)
+    acts = n.s.take_actions()
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]
+    assert not any(isinstance(a, Close) and a.keep_stub for a in acts)
