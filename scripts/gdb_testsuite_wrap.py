@@ -56,7 +56,9 @@ def wrap(run_dir: str, proxy_args: list[str], gdbserver: str, args: list[str]) -
     if os.environ.get("GDB_TESTSUITE_PACKETS"):  # for diagnosis: every byte each proxy exchanged
         extra += ["--log-packets", os.path.join(run_dir, f"packets-{os.getpid()}.log")]
     env = dict(os.environ, PYTHONPATH=ROOT)
-    for k in ("LD_LIBRARY_PATH", "TCLLIBPATH"):
+    # PYTHONDONTWRITEBYTECODE (set in some sandboxes) would make each of the
+    # 93 proxies compile the modules changed since the last bytecode again.
+    for k in ("LD_LIBRARY_PATH", "TCLLIBPATH", "PYTHONDONTWRITEBYTECODE"):
         env.pop(k, None)
     argv = [os.environ.get("GDB_TESTSUITE_PYTHON", sys.executable), "-m", "proxy.cli", "serve", "--listen", f"{host}:{m.group('port')}",
             "--upstream", f"127.0.0.1:{private}", *extra]
