@@ -108,3 +108,22 @@ def test_spawn_location_where_tokio_records_it() -> None:
     # without tokio_unstable (the same tokio) nothing is recorded, nothing is shown
     out = attached(binary("sid-debug", "tk_dump"), ["ct"], "tk_dump ready", ask("tree"), ["--mode", "off"])
     assert "spawned at" not in section(out, "tree")
+
+
+@pytest.mark.parametrize("program", ["smol_app", "astd"])
+def test_ps_tree_of_a_running_async_task_program(program: str) -> None:
+    """`asyncrsp tree PID` (the program copied while stopped, no debugger) finds async-task's
+    tasks through the same adapters: the expected tree of a smol / async-std program."""
+    import subprocess
+
+    prog = binary("trixie-debug", program)
+    p = subprocess.Popen([str(prog)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert p.stdout is not None and f"{program} ready" in p.stdout.readline()
+        out = subprocess.run([sys.executable, "-m", "proxy", "tree", str(p.pid)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300, check=False)
+    finally:
+        p.kill()
+        p.wait()
+    missing = expected_tree.missing(expected(program), out.stdout)
+    assert not missing, "\n".join(missing) + "\n--- tree:\n" + out.stdout + out.stderr

@@ -12,7 +12,7 @@ from proxy.analysis.inventory import build_inventory
 from proxy.analysis.model import Inventory
 from proxy.reflect import ReflectSource
 from proxy.reflect.source import make_source
-from proxy.reflect.tokio_adapter import TokioAdapter
+from proxy.reflect.adapters import choose
 
 from .image import AT_ENTRY, ProgramImage
 
@@ -76,16 +76,16 @@ def library_entry(image: ProgramImage):  # type: ignore[no-untyped-def]
 
 
 def attach_image(src: ReflectSource, image: ProgramImage) -> ReflectSource:
-    """Point a source at one image: its clock, the tokio adapter over its memory,
+    """Point a source at one image: its clock, the runtime adapters over its memory,
     the libraries' unwind tables for threads stopped in them."""
     finder = src.stacks() if src.stacks is not None else None
     if finder is not None:
         finder.enter = library_entry(image)
     clock = image.extra.get("clock_ns")
     src.now_ns = (lambda: clock) if isinstance(clock, int) else None
-    adapter = TokioAdapter(src.inventory, src.bias, None, False, ranges=image.heap_ranges)
-    src.discover = adapter.discover
-    src.note = f"tokio adapter off: {adapter.note}" if adapter.note else None
+    found = choose(src.inventory, src.bias, None, False, "auto", ranges=image.heap_ranges)
+    src.discover = found.discover if found.adapters else None
+    src.note = found.note
     return src
 
 
