@@ -148,24 +148,26 @@ def test_whole_run_graph(config: str, rt: str) -> None:
     """At the end of main: join, select, spawn, Box<dyn Future>, panic."""
     prog = _binary(config, "tokio_app")
     out = session(prog, [rt], [f"break {SRC}:{bp_line('main_done')}", "continue",
-                               *ask("tasks", "edges --completed", "stats")])
-    tasks = section(out, "tasks")
+                               *ask("tasks --all", "edges --completed", "stats")])
+    tasks = section(out, "tasks --all")
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^(#\d+)\s.*$", tasks, re.M)}
     by_fn: dict[str, list[str]] = {}
     for tid, row in rows.items():
         by_fn.setdefault(row.split()[-1], []).append(row)
-    # spawn: the spawned tasks are roots of their own
+    # spawn: the spawned tasks are tasks of their own (the table lists tasks, not the
+    # coroutines inside them), finished by now
     for spawned in ("tokio_app::worker", "tokio_app::panicker", "tokio_app::select_join"):
         assert spawned in by_fn, tasks
-        assert all(" root " in r for r in by_fn[spawned]), by_fn[spawned]
-    # the panic in a spawned task: Panicked, and later polls still parented right
+        done = r"\b(finished|panicked|unknown)\b" if config.startswith("old") else r"\b(finished|panicked)\b"
+        assert all(re.search(done, r) for r in by_fn[spawned]), by_fn[spawned]  # 1.63: see below
+    # the panic in a spawned task: panicked, and later polls still parented right
     if config.startswith("old"):
         # rustc 1.63: the analysis finds no `call _Unwind_Resume` exit in the
         # generator's resume function yet, so the panic is only seen as a
-        # missed exit (state Unknown). Known gap, reported in the issue notes.
-        assert re.search(r"Panicked|Unknown", by_fn["tokio_app::panicker"][0])
+        # missed exit (the task is dropped, not known to have panicked). Known gap.
+        assert re.search(r"panicked|finished|unknown", by_fn["tokio_app::panicker"][0])
     else:
-        assert "Panicked" in by_fn["tokio_app::panicker"][0]
+        assert "panicked" in by_fn["tokio_app::panicker"][0]
     done = section(out, "edges --completed")
     # join!(c(2), c(3)): two completed edges run -> c
     assert len(re.findall(r"tokio_app::run -> #\d+ tokio_app::c ", done)) >= 2, done
@@ -174,7 +176,7 @@ def test_whole_run_graph(config: str, rt: str) -> None:
     # Box<dyn Future>: the boxed coroutine b is run's child, at the .await of the box
     assert re.search(rf"tokio_app::run -> #\d+ tokio_app::b at \S+:{await_line('run', 'boxed')}", done), done
     # after the panic the same thread's polls are parented correctly
-    assert re.search(r"tokio_app::select_join::\{async_fn#0\} -> #\d+ tokio_app::c", done), done
+    assert re.search(r"tokio_app::select_join::\{async_block@\d+\} -> #\d+ tokio_app::c", done), done
     stats = section(out, "stats")
     if not config.startswith("old"):  # 1.63's panic is a missed exit (see above)
         assert re.search(r"exits missed \(recovered by sp\): 0;", stats), stats
@@ -184,9 +186,9 @@ def test_locals_match_what_the_program_prints() -> None:
     prog = _binary("debug", "tokio_app")
     # Second stop in c: a is suspended at its .await with x and label live.
     out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue",
-                                 *ask("tasks"), "monitor async locals #2", "echo ==end2==\\n"])
-    tasks = section(out, "tasks")
-    assert re.search(r"^#2\s.*tokio_app::a$", tasks, re.M), tasks
+                                 *ask("where #2"), "monitor async locals #2", "echo ==end2==\\n"])
+    where = section(out, "where #2")
+    assert re.match(r"#2 tokio_app::a \(0x[0-9a-f]+\): running on thread \d+ at \S+:\d+$", where), where
     locs = out.split("==end==", 1)[1]
     printed = subprocess.run([str(prog), "ct"], capture_output=True, text=True, timeout=60).stdout
     m = re.search(r"locals: x=(\d+) label=(\w+)", printed)
@@ -248,7 +250,7 @@ def test_mode_and_capture_switch_at_a_stop() -> None:
         f"break {SRC}:{bp_line('main_done')}", "continue",
         *ask("mode", "capture", "mode full"), "delete 1", "continue",
         *ask("bt", "mode off"), "delete 2", "continue",
-        *ask("stats", "tasks")], extra=["--mode", "off"])
+        *ask("stats", "edges --completed")], extra=["--mode", "off"])
     assert "mode: off" in section(out, "mode"), out[-3000:]
     capture = section(out, "capture")
     assert re.search(r"^  breakpoints: available$", capture, re.M), capture
@@ -258,8 +260,8 @@ def test_mode_and_capture_switch_at_a_stop() -> None:
     stats = section(out, "stats")
     assert re.search(r"capture switches: 2", stats), stats
     assert re.search(r"capture: none \(mode off\)", stats), stats
-    # the graph survived the switch: the tasks seen while capturing are still there
-    assert "tokio_app::c" in section(out, "tasks")
+    # the graph survived the switch: the awaits seen while capturing are still there
+    assert "tokio_app::c" in section(out, "edges --completed")
     assert "Breakpoint 3, " in out  # the program ran on to main_done: nothing stray was left
 
 

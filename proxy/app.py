@@ -112,6 +112,50 @@ def _reflect_source(session: Session, engine: object) -> object | None:
     return src if not isinstance(src, str) else None
 
 
+_SNAPSHOTS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
+_DOCS: weakref.WeakKeyDictionary[Session, tuple[object, dict[tuple[str, str], bytes]]] = weakref.WeakKeyDictionary()
+
+
+def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | None):  # type: ignore[no-untyped-def]
+    """The stop's snapshot (proxy.snapshot), built at most once per stop: the one model every
+    command, table and document renders. None when there is neither an engine nor a program
+    file to read memory with."""
+    from proxy.reflect import thread_regs
+    from proxy.snapshot import SnapshotInputs, SnapshotStore, build_snapshot
+
+    engine = session.engine
+    src = _reflect_source(session, engine)
+    if src is None and engine is None:
+        return None
+    store = _SNAPSHOTS.get(session)
+    if store is None:
+        store = _SNAPSHOTS[session] = SnapshotStore()
+    stopped = getattr(session, "_stopped", None)
+    key = (getattr(stopped, "serial", None), id(engine), engine.cursor_seq if engine is not None else None,
+           session.mode, id(src))
+    origin = "seen before" if session.mode == "off" else "observed"
+    notes = []
+    if session.mode == "off":
+        notes.append("note: mode off: tasks read from memory at this stop; observed ones are those seen before")
+
+    def build():  # type: ignore[no-untyped-def]
+        raw = session.monitor_threads() if session.monitor_threads is not None else None
+        threads = thread_regs(dict(raw or {}))
+        if src is not None:
+            inputs = SnapshotInputs.from_source(src, engine=engine, engine_origin=origin, threads=threads,
+                                                pcs=session.stop_pcs(), notes=notes)
+        else:
+            inputs = SnapshotInputs(inventory=engine.catalog.inventory, bias=engine.catalog.load_bias,
+                                    engine=engine, engine_origin=origin, pcs=session.stop_pcs(), notes=tuple(notes),
+                                    memory=False)
+        return build_snapshot(inputs, read, stop=key[0] or 0)
+
+    missed = session.monitor_missed or (lambda: False)
+    if read is None:
+        return build()
+    return store.get(key, build, missed)  # type: ignore[attr-defined]
+
+
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
     cap = session.capture
     engine = session.engine
@@ -122,6 +166,14 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         note = note or f"poll capture is off (mode {session.mode})"
     elif engine is None and note is None:
         note = "the program has not run under the proxy yet (no probes planted)"
+    made: list[object] = []
+
+    def snapshot():  # type: ignore[no-untyped-def]
+        if not made:  # once per command pass
+            made.append(_snapshot_of(session, read))
+        return made[0]
+
+    src = _REFLECT.get(session)
     return MonitorContext(
         engine=engine,
         thread=session.current_thread(),
@@ -132,9 +184,8 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
         mode=lambda args: _mode_command(session, args),
         capture=lambda args: _capture_command(session, args),
         threads_command=lambda args: _threads_command(session, args),
-        reflect=_reflect_source(session, engine),
-        threads=session.monitor_threads,
-        mode_name=session.mode,
+        snapshot=snapshot,
+        inventory=getattr(src, "inventory", None),
     )
 
 
@@ -243,16 +294,27 @@ def monitor(text: str, session: Session, read: Callable[[int, int], bytes | None
     return run_monitor(text, _context(session, read))
 
 
-def qxfer(obj: str, annex: str, session: Session) -> bytes | None:
-    engine = session.engine
-    if engine is None:
+def qxfer(obj: str, annex: str, session: Session,
+          read: Callable[[int, int], bytes | None] | None = None) -> bytes | None:
+    if obj == "osdata" and not handles(annex):
+        return None
+    snap = _snapshot_of(session, read)
+    if snap is None:
         if obj == "osdata":
             return render(annex, [])
         note = session.target.note if session.target is not None else None
         return graph_document_empty(note or f"poll capture is off (mode {session.mode})")
-    if obj == "osdata":
-        return osdata_table(annex, engine) if handles(annex) else None
-    return graph_document(engine, _proxy_stats(session))
+    # every chunk of one document at one stop must come from the same bytes: the proxy's
+    # counters (its RSS) change between two reads, so the document is made once per snapshot
+    docs = _DOCS.get(session)
+    if docs is None or docs[0] is not snap:
+        docs = _DOCS[session] = (snap, {})
+    doc = docs[1].get((obj, annex))
+    if doc is None:
+        doc = osdata_table(annex, snap) if obj == "osdata" else graph_document(snap, session.engine,
+                                                                                _proxy_stats(session))
+        docs[1][(obj, annex)] = doc
+    return doc
 
 
 def register_policy(upstream: UpstreamSpec, requested: str | None) -> RegisterPolicy:

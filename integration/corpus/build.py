@@ -67,7 +67,7 @@ OUT_DIR = BUILD_DIR / "corpus"
 TARGET_ROOT = BUILD_DIR / "cargo-target"
 
 PROGRAMS: tuple[str, ...] = ("nested", "tokio_app", "tokio_bench", "stuck", "many_tasks", "poll_timing", "combinators",
-                             "http_server", "crash")
+                             "http_server", "crash", "deadlock", "first_poll")
 MODERN_DIR = REPO_DIR / "integration" / "corpus_modern"
 CRATES_DIR = BUILD_DIR / "crates"
 # The modern corpus' programs per package (= Debian release of its crates).

@@ -52,6 +52,9 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     SmokeRun("poll_timing", ("5", "1"), r"^timing done polls=5 spin_ms=1 spun=\d+ slept=5 spinner_busy_us=\d+$"),
     SmokeRun("combinators", (), r"^combinators done sum=101$"),
     SmokeRun("http_server", ("0",), r"^server ready port=\d+ pid=\d+$", forever=True),
+    SmokeRun("deadlock", ("mt",), r"^deadlock ready pid=\d+$", forever=True),
+    SmokeRun("first_poll", ("ct",), r"^first_poll done total=10$"),
+    SmokeRun("first_poll", ("mt",), r"^first_poll done total=10$"),
 )
 
 TIMEOUT_S = 30.0

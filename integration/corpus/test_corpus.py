@@ -32,6 +32,7 @@ GDB_RUN_ARGS = {
     "tokio_app": "mt",
     "tokio_bench": "5 mt",
     "stuck": "mt",
+    "deadlock": "mt",
     "many_tasks": "10 < {go}",  # `go` on stdin wakes the tasks (task_woken)
 }
 

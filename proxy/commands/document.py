@@ -1,42 +1,39 @@
-"""The whole await graph as one JSON document (``qXfer:asyncrsp.graph:read``).
+"""The program's async state as one JSON document (``qXfer:asyncrsp.graph:read``).
 
-Schema ``asyncrsp.graph``, version 1. Addresses are hex strings ("0x...")
-because JSON numbers lose precision past 2**53; everything else is plain
-JSON. Fields may be added in later minor revisions without a version bump;
-a field is removed or changes meaning only with a new ``version``.
+Schema ``asyncrsp.graph``, version 2: rendered from the stop's snapshot
+(proxy.snapshot), so every name, state and line is the one the monitor
+commands print. Addresses are hex strings ("0x...") because JSON numbers lose
+precision past 2**53. Fields may be added without a version bump; a field is
+removed or changes meaning only with a new ``version``.
 
     {
-      "schema": "asyncrsp.graph",
-      "version": 1,
-      "complete": true,               // false after lost events, until resync
-      "last_seq": 1234,               // seq of the last event folded (null: none)
+      "schema": "asyncrsp.graph", "version": 2,
+      "complete": true,               // false after lost events or unread memory
+      "last_seq": 1234,               // seq of the last poll event folded (null: none)
       "binary": {"path": "...", "build_id": "...", "load_bias": "0x..."},
-      "tasks": [{
-        "id": 1, "label": "#1",
-        "address": "0x7ffff7c0a010", "generation": 0,
-        "type": "rt::a::{async_fn_env#0}",   // state-machine type (or resume fn name)
-        "path": "rt::a",                      // the async fn / block
-        "site": "0x5555...",                  // runtime low_pc of its resume fn
-        "state": {"kind": "Suspended",        // Unresumed|Suspended|Running|Returned|Panicked|Unknown
-                  "file": "src/main.rs", "line": 9,   // Suspended only (else null)
-                  "suspend_index": 0,                  // Suspended only (null: not read yet)
-                  "thread": null},                     // Running only
-        "state_value": 3,                     // last known __state (null: unknown)
-        "polls": 2, "last_thread": 4242,
-        "parent": null, "root": true,         // parent: task id of the latest poller
-        "first_seq": 1, "last_seq": 40,
-        "busy_ns": 0, "idle_ns": 0,           // 0 when events carry no time
-        "exits_missed": 0, "dropped": false
+      "notes": ["..."],
+      "tasks": [{                     // live tasks first, then finished ones still retained
+        "id": 1, "label": "#1", "address": "0x7ffff7c0a010",
+        "type": "rt::a::{async_fn_env#0}", "name": "rt::a",
+        "state": {"kind": "suspended",         // running|suspended|not yet polled|finished|panicked|unknown
+                  "thread": null, "file": "src/main.rs", "line": 9, "suspend_index": 0},
+        "found_by": ["observed"], "header": "root, thread 7",
+        "polls": 2, "busy_ns": 0, "idle_ns": 0, "last_thread": 7,   // null when not observed
+        "stack": [{"level": 0, "name": "rt::c", "address": "0x...", "file": "...", "line": 2,
+                   "executing": true, "resume_fn": "0x...", "inlined": false, "id": 4}],
+        "tree": {"kind": "coroutine", "name": "rt::a", "address": "0x...", "state": {...},
+                 "detail": "", "branch": null, "waits": null, "holds": [], "id": 1, "children": [...]},
+        "holds": [{"resource": {"kind": "Mutex", "address": "0x..."}, "evidence": "..."}],
+        "waits": [{"resource": {...}, "evidence": "...", "wakers": [4], "external": false}]
       }],
-      "edges": [{
-        "parent": 1, "child": 2,
-        "callsite": {"file": "src/main.rs", "line": 9},   // from the child's return address
-        "await": {"file": "src/main.rs", "line": 9},      // from the parent's suspend state
-        "status": "pending",                              // pending|completed|dropped
-        "first_seq": 2, "last_seq": 39
-      }],
-      "threads": [{"thread": 4242, "scopes": [           // poll scopes, outermost first
-        {"task": 1, "site": "0x...", "sp": "0x...", "entry_seq": 38}]}],
+      "finished": 412,                // finished coroutine instances since the start
+      "waits": {"holds": [...], "waits": [...],       // as in each task, with "task": id
+                "findings": [{"kind": "cycle", "tasks": [3, 4], "text": "cycle: ...", "evidence": [...]}]},
+      "coroutines": [{"id": 4, "task": 1, "name": "rt::c", "address": "0x..."}],
+      "edges": [{"parent": 1, "child": 2, "parent_name": "rt::a", "child_name": "rt::b",
+                 "await": {"file": "src/main.rs", "line": 9},
+                 "status": "pending", "first_seq": 2, "last_seq": 39}],   // observed edges
+      "threads": [{"thread": 4242, "task": 1}],                              // task running on it
       "stats": {"events": 40, "...": "every EngineStats field"},
       "proxy": {"...": "counters the proxy adds (probe hits, hidden stops, ...)"}
     }
@@ -50,76 +47,103 @@ from collections.abc import Mapping
 
 from proxy.analysis.model import SourceLoc
 from proxy.graph.engine import Engine
-from proxy.graph.model import Edge, StateKind, Task
+from proxy.snapshot.model import Frame, FutureNode, Hold, Resource, Snapshot, Task, TaskState, Wait
 
 SCHEMA = "asyncrsp.graph"
-VERSION = 1
+VERSION = 2
 
 
-def graph_document(engine: Engine, proxy_stats: Mapping[str, object] | None = None) -> bytes:
-    return json.dumps(graph_dict(engine, proxy_stats), separators=(",", ":")).encode()
+def graph_document(snap: Snapshot, engine: Engine | None = None,
+                   proxy_stats: Mapping[str, object] | None = None) -> bytes:
+    return json.dumps(graph_dict(snap, engine, proxy_stats), separators=(",", ":")).encode()
 
 
-def graph_dict(engine: Engine, proxy_stats: Mapping[str, object] | None = None) -> dict[str, object]:
-    cat = engine.catalog
-    stats = dataclasses.asdict(engine.stats())
-    stats["rejected_reasons"] = dict(engine.stats().rejected_reasons)
+def graph_dict(snap: Snapshot, engine: Engine | None = None,
+               proxy_stats: Mapping[str, object] | None = None) -> dict[str, object]:
+    stats: dict[str, object] = {}
+    binary = None
+    if engine is not None:
+        stats = dataclasses.asdict(engine.stats())
+        stats["rejected_reasons"] = dict(engine.stats().rejected_reasons)
+        cat = engine.catalog
+        binary = {"path": cat.inventory.path, "build_id": cat.inventory.build_id, "load_bias": _hex(cat.load_bias)}
     return {
         "schema": SCHEMA,
         "version": VERSION,
-        "complete": engine.complete,
-        "last_seq": engine.cursor_seq,
-        "binary": {
-            "path": cat.inventory.path,
-            "build_id": cat.inventory.build_id,
-            "load_bias": _hex(cat.load_bias),
+        "complete": snap.complete,
+        "last_seq": engine.cursor_seq if engine is not None else None,
+        "binary": binary,
+        "notes": list(snap.notes),
+        "tasks": [_task(t) for t in snap.tasks],
+        "finished": snap.finished,
+        "waits": {
+            "holds": [{"task": h.task, **_hold(h)} for h in snap.waits.holds],
+            "waits": [{"task": w.task, **_wait(w)} for w in snap.waits.waits],
+            "findings": [{"kind": f.kind, "tasks": list(f.tasks), "text": f.text, "evidence": list(f.evidence)}
+                         for f in snap.waits.findings],
         },
-        "tasks": [_task(t) for t in engine.tasks()],
-        "edges": [_edge(e) for e in engine.edges()],
-        "threads": [
-            {"thread": th, "scopes": [
-                {"task": s.task, "site": _hex(s.site), "sp": _hex(s.sp), "entry_seq": s.entry_seq}
-                for s in engine.scopes(th)
-            ]}
-            for th in engine.threads()
-        ],
+        "coroutines": [{"id": i, "task": tid, "name": n.name, "address": _hex(n.addr)}
+                       for i, (tid, n) in sorted(snap.coroutines.items())],
+        "edges": [{"parent": e.parent, "child": e.child, "parent_name": e.parent_name, "child_name": e.child_name,
+                   "await": _loc(e.loc), "status": e.status, "first_seq": e.first_seq, "last_seq": e.last_seq}
+                  for e in snap.edges],
+        "threads": [{"thread": th, "task": task} for th, task in sorted(snap.threads.items())],
         "stats": stats,
         "proxy": {str(k): _plain(v) for k, v in (proxy_stats or {}).items()},
     }
 
 
-def _hex(v: int) -> str:
-    return f"0x{v:x}"
+def _hex(v: int | None) -> str | None:
+    return None if v is None else f"0x{v:x}"
 
 
 def _loc(loc: SourceLoc | None) -> dict[str, object] | None:
     return None if loc is None else {"file": loc.file, "line": loc.line}
 
 
+def _state(st: TaskState | None) -> dict[str, object] | None:
+    if st is None:
+        return None
+    return {"kind": st.kind.value, "thread": st.thread, "file": st.loc.file if st.loc else None,
+            "line": st.loc.line if st.loc else None, "suspend_index": st.suspend_index}
+
+
+def _res(r: Resource) -> dict[str, object]:
+    return {"kind": r.kind, "address": _hex(r.addr)}
+
+
+def _hold(h: Hold) -> dict[str, object]:
+    return {"resource": _res(h.resource), "evidence": h.evidence}
+
+
+def _wait(w: Wait) -> dict[str, object]:
+    return {"resource": _res(w.resource), "evidence": w.evidence,
+            "wakers": None if w.wakers is None else list(w.wakers), "external": w.external}
+
+
+def _frame(f: Frame) -> dict[str, object]:
+    return {"level": f.level, "name": f.name, "address": _hex(f.addr), "type": f.type_name,
+            "file": f.loc.file if f.loc else None, "line": f.loc.line if f.loc else None,
+            "executing": f.executing, "resume_fn": _hex(f.resume_fn), "inlined": f.inlined,
+            "state_value": f.state_value, "id": f.id}
+
+
+def _node(n: FutureNode) -> dict[str, object]:
+    return {"kind": n.kind, "name": n.name, "address": _hex(n.addr), "type": n.type_name,
+            "state": _state(n.state), "detail": n.detail, "branch": n.branch,
+            "waits": _res(n.waits) if n.waits else None, "holds": [_res(h) for h in n.holds],
+            "id": n.id, "children": [_node(c) for c in n.children]}
+
+
 def _task(t: Task) -> dict[str, object]:
-    st = t.state
-    loc = st.loc if st.kind is StateKind.SUSPENDED else None
+    s = t.stats
     return {
-        "id": t.id, "label": t.label, "address": _hex(t.self_ptr), "generation": t.generation,
-        "type": t.type_name, "path": t.path, "site": _hex(t.site),
-        "state": {
-            "kind": st.kind.value,
-            "file": loc.file if loc else None, "line": loc.line if loc else None,
-            "suspend_index": st.suspend_index, "thread": st.thread,
-        },
-        "state_value": t.state_value, "polls": t.polls, "last_thread": t.last_thread,
-        "parent": t.parent, "root": t.is_root, "first_seq": t.first_seq, "last_seq": t.last_seq,
-        "busy_ns": t.busy_ns, "idle_ns": t.idle_ns, "exits_missed": t.exits_missed,
-        "dropped": t.dropped,
-    }
-
-
-def _edge(e: Edge) -> dict[str, object]:
-    return {
-        "parent": e.parent, "child": e.child,
-        "callsite": _loc(e.callsite), "await": _loc(e.await_loc),
-        "status": "completed" if e.completed else "dropped" if e.dropped else "pending",
-        "first_seq": e.first_seq, "last_seq": e.last_seq,
+        "id": t.id, "label": t.label, "address": _hex(t.addr), "type": t.type_name, "name": t.name,
+        "state": _state(t.state), "found_by": list(t.found_by), "header": t.header,
+        "polls": s.polls if s else None, "busy_ns": s.busy_ns if s else None,
+        "idle_ns": s.idle_ns if s else None, "last_thread": s.last_thread if s else None,
+        "stack": [_frame(f) for f in t.stack], "tree": _node(t.tree),
+        "holds": [_hold(h) for h in t.holds], "waits": [_wait(w) for w in t.waits],
     }
 
 
@@ -132,6 +156,7 @@ def _plain(v: object) -> object:
 def graph_document_empty(note: str | None = None) -> bytes:
     """The document when there is no graph (no async code, capture off, not run yet)."""
     doc = {"schema": SCHEMA, "version": VERSION, "complete": False, "last_seq": None,
-           "binary": None, "tasks": [], "edges": [], "threads": [], "stats": {}, "proxy": {},
+           "binary": None, "tasks": [], "finished": 0, "waits": {"holds": [], "waits": [], "findings": []},
+           "coroutines": [], "edges": [], "threads": [], "stats": {}, "proxy": {},
            "note": note or "no await graph"}
     return json.dumps(doc, separators=(",", ":")).encode()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 
-from proxy.graph.engine import Engine
+from proxy.snapshot.model import Snapshot
 
 HEADER = '<?xml version="1.0"?>\n<!DOCTYPE target SYSTEM "osdata.dtd">\n'
 
@@ -40,16 +40,17 @@ class UnknownOsdataType(ValueError):
     pass
 
 
-def osdata_table(kind: str, engine: Engine) -> bytes:
-    """The ``<osdata type=kind>`` document (kind: async-tasks or async-edges)."""
-    builders: dict[str, Callable[[Engine], list[list[tuple[str, str]]]]] = {
+def osdata_table(kind: str, snap: Snapshot) -> bytes:
+    """The ``<osdata type=kind>`` document (kind: async-tasks or async-edges), from the
+    stop's snapshot (the names, states and lines every command shows)."""
+    builders: dict[str, Callable[[Snapshot], list[list[tuple[str, str]]]]] = {
         "async-tasks": _task_rows,
         "async-edges": _edge_rows,
     }
     build = builders.get(kind)
     if build is None:
         raise UnknownOsdataType(f"no osdata table {kind!r}")
-    return render(kind, build(engine))
+    return render(kind, build(snap))
 
 
 def handles(kind: str) -> bool:
@@ -70,32 +71,33 @@ def _esc(text: str) -> str:
             .replace('"', "&quot;").replace("'", "&apos;"))
 
 
-def _task_rows(engine: Engine) -> list[list[tuple[str, str]]]:
+def _task_rows(snap: Snapshot) -> list[list[tuple[str, str]]]:
     rows = []
-    for t in engine.tasks():
+    for t in snap.live():
+        loc = t.location
         rows.append([
-            ("Id", f"#{t.id}"),
-            ("Address", f"0x{t.self_ptr:x}"),
-            ("Generation", str(t.generation)),
-            ("Function", t.path),
-            ("State", str(t.state)),
-            ("Polls", str(t.polls)),
-            ("Thread", "" if t.last_thread is None else str(t.last_thread)),
-            ("Parent", "root" if t.parent is None else f"#{t.parent}"),
+            ("Id", t.label),
+            ("Address", f"0x{t.addr:x}"),
+            ("Function", t.name),
+            ("State", t.state.kind.value),
+            ("Location", "" if loc is None else str(loc)),
+            ("Polls", "" if t.stats is None else str(t.stats.polls)),
+            ("Thread", "" if t.state.thread is None else str(t.state.thread)),
+            ("Found by", ", ".join(t.found_by)),
+            ("Waits on", ", ".join(str(w.resource) for w in t.waits)),
             ("Type", t.type_name),
         ])
     return rows
 
 
-def _edge_rows(engine: Engine) -> list[list[tuple[str, str]]]:
+def _edge_rows(snap: Snapshot) -> list[list[tuple[str, str]]]:
     rows = []
-    for e in engine.edges():
-        status = "completed" if e.completed else "dropped" if e.dropped else "pending"
+    for e in snap.edges:
         rows.append([
             ("Parent", f"#{e.parent}"),
             ("Child", f"#{e.child}"),
             ("Callsite", str(e.loc) if e.loc is not None else ""),
-            ("Status", status),
+            ("Status", e.status),
             ("First seen", str(e.first_seq)),
             ("Last seen", str(e.last_seq)),
         ])

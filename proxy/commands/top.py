@@ -51,15 +51,21 @@ def cost_line(engine: Engine) -> str:
     return line
 
 
-def render_top(engine: Engine, args: tuple[str, ...]) -> str:
-    """``top [N]`` or ``top TASK`` (a task is ``#ID`` or an address); errors raise ValueError."""
+def render_top(engine: Engine, args: tuple[str, ...], names: dict[int, str] | None = None) -> str:
+    """``top [N]`` or ``top TASK`` (a task is ``#ID`` or an address); errors raise ValueError.
+    ``names``: task id -> the snapshot's name of that coroutine (the same as every command's)."""
+    from proxy.snapshot.names import display_name
+
+    def name(t: Task) -> str:
+        return (names or {}).get(t.id) or display_name(t.path)
+
     if len(args) > 1:
         raise ValueError("usage: top [N | TASK]")
     if args and not args[0].isdigit():
         task = engine.task(args[0])
         if task is None:
             raise ValueError(f"no task {args[0]!r} (see 'monitor async tasks')")
-        return _one(engine, task)
+        return _one(engine, task, name(task))
     limit = int(args[0]) if args else DEFAULT_TOP
     if not has_timing(engine):
         return "no timed polls yet (the capture records no timestamps, or no poll has ended)"
@@ -72,16 +78,16 @@ def render_top(engine: Engine, args: tuple[str, ...]) -> str:
         assert tt is not None
         busy = timing.busy_ns(t.id)
         rows.append((t.label, fmt_ns(busy), str(tt.polls), fmt_ns(busy / tt.polls),
-                     fmt_ns(timing.longest_ns(t.id)), fmt_ns(t.idle_ns), t.path))
+                     fmt_ns(timing.longest_ns(t.id)), fmt_ns(t.idle_ns), name(t)))
     more = len(tasks) - limit
     tail = [f"... {more} more (monitor async top N)"] if more > 0 else []
     return "\n".join([cost_line(engine), *_table(rows), *tail])
 
 
-def _one(engine: Engine, task: Task) -> str:
+def _one(engine: Engine, task: Task, name: str) -> str:
     timing = engine.timing
     tt = timing.of(task.id)
-    head = f"{task.label} {task.path}"
+    head = f"{task.label} {name}"
     if tt is None:
         return f"{head}: no timed poll"
     durations = timing.durations(task.id)
@@ -99,6 +105,6 @@ def _one(engine: Engine, task: Task) -> str:
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    from proxy.commands.monitor import _table as table  # monitor imports this module
+    from proxy.commands.tasks import table
 
     return table(rows)

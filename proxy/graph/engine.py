@@ -148,6 +148,7 @@ class Engine:
         self._g = GraphState(catalog, self._limits)
         self.timing = PollTiming()  # outside the checkpoints: a refold does not count twice
         self._g.timing = self.timing
+        self._reserved: set[int] = set()
         self._keep_log = keep_log
         self._every = max(checkpoint_every, 1)
         self._max_cp = max(max_checkpoints, 1)
@@ -201,6 +202,20 @@ class Engine:
         """The thread exited: its scopes are gone (exits missed)."""
         self.resync_thread(thread, [])
 
+    def reserve_ids(self, ids: set[int]) -> None:
+        """Task ids given elsewhere (proxy.snapshot.ids: tasks found in memory): never hand
+        them out. The set is shared, so ids added to it later are skipped too."""
+        self._reserved = ids
+        self._g.reserved = ids
+
+    @property
+    def highest_id(self) -> int:
+        return self._g.next_id - 1
+
+    def finished_count(self) -> int:
+        """Coroutine instances seen finishing since the start (retained or evicted)."""
+        return self._g.c.tasks_seen - sum(1 for r in self._g.tasks.values() if not r.finished)
+
     # ---- time travel ----------------------------------------------------------------
 
     @property
@@ -226,6 +241,7 @@ class Engine:
             )
         self._g = GraphState.restore(cp.state, self.catalog, self._limits)
         self._g.timing = self.timing
+        self._g.reserved = self._reserved
         self._cursor = cp.index
         self.forward_to(seq)
 

@@ -203,6 +203,7 @@ class GraphState:
         self.resync_needed: set[int] | None = None  # None: complete
         self.c = Counters()
         self.timing: PollTiming | None = None  # per-poll durations (kept across rewinds by the engine)
+        self.reserved: set[int] = set()  # ids the snapshot gave to tasks found in memory (kept across rewinds)
 
     # ---- snapshot for checkpoints -------------------------------------------------
 
@@ -355,6 +356,8 @@ class GraphState:
     def _new_task(self, ev: PollEnter, key: str) -> TaskRec:
         gen = self.addr_gen.get(ev.self_ptr, 0)
         self.addr_gen[ev.self_ptr] = gen + 1
+        while self.next_id in self.reserved:  # proxy.snapshot.ids: a task found in memory has it
+            self.next_id += 1
         rec = TaskRec(self.next_id, ev.self_ptr, key, ev.site, gen, ev.seq)
         self.next_id += 1
         self.c.tasks_seen += 1

@@ -115,6 +115,9 @@ class StackFinder:
         # abort()'s, after a panic hook's eprintln, held a write_fmt return address.
         self.enter: Callable[[dict[str, int], Callable[[int, int], bytes | None],
                               Callable[[int, bool], bool]], dict[str, int] | None] | None = None
+        # per thread, the link-time pc of every frame unwound (innermost first; a caller's pc
+        # is its call's, one byte back), last discovery: the lines of inlined pollers
+        self.frame_pcs: dict[int, list[int]] = {}
 
     # -- entry ---------------------------------------------------------------------------
     def find(self, r: Reflector, threads: dict[int, dict[str, int]]) -> list[Found]:
@@ -126,6 +129,7 @@ class StackFinder:
         out: dict[tuple[int, str], Found] = {}  # a child stored at offset 0 shares its parent's address
         self.chains = {}
         self.chain_pcs = {}
+        self.frame_pcs = {}
         for tid, regs in sorted(threads.items()):
             try:
                 frames = self._unwind(r, regs)
@@ -139,6 +143,7 @@ class StackFinder:
             located: set[str] = set()
             wanted: dict[str, tuple[str, int]] = {}  # layout -> (function, sp) of the innermost frame
             chain: list[tuple[int, str] | None] = []  # innermost first: who polls whom on this thread
+            self.frame_pcs[tid] = [f.pc - self.bias - (1 if i else 0) for i, f in enumerate(frames)]
             for i, frame in enumerate(frames):
                 polled = False
                 for f in self._frame(r, tid, frame, i, wanted):

@@ -114,7 +114,8 @@ class TokioAdapter:
                 r.task_names[header] = f"{root.label} {coroutine_path(root.type_name)}"
         return roots
 
-    def _root(self, r: Reflector, header: int, cell: str) -> Root | None:
+    @staticmethod
+    def _root(r: Reflector, header: int, cell: str) -> Root | None:
         c = r.type(cell)
         core = c.field("core") if c is not None else None
         core_t = r.type(core.type_name) if core is not None else None
@@ -169,3 +170,16 @@ def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:
     if name is None or line is None or col is None:
         return None
     return f"{name.decode(errors='replace')}:{line}:{col}"
+
+
+def task_future(r: Reflector, inv: Inventory | None, bias: int, header: int) -> tuple[int, str] | None:
+    """The future a task header's cell runs ((address, type)), for a JoinHandle's target
+    (proxy.snapshot.waits); None when the task is not running any more or its cell is unknown."""
+    if inv is None or check(inv) is not None:
+        return None
+    h = inv.types.get(HEADER)
+    f = h.field("vtable") if h is not None else None
+    vt = r.mem.word(header + (f.offset if f is not None else 16))
+    cell = inv.task_vtables.get(vt - bias) if vt is not None and vt > bias else None
+    root = TokioAdapter._root(r, header, cell) if cell is not None else None
+    return (root.addr, root.type_name) if root is not None else None

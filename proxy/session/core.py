@@ -56,7 +56,7 @@ from .nonstop import NonStop
 from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .queries import PROXY_QXFER_OBJECTS, Queries
 from .shield import ERROR_REPLY, refuse
-from .state import SessionConfig, Stopped, Waiter
+from .state import SessionConfig, Stopped, Waiter, next_stop_serial
 from proxy.threads.hooks import TaskThreadHooks
 
 from .wire import (
@@ -321,6 +321,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 return None
             if head in (b"G", b"P") and self._stopped is not None:
                 self._stopped.pc = None  # the client may have moved the pc
+            if head in (b"G", b"P", b"M", b"X") and self._stopped is not None:
+                self._stopped.serial = next_stop_serial()  # the stop's snapshot is stale: build again
             resume = parse_resume(body)
             if resume is not None:
                 return self._client_resume(resume, body, raw)

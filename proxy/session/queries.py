@@ -5,8 +5,8 @@ gdbserver leaves out (rule 11), and the session's stats."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from rsp.errors import MalformedPacket
 from rsp.framing import unescape_binary
@@ -29,6 +29,7 @@ PROXY_QXFER_OBJECTS = ("asyncrsp.graph",)
 # (proxy.reflect) needs one pass per pointer hop of the deepest await tree.
 MONITOR_PASSES = 32
 MONITOR_READS_PER_PASS = 1024
+T = TypeVar("T")
 
 
 class Queries(SessionBase):
@@ -43,45 +44,11 @@ class Queries(SessionBase):
     def _proc_monitor(self, text: str) -> Procedure:
         """Run a command; read the memory it asks for; run it again."""
         assert self.config.monitor is not None
-        yield from self._before_reflection()
-        cache: dict[tuple[int, int], bytes | None] = {}
-        out = ""
-        threads: dict[int, bytes] | None = None  # LWP -> `g` reply, read when a command asks
-        wants_threads = False
-
-        def thread_registers() -> dict[int, bytes] | None:
-            nonlocal wants_threads
-            wants_threads = threads is None
-            return threads
-
-        self.monitor_threads = thread_registers
-        for _ in range(MONITOR_PASSES):
-            missing: list[tuple[int, int]] = []
-
-            def read(addr: int, size: int) -> bytes | None:
-                key = (addr, size)
-                if key in cache:
-                    return cache[key]
-                if size <= 0 or size > 1 << 16 or addr < 0:
-                    return None
-                missing.append(key)
-                return None
-
-            try:
-                out = self.config.monitor(text, cast("Session", self), read)
-            except Exception as err:  # a command must never take the session down
-                out = f"asyncrsp: internal error in '{text}': {err!r}\n"
-                break
-            if wants_threads and threads is None:
-                threads = yield from self._read_thread_registers()
-            elif not missing:
-                break
-            missing = list(dict.fromkeys(missing))[:MONITOR_READS_PER_PASS]
-            if missing:
-                replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
-                for key, rep in zip(missing, replies):
-                    cache[key] = memory_bytes(rep)
-        self.monitor_threads = None
+        monitor = self.config.monitor
+        try:
+            out = yield from self._with_reads(lambda read: monitor(text, cast("Session", self), read))
+        except Exception as err:  # a command must never take the session down
+            out = f"asyncrsp: internal error in '{text}': {err!r}\n"
         if self._switch_request is not None:
             name, mode = self._switch_request
             self._switch_request = None
@@ -103,6 +70,52 @@ class Queries(SessionBase):
         yield from self._resolve_pending_reads()
         if not self._planted and self._last_stop is not None:
             yield from self._identify(self._stop_pid(), None)
+
+    def _with_reads(self, answer: Callable[[Callable[[int, int], bytes | None]], T]) -> Generator[Exchange, list[bytes], T]:
+        """Call ``answer(read)`` until it asked for no memory it did not have (at most
+        MONITOR_PASSES times): between passes, read what it missed, and every thread's
+        registers when it asked for them (``monitor_threads``). ``monitor_missed()`` says,
+        during a pass, whether a read of this pass was not answered yet."""
+        yield from self._before_reflection()
+        cache: dict[tuple[int, int], bytes | None] = {}
+        threads: dict[int, bytes] | None = None  # LWP -> `g` reply, read when a command asks
+        wants_threads = False
+        missing: list[tuple[int, int]] = []
+
+        def thread_registers() -> dict[int, bytes] | None:
+            nonlocal wants_threads
+            wants_threads = threads is None
+            return threads
+
+        self.monitor_threads = thread_registers
+        self.monitor_missed = lambda: bool(missing) or (wants_threads and threads is None)
+        try:
+            for _ in range(MONITOR_PASSES):
+                missing = []
+
+                def read(addr: int, size: int) -> bytes | None:
+                    key = (addr, size)
+                    if key in cache:
+                        return cache[key]
+                    if size <= 0 or size > 1 << 16 or addr < 0:
+                        return None
+                    missing.append(key)
+                    return None
+
+                out = answer(read)
+                if wants_threads and threads is None:
+                    threads = yield from self._read_thread_registers()
+                elif not missing:
+                    break
+                missing = list(dict.fromkeys(missing))[:MONITOR_READS_PER_PASS]
+                if missing:
+                    replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
+                    for key, rep in zip(missing, replies):
+                        cache[key] = memory_bytes(rep)
+        finally:
+            self.monitor_threads = None
+            self.monitor_missed = None
+        return out
 
     def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]:
         """Every thread's `g` block (qfThreadInfo/qsThreadInfo, then `Hg` + `g` per thread,
@@ -187,9 +200,11 @@ class Queries(SessionBase):
         )
 
     def _proc_own_qxfer(self, req: QXferRead) -> Procedure:
-        yield from self._resolve_pending_reads()
+        """The JSON document and the osdata tables render the stop's snapshot, which reads
+        memory: the same read loop as a monitor command (every chunk of a document comes
+        from the one snapshot of this stop)."""
+        doc = yield from self._with_reads(lambda read: self._own_qxfer(req, read))
         self._proc = None
-        doc = self._own_qxfer(req)
         if doc is None:
             self._reply(b"E00")
         else:
@@ -225,10 +240,10 @@ class Queries(SessionBase):
         else:
             self._reply(reply)
 
-    def _own_qxfer(self, req: QXferRead) -> bytes | None:
+    def _own_qxfer(self, req: QXferRead, read: Callable[[int, int], bytes | None] | None = None) -> bytes | None:
         assert self.config.qxfer is not None
         try:
-            return self.config.qxfer(req.object, req.annex, cast("Session", self))
+            return self.config.qxfer(req.object, req.annex, cast("Session", self), read)
         except Exception as err:  # noqa: BLE001 - never take the session down
             self._emit(Notice(f"qXfer:{req.object}:{req.annex} failed: {err!r}"))
             return None

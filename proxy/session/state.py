@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Generator
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,7 @@ class SessionConfig:
     # reads them from the stub and runs the command again (at most 4 passes).
     monitor: Callable[[str, "Session", Callable[[int, int], bytes | None]], str] | None = None
     # Serve proxy-owned qXfer objects: (object, annex, session) -> document bytes or None.
-    qxfer: Callable[[str, str, "Session"], bytes | None] | None = None
+    qxfer: Callable[..., bytes | None] | None = None  # (object, annex, session, read)
     # Merge the stub's `info os` types listing with the proxy's own tables.
     merge_osdata_types: Callable[[bytes | None], bytes] | None = None
     # A complete target description for a stub that answers without registers.
@@ -92,6 +93,14 @@ class SessionConfig:
     clock: Callable[[], float] = time.perf_counter
 
 
+_STOP_SERIALS = itertools.count(1)
+
+
+def next_stop_serial() -> int:
+    """A new key for the program's state at a stop (a stop, or the client wrote memory or registers)."""
+    return next(_STOP_SERIALS)
+
+
 @dataclass(slots=True)
 class Stopped:
     """What we know of the last stop the client saw."""
@@ -99,6 +108,7 @@ class Stopped:
     thread: ThreadId | None
     pc: int | None
     counted: bool = False  # a probe hit at pc was already counted for this stop
+    serial: int = field(default_factory=next_stop_serial)  # the snapshot's key (proxy.snapshot)
 
 
 @dataclass(slots=True)
@@ -146,6 +156,7 @@ class SessionBase:
         # thread of the last stop it saw (a stop reply moves it; rule 6)
         self._stub_g: bytes | None = None
         self.monitor_threads: Callable[[], dict[int, bytes] | None] | None = None
+        self.monitor_missed: Callable[[], bool] | None = None  # during a pass: a read was not answered yet
         self._resume: Resume | None = None  # the client's outstanding resume
         self._interrupt_pending = False
         self._interrupt_forwarded = False

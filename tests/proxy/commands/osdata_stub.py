@@ -8,10 +8,10 @@ import re, sys
 sys.path.insert(0, sys.argv[1])  # the repository root
 from proxy.commands.osdata import osdata_table, merge_osdata_types
 sys.path.insert(0, sys.argv[1] + "/tests/proxy/graph")
-from graphfix import Script, engine
+from graphfix import Script, engine, snapshot
 s = Script(); s.enter("sel", 0x200000); s.enter("x", 0x200100); s.exit(3); s.enter("y", 0x200200); s.exit(1); s.exit(3)
 e = engine(); e.feed_many(s.events)
-docs = {"async-tasks": osdata_table("async-tasks", e), "async-edges": osdata_table("async-edges", e),
+docs = {"async-tasks": osdata_table("async-tasks", snapshot(e)), "async-edges": osdata_table("async-edges", snapshot(e)),
         "": merge_osdata_types(open(sys.argv[2], "rb").read())}
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 def esc(b):

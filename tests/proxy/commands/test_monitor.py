@@ -9,6 +9,7 @@ from graphfix import BIAS, Script, engine
 
 from proxy.commands.monitor import MonitorContext, MonitorError, parse_monitor, run_monitor
 from proxy.graph.engine import Engine
+from proxy.snapshot import SnapshotInputs, build_snapshot
 
 A, B, C = 0x100000, 0x100040, 0x100080
 SEL, X, Y = 0x200000, 0x200100, 0x200200
@@ -42,9 +43,14 @@ def read(addr: int, size: int) -> bytes | None:
 
 
 def ctx(e: Engine | None = None, **kw: object) -> MonitorContext:
+    """The engine's graph with no memory walk (rule 9 of proxy.snapshot.build: the tree is
+    the engine's pending edges); `locals` still reads memory."""
+    e = graph() if e is None else e
     base: dict[str, object] = dict(thread=1, pcs={1: 0x1020 + BIAS}, read_memory=read)
     base.update(kw)
-    return MonitorContext(graph() if e is None else e, **base)  # type: ignore[arg-type]
+    inputs = SnapshotInputs(inventory=e.catalog.inventory, bias=BIAS, engine=e, pcs=base["pcs"],  # type: ignore[arg-type]
+                            memory=False)
+    return MonitorContext(e, snapshot=lambda: build_snapshot(inputs, None), **base)  # type: ignore[arg-type]
 
 
 def run(text: str, c: MonitorContext | None = None) -> str:
@@ -52,19 +58,33 @@ def run(text: str, c: MonitorContext | None = None) -> str:
 
 
 def test_tasks_table() -> None:
-    # The script's events are 1 µs apart: a's first poll spans entry 1 µs to
-    # exit 6 µs (busy 5 µs), its second starts at 13 µs (idle 7 µs); no
-    # backend is named, so no capture cost is subtracted.
+    # One row per live task (a root future), its state, and AT: the line of its innermost
+    # coroutine (where it runs, or the .await it waits at). The script's events are 1 µs
+    # apart: a's first poll spans entry 1 µs to exit 6 µs (busy 5 µs), its second starts at
+    # 13 µs (idle 7 µs); no backend is named, so no capture cost is subtracted.
     assert run("async tasks") == "\n".join([
-        "ID  ADDRESS   STATE                                   POLLS  BUSY  IDLE  LONGEST  THREAD  PARENT  ASYNC FN",
-        "#1  0x100000  Running on thread 1                     2      5us   7us   5us      1       root    rt::a",
-        "#2  0x100040  Running on thread 1                     2      3us   9us   3us      1       #1      rt::b",
-        "#3  0x100080  Running on thread 1                     2      1us   11us  1us      1       #2      rt::c",
-        "#4  0x200000  Suspended at src/main.rs:20 (Suspend0)  1      5us   0ns   5us      2       root    rt::sel",
-        "#5  0x200100  Suspended at src/main.rs:13 (Suspend0)  1      1us   0ns   1us      2       #4      rt::x",
-        "#6  0x200200  Suspended at src/main.rs:16 (Suspend0)  1      1us   0ns   1us      2       #4      rt::y",
+        "ID  ADDRESS   STATE                AT              POLLS  BUSY  IDLE  LONGEST  THREAD  FOUND BY  ASYNC FN",
+        "#1  0x100000  running on thread 1  src/main.rs:2   2      5us   7us   5us      1       observed  rt::a",
+        "#4  0x200000  suspended            src/main.rs:13  1      5us   0ns   5us      2       observed  rt::sel",
         "capture cost subtracted: 0ns per event (not known: raw durations)",
     ])
+
+
+def test_tasks_group_filters_and_limit() -> None:
+    assert run("tasks --group") == "\n".join([
+        "COUNT  STATE                AT              ASYNC FN         TASKS",
+        "1      running on thread 1  src/main.rs:2   rt::a > rt::c    #1",
+        "1      suspended            src/main.rs:13  rt::sel > rt::x  #4",
+        "2 tasks in 2 groups",
+    ])
+    assert [line.split()[0] for line in run("tasks --state running").splitlines()[1:-1]] == ["#1"]
+    assert [line.split()[0] for line in run("tasks --fn '^rt::s'".replace("'", "")).splitlines()[1:-1]] == ["#4"]
+    assert [line.split()[0] for line in run("tasks --fn rt::x").splitlines()[1:-1]] == ["#4"]  # a coroutine in it
+    limited = run("tasks --limit 1").splitlines()
+    assert limited[2].startswith("... 1 more tasks (2 in all): tasks --limit 0 for all"), limited
+    assert run("tasks --state bogus").startswith("asyncrsp: unknown state 'bogus'; one of")
+    assert run("tasks --fn (").startswith("asyncrsp: bad --fn regex '('")
+    assert run("tasks --limit x") == "asyncrsp: bad limit 'x': give a number"
 
 
 def test_bt_of_the_current_thread_and_of_another() -> None:
@@ -84,14 +104,17 @@ def test_tree_pending_only() -> None:
         "task #1 0x100000  rt::a::{async_fn_env#0}  (root, thread 1)",
         "╼ rt::a at src/main.rs:9 (running on thread 1)",
         "└╼ rt::b at src/main.rs:5 (running on thread 1)",
-        "   └╼ rt::c (running on thread 1)",
+        "   └╼ rt::c at src/main.rs:2 (running on thread 1)",
         "task #4 0x200000  rt::sel::{async_fn_env#0}  (root, thread 2)",
         "╼ rt::sel at src/main.rs:20",
         "├╼ rt::x at src/main.rs:13",
         "└╼ rt::y at src/main.rs:16",
     ])
-    assert run("async tree #2").splitlines()[0] == (
-        "task #2 0x100040  rt::b::{async_fn_env#0}  (child of #1, thread 1)")
+    assert run("async tree #2").splitlines() == [  # a coroutine inside a task: its subtree
+        "task #2 0x100040  rt::b::{async_fn_env#0}  (in task #1)",
+        "╼ rt::b at src/main.rs:5 (running on thread 1)",
+        "└╼ rt::c at src/main.rs:2 (running on thread 1)",
+    ]
 
 
 def test_tree_leaves_out_completed_children_and_nests_with_bars() -> None:
@@ -130,7 +153,7 @@ def test_edges_pending_completed_and_by_parent() -> None:
 
 def test_where() -> None:
     assert run("where #5") == "#5 rt::x (0x200100): suspended at src/main.rs:13, suspend index 0"
-    assert run("where 0x100000") == "#1 rt::a (0x100000): running on thread 1"
+    assert run("where 0x100000") == "#1 rt::a (0x100000): running on thread 1 at src/main.rs:9"
     assert run("where") == "asyncrsp: usage: where TASK"
 
 
@@ -160,7 +183,7 @@ def test_help_lists_every_command() -> None:
 
 def test_errors_are_one_line() -> None:
     assert run("frobnicate") == "asyncrsp: unknown command 'frobnicate'; try 'monitor async help'"
-    assert run("tasks --all") == "asyncrsp: unknown option --all"
+    assert run("tasks --bogus") == "asyncrsp: unknown option --bogus"
     assert run("tree a b") == "asyncrsp: too many arguments; usage: tree [TASK]"
     assert run("mode") == "asyncrsp: 'mode' is not available in this session"
     assert run("capture tracepoints", ctx(capture=lambda a: f"capture {a}")) == (
@@ -178,7 +201,7 @@ def test_no_async_code_says_so() -> None:
 
 def test_tasks_before_any_poll_and_after_lost_events() -> None:
     e = engine()
-    assert run("tasks", ctx(e)) == "no tasks seen yet (7 resume functions watched)"
+    assert run("tasks", ctx(e)) == "no live tasks found"
     s = Script()
     s.enter("a", A); s.lost()
     e.feed_many(s.events)

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from graphfix import Script, engine
+from graphfix import Script, engine, snapshot
 
 from proxy.commands.osdata import UnknownOsdataType, merge_osdata_types, osdata_table
 from proxy.graph.engine import Engine
@@ -33,20 +33,19 @@ def rows(xml: bytes) -> list[dict[str, str]]:
 
 
 def test_async_tasks_table() -> None:
-    xml = osdata_table("async-tasks", graph())
+    """One row per live task of the snapshot: the names, states and lines of `tasks`."""
+    xml = osdata_table("async-tasks", snapshot(graph()))
     assert xml.startswith(b'<?xml version="1.0"?>\n<!DOCTYPE target SYSTEM "osdata.dtd">\n'
                           b'<osdata type="async-tasks">\n<item><column name="Id">#1</column>')
-    got = rows(xml)
-    assert [r["Id"] for r in got] == ["#1", "#2", "#3"]
-    assert got[1] == {
-        "Id": "#2", "Address": "0x200100", "Generation": "0", "Function": "rt::x",
-        "State": "Suspended at src/main.rs:13 (Suspend0)", "Polls": "1", "Thread": "1",
-        "Parent": "#1", "Type": "rt::x::{async_fn_env#0}",
-    }
+    assert rows(xml) == [{
+        "Id": "#1", "Address": "0x200000", "Function": "rt::sel", "State": "suspended",
+        "Location": "src/main.rs:13", "Polls": "1", "Thread": "", "Found by": "observed", "Waits on": "",
+        "Type": "rt::sel::{async_fn_env#0}",
+    }]
 
 
 def test_async_edges_table() -> None:
-    assert rows(osdata_table("async-edges", graph())) == [
+    assert rows(osdata_table("async-edges", snapshot(graph()))) == [
         {"Parent": "#1", "Child": "#2", "Callsite": "src/main.rs:21", "Status": "pending",
          "First seen": "2", "Last seen": "2"},
         {"Parent": "#1", "Child": "#3", "Callsite": "src/main.rs:22", "Status": "completed",
@@ -63,7 +62,7 @@ def test_xml_is_escaped() -> None:
 
 def test_unknown_table() -> None:
     with pytest.raises(UnknownOsdataType):
-        osdata_table("processes", graph())
+        osdata_table("processes", snapshot(graph()))
 
 
 def test_types_merged_with_gdbservers() -> None:
@@ -95,5 +94,5 @@ def test_real_gdb_prints_our_tables_in_cli_and_mi() -> None:
          "-ex", target, "-ex", 'interpreter-exec mi "-info-os async-tasks"'],
         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
     ).stdout
-    assert 'OSDataTable={nr_rows="3",nr_cols="9"' in mi
-    assert 'col0="#2",col1="0x200100"' in mi
+    assert 'OSDataTable={nr_rows="1",nr_cols="10"' in mi
+    assert 'col0="#1",col1="0x200000",col2="rt::sel",col3="suspended"' in mi

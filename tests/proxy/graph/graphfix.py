@@ -144,3 +144,17 @@ class Script:
         """Forget the innermost n scopes without an exit event (a missed exit)."""
         for _ in range(n):
             self.open[thread].pop()
+
+
+def snapshot(e, pcs=None):  # type: ignore[no-untyped-def]
+    """The engine-only snapshot of a hand-built graph (proxy.snapshot.build rule 9)."""
+    from proxy.snapshot import SnapshotInputs, build_snapshot
+
+    return build_snapshot(SnapshotInputs(inventory=e.catalog.inventory, bias=BIAS, engine=e, pcs=pcs or {},
+                                         memory=False), None)
+
+
+def monitor_context(e, **kw):  # type: ignore[no-untyped-def]
+    from proxy.commands.monitor import MonitorContext
+
+    return MonitorContext(e, snapshot=lambda: snapshot(e, kw.get("pcs")), **kw)

@@ -8,9 +8,9 @@ work back exactly.
 
 from __future__ import annotations
 
-from graphfix import Script, engine
+from graphfix import Script, engine, monitor_context
 
-from proxy.commands.monitor import MonitorContext, run_monitor
+from proxy.commands.monitor import run_monitor
 from proxy.commands.top import fmt_ns
 from proxy.graph.engine import Engine
 from proxy.graph.timing import MAX_TASKS, MIN_LEAVES, PollTiming, histogram
@@ -85,7 +85,7 @@ def test_rewind_and_refold_count_nothing_twice() -> None:
 
 def test_top_ranks_by_busy_time_and_shows_a_histogram() -> None:
     e = spinner_and_sleeper()
-    ctx = MonitorContext(e)
+    ctx = monitor_context(e)
     out = run_monitor("async top", ctx).splitlines()
     assert out[0] == "capture cost subtracted: 1us per event (calibrated: the lower quartile of 20 polls with no event inside)"
     assert out[1].split() == ["ID", "BUSY", "POLLS", "MEAN", "LONGEST", "IDLE", "ASYNC", "FN"]
@@ -107,9 +107,9 @@ def test_events_without_time_give_no_timing() -> None:
     e = engine()
     e.feed_many([type(ev)(**{**{f: getattr(ev, f) for f in ev.__slots__}, "time_ns": None})  # type: ignore[attr-defined]
                  for ev in s.events])
-    out = run_monitor("async tasks", MonitorContext(e))
+    out = run_monitor("async tasks", monitor_context(e))
     assert "BUSY" not in out and "capture cost" not in out
-    assert run_monitor("async top", MonitorContext(e)).startswith("no timed polls yet")
+    assert run_monitor("async top", monitor_context(e)).startswith("no timed polls yet")
 
 
 def test_histogram_buckets_and_formatting() -> None:

@@ -1,0 +1,241 @@
+"""One model per stop (proxy.snapshot), end to end: real gdb -> asyncrsp -> gdbserver.
+
+* Agreement: at a stop, `bt`, `tree`, `tasks`, `where` and the JSON document
+  (qXfer:asyncrsp.graph, read with gdb's `maint packet`) say the same name,
+  state and line for every coroutine. The scenario of `first_poll`: a
+  breakpoint in the leaf `c` during its first poll, reached from a spawned `a`
+  through `join!(b(1), b(2))` and `b(1)`: every `__state` on the way still
+  reads Unresumed, yet all of them run on the thread, and `a`'s line is the
+  `join!` in the program, not tokio's `maybe_done.rs`.
+* The wait-for graph: on `deadlock`, `monitor async deadlocks` names exactly
+  the two-task Mutex cycle, the task awaiting the JoinHandle of one of them
+  and the task waiting on a Notify only it can reach; live (every poll
+  observed) and attached with nothing planted (`--mode off`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "integration" / "corpus"))
+
+import markers  # noqa: E402
+
+from integration.test_await_graph import _binary, ask, section, session  # noqa: E402
+from integration.test_reflection import attached  # noqa: E402
+
+
+def await_lines(program: str, parent: str, child: str) -> set[int]:
+    return {m.line for m in markers.await_markers(program) if m.parent == parent and m.child == child}
+
+
+def bp_line(program: str, name: str) -> int:
+    return markers.breakpoint_markers(program)[name][1]
+
+
+# ---- reading the commands' output --------------------------------------------------
+
+LOC = r"(?P<file>\S+?):(?P<line>\d+)"
+
+
+def bt_frames(text: str) -> list[tuple[str, str, str, int]]:
+    """(name, task id or '', 'running'|'awaiting', line) per frame, innermost first."""
+    out = []
+    for m in re.finditer(r"^#\d+  (?P<name>\S+) (?:\(task #(?P<id>\d+)\)|\[inlined\]|\(in task #\d+\)) "
+                         rf"(?P<verb>at|awaiting at) {LOC}$", text, re.M):
+        out.append((m["name"], m["id"] or "", "running" if m["verb"] == "at" else "awaiting", int(m["line"])))
+    return out
+
+
+def tree_coroutines(text: str) -> list[tuple[str, str, int | None]]:
+    """(name, state, line) of every coroutine line of a tree: state is 'running',
+    'suspended' or the bracketed tag."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^[ │├└╼─]*(?:\[[^]]+\] )?(?P<name>[\w:<>{}@#, ]+?)(?: at " + LOC + r")?"
+                     r"(?P<rest>(?: \(.*\))?(?: \[(?P<tag>[^]]+)\])?)$", line)
+        if not m or not line.lstrip(" │├└").startswith("╼") and not line.startswith("╼"):
+            continue
+        name = m["name"]
+        if "::" not in name or name.startswith("tokio::") and "!" in name:
+            continue
+        state = "running" if "(running on thread" in m["rest"] else m["tag"] or ("suspended" if m["line"] else "?")
+        out.append((name, state, int(m["line"]) if m["line"] else None))
+    return out
+
+
+def decode_maint_packet(out: str) -> bytes:
+    """The bytes of `maint packet` replies (gdb prints them as C strings), binary-unescaped."""
+    data = bytearray()
+    for m in re.finditer(r'^received: "(.*)"$', out, re.M):
+        body = m.group(1)
+        raw = bytearray()
+        i = 0
+        while i < len(body):
+            if body[i] == "\\" and body[i + 1] == "x":
+                raw.append(int(body[i + 2:i + 4], 16))
+                i += 4
+            elif body[i] == "\\":
+                raw.append(ord(body[i + 1]))
+                i += 2
+            else:
+                raw.append(ord(body[i]))
+                i += 1
+        if not raw or raw[:1] not in (b"m", b"l"):
+            break
+        j = 1
+        while j < len(raw):
+            if raw[j] == 0x7D:
+                data.append(raw[j + 1] ^ 0x20)
+                j += 2
+            else:
+                data.append(raw[j])
+                j += 1
+        if raw[:1] == b"l":
+            break
+    return bytes(data)
+
+
+def read_json(chunks: int = 48, size: int = 0x800) -> list[str]:
+    return ["echo ==json==\\n"] + [f"maint packet qXfer:asyncrsp.graph:read::{i * size:x},{size:x}"
+                                   for i in range(chunks)] + ["echo ==end==\\n"]
+
+
+def json_coroutines(doc: dict) -> dict[int, tuple[str, str, int | None]]:  # type: ignore[type-arg]
+    out = {}
+
+    def walk(n: dict) -> None:  # type: ignore[type-arg]
+        if n["kind"] == "coroutine" and n["id"] is not None:
+            st = n["state"]
+            out[n["id"]] = (n["name"], st["kind"], st["line"])
+        for c in n["children"]:
+            walk(c)
+
+    for t in doc["tasks"]:
+        walk(t["tree"])
+    return out
+
+
+def _agree(out: str, program: str) -> dict[str, tuple[str, int | None]]:
+    """Check that bt, tree, tasks, where and the JSON agree; return {name: (state, line)} of the
+    running chain (bt's frames)."""
+    bt = bt_frames(section(out, "bt"))
+    assert bt, section(out, "bt")
+    tree = tree_coroutines(section(out, "tree"))
+    by_name: dict[str, list[tuple[str, int | None]]] = {}
+    for name, state, line in tree:
+        by_name.setdefault(name, []).append((state, line))
+    doc = json.loads(decode_maint_packet(section(out, "json")))
+    assert doc["schema"] == "asyncrsp.graph" and doc["version"] == 2
+    jc = json_coroutines(doc)
+    chain = {}
+    for name, tid, verb, line in bt:
+        # tree: the same coroutine, running, at the same line
+        assert ("running", line) in by_name.get(name, []), (name, line, section(out, "tree"), section(out, "bt"))
+        chain[name] = ("running", line)
+        if tid:
+            where = section(out, f"where #{tid}")
+            assert re.match(rf"#{tid} {re.escape(name)} \(0x[0-9a-f]+\): running on thread \d+ at \S+:{line}$",
+                            where), (where, name, line)
+            assert jc[int(tid)] == (name, "running", line), (jc.get(int(tid)), name, line)
+    # tasks: the task running on the thread (the outermost bt frame's task) is running, and AT
+    # is the line of its innermost coroutine of the program's crate; both in the tree
+    tasks = section(out, "tasks")
+    outer_name = bt[-1][0]  # (with several worker threads, another task may be in a poll too)
+    runs = [r for r in tasks.splitlines() if re.match(r"^#\d+\s+0x[0-9a-f]+\s+running on thread", r)
+            and r.split()[-1] == outer_name]
+    assert len(runs) == 1, tasks
+    row = runs[0].split()
+    inner = next(f for f in bt if f[0].startswith(program + "::"))
+    assert row[6].endswith(f":{inner[3]}"), (row, inner)
+    return chain
+
+
+def _stop(prog: Path, args: list[str], bp: str, extra: list[str] = ()) -> str:  # type: ignore[assignment]
+    """One session: bt, tree, tasks, `where` for the first task ids (bt names some of
+    them), and the JSON document, all at the one stop."""
+    wheres = [c for k in range(1, 25) for c in ask(f"where #{k}")]
+    return session(prog, args, [f"break {bp}", "continue", *ask("bt", "tree", "tasks"), *wheres, *read_json()],
+                   extra=[*extra])
+
+
+@pytest.mark.parametrize("config,rt,extra", [
+    ("debug", "ct", []), ("debug", "mt", []), ("release", "ct", ["--tokio-adapter"]),
+    ("release", "mt", ["--tokio-adapter"]),
+])
+def test_first_poll_every_command_agrees(config: str, rt: str, extra: list[str]) -> None:
+    """The issue's stop: c's first poll, reached through a spawned a, join! and b(1)."""
+    prog = _binary(config, "first_poll")
+    out = _stop(prog, [rt], f"first_poll.rs:{bp_line('first_poll', 'c_first_poll')}", extra)
+    chain = _agree(out, "first_poll")
+    assert chain["first_poll::c"] == ("running", bp_line("first_poll", "c_first_poll")), chain
+    assert chain["first_poll::b"][1] in await_lines("first_poll", "b", "c"), chain
+    # a's line is the join! in the program (its __state is Unresumed: no state line exists)
+    assert chain["first_poll::a"][1] in await_lines("first_poll", "a", "join"), chain
+    assert "maybe_done.rs" not in section(out, "bt") + section(out, "tree"), out
+    assert "[not yet polled]" not in section(out, "tree"), section(out, "tree")
+    assert "{async_fn#0}" not in section(out, "bt") + section(out, "tree") + section(out, "tasks")
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_tokio_app_every_command_agrees(config: str) -> None:
+    """tokio_app's c after its sleep: run -> a -> b -> c, the same in every command."""
+    prog = _binary(config, "tokio_app")
+    out = _stop(prog, ["ct"], f"tokio_app.rs:{bp_line('tokio_app', 'c_after_sleep')}")
+    chain = _agree(out, "tokio_app")
+    assert [n for n in chain] == ["tokio_app::c", "tokio_app::b", "tokio_app::a", "tokio_app::run"], chain
+
+
+# ---- the wait-for graph -------------------------------------------------------------------
+
+
+def findings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line and not line.startswith(("  ", "note:", "warning:"))]
+
+
+def check_deadlocks(text: str) -> None:
+    found = findings(text)
+    assert len(found) == 3, text
+    cyc = next((f for f in found if f.startswith("cycle: ")), "")
+    m = re.fullmatch(r"cycle: #(\d+) deadlock::(lock_ab|lock_ba) -> Mutex (0x[0-9a-f]+) held by #(\d+) "
+                     r"deadlock::(lock_ab|lock_ba) -> Mutex (0x[0-9a-f]+) held by #(\d+)", cyc)
+    assert m and m[1] == m[7] and m[1] != m[4] and {m[2], m[5]} == {"lock_ab", "lock_ba"} and m[3] != m[6], text
+    ab = m[1] if m[2] == "lock_ab" else m[4]
+    assert re.search(rf"^blocked: #\d+ deadlock::joiner -> JoinHandle 0x[0-9a-f]+ -> #{ab} deadlock::lock_ab "
+                     r"\(in a cycle\)$", text, re.M), text
+    assert re.search(r"^nothing can wake: #\d+ deadlock::lonely -> Notify 0x[0-9a-f]+$", text, re.M), text
+    # each finding carries its evidence
+    assert re.search(r"^  #\d+: deadlock::lock_ab awaits Mutex 0x[0-9a-f]+ at \S+deadlock.rs:\d+; held by #\d+: "
+                     r"#\d+ holds it \(a live guard in deadlock::lock_ba", text, re.M), text
+    assert re.search(r"no other task can reach it$", text, re.M), text
+    for name in ("sleeper", "receiver", "once_waiter", "sender_holder", "run"):
+        assert f"deadlock::{name}" not in "\n".join(found), (name, text)
+
+
+@pytest.mark.parametrize("config,rt", [("debug", "mt"), ("debug", "ct"), ("release", "mt")])
+def test_deadlocks_live(config: str, rt: str) -> None:
+    prog = _binary(config, "deadlock")
+    out = session(prog, [rt], [f"break deadlock.rs:{bp_line('deadlock', 'ready')}", "continue",
+                               *ask("deadlocks", "waits")])
+    check_deadlocks(section(out, "deadlocks"))
+    waits = section(out, "waits")
+    # the tasks that are not stuck: who wakes them
+    assert re.search(r"deadlock::receiver  waits on mpsc 0x[0-9a-f]+: .*\[woken by #\d+ deadlock::sender_holder\]$",
+                     waits, re.M), waits
+    assert re.search(r"deadlock::once_waiter  waits on oneshot 0x[0-9a-f]+: .*\[woken by #\d+ "
+                     r"deadlock::sender_holder\]$", waits, re.M), waits
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_deadlocks_attached_mode_off(config: str) -> None:
+    """Stuck before the proxy came, nothing planted: the tokio adapter finds the tasks,
+    memory alone gives the same findings."""
+    prog = _binary(config, "deadlock")
+    out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks"), ["--mode", "off", "--tokio-adapter"])
+    check_deadlocks(section(out, "deadlocks"))

@@ -1,0 +1,46 @@
+"""``monitor async waits`` and ``monitor async deadlocks``: the snapshot's wait-for graph.
+
+    waits:
+    #3 deadlock::lock_ab  holds Mutex 0x5555... (a live guard in deadlock::lock_ab at deadlock.rs:30)
+    #3 deadlock::lock_ab  waits on Mutex 0x5555...: deadlock::lock_ab awaits ... held by #4
+
+    deadlocks:
+    cycle: #3 deadlock::lock_ab -> Mutex 0x... held by #4 deadlock::lock_ba -> Mutex 0x... held by #3
+      #3: ...evidence
+    blocked: #5 deadlock::joiner -> JoinHandle 0x... -> #3 deadlock::lock_ab (in a cycle)
+    nothing can wake: #6 deadlock::lonely -> Notify 0x...
+"""
+
+from __future__ import annotations
+
+from proxy.snapshot.model import Snapshot
+
+
+def render_waits(snap: Snapshot) -> str:
+    lines = list(snap.notes)
+    names = {t.id: f"{t.label} {t.name}" for t in snap.tasks}
+    g = snap.waits
+    if not g.holds and not g.waits:
+        lines.append("no task holds or waits on anything memory shows")
+        return "\n".join(lines)
+    for h in g.holds:
+        lines.append(f"{names.get(h.task, f'#{h.task}')}  holds {h.resource} ({h.evidence})")
+    for w in g.waits:
+        who = ("woken from outside the tasks" if w.external else "unknown waker" if w.wakers is None
+               else "nothing can wake it" if not w.wakers else "woken by " + ", ".join(names.get(k, f"#{k}") for k in w.wakers))
+        lines.append(f"{names.get(w.task, f'#{w.task}')}  waits on {w.resource}: {w.evidence} [{who}]")
+    return "\n".join(lines)
+
+
+def render_deadlocks(snap: Snapshot) -> str:
+    lines = list(snap.notes)
+    found = snap.waits.findings
+    if not found:
+        unknown = sum(1 for w in snap.waits.waits if w.wakers is None)
+        tail = f" ({unknown} waits whose waker memory does not tell: see 'monitor async waits')" if unknown else ""
+        lines.append("no deadlock: every blocked task can be woken" + tail)
+        return "\n".join(lines)
+    for f in found:
+        lines.append(f.text)
+        lines += [f"  {e}" for e in f.evidence]
+    return "\n".join(lines)

@@ -1,0 +1,107 @@
+"""One name and one line per coroutine, whatever found it.
+
+* An async fn is its path: ``tokio_app::c`` (the state machine
+  ``tokio_app::c::{async_fn_env#0}``, the resume function
+  ``tokio_app::c::{async_fn#0}`` and its legacy ``{{closure}}`` symbol all say
+  the same). Generic arguments stay: they tell two instances apart.
+* An async block is the block inside its function at its line:
+  ``tokio_app::select_join::{async_block@62}`` (its number alone,
+  ``{async_block#0}``, says nothing to a reader; the line is the block's
+  Unresumed variant's line, where the block starts).
+* An await inside ``join!``/``select!`` carries the macro's own file:line in
+  DWARF (tokio's ``select.rs:553``); it is shown at the macro's call in the
+  coroutine's own file (``user_line``): the one line between the coroutine's
+  first line and its closing brace that calls that macro. When the source is
+  not readable here, or the call is not unique, the DWARF line stays.
+* A parent's line while it polls a child is the user's ``.await``: the
+  suspend state of the parent's layout that holds the child's type (the
+  awaitee, or a local such as ``join!``'s tuple of ``MaybeDone<child>``), not
+  the return address (inside tokio's ``maybe_done.rs`` for ``join!``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from proxy.analysis.model import Inventory, Layout, SourceLoc
+
+_ENV = re.compile(r"::\{(async_fn|async_block|async_closure|coroutine)(?:_env)?#(\d+)\}")
+_CLOSURE = re.compile(r"::\{\{closure\}\}|::\{closure#\d+\}")
+
+
+def display_name(name: str, line: int | None = None) -> str:
+    """A state-machine type or a resume function's name -> the display name."""
+    if name.startswith("core::future::from_generator::GenFuture<") and name.endswith(">"):
+        name = name[len("core::future::from_generator::GenFuture<"):-1]  # rustc 1.63's wrapper
+    m = None
+    for m in _ENV.finditer(name):
+        pass
+    if m is None:
+        return _CLOSURE.sub("", name)
+    head, generics = name[:m.start()], name[m.end():]
+    head = re.sub(r"::\{async_fn#\d+\}", "", head)
+    if m.group(1) == "async_fn":
+        return head + generics
+    where = f"@{line}" if line is not None else f"#{m.group(2)}"
+    return f"{head}::{{{m.group(1)}{where}}}{generics}"
+
+
+def layout_name(inv: Inventory | None, layout: str) -> str:
+    lay = inv.layouts.get(layout) if inv is not None else None
+    return display_name(layout, _start_line(lay))
+
+
+def _start_line(lay: Layout | None) -> int | None:
+    if lay is None or "async_fn" in lay.type_name.rsplit("::", 1)[-1]:
+        return None
+    first = lay.state(0)
+    return first.loc.line if first is not None and first.loc is not None else None
+
+
+def await_line_for(inv: Inventory | None, parent: str, child: str) -> SourceLoc | None:
+    """The ``.await`` line of ``parent`` (a layout) whose suspend state holds ``child``
+    (a layout or type name) as its awaitee or a live local, when exactly one line does."""
+    lay = inv.layouts.get(parent) if inv is not None else None
+    if lay is None or not child:
+        return None
+    lines = set()
+    for st in lay.states:
+        if st.value < 3 or st.loc is None:
+            continue
+        members = ([st.awaitee] if st.awaitee is not None else []) + list(st.locals)
+        if any(m.type_name == child or child in m.type_name for m in members):
+            lines.add(st.loc)
+    return lines.pop() if len(lines) == 1 else None
+
+
+_MACRO_CALL = re.compile(r"\b(\w+)!\s*[({\[]")
+_SOURCES: dict[str, list[str] | None] = {}
+
+
+def user_line(inv: Inventory | None, layout: str, loc: SourceLoc | None) -> SourceLoc | None:
+    """``loc`` (a suspend state's line) moved to the macro call in the coroutine's own file."""
+    lay = inv.layouts.get(layout) if inv is not None else None
+    if lay is None or loc is None:
+        return loc
+    first, last = lay.state(0), lay.state(1)
+    if first is None or first.loc is None or loc.file == first.loc.file:
+        return loc
+    macro = loc.file.rsplit("/", 1)[-1].removesuffix(".rs")  # tokio's join.rs -> join!
+    end = last.loc.line if last is not None and last.loc is not None and last.loc.file == first.loc.file \
+        else first.loc.line + 2000
+    text = _source(first.loc.file)
+    if text is None:
+        return loc
+    hits = [i + 1 for i in range(first.loc.line - 1, min(end, len(text)))
+            if any(m.group(1) == macro or m.group(1).endswith("_" + macro) for m in _MACRO_CALL.finditer(text[i]))]
+    return SourceLoc(first.loc.file, hits[0]) if len(hits) == 1 else loc
+
+
+def _source(path: str) -> list[str] | None:
+    if path not in _SOURCES:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                _SOURCES[path] = fh.read().splitlines()
+        except OSError:
+            _SOURCES[path] = None
+    return _SOURCES[path]

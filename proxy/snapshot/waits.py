@@ -1,0 +1,302 @@
+"""The wait-for graph of a snapshot: who holds what, who waits on what, who can wake whom.
+
+Theory of operation. Each live task's tree is cut at its **frontier**: going
+down from the task's future, the first node that waits on a resource (a
+``Mutex::lock`` coroutine, a ``Notified``, a channel receive, a JoinHandle)
+is one wait, and nothing below it counts (a lock's own semaphore acquire is
+the same wait). Every other leaf is a timer, I/O, a yield or a future the
+walker does not know: something outside the tasks may wake it.
+
+A task is **blocked** when it does not run and every leaf of its frontier
+is a wait whose possible wakers memory tells:
+
+* a Mutex: the tasks whose live ``MutexGuard`` locals hold it;
+* a JoinHandle: its task (the future in the task's cell); a finished task's
+  handle is ready, so it is not a wait;
+* a channel (oneshot, mpsc) and a Notify: the other tasks whose live locals
+  hold a pointer to it (the channel's ``Arc``, the Notify or its ``Arc``).
+  Its ``Arc`` strong count says whether every handle was found: a handle held
+  where no task's locals are (a thread's stack, a static) makes it unknown.
+  A channel whose senders are all dropped (strong count 1: only the
+  receiver) wakes its receiver: not a wait. A Notify stored inside the
+  waiting task's own future can be reached by no other task;
+* ``core::future::pending``: nothing, ever.
+
+Anything else (a Semaphore permit, an RwLock, a Barrier, a watch or broadcast
+channel, garbage) is "unknown" and the task is not reported. From the blocked
+tasks: the **stuck** ones are the largest set whose every waker is itself
+stuck (fixpoint); among them, cycles of waits are reported as cycles, a task
+with no waker at all as "nothing can wake", the rest as blocked behind them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from proxy.analysis.model import Inventory
+
+from .model import Finding, FutureNode, Hold, Resource, StateKind, Task, Wait, WaitGraph
+
+_CHANNELS = ("oneshot", "mpsc")
+MAX_LOCAL = 256  # bytes of one live local searched for pointers
+CELL_SPAN = 4096  # a task cell's future lies this close after its header
+# tokio 1.24's cell: Header (0x30), then Core { scheduler, task_id, stage }: the running future
+# starts 0x38 after the header (checked on the corpus, debug and release); a finished task's
+# cell holds no future there, and the next cell's future is further than this
+STAGE_SPAN = 0x60
+
+
+def analyse(tasks: list[Task], r: Any, inv: Inventory | None, bias: int) -> tuple[WaitGraph, list[Task]]:
+    holds: dict[int, list[Hold]] = {}
+    for t in tasks:
+        if not t.live:
+            continue
+        for n in t.coroutines():
+            for res in n.holds:
+                at = f" at {n.state.loc}" if n.state is not None and n.state.loc is not None else ""
+                holds.setdefault(t.id, []).append(Hold(t.id, res, f"a live guard in {n.name}{at}"))
+    holders: dict[Resource, list[int]] = {}
+    for tid, hs in holds.items():
+        for h in hs:
+            holders.setdefault(h.resource, []).append(tid)
+    ctx = _Context(tasks, r, inv, bias, holders)
+    ctx.guards = {(h.task, h.resource): h.evidence for hs in holds.values() for h in hs}
+    waits: dict[int, list[Wait]] = {}
+    blocked: dict[int, set[int]] = {}  # task -> the tasks that can wake it
+    for t in tasks:
+        if not t.live or t.state.kind is StateKind.RUNNING:
+            continue
+        ws, others = [], False
+        for leaf, parent in _frontier(t.tree, None):
+            if leaf.waits is not None:
+                ws.append(ctx.wait(t, leaf, parent))
+            elif _never(leaf):
+                ws.append(Wait(t.id, Resource("pending", leaf.addr), f"{leaf.name} never completes", (), False))
+            else:
+                others = True
+        waits[t.id] = ws
+        if ws and not others and all(w.wakers is not None and not w.external for w in ws):
+            blocked[t.id] = {k for w in ws for k in (w.wakers or ())}
+    findings = _findings(tasks, blocked, waits, holders)
+    out = []
+    for t in tasks:
+        if t.id in waits or t.id in holds:
+            t = replace(t, waits=tuple(waits.get(t.id, ())), holds=tuple(holds.get(t.id, ())))
+        out.append(t)
+    graph = WaitGraph(tuple(h for hs in holds.values() for h in hs), tuple(w for ws in waits.values() for w in ws),
+                      tuple(findings))
+    return graph, out
+
+
+def _frontier(n: FutureNode, parent: FutureNode | None):  # type: ignore[no-untyped-def]
+    """(leaf, nearest coroutine above it) of the pending frontier."""
+    if n.state is not None and n.state.kind in (StateKind.FINISHED, StateKind.PANICKED):
+        return
+    if n.waits is not None or not n.children:
+        yield n, parent
+        return
+    for c in n.children:
+        yield from _frontier(c, n if n.kind == "coroutine" else parent)
+
+
+def _never(n: FutureNode) -> bool:
+    return n.name.startswith("core::future::pending") or "never completes" in n.detail
+
+
+class _Context:
+    def __init__(self, tasks: list[Task], r: Any, inv: Inventory | None, bias: int,
+                 holders: dict[Resource, list[int]]) -> None:
+        self.tasks = tasks
+        self.r = r
+        self.inv = inv
+        self.bias = bias
+        self.holders = holders
+        self._words: dict[int, set[int]] = {}
+        self._by_addr = {t.addr: t for t in tasks}
+        self._index: dict[int, list[int]] | None = None
+        self.guards: dict[tuple[int, Resource], str] = {}
+
+    def wait(self, t: Task, leaf: FutureNode, parent: FutureNode | None) -> Wait:
+        res = leaf.waits
+        assert res is not None
+        who = parent or leaf
+        at = f" at {who.state.loc}" if who.state is not None and who.state.loc is not None else ""
+        ev = f"{who.name} awaits {res}{at}"
+        if res.kind == "Mutex":
+            hs = [h for h in self.holders.get(res, []) if h != t.id] or self.holders.get(res, [])
+            if not hs:
+                return Wait(t.id, res, ev + "; no live task's guard holds it (unknown holder)", None)
+            why = "; ".join(f"#{h} holds it ({self.guards[(h, res)]})" for h in hs if (h, res) in self.guards)
+            return Wait(t.id, res, ev + "; held by " + ", ".join(f"#{h}" for h in hs) + (f": {why}" if why else ""),
+                        tuple(hs))
+        if res.kind == "JoinHandle":
+            return self._join(t, res, ev)
+        if res.kind in _CHANNELS:
+            return self._shared(t, res, ev, arc=res.addr, what="sender")
+        if res.kind == "Notify":
+            if self._inside(t, res.addr):
+                return Wait(t.id, res, ev + f"; the Notify lives inside this task's own future (0x{t.addr:x}):"
+                            " no other task can reach it", ())
+            return self._shared(t, res, ev, arc=res.addr - 16, what="reference", also=res.addr)
+        return Wait(t.id, res, ev + "; who can wake it: unknown", None)
+
+    def _join(self, t: Task, res: Resource, ev: str) -> Wait:
+        target = self._task_of_header(res.addr)
+        if target is None:
+            return Wait(t.id, res, ev + "; its task is not among the tasks found (unknown)", None)
+        if not target.live:
+            return Wait(t.id, res, ev + f"; its task {target.label} finished: the handle is ready", (), True)
+        return Wait(t.id, res, ev + f"; wakes when {target.label} {target.name} finishes", (target.id,))
+
+    def _task_of_header(self, header: int) -> Task | None:
+        """The task a JoinHandle's header belongs to: the runtime adapter's (it says the header),
+        else the future of the header's cell by its layout (``tokio_adapter.task_future``), else
+        the task of the spawned type (the vtable's ``raw::poll<T, S>`` symbol names T) stored in
+        the cell, right after the header."""
+        for t in self.tasks:
+            if f"header 0x{header:x}" in t.header:
+                return t
+        if self.r is None:
+            return None
+        from proxy.reflect.tokio_adapter import task_future
+
+        got = task_future(self.r, self.inv, self.bias, header)
+        if got is not None:
+            return self._by_addr.get(got[0])
+        from proxy.reflect.describers import spawned_type
+
+        h = self.inv.types.get("tokio::runtime::task::core::Header") if self.inv is not None else None
+        f = h.field("vtable") if h is not None else None
+        vt = self.r.mem.word(header + (f.offset if f is not None else 16))
+        spawned = spawned_type(self.r, self.r.mem.word(vt)) if vt else None
+        if spawned is not None:  # v0 symbols carry T
+            from .names import display_name
+
+            want = {spawned, display_name(spawned)}
+            near = [t for t in self.tasks if (t.type_name in want or t.name in want)
+                    and header < t.addr < header + CELL_SPAN]
+        else:  # legacy symbols do not: the future right after the header (Core's stage payload)
+            near = [t for t in self.tasks if header < t.addr <= header + STAGE_SPAN]
+        return min(near, key=lambda t: t.addr) if near else None
+
+    def _inside(self, t: Task, addr: int) -> bool:
+        lay = self.inv.layouts.get(t.type_name) if self.inv is not None else None
+        size = lay.size if lay is not None else 0
+        return t.addr <= addr < t.addr + size
+
+    def _shared(self, t: Task, res: Resource, ev: str, *, arc: int, what: str, also: int | None = None) -> Wait:
+        """Wakers: the other live tasks whose locals point at it; complete only when the Arc's
+        strong count matches (1 for the waiter's own handle + one per other holder)."""
+        if self.r is None:
+            return Wait(t.id, res, ev + "; memory not read (unknown)", None)
+        index = self.index()
+        found = set(index.get(arc, ())) | (set(index.get(also, ())) if also is not None else set())
+        others = sorted(found - {t.id})
+        strong = self.r.mem.word(arc)
+        if strong is None or strong > 1 << 32:
+            return Wait(t.id, res, ev + f"; its Arc at 0x{arc:x} is unreadable (unknown)", None)
+        if res.kind in _CHANNELS and strong <= 1:
+            return Wait(t.id, res, ev + "; every sender is dropped: the receive ends", (), True)
+        mine = 1 if res.kind in _CHANNELS else 0  # the waiter's own receiver holds one
+        hidden = strong - mine - len(others)
+        named = (", ".join(f"#{o}" for o in others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+                 or "no other task")
+        if hidden > 0:
+            return Wait(t.id, res, ev + f"; {what}s held by {named} and {hidden} more outside any task's"
+                        f" locals (Arc strong count {strong}): unknown", None)
+        return Wait(t.id, res, ev + f"; {what}s held by {named} (Arc strong count {strong})", tuple(others))
+
+    def index(self) -> dict[int, list[int]]:
+        """word -> the live tasks whose live locals hold it (built once: one pass over every
+        task, so that a resource's holders cost a lookup, not a pass, at 100,000 tasks)."""
+        if self._index is None:
+            self._index = {}
+            for o in self.tasks:
+                if o.live:
+                    for w in self.words(o):
+                        self._index.setdefault(w, []).append(o.id)
+        return self._index
+
+    def words(self, t: Task) -> set[int]:
+        """Pointer-sized words of the live locals of every coroutine of a task."""
+        got = self._words.get(t.id)
+        if got is not None:
+            return got
+        got = set()
+        if self.inv is not None and self.r is not None:
+            for n in t.coroutines():
+                lay = self.inv.layouts.get(n.type_name)
+                st = lay.state(n.state_value) if lay is not None and n.state_value is not None else None
+                for m in st.locals if st is not None else ():
+                    data = self.r.mem.read(n.addr + m.offset, min(m.size, MAX_LOCAL) // 8 * 8)
+                    if data:
+                        got.update(int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8))
+        got.discard(0)
+        self._words[t.id] = got
+        return got
+
+
+def _findings(tasks: list[Task], blocked: dict[int, set[int]], waits: dict[int, list[Wait]],
+              holders: dict[Resource, list[int]]) -> list[Finding]:
+    stuck = set(blocked)
+    changed = True
+    while changed:  # the largest set whose every waker is stuck too
+        changed = False
+        for t in list(stuck):
+            if not blocked[t] <= stuck:
+                stuck.discard(t)
+                changed = True
+    names = {t.id: f"#{t.id} {t.name}" for t in tasks}
+    out: list[Finding] = []
+    in_cycle: set[int] = set()
+    for start in sorted(stuck):
+        if start in in_cycle:
+            continue
+        cyc = _cycle_from(start, blocked, stuck)
+        if cyc is None or any(c in in_cycle for c in cyc):
+            continue
+        in_cycle.update(cyc)
+        parts = [names[cyc[0]]]
+        evidence = []
+        for a, b in zip(cyc, cyc[1:] + cyc[:1]):
+            w = next((w for w in waits[a] if w.wakers and b in w.wakers), None)
+            parts.append(f"{w.resource if w else '?'} held by {names[b] if b != cyc[0] else f'#{b}'}")
+            if w is not None:
+                evidence.append(f"#{a}: {w.evidence}")
+        out.append(Finding("cycle", tuple(cyc), "cycle: " + " -> ".join(parts), tuple(evidence)))
+    for t in sorted(stuck - in_cycle):
+        ws = waits[t]
+        if not blocked[t]:
+            text = "nothing can wake: " + names[t] + " -> " + ", ".join(str(w.resource) for w in ws)
+            out.append(Finding("unwakeable", (t,), text, tuple(f"#{t}: {w.evidence}" for w in ws)))
+        else:
+            behind = sorted(blocked[t])
+            text = (f"blocked: {names[t]} -> " + ", ".join(str(w.resource) for w in ws)
+                    + " -> " + ", ".join(names[b] + (" (in a cycle)" if b in in_cycle else "") for b in behind))
+            out.append(Finding("blocked", (t,), text, tuple(f"#{t}: {w.evidence}" for w in ws)))
+    return out
+
+
+def _cycle_from(start: int, edges: dict[int, set[int]], within: set[int]) -> list[int] | None:
+    """A shortest cycle through ``start`` (BFS over wakers inside ``within``), or None."""
+    prev: dict[int, int] = {}
+    frontier = [start]
+    seen = {start}
+    while frontier:
+        nxt = []
+        for a in frontier:
+            for b in sorted(edges.get(a, ())):
+                if b not in within:
+                    continue
+                if b == start and a != start:
+                    path = [a]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return list(reversed(path))
+                if b not in seen:
+                    seen.add(b)
+                    prev[b] = a
+                    nxt.append(b)
+        frontier = nxt
+    return None
