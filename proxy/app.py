@@ -143,7 +143,7 @@ def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | No
         threads = thread_regs(dict(raw or {}))
         if src is not None:
             inputs = SnapshotInputs.from_source(src, engine=engine, engine_origin=origin, threads=threads,
-                                                pcs=session.stop_pcs(), notes=notes)
+                                                pcs=session.stop_pcs(), notes=notes, missed=session.monitor_missed)
         else:
             inputs = SnapshotInputs(inventory=engine.catalog.inventory, bias=engine.catalog.load_bias,
                                     engine=engine, engine_origin=origin, pcs=session.stop_pcs(), notes=tuple(notes),

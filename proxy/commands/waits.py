@@ -26,8 +26,11 @@ def render_waits(snap: Snapshot) -> str:
     for h in g.holds:
         lines.append(f"{names.get(h.task, f'#{h.task}')}  holds {h.resource} ({h.evidence})")
     for w in g.waits:
+        wakers = [k for k in w.wakers or () if k != w.task][:8]  # (a waiter among the holders wakes only itself)
+        more = len([k for k in w.wakers or () if k != w.task]) - len(wakers)
         who = ("woken from outside the tasks" if w.external else "unknown waker" if w.wakers is None
-               else "nothing can wake it" if not w.wakers else "woken by " + ", ".join(names.get(k, f"#{k}") for k in w.wakers))
+               else "nothing can wake it" if not wakers
+               else "woken by " + ", ".join(names.get(k, f"#{k}") for k in wakers) + (f" and {more} more" if more else ""))
         lines.append(f"{names.get(w.task, f'#{w.task}')}  waits on {w.resource}: {w.evidence} [{who}]")
     return "\n".join(lines)
 

@@ -103,6 +103,7 @@ class SnapshotInputs:
     notes: tuple[str, ...] = ()
     memory: bool = True  # False: no memory reads at all (the tree is the engine's edges)
     source: Any = None  # the ReflectSource it came from: told what the stacks showed (stack_chains...)
+    missed: Callable[[], bool] | None = None  # the caller's: a read of this pass was not answered yet
 
     @classmethod
     def from_source(cls, src: Any, **kw: Any) -> SnapshotInputs:
@@ -171,6 +172,10 @@ class _Builder:
             trees = self._memory_trees()
         else:
             trees = self._engine_trees()
+        if self.inp.missed is not None and self.inp.missed():
+            # memory this pass asked for is not read yet: the caller reads it and builds again;
+            # the tasks, their names and the wait-for graph are made in the pass that has it all
+            return Snapshot(stop=stop, tasks=(), notes=tuple(self.notes), complete=False)
         tasks = [self._task(root, node) for root, node in trees]
         tasks += self._finished_roots({t.id for t in tasks})
         tasks.sort(key=lambda t: (not t.live, t.id))
@@ -637,8 +642,11 @@ class _Builder:
         found = tuple(w.strip() for w in root.origin.split(","))
         stats = self._stats(tid)
         name = fnode.name if fnode.kind == "coroutine" else layout_name(self.inv, key[1])
+        header = root.header or root.origin
+        if root.label and not root.label.startswith("#"):  # the runtime's own id (tokio#3)
+            header += f", {root.label}"
         return Task(id=tid, addr=key[0], type_name=key[1], name=name, state=state, tree=fnode,
-                    stack=stack, stats=stats, found_by=found, header=root.header or root.origin)
+                    stack=stack, stats=stats, found_by=found, header=header)
 
     def _convert(self, n: Node) -> FutureNode:
         kids = tuple(self._convert(c) for c in n.children)

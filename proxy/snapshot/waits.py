@@ -77,7 +77,7 @@ def analyse(tasks: list[Task], r: Any, inv: Inventory | None, bias: int) -> tupl
                 others = True
         waits[t.id] = ws
         if ws and not others and all(w.wakers is not None and not w.external for w in ws):
-            blocked[t.id] = {k for w in ws for k in (w.wakers or ())}
+            blocked[t.id] = {k for w in ws for k in (w.wakers or ()) if k != t.id}  # waking itself: no waker
     findings = _findings(tasks, blocked, waits, holders)
     out = []
     for t in tasks:
@@ -116,6 +116,7 @@ class _Context:
         self._by_addr = {t.addr: t for t in tasks}
         self._index: dict[int, list[int]] | None = None
         self.guards: dict[tuple[int, Resource], str] = {}
+        self._held: dict[tuple[int, int | None], tuple[tuple[int, ...], frozenset[int]]] = {}
 
     def wait(self, t: Task, leaf: FutureNode, parent: FutureNode | None) -> Wait:
         res = leaf.waits
@@ -190,22 +191,34 @@ class _Context:
         strong count matches (1 for the waiter's own handle + one per other holder)."""
         if self.r is None:
             return Wait(t.id, res, ev + "; memory not read (unknown)", None)
-        index = self.index()
-        found = set(index.get(arc, ())) | (set(index.get(also, ())) if also is not None else set())
-        others = sorted(found - {t.id})
+        holders = self._holders(arc, also)  # every live task whose locals point at it, the waiter too
+        mine_too = t.id in holders[1]
+        n_others = len(holders[0]) - (1 if mine_too else 0)
         strong = self.r.mem.word(arc)
         if strong is None or strong > 1 << 32:
             return Wait(t.id, res, ev + f"; its Arc at 0x{arc:x} is unreadable (unknown)", None)
         if res.kind in _CHANNELS and strong <= 1:
             return Wait(t.id, res, ev + "; every sender is dropped: the receive ends", (), True)
         mine = 1 if res.kind in _CHANNELS else 0  # the waiter's own receiver holds one
-        hidden = strong - mine - len(others)
-        named = (", ".join(f"#{o}" for o in others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
-                 or "no other task")
+        hidden = strong - mine - n_others
+        first = [o for o in holders[0][:9] if o != t.id][:8]
+        named = (", ".join(f"#{o}" for o in first) + (f" and {n_others - len(first)} more" if n_others > len(first)
+                                                          else "")) or "no other task"
         if hidden > 0:
             return Wait(t.id, res, ev + f"; {what}s held by {named} and {hidden} more outside any task's"
                         f" locals (Arc strong count {strong}): unknown", None)
-        return Wait(t.id, res, ev + f"; {what}s held by {named} (Arc strong count {strong})", tuple(others))
+        # the wakers: the holders, one tuple shared by every waiter on it (a waiter among them
+        # can wake only itself, which changes nothing: it is blocked)
+        return Wait(t.id, res, ev + f"; {what}s held by {named} (Arc strong count {strong})", holders[0])
+
+    def _holders(self, arc: int, also: int | None) -> tuple[tuple[int, ...], frozenset[int]]:
+        key = (arc, also)
+        got = self._held.get(key)
+        if got is None:
+            index = self.index()
+            ids = sorted(set(index.get(arc, ())) | (set(index.get(also, ())) if also is not None else set()))
+            got = self._held[key] = (tuple(ids), frozenset(ids))
+        return got
 
     def index(self) -> dict[int, list[int]]:
         """word -> the live tasks whose live locals hold it (built once: one pass over every
