@@ -64,7 +64,7 @@ class Outcome:
         return self.program_exit == 0 and self.program_ok and self.stray == 0 and clean_proxy
 
 
-def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 3000) -> Outcome:
+def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 20000) -> Outcome:
     bench = subprocess.Popen([str(prog), str(iterations), "mt"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL)
     out = OutputPump(bench.stdout)
