@@ -173,7 +173,8 @@ def test_gdb_mi_thread_info_frames_and_variables(config: str) -> None:
     assert info, out[-3000:]
     names = re.findall(r'name="task (?:\S+ )?stuck::(\w+)"', info.group(1))
     assert set(names) >= {*TASKS, "run"}, info.group(1)
-    assert re.search(r'details="suspended at stuck.rs:\d+, tokio::sync::oneshot::Receiver', info.group(1))
+    assert re.search(r'details="suspended at stuck.rs:\d+, waits on oneshot 0x[0-9a-f]+"', info.group(1)), info.group(1)
+    assert re.search(r'details="suspended at stuck.rs:\d+, waits on Mutex 0x[0-9a-f]+ held by #\d+"', info.group(1))
     frames = re.search(r"\^done,stack=\[(.*?)\]\n", out)
     assert frames, out[-3000:]
     funcs = re.findall(r'func="([^"]+)"', frames.group(1))

@@ -238,23 +238,21 @@ MODE_LOSES = {
 _TASKS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
 
 
-def task_threads(session: Session, read: Callable[[int, int], bytes | None],
-                 thread_registers: Callable[[], dict[int, bytes] | None]) -> tuple[list[object], object, int]:
-    """The live tasks at this stop for task threads (proxy.threads.adapter).
-    thread_registers(): every thread's `g` reply, None until the session has read them
-    (it reads them and asks again)."""
+def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> tuple[list[object], object, int]:
+    """The live tasks at this stop for task threads: the stop's snapshot (the same tasks,
+    names, states and logical stacks every command shows) through proxy.threads.adapter."""
     from proxy.threads.adapter import TaskSource
 
     src = _reflect_source(session, session.engine)
     if src is None or not getattr(src, "inventory").layouts:  # no coroutine: no task
         return [], None, 0
-    threads = thread_registers()
-    if threads is None:
-        return [], None, 0
+    snap = _snapshot_of(session, read)
+    if snap is None or (session.monitor_missed is not None and session.monitor_missed()):
+        return [], None, 0  # memory still to read: the session reads it and asks again
     ts = _TASKS.get(session)
     if not isinstance(ts, TaskSource) or ts.src is not src:
         ts = _TASKS[session] = TaskSource(src)
-    return ts.read(read, session.engine, session.stop_pcs(), threads)  # type: ignore[return-value]
+    return ts.from_snapshot(snap)  # type: ignore[return-value]
 
 
 def _threads_command(session: Session, args: tuple[str, ...]) -> str:

@@ -86,9 +86,9 @@ class SessionConfig:
     identify: Callable[[int | None, bytes | None, str | None], Generator[Exchange, list[bytes], Any]] | None = None
     # Emulate probed instructions instead of stepping over them (emulate.py).
     emulate: bool = True
-    # Tasks as threads (proxy.threads): (session, read_memory, threads' `g` replies or None
-    # until read) -> (live tasks, frame shape lookup, _start's return address); None: the
-    # feature is not composed in.
+    # Tasks as threads (proxy.threads): (session, read_memory) -> (live tasks, frame shape
+    # lookup, _start's return address), run like a monitor command (its registers through
+    # monitor_threads); None: the feature is not composed in.
     task_threads: Callable[..., Any] | None = None
     clock: Callable[[], float] = time.perf_counter
 

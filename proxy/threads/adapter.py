@@ -191,16 +191,22 @@ def from_snapshot(snapshot: Any, points: SuspendPoints, bias: int) -> list[TaskT
     out = []
     for t in snapshot.live():
         kind = getattr(t.state.kind, "value", t.state.kind)
+        if kind == "unknown" and not t.stack:
+            continue  # nothing to show (tokio's spawn_blocking tasks: their worker thread is the stack)
         running = t.state.thread if kind == "running" else None
         if running is not None:
             extra = f"running on thread {running}"
         elif kind == "suspended":
-            extra = f"suspended at {_short(t.state.loc)}"
+            extra = f"suspended at {_short(getattr(t, 'location', None) or t.state.loc)}"
         else:
             extra = str(t.state)
         for w in t.waits:
             held = holders.get(w.resource.addr)
             extra += f", waits on {w.resource}" + (f" held by #{held}" if held is not None and held != t.id else "")
+        if not t.waits:  # what it waits on, as the tree's leaf says it (a Sleep, a channel...)
+            leaf = next((n for n in t.tree.iter() if n.kind == "leaf"), None) if t.tree is not None else None
+            if leaf is not None:
+                extra += f", {leaf.name}" + (f": {leaf.detail}" if leaf.detail else "")
         coroutines = [(f.type_name, f.state_value, f.addr, f.name) for f in t.stack if f.state_value is not None]
         frames = () if running is not None else task_frames(coroutines, points, bias)
         out.append(TaskThread((t.addr, t.type_name), f"task {t.label} {t.name}", extra, frames, running))
@@ -237,6 +243,12 @@ class TaskSource:
                                      finder.map.pc_to_line)
                        if self.shapes is not None else None)
         self.end_ra = _outermost_return(finder, src.bias) if finder is not None else 0
+
+    def from_snapshot(self, snapshot: Any) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None, int]:
+        if self.points is None or self.shapes is None:
+            return [], None, 0
+        shapes, bias = self.shapes, self.src.bias
+        return from_snapshot(snapshot, self.points, bias), lambda pc, outer: shapes.shape(pc - bias), self.end_ra
 
     def read(self, read: Callable[[int, int], bytes | None], engine: Any, pcs: dict[int, int],
              threads_raw: dict[int, bytes]) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None, int]:

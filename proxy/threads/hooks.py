@@ -15,22 +15,20 @@ memory reads like a monitor command) and kept until the client resumes.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 from rsp.framing import unescape_binary
-from rsp.packets.memory import memory_bytes
 from rsp.packets.qxfer import QXferRead, build_qxfer_reply, parse_qxfer
 from rsp.packets.resume import Resume
 from rsp.errors import MalformedPacket
 
+from proxy.session.actions import Notice
 from proxy.session.procedure import Exchange, Procedure
 from proxy.session.state import SessionBase
 
 from .view import TaskThreadView
 
-PASSES = 32
-READS_PER_PASS = 1024
 
 
 class TaskThreadHooks(SessionBase):
@@ -150,59 +148,31 @@ class TaskThreadHooks(SessionBase):
         return doc
 
     def _read_tasks(self, view: TaskThreadView) -> Generator[Exchange, list[bytes], None]:
-        """The live tasks at this stop, read like a monitor command (passes of reads)."""
+        """The live tasks at this stop, read like a monitor command (``_with_reads``: passes
+        of memory reads; the threads' registers only when the tasks are looked for, so a
+        program without coroutines costs nothing more at a stop: the matrix's C programs
+        under lldb met their interrupt at another moment when each stop took 0.2 s longer)."""
         fn = self.config.task_threads
         assert fn is not None
-        yield from self._before_reflection()
-        # The threads' registers are read only when the tasks are looked for (a program
-        # without coroutines costs nothing more at a stop: the matrix's C programs under lldb
-        # met their interrupt at another moment when each stop took 0.2 s longer).
-        threads: dict[int, bytes] | None = None
-        wants_threads = False
+        seen: dict[int, bytes] = {}
 
-        def thread_registers() -> dict[int, bytes] | None:
-            nonlocal wants_threads
-            wants_threads = threads is None
-            return threads
+        def answer(read: Callable[[int, int], bytes | None]) -> tuple[list[Any], Any, int]:
+            got = fn(self, read)
+            if got[0] and self.monitor_threads is not None:  # tasks: the registers were read
+                seen.update(self.monitor_threads() or {})
+            return got  # type: ignore[no-any-return]
 
-        cache: dict[tuple[int, int], bytes | None] = {}
-        tasks, shape, end_ra = [], None, 0
-        for _ in range(PASSES):
-            missing: list[tuple[int, int]] = []
-
-            def read(addr: int, size: int) -> bytes | None:
-                key = (addr, size)
-                if key in cache:
-                    return cache[key]
-                if 0 < size <= 1 << 16 and addr >= 0:
-                    missing.append(key)
-                return None
-
-            try:
-                tasks, shape, end_ra = fn(self, read, thread_registers)
-            except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
-                from proxy.session.actions import Notice
-
-                self._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
-                tasks, shape, end_ra = [], None, 0
-                break
-            if wants_threads and threads is None:
-                threads = yield from self._read_thread_registers()
-                continue
-            if not missing:
-                break
-            wanted = list(dict.fromkeys(missing))[:READS_PER_PASS]
-            replies = yield Exchange(tuple(b"m%x,%x" % k for k in wanted))
-            for key, rep in zip(wanted, replies):
-                cache[key] = memory_bytes(rep)
-        if tasks and threads is None:
-            threads = yield from self._read_thread_registers()
+        try:
+            tasks, shape, end_ra = yield from self._with_reads(answer)
+        except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
+            self._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
+            tasks, shape, end_ra = [], None, 0
         stop = self.current_thread()
-        template = (threads or {}).get(stop) if stop is not None else None
-        template = template or next(iter((threads or {}).values()), b"")
+        template = seen.get(stop) if stop is not None else None
+        template = template or next(iter(seen.values()), b"")
         view.set_tasks(tasks, template, shape, end_ra)
 
     if TYPE_CHECKING:  # provided by proxy.session.queries.Queries
         def current_thread(self) -> int | None: ...
-        def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]: ...
-        def _before_reflection(self) -> Generator[Exchange, list[bytes], None]: ...
+        def _with_reads(self, answer: Callable[[Callable[[int, int], bytes | None]], Any]
+                        ) -> Generator[Exchange, list[bytes], Any]: ...

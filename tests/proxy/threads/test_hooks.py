@@ -16,8 +16,8 @@ G = b"00" * (17 * 8 + 4 * 7)
 SHAPE = FrameShape("rsp", 64, (("rip", -8),), (("rsp", 16),))
 
 
-def tasks(session, read, thread_registers):  # type: ignore[no-untyped-def]
-    if thread_registers() is None:  # the session reads them and asks again
+def tasks(session, read):  # type: ignore[no-untyped-def]
+    if session.monitor_threads() is None:  # the session reads them and asks again
         return [], None, 0
     word = read(0x7000, 8)  # one memory read: the session reads it and asks again
     if word is None:
@@ -153,14 +153,15 @@ def test_tasks_from_a_snapshot() -> None:
     frame = NS(type_name="app::f::{async_fn_env#0}", state_value=3, addr=0xA0, name="app::f")
     waiting = NS(id=3, label="#3", name="app::f", addr=0xA0, type_name="app::f::{async_fn_env#0}",
                  state=NS(kind=NS(value="suspended"), thread=None, loc=SourceLoc("/src/app.rs", 9)),
-                 waits=(NS(resource=res),), stack=(frame,))
+                 waits=(NS(resource=res),), stack=(frame,), tree=None)
     running = NS(id=4, label="#4", name="app::g", addr=0xB0, type_name="g", state=NS(kind=NS(value="running"),
-                 thread=17, loc=None), waits=(), stack=())
+                 thread=17, loc=None), waits=(), stack=(),
+                 tree=NS(iter=lambda: iter([NS(kind="leaf", name="tokio::time::Sleep", detail="5 s left")])))
     snap = NS(live=lambda: [waiting, running], waits=NS(holds=(NS(task=4, resource=res),)))
     got = from_snapshot(snap, points, bias=0x5000)
     assert got[0].name == "task #3 app::f" and got[0].extra == "suspended at app.rs:9, waits on Mutex 0x77 held by #4"
     assert got[0].frames == (TaskFrame(0x6040, 0xA0, "app::f"),)
-    assert got[1].running_on == 17 and got[1].frames == () and got[1].extra == "running on thread 17"
+    assert got[1].running_on == 17 and got[1].frames == () and got[1].extra == "running on thread 17, tokio::time::Sleep: 5 s left"
 
 
 def test_non_stop_sessions_list_no_task_threads() -> None:
