@@ -82,7 +82,9 @@ def _stub(argv: list[str]) -> tuple[subprocess.Popen[bytes], OutputPump, int, in
 
 def _check_capture(run: str, host_line: str) -> str:
     assert "Breakpoint 1, tokio_app::c" in run, run
-    assert "tokio_app::c" in run.split("ASYNC FN", 1)[-1], run  # the task table has the chain
+    events = re.search(r"^events: (\d+) \(enters", run, re.M)
+    assert events and int(events.group(1)) > 0, run  # the capture recorded polls
+    assert "tokio_app::run" in run.split("ASYNC FN", 1)[-1], run  # the task table has the program's task
     m = re.search(r"^program's host: (.*)$", run, re.M)
     assert m, run
     assert re.search(host_line, m.group(1)), m.group(1)

@@ -162,8 +162,10 @@ def test_garbage_auxv_and_files_decide_without_raising(tmp_path: Path) -> None:
 
 def test_this_machine_proves_its_own_child(tmp_path: Path) -> None:
     """Real /proc: a child of this test is proven by its own auxv and random bytes."""
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    p = subprocess.Popen([sys.executable, "-c", "print('ready', flush=True); import sys; sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert p.stdout is not None and p.stdout.readline() == b"ready\n"  # exec'd: its own auxv
         host = HostProcs()
         blob = host.auxv(p.pid)
         if blob is None:
