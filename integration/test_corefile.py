@@ -289,9 +289,9 @@ def test_crash_core_gives_the_async_backtrace(kind: str, sig: int, config: str, 
     assert out.returncode == 0, out.stderr
     at = {m.parent: m.line for m in markers.await_markers("crash")}
     crash_line = markers.breakpoint_markers("crash")[kind][1]
-    want = [rf"  #0 crash::leaf at \S+crash.rs:{crash_line}  \(tokio#\d+ crash::outer\)",
-            rf"  #1 crash::middle at \S+crash.rs:{at['middle']}  \(tokio#\d+ crash::outer\)",
-            rf"  #2 crash::outer at \S+crash.rs:{at['outer']}  \(tokio#\d+ crash::outer\)"]
+    want = [rf"  #0 crash::leaf at \S+crash.rs:{crash_line}  \(#\d+ crash::outer\)",
+            rf"  #1 crash::middle at \S+crash.rs:{at['middle']}  \(#\d+ crash::outer\)",
+            rf"  #2 crash::outer at \S+crash.rs:{at['outer']}  \(#\d+ crash::outer\)"]
     lines = out.stdout.splitlines()
     i = next((k for k, line in enumerate(lines) if line.startswith("crashed: thread ")), None)
     assert i is not None, out.stdout
