@@ -56,7 +56,7 @@ def main() -> int:
         walls.append(time.perf_counter() - t)
         stops.append((snap.stopped_ns or 0) / 1e6)
         copied = snap.copied or 0
-        found = sum(1 for task in snap.tasks if task.name == "many_tasks::waiter")
+        found = sum(1 for task in snap.snapshot.tasks if task.name == "many_tasks::waiter")
     gcores = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(min(args.runs, 3)):
