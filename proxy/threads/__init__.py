@@ -10,7 +10,7 @@ OpenOCD's RTOS layer is the precedent (DESIGN.md §3 rule 13).
 
 * ``model``: TaskThread/TaskFrame, the id space and the synthetic region;
 * ``ids``: stable ids per task;
-* ``adapter``: the one function from what the monitor knows to task threads;
+* ``adapter``: the stop's snapshot (proxy.snapshot) -> task threads;
 * ``shapes``: CFI rows and DWARF ``self`` locations of resume functions;
 * ``stack``: laying out the synthetic stack (pure);
 * ``view``: the answers to the client's thread packets (pure);

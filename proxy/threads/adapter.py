@@ -1,10 +1,10 @@
 """The one place that turns what the monitor knows into task threads.
 
-``live_task_threads`` takes the task trees reflection reads at a stop (the
-same ``walk_all`` that ``monitor async tree``/``tasks`` use: the observed
-graph's roots, the threads' stacks, the runtime adapter) and returns one
-``TaskThread`` per live task: its name, what it waits on, and its logical
-stack as (pc at the suspend point, coroutine address) pairs, innermost first.
+``from_snapshot`` takes the stop's snapshot (``proxy.snapshot``: the one model of
+tasks, states and logical stacks every command renders) and returns one
+``TaskThread`` per live task: its name, what it waits on (and who holds it), and
+its logical stack as (pc at the suspend point, coroutine address) pairs,
+innermost first.
 
 The pc of a coroutine suspended at an ``.await`` on line L is the return
 address of a call on line L in its resume function (the poll of the
@@ -14,23 +14,19 @@ of line L is no good: in debug builds it is where the state dispatch jumps
 on resume, and the byte before it belongs to the function's first line: gdb
 showed lock_ba's frame at stuck.rs:32, its ``fn`` line, for the await at 36.)
 Without such a call the first address of line L is taken, and an outer
-frame's return address is one past it. Coroutines whose
-resume function was inlined into another one (release builds) have no pc of
-their own and are left out of the stack (their parent's frame remains).
+frame's return address is one past it. A coroutine whose resume function was
+inlined into its parent's (release builds) takes a pc in the inlined range and
+shares the parent's physical frame.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from proxy.analysis.model import Inventory, ResumeFn, SourceLoc
-from proxy.reflect.walker import Node
 
 from .model import TaskFrame, TaskThread
-
-_RUNNING_ON = re.compile(r"running on thread (\d+)")
 
 
 class SuspendPoints:
@@ -99,70 +95,8 @@ class SuspendPoints:
                                                          or code[1] == 0xFF)
 
 
-def logical_chain(tree: Node) -> list[Node]:
-    """The coroutines from the task's outermost one down its first pending branch."""
-    chain = [tree]
-    cur = tree
-    while True:
-        nxt = _first_coroutine_below(cur)
-        if nxt is None:
-            return chain
-        chain.append(nxt)
-        cur = nxt
-
-
-def _first_coroutine_below(node: Node) -> Node | None:
-    stack = list(reversed(node.children))
-    while stack:
-        n = stack.pop()
-        if n.kind == "coroutine" and n.status in ("pending", "running"):
-            return n
-        stack.extend(reversed(n.children))
-    return None
-
-
-def _leaf(node: Node) -> Node | None:
-    """The first non-coroutine node that ends the chain below ``node`` (what it waits on)."""
-    for c in node.children:
-        if c.kind != "coroutine":
-            inner = _leaf(c)
-            return inner if inner is not None else c
-    return None
-
-
 def _short(loc: SourceLoc | None) -> str:
     return "?" if loc is None else f"{loc.file.rsplit('/', 1)[-1]}:{loc.line}"
-
-
-def describe(root_label: str, tree: Node) -> tuple[str, str, list[Node], int | None]:
-    """(name, extra, chain, LWP it runs on or None) of one task's tree."""
-    chain = logical_chain(tree)
-    name = f"task {root_label} {tree.label}" if root_label else f"task {tree.label}"
-    running = None
-    for n in chain:
-        m = _RUNNING_ON.search(n.detail)
-        if n.status == "running" and m:
-            running = int(m.group(1))
-    inner = chain[-1]
-    if running is not None:
-        extra = f"running on thread {running}"
-    else:
-        extra = f"suspended at {_short(inner.loc)}"
-    leaf = _leaf(inner)
-    if leaf is not None:
-        extra += f", {leaf.label}" + (f": {leaf.detail}" if leaf.detail else "")
-    return name, extra, chain, running
-
-
-def chain_states(chain: list[Node], inv: Inventory) -> list[tuple[str, int, int, str]]:
-    """A reflected chain (outermost first) as (layout, __state, address, name), innermost first."""
-    out = []
-    for n in reversed(chain):
-        lay = inv.layouts.get(n.type_name)
-        st = next((s for s in lay.states if s.name == n.state), None) if lay is not None else None
-        if st is not None:
-            out.append((n.type_name, st.value, n.addr, n.label))
-    return out
 
 
 def task_frames(coroutines: list[tuple[str, int, int, str]], points: SuspendPoints,
@@ -213,23 +147,6 @@ def from_snapshot(snapshot: Any, points: SuspendPoints, bias: int) -> list[TaskT
     return out
 
 
-def live_task_threads(src: Any, read: Callable[[int, int], bytes | None], engine: Any,
-                      pcs: dict[int, int], threads: dict[int, dict[str, int]] | None,
-                      points: SuspendPoints) -> list[TaskThread]:
-    """Every live task at this stop (see the module docstring)."""
-    from proxy.reflect import walk_all
-
-    trees, _ = walk_all(src, read, engine, dict(pcs), threads)
-    out = []
-    for root, tree in trees:
-        if tree.kind != "coroutine":
-            continue
-        name, extra, chain, running = describe(root.label, tree)
-        frames = () if running is not None else task_frames(chain_states(chain, src.inventory), points, src.bias)
-        out.append(TaskThread((root.addr, root.type_name), name, extra, frames, running))
-    return out
-
-
 class TaskSource:
     """The reflection source's parts task threads need, built once per program."""
 
@@ -249,16 +166,6 @@ class TaskSource:
             return [], None, 0
         shapes, bias = self.shapes, self.src.bias
         return from_snapshot(snapshot, self.points, bias), lambda pc, outer: shapes.shape(pc - bias), self.end_ra
-
-    def read(self, read: Callable[[int, int], bytes | None], engine: Any, pcs: dict[int, int],
-             threads_raw: dict[int, bytes]) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None, int]:
-        from proxy.reflect import thread_regs
-
-        if self.points is None or self.shapes is None:
-            return [], None, 0
-        tasks = live_task_threads(self.src, read, engine, pcs, thread_regs(threads_raw), self.points)
-        shapes, bias = self.shapes, self.src.bias
-        return tasks, lambda pc, outer: shapes.shape(pc - bias), self.end_ra
 
 
 def _outermost_return(finder: Any, bias: int) -> int:

@@ -4,12 +4,12 @@ Small on purpose: ``TaskThreadHooks`` is a mixin of ``proxy.session.core.Session
 with two entry points, ``_task_thread_request`` (every client packet, before
 the session's own routing) and ``_task_thread_resume`` (a client resume). The
 answers themselves come from ``view.TaskThreadView``; the tasks from the
-session's ``config.task_threads`` (``adapter.live_task_threads`` composed in
+session's ``config.task_threads`` (``adapter.from_snapshot`` composed in
 ``proxy.app``). Nothing naming a task thread or the synthetic region is ever
 forwarded to the stub (DESIGN.md §3 rule 13).
 
 The stop's task list is read at the first thread query after a stop (the
-stub's threads' registers, then reflection, re-run after each pass of
+stub's threads' registers when asked for, then the snapshot, re-run after each pass of
 memory reads like a monitor command) and kept until the client resumes.
 """
 

@@ -1,7 +1,7 @@
 """What the client sees of task threads: the proxy's answers to its thread queries.
 
 Theory of operation: at a stop the session hands ``TaskThreadView.set_tasks``
-the live tasks (``adapter.live_task_threads``) and one real thread's ``g``
+the live tasks (``adapter.from_snapshot``) and one real thread's ``g``
 reply (the register block's format). From then until the next resume the
 view answers, without the stub:
 
