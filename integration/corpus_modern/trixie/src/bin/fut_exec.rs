@@ -38,6 +38,20 @@ async fn either(rx: oneshot::Receiver<u64>, parked: Rc<Cell<usize>>) {
     }
 }
 
+/// Pending once, waking itself: the pool polls the spawned tasks, then this again.
+async fn yield_once() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await // await: yield_once -> poll_fn
+}
+
 fn main() {
     let mut pool = LocalPool::new();
     let spawner = pool.spawner();
@@ -53,8 +67,7 @@ fn main() {
     spawner.spawn_local(either(r4, parked.clone())).expect("spawn");
     pool.run_until(async {
         while parked.get() < 5 {
-            futures::pending!(); // yields once: the pool polls the others
-            futures::task::noop_waker_ref().wake_by_ref();
+            yield_once().await; // await: main::{async_block} -> yield
         }
         rt::ready("fut_exec"); // bp: parked
         futures::future::pending::<()>().await; // await: main::{async_block} -> pending
