@@ -51,6 +51,7 @@ builds again); the registers and pcs come with the inputs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -58,12 +59,13 @@ from typing import Any
 from proxy.analysis.model import Frame as SrcFrame
 from proxy.analysis.model import Inventory, SourceLoc
 from proxy.reflect.memory import BlockReader, ReadMemory
-from proxy.reflect.tree import Root, overlay, running_from_frames
+from proxy.reflect.tree import Root, _first_coroutine_below, norm, overlay, running_from_frames
 from proxy.reflect.walker import Node, Reflector
 
 from .ids import TaskIds
 from .model import (
     FutureNode,
+    Resource,
     Frame,
     HistoryEdge,
     PollStats,
@@ -73,6 +75,7 @@ from .model import (
     TaskState,
 )
 from .names import await_line_for, display_name, layout_name, user_line
+from .waits import analyse
 
 Key = tuple[int, str]
 
@@ -179,8 +182,6 @@ class _Builder:
         tasks = [self._task(root, node) for root, node in trees]
         tasks += self._finished_roots({t.id for t in tasks})
         tasks.sort(key=lambda t: (not t.live, t.id))
-        from .waits import analyse
-
         waits, tasks = analyse(tasks, self.r, self.inv, self.inp.bias)
         coroutines: dict[int, tuple[int, FutureNode]] = {}
         threads: dict[int, int | None] = {}
@@ -375,7 +376,7 @@ class _Builder:
         finder = self.inp.stacks() if self.inp.stacks is not None and self.inp.threads else None
         if finder is None or self.r is None:
             return []
-        from proxy.reflect.stacks import stack_roots
+        from proxy.reflect.stacks import stack_roots  # pyelftools: only with a stack finder
 
         found = finder.find(self.r, dict(self.inp.threads))
         self.stack_keys = {(f.addr, f.type_name): f.thread for f in found}
@@ -433,8 +434,6 @@ class _Builder:
         one physical frame, their ``self`` found on the stack but not as a poller's): the
         async frames at the thread's pc name the chain; each name is matched to the one
         future of that type found on that thread's stack (several: ambiguous, no chain)."""
-        from proxy.reflect.tree import norm
-
         for tid, run in self._runs_at_pcs():
             if tid not in self.inp.threads or any(k is not None for k in self.chains.get(tid, [])):
                 continue
@@ -513,8 +512,6 @@ class _Builder:
             frames = self._frames(pc)
             if frames and frames[-1].loc is not None:
                 found.append(frames[-1].loc)
-        from proxy.reflect.tree import norm
-
         name = norm(layout_name(self.inv, key[1]))
         for frames in self._pc_frames():
             for f in frames:
@@ -590,8 +587,6 @@ class _Builder:
 
     def _overlay_below(self, inner: Node, run: Any, tid: int) -> bool:
         """The pc's inlined chain ends in the innermost running coroutine or below it."""
-        from proxy.reflect.tree import norm
-
         names = list(run.chain)
         here = norm(inner.label)
         if here not in names:
@@ -603,8 +598,6 @@ class _Builder:
             cur = tree
             path = []
             for name in rest:
-                from proxy.reflect.tree import _first_coroutine_below
-
                 nxt = _first_coroutine_below(cur, name)
                 if nxt is None:
                     break
@@ -674,8 +667,6 @@ class _Builder:
             state = TaskState(StateKind.PANICKED)
         else:
             state = TaskState(StateKind.UNKNOWN)
-        from proxy.reflect.walker import Node as _N  # noqa: F401 - the type of n
-
         detail = "" if n.detail.startswith("running on thread") else n.detail  # the state says it
         holds = tuple(_resource("Mutex", a) for a in n.holds)
         waits = _resource("Mutex", n.waits_on) if n.waits_on is not None else None
@@ -767,26 +758,33 @@ def _next_on_path(n: FutureNode) -> FutureNode | None:
     return best
 
 
+_PER_INVENTORY: dict[tuple[str, int], tuple[Inventory, Any]] = {}  # (what, id(inv)) -> (inv, value)
+
+
+def _per_inventory(what: str, inv: Inventory, make: Callable[[Inventory], Any]) -> Any:
+    """A value derived from an inventory, made once (an Inventory takes no attributes: slots)."""
+    got = _PER_INVENTORY.get((what, id(inv)))
+    if got is None or got[0] is not inv:
+        got = _PER_INVENTORY[what, id(inv)] = (inv, make(inv))
+    return got[1]
+
+
 def _resume_fns(inv: Inventory | None) -> dict[str, list[tuple[int, int]]]:
     """layout -> the (low, high) link-time ranges of its out-of-line resume functions."""
     if inv is None:
         return {}
-    got = getattr(inv, "_snapshot_resume", None)
-    if got is None:
-        got = {}
+
+    def make(inv: Inventory) -> dict[str, list[tuple[int, int]]]:
+        got: dict[str, list[tuple[int, int]]] = {}
         for f in inv.resume_fns:
             if f.layout_name and f.low_pc:
                 got.setdefault(f.layout_name, []).append((f.low_pc, f.high_pc))
-        try:
-            inv._snapshot_resume = got  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
-    return got
+        return got
+
+    return _per_inventory("resume", inv, make)  # type: ignore[no-any-return]
 
 
-def _resource(kind: str, addr: int) -> Any:
-    from .model import Resource
-
+def _resource(kind: str, addr: int) -> Resource:
     return Resource(kind, addr)
 
 
@@ -802,8 +800,6 @@ def _leaf_wait(n: Node) -> Any:
     kind = getattr(n, "waits_kind", None)
     if n.waits_on is not None:
         return _resource(kind or "Mutex", n.waits_on)
-    import re
-
     m = re.search(r"waits on (\w+)(?: channel)? (0x[0-9a-f]+)", n.detail)
     if m:
         return _resource(_KINDS.get(m.group(1).lower(), m.group(1)), int(m.group(2), 16))
@@ -904,13 +900,7 @@ def lift(r: Reflector, addr: int, type_name: str, max_hops: int = 16) -> tuple[i
     """The outermost coroutine that stores this one inline (release builds inline the
     parents' resume functions, so the observed poll may be a grandchild's): step out while
     exactly one candidate parent's ``__state`` says it awaits this very child."""
-    idx = getattr(r.inv, "_reflect_parents", None)
-    if idx is None:
-        idx = _parents_index(r.inv)
-        try:
-            r.inv._reflect_parents = idx  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
+    idx = _per_inventory("parents", r.inv, _parents_index)
     hops = 0
     while hops < max_hops:
         found = []
