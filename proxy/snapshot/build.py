@@ -308,6 +308,8 @@ class _Builder:
                 have = roots.setdefault((root.addr, root.type_name), root)
                 if have is not root and root.label and not have.label:  # on a stack, and the runtime's task
                     roots[root.addr, root.type_name] = replace(have, label=root.label)
+        if self.inp.missed is not None and self.inp.missed():
+            return []  # finding the tasks needs memory not read yet: walking them now is wasted
         for key in self.finished_keys:  # rule 8
             if key not in roots:
                 earlier.seen.pop(key, None)
@@ -636,8 +638,6 @@ class _Builder:
         stats = self._stats(tid)
         name = fnode.name if fnode.kind == "coroutine" else layout_name(self.inv, key[1])
         header = root.header or root.origin
-        if root.label and not root.label.startswith("#"):  # the runtime's own id (tokio#3)
-            header += f", {root.label}"
         return Task(id=tid, addr=key[0], type_name=key[1], name=name, state=state, tree=fnode,
                     stack=stack, stats=stats, found_by=found, header=header)
 
