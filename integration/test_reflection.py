@@ -347,7 +347,8 @@ def test_mode_off_after_a_switch_merges_seen_tasks_with_reflected_ones() -> None
                      r"\s+stack\s+tokio_app::worker$", tasks, re.M), tasks
     assert re.search(r"^#1\s+0x[0-9a-f]+\s+suspended\s+.*\s+seen before\s+tokio_app::run$", tasks, re.M), tasks
     tree = section(out, "tree")
-    m = re.search(r"\(on the stack of thread \d+, in tokio_app::worker::\S+\)\n╼ tokio_app::worker at \S+:(\d+)"
+    # (the tokio adapter, on by default, finds the same task in the heap: its id is added)
+    m = re.search(r"\(on the stack of thread \d+, in tokio_app::worker::\S+?(?:, tokio#\d+)?\)\n╼ tokio_app::worker at \S+:(\d+)"
                   r" \(running on thread \d+\)\n"
                   r"└╼ tokio_app::c at \S+:(\d+) \(running on thread \d+\)", tree)
     assert m and int(m.group(1)) in await_line("tokio_app", "worker", "c"), tree
