@@ -202,7 +202,9 @@ def test_client_disconnect_leaves_no_breakpoint(capture: str, programs: dict[str
     require_tool("gdb", "gdbserver")
     prog = programs["spin"]
     probes, extra = CAPTURE_PROBES[capture]
-    victim = subprocess.Popen([str(prog), "4"], stdout=subprocess.PIPE, start_new_session=True)
+    # 8 s: under load, attaching gdbserver and the proxy's capture took over 4 s,
+    # and a program that ended before the client vanished proved nothing.
+    victim = subprocess.Popen([str(prog), "8"], stdout=subprocess.PIPE, start_new_session=True)
     try:
         time.sleep(0.2)
         with start_stub("gdbserver", prog, attach=victim.pid) as stub, \
