@@ -38,7 +38,8 @@ import struct
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 
-AT_NULL = 0
+from proxy.analysis.elf import parse_auxv as _parse_auxv
+
 AT_ENTRY = 9
 AT_RANDOM = 25
 RANDOM_BYTES = 16
@@ -135,15 +136,7 @@ def _read(path: str) -> bytes | None:
 
 def parse_auxv(blob: bytes | None) -> dict[int, int]:
     """auxv pairs (64-bit) up to AT_NULL; garbage gives what parsed before it."""
-    out: dict[int, int] = {}
-    if not blob:
-        return out
-    for i in range(0, len(blob) - 15, 16):
-        key, val = struct.unpack_from("<QQ", blob, i)
-        if key == AT_NULL:
-            break
-        out[key] = val
-    return out
+    return _parse_auxv(blob) if blob else {}
 
 
 def file_build_id(path: str) -> bytes | None:
