@@ -54,6 +54,8 @@ def _normal(text: str) -> str:
     for line in mask_timing(text).splitlines():
         line = re.sub(r"\b(thread|THREAD)\s+\d+", r"\1 N", line)
         line = re.sub(r"^(#\d+\s+\S+\s+.*?)\s+\d+(?: D D D)?\s+\d+\s+(root|#\d+)\s", r"\1 P T \2 ", line)
+        # `tasks` (one row per task): the THREAD column before FOUND BY
+        line = re.sub(r"\s\d+(\s+(?:observed|stack|tokio runtime|join handle|seen before)\b)", r" T\1", line)
         out.append(line.rstrip())
     return "\n".join(out)
 
