@@ -213,6 +213,8 @@ def _norm(text: str, polls: bool) -> str:
     had just made the pids wrap (checked by test_norm_masks_every_thread_id)."""
     text = re.sub(r"\bthread \d+\b", "thread TID", mask_timing(text))
     text = re.sub(r"(?<= )\d+(?= (?:root|#\d+) )", "TID", text)
+    # the tasks table of one row per task: the THREAD cell before FOUND BY
+    text = re.sub(r"(?<= )\d+(?=\s+(?:observed|stack|tokio runtime|join handle|seen before)\b)", "TID", text)
     if not polls:
         text = re.sub(r"^(#\d+\s+\S+\s+\S+(?: on thread TID)?\s+)\d+", r"\1N", text, flags=re.M)
     return text
@@ -261,6 +263,8 @@ def test_norm_masks_every_thread_id() -> None:
     assert _norm(table(812, 2, 34), False) == _norm(table(812, 3, 34), False)  # unless masked
     assert _norm(table(812, 2, 34), True) != _norm(table(812, 2, 35), True)  # lines compared
     assert _norm(table(812, 2, 134), True) != _norm(table(812, 2, 135), True)
+    row = "#1  0x7fffffffc080  running on thread {0}  src/bin/tokio_app.rs:34  2  3us  1ms  2us  {0}   observed, stack  run"
+    assert _norm(row.format(812), True) == _norm(row.format(31914), True)
 
 
 def test_c_program_near_100k_events_per_second_counts_every_drop() -> None:
