@@ -36,7 +36,7 @@ stats); `wire.py` the small packet helpers.
 from __future__ import annotations
 
 from rsp.errors import MalformedPacket
-from rsp.framing import frame, rle_expand
+from rsp.framing import checksum, frame, is_hex, rle_expand
 from rsp.packets.breakpoints import parse_breakpoint
 from rsp.packets.qsupported import (
     Feature,
@@ -70,12 +70,8 @@ from .wire import (
 
 def _checksum_ok(raw: bytes) -> bool:
     """A whole ``$body#cs`` frame whose two digits are its checksum."""
-    if len(raw) < 4 or raw[-3:-2] != b"#":
-        return False
-    try:
-        return int(raw[-2:], 16) == sum(raw[1:-3]) & 0xFF and raw[-2:].isalnum()
-    except ValueError:
-        return False
+    return (len(raw) >= 4 and raw[-3:-2] == b"#" and is_hex(raw[-2:])
+            and int(raw[-2:], 16) == checksum(raw[1:-3]))
 
 
 # Features the client must not see (rule 5).
