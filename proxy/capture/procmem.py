@@ -8,6 +8,7 @@ program's host put the file's bytes back in the child with this.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,3 +42,23 @@ def restore_code(pid: int, originals: Iterable[tuple[int, bytes]]) -> int:
     finally:
         os.close(fd)
     return failed
+
+
+@dataclass(slots=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    path: str
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    out = []
+    with open(f"/proc/{pid}/maps") as fh:
+        for line in fh:
+            parts = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].strip() if len(parts) > 5 else ""
+            out.append(Mapping(lo, hi, parts[1], int(parts[2], 16), path))
+    return out

@@ -30,13 +30,14 @@ import ctypes
 import os
 import struct
 import time
-from dataclasses import dataclass
 
 from proxy.analysis.elf import Segment
 
 from .elfcore import USER_REGS, MappedFile
 from .image import CoreMemory, ImageThread, ProgramImage, Region
 from .load import map_file
+from proxy.capture.procmem import Mapping, read_maps  # noqa: F401  (read_maps: the one /proc/PID/maps reader)
+
 from .regs import g_block
 
 PTRACE_GETREGS, PTRACE_GETFPREGS, PTRACE_DETACH = 12, 14, 17
@@ -48,26 +49,6 @@ MAX_COPY = 1 << 30
 
 class LiveError(Exception):
     """The process cannot be snapshotted; one line for the user."""
-
-
-@dataclass(slots=True)
-class Mapping:
-    start: int
-    end: int
-    perms: str
-    offset: int
-    path: str
-
-
-def read_maps(pid: int) -> list[Mapping]:
-    out = []
-    with open(f"/proc/{pid}/maps") as fh:
-        for line in fh:
-            parts = line.split(maxsplit=5)
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            path = parts[5].strip() if len(parts) > 5 else ""
-            out.append(Mapping(lo, hi, parts[1], int(parts[2], 16), path))
-    return out
 
 
 def to_copy(maps: list[Mapping]) -> list[Mapping]:

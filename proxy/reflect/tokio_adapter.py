@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from proxy.analysis.model import Inventory
+from proxy.capture.procmem import read_maps
 
 from .tree import Root
 from .walker import Reflector, coroutine_path
@@ -51,14 +52,9 @@ def check(inv: Inventory) -> str | None:
 def heap_ranges(pid: int, limit: int = MAX_SCAN) -> list[tuple[int, int]]:
     """Writable anonymous mappings of a local process, minus thread stacks."""
     try:
-        with open(f"/proc/{pid}/maps") as fh:
-            rows = [line.split() for line in fh]
-    except OSError:
+        maps = [(m.start, m.end, m.perms, m.path) for m in read_maps(pid)]
+    except (OSError, ValueError, IndexError):
         return []
-    maps = []
-    for r in rows:
-        lo, hi = (int(x, 16) for x in r[0].split("-"))
-        maps.append((lo, hi, r[1], r[5] if len(r) > 5 else ""))
     out: list[tuple[int, int]] = []
     total = 0
     prev = None
