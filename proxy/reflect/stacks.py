@@ -141,7 +141,7 @@ class StackFinder:
             sp0 = regs.get("rsp", 0)
             top = max((f.cfa for f in frames if f.cfa and sp0 < f.cfa < sp0 + (8 << 20)), default=sp0)
             located: set[str] = set()
-            wanted: dict[str, tuple[str, int]] = {}  # layout -> (function, sp) of the innermost frame
+            wanted: dict[str, tuple[str, int, int]] = {}  # layout -> (function, sp, cfa) of the innermost frame
             chain: list[tuple[int, str] | None] = []  # innermost first: who polls whom on this thread
             self.frame_pcs[tid] = [f.pc - self.bias - (1 if i else 0) for i, f in enumerate(frames)]
             for i, frame in enumerate(frames):
@@ -156,11 +156,15 @@ class StackFinder:
                 if not polled and self.inv.resume_fn_at(frame.pc - self.bias - (1 if i else 0)) is not None:
                     chain.append(None)  # a resume frame whose self is unknown or garbage: no link across it
             self.chains[tid] = chain
-            for layout, (fname, sp) in wanted.items():
+            for layout, (fname, sp, cfa) in wanted.items():
                 if layout in located:
                     continue
-                # that frame and its callers': a by-value argument may live in its caller's memory
-                hits = self._scan(r, sp, top, layout)
+                # That frame first, then its callers': a by-value argument may live in its
+                # caller's memory. Fact (stuck mt, release, under load, 1 stop in ~10): a
+                # caller's frame can hold a stale image of the same future in an older
+                # suspended state (run at `sleep` while the live one in block_on's own
+                # frame is at `pending`), so a unique hit in the frame itself wins.
+                hits = frame_first(lambda lo, hi: self._scan(r, lo, hi, layout), sp, cfa, top)
                 if len(hits) == 1:
                     out.setdefault((hits[0], layout), Found(hits[0], layout, tid, fname, "scan"))
                 elif hits:
@@ -205,7 +209,7 @@ class StackFinder:
 
     # -- one frame -----------------------------------------------------------------------
     def _frame(self, r: Reflector, tid: int, frame: UnwoundFrame, depth: int,
-               wanted: dict[str, tuple[str, int]]) -> Iterator[Found]:
+               wanted: dict[str, tuple[str, int, int]]) -> Iterator[Found]:
         pc = frame.pc - self.bias - (1 if depth else 0)  # a return address: the call itself
         facts = self.facts(pc)
         if facts is None:
@@ -227,7 +231,7 @@ class StackFinder:
                     polling = resume is not None and resume.layout_name == layout and mode == "pointer"
                     yield Found(addr, layout, tid, scope.function, "location", polling)
             for layout in scope.templates:  # an executor's frame (only when it is no resume function)
-                wanted.setdefault(layout, (scope.function, frame.sp))
+                wanted.setdefault(layout, (scope.function, frame.sp, frame.cfa or 0))
 
     # -- what DWARF says about a pc, memoized per build-id (framecache.py) ------------------
     def facts(self, pc: int) -> FrameFacts | None:
@@ -418,6 +422,16 @@ def _variables(dwarf: DwarfView, unit: D.Unit, die: D.Die, pc: int) -> Iterator[
             ranges = dwarf.die_ranges(unit, c)
             if not ranges or any(lo <= pc < hi for lo, hi in ranges):
                 stack.extend(c.children)
+
+
+def frame_first(scan: Callable[[int, int], list[int]], sp: int, cfa: int, top: int) -> list[int]:
+    """The scan hits for a future a frame owns: those in the frame ``[sp, cfa)`` when
+    exactly one is there, else those in the frame and its callers ``[sp, top)``."""
+    if sp < cfa <= top:
+        hits = scan(sp, cfa)
+        if len(hits) == 1:
+            return hits
+    return scan(sp, top)
 
 
 def _clean(node: Node) -> bool:

@@ -17,7 +17,7 @@ import build  # noqa: E402
 from proxy.analysis.elf import open_elf  # noqa: E402
 from proxy.analysis.inventory import build_inventory  # noqa: E402
 from proxy.reflect.memory import BlockReader  # noqa: E402
-from proxy.reflect.stacks import G_ORDER, StackFinder, _variables, evaluate, parse_g  # noqa: E402
+from proxy.reflect.stacks import G_ORDER, StackFinder, _variables, evaluate, frame_first, parse_g  # noqa: E402
 
 
 def _mem(words: dict[int, int]) -> BlockReader:
@@ -97,3 +97,22 @@ def test_resume_functions_self_is_located(config: str) -> None:
                     hit = True
             located += hit
     assert located >= 2, f"{config}: no resume function's self is located"
+
+
+def test_scan_takes_the_frames_own_future_before_a_stale_image_in_a_caller() -> None:
+    """Fact (stuck mt, release, under load): a caller's frame held a stale image of
+    block_on's future in an older suspended state next to the live one in block_on's
+    own frame; the unique hit in the frame itself is the live one."""
+    sp, cfa, top = 0x1000, 0x1800, 0x4000
+    live, stale = 0x1100, 0x1a80
+
+    def scan(lo: int, hi: int) -> list[int]:
+        return [a for a in (live, stale) if lo <= a < hi]
+    assert frame_first(scan, sp, cfa, top) == [live]
+    # nothing in the frame itself (a by-value argument in the caller's memory): callers'
+    assert frame_first(lambda lo, hi: [a for a in (stale,) if lo <= a < hi], sp, cfa, top) == [stale]
+    # two in the frame itself: both reported (ambiguous, the caller takes none)
+    assert frame_first(lambda lo, hi: [a for a in (live, live + 8, stale) if lo <= a < hi], sp, cfa, top) \
+        == [live, live + 8, stale]
+    # an unknown CFA: the whole range
+    assert frame_first(scan, sp, 0, top) == [live, stale]
