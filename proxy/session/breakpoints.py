@@ -30,9 +30,13 @@ class BreakpointTable:
         return new
 
     def client_remove(self, key: BpKey) -> bool:
-        had = key in self.client
+        """Record a client remove; True when the stub must be told. Answered
+        locally only when the proxy still needs the stub's breakpoint there:
+        a `z` for a key this table does not know (a fork child's breakpoint,
+        a selection the stub refused) goes to the stub - an unknown remove
+        answered OK here would leave its int3 in the program."""
         self.client.pop(key, None)
-        return had and key not in self.proxy
+        return key not in self.proxy
 
     def proxy_insert(self, key: BpKey) -> bool:
         new = not self._in_union(key)

@@ -155,6 +155,10 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._step_proc(replies)
         elif waiter.kind == "client-resume":
             self._on_stop_reply(body, raw)
+        elif waiter.kind == "client-hg":
+            if body == b"OK":
+                self.client_g_thread = self._stub_g = waiter.request
+            self._on_client_reply(body, raw)
         else:
             if waiter.request is not None and self.capture is not None:
                 new = self._capture_call("client_reply", waiter.request, body)
@@ -298,8 +302,15 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             if head in (b"Z", b"z") and body[1:2] in (b"0", b"1"):
                 return self._client_breakpoint(body, raw)
             if head == b"H" and body[1:2] == b"g":
-                self.client_g_thread = self._stub_g = body[2:]
-                return self._forward(body, raw)
+                # The selection is the client's only once the stub takes it:
+                # gdbserver answers E01 for a thread it does not know and keeps
+                # the old one. Taken at once, a refused `Hgp8a72ff.73a9` made
+                # the next Z0 look like one for a fork child (forwarded, not
+                # recorded) and the z0 after `Hg0` one the client never set
+                # (answered OK unforwarded): an int3 left behind (fuzz seed 201).
+                self._waiters.append(Waiter("client-hg", request=body[2:]))
+                self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+                return None
             if body.startswith(b"qRcmd,"):
                 return self._client_monitor(body, raw)
             if body.startswith(b"qXfer:"):

@@ -65,13 +65,26 @@ class CaptureLifecycle(SessionBase):
     def _proc_plant_then_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
         yield from self._plant()
         self._proc = None
-        self._client_resume(resume, body, raw)
+        self._resume_after_proc(resume, body, raw)
 
     def _proc_then_resume(self, change: Procedure, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
         """The capture's `before_resume` procedure, then the client's resume."""
         yield from change
         self._proc = None
+        self._resume_after_proc(resume, body, raw)
+
+    def _resume_after_proc(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
+        """The client's resume once the procedure that delayed it ended; a
+        Ctrl-C that came meanwhile (`_client_resume` starts afresh) goes to the
+        stub once the program runs (state._forward)."""
+        pending = self._interrupt_pending
         self._client_resume(resume, body, raw)
+        if pending and self.running:
+            if self._proc is not None:
+                self._interrupt_pending = True  # another procedure first (a step off a probe)
+            elif not self._interrupt_forwarded:
+                self._interrupt_forwarded = True
+                self._emit(ToStubRaw(b"\x03"))
 
     def _plant(self) -> Generator[Exchange, list[bytes], None]:
         """Find the program, plant the probes and install the capture (before it first runs)."""

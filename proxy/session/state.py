@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 class Waiter:
     """One request in flight to the stub, and who takes its reply."""
 
-    kind: str  # "client", "client-resume", "proc", "drop", "write", "reloc" (a relocated instruction's M)
+    kind: str  # "client", "client-resume", "client-hg" (the selection is taken on OK), "proc", "drop", "write", "reloc" (a relocated instruction's M)
     resume: bool = False
     request: bytes | None = None  # kept when the capture rewrites replies
 
@@ -236,6 +236,15 @@ class SessionBase:
         keep = body if self.capture is not None and self.capture.filters_replies else None
         self._waiters.append(Waiter("client-resume" if resume else "client", resume, keep))
         self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+        if resume and self._interrupt_pending:
+            # The client's Ctrl-C came while a procedure prepared this resume
+            # (planting the probes at the first resume, stepping a thread off
+            # a probe): the program runs now, so the stub gets it (rule 8).
+            # Dropped, the client waited for a stop that never came (seen: a
+            # raw client's 0x03 during the plant, 10 s without a stop).
+            self._interrupt_pending = False
+            self._interrupt_forwarded = True
+            self._emit(ToStubRaw(b"\x03"))
 
     def _reply(self, body: bytes) -> None:
         self._emit(ToClient(body))

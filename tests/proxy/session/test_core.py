@@ -140,6 +140,49 @@ def test_interrupt_during_hidden_stop_reports_sigint() -> None:
     assert reported.startswith(b"T02") and THREAD in reported
 
 
+def test_interrupt_while_the_probes_are_planted_reaches_the_stub_with_the_resume() -> None:
+    """A Ctrl-C that comes while the first resume plants the probes: once the
+    client's resume went out, the stub gets it (it was dropped: the client
+    waited for a stop that never came)."""
+    d = Driver()
+    assert bodies(d.client(b"vCont;c:p3a4d.-1"), ToStub) == [f"Z0,{PROBE:x},1".encode()]
+    d.s.client_interrupt()
+    assert d.s.take_actions() == []  # the stub is busy with the plant
+    acts = d.stub(b"OK")
+    assert acts[-2:] == [ToStubRaw(frame(b"vCont;c:p3a4d.-1")), ToStubRaw(b"\x03")]
+    (reported,) = bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToClientRaw)
+    assert reported.startswith(b"$T02")
+
+
+def test_a_refused_thread_selection_is_not_taken_for_the_clients() -> None:
+    """gdbserver answers E01 to `Hg` for a thread it does not know and keeps
+    its selection: the proxy keeps the client's too (fuzz seed 201: a Z0
+    taken for a fork child's, its z0 answered locally, an int3 left)."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000, reason=b""))
+    assert bodies(d.client(b"Hgp8a3a4d.3a50"), ToStubRaw) == [frame(b"Hgp8a3a4d.3a50")]
+    assert bodies(d.stub(b"E01"), ToClientRaw) == [frame(b"E01")]
+    assert d.s.client_g_thread is None
+    assert bodies(d.client(b"Z0,1234,1"), ToStubRaw) == [frame(b"Z0,1234,1")]
+    d.stub(b"OK")
+    assert bodies(d.client(b"Hg0"), ToStubRaw) == [frame(b"Hg0")]
+    d.stub(b"OK")
+    assert d.s.client_g_thread == b"0"
+    assert bodies(d.client(b"z0,1234,1"), ToStubRaw) == [frame(b"z0,1234,1")]
+
+
+def test_a_client_remove_the_table_does_not_know_goes_to_the_stub() -> None:
+    """Only a remove the proxy still needs the stub's breakpoint for is
+    answered locally; one this table never saw reaches the stub."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000, reason=b""))
+    assert bodies(d.client(b"z0,1234,1"), ToStubRaw) == [frame(b"z0,1234,1")]
+    d.stub(b"OK")
+    assert bodies(d.client(f"z0,{PROBE:x},1".encode()), ToClient) == [b"OK"]  # the probe stays
+
+
 def test_interrupt_while_stopped_reaches_the_stub() -> None:
     """gdb's Ctrl-C between a stop and its next resume (it handled a
     shared-library event by itself): gdbserver queues a SIGINT for the
