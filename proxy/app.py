@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from proxy.analysis.inventory import build_inventory
 from proxy import capture as capture_backends
+from proxy.capture.procmem import sigint_pending
 from proxy.capture.target import open_target
 from proxy.commands.document import graph_document, graph_document_empty
 from proxy.commands.monitor import MonitorContext, run_monitor
@@ -411,13 +412,14 @@ def make_session(
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
         stub_probe=STUB_PROBE_QSUPPORTED,
         local_exe=local_exe,
+        sigint_pending=sigint_pending,
         task_threads=task_threads,
         identify=lambda pid, auxv, path: prove(pid, auxv, path, override=host, exchange=Exchange),
     )
     if upstream.kind == "core":
         # Nothing runs: no capture, no probes, no target to find at a first resume;
         # reflection reads the image (its auxv, its anonymous memory), never /proc.
-        cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = cfg.classify_stub = None
+        cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = cfg.classify_stub = cfg.sigint_pending = None
         cfg.identify = None
         cfg.mode = "off"
     session = Session(cfg)

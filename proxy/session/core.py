@@ -60,6 +60,7 @@ from .state import SessionConfig, Stopped, Waiter, next_stop_serial
 from proxy.threads.hooks import TaskThreadHooks
 
 from .wire import (
+    SIGINT,
     SIGTRAP,
     feature_on,
     is_console_output,
@@ -107,10 +108,15 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             self._emit(ToStubRaw(b"\x03"))
         elif not self.running:
             # gdb sends its Ctrl-C even between a stop and the resume that
-            # follows (a shared-library event it handles by itself); gdbserver
-            # then queues a SIGINT for the program, and the next resume stops
-            # with it at once (reconnect-ctrl-c.exp). Dropping it lost the stop.
-            self._emit(ToStubRaw(b"\x03"))
+            # follows (a shared-library event it handles by itself), and
+            # expects the next resume to stop at once (reconnect-ctrl-c.exp):
+            # dropping it lost the stop. Not forwarded now: gdbserver turns a
+            # 0x03 while stopped into a real SIGINT (a kill of the process
+            # group) that waits in the kernel, and a detach then delivers it
+            # - the program died without a word after a detach that answered
+            # OK (fuzz-client seeds 200 and 300). Sent once the next continue
+            # runs the program instead (state._forward); a detach drops it.
+            self._interrupt_at_resume = True
 
     def stub_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.stub_packets += 1
@@ -247,7 +253,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         self.client_features = []
         self.client_g_thread = None
         self._resume = None
-        self._interrupt_forwarded = self._interrupt_pending = False
+        self._interrupt_forwarded = self._interrupt_pending = self._interrupt_at_resume = False
         self._interrupted_for_leave = False
         self.stats.reconnects += 1
 
@@ -424,7 +430,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 return None
             return self._forward(body, raw)
         self._left = True
-        if self._holds_program() and not self._program_exited:
+        if (self._holds_program() or self._sigint_waiting()) and not self._program_exited:
             self._start_proc(self._proc_leave(then=(body, raw)))
         else:
             self._forward(body, raw)
@@ -436,7 +442,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         if verdict == "forward":
             resume, body, raw = parse_resume(new) or resume, new, None
         self._interrupt_forwarded = False
-        self._interrupt_pending = False
+        self._interrupt_pending, self._interrupt_at_resume = self._interrupt_at_resume, False
         if not self._planted and (self.config.resolve_probes is not None or self.capture is not None
                                   or self.config.make_capture is not None):
             self._start_proc(self._proc_plant_then_resume(resume, body, raw))
@@ -549,6 +555,11 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
                      pc: int | None = None) -> None:
         """A stop the client sees. Ends the client's resume."""
+        if sr is not None and sr.kind in ("T", "S"):
+            if sr.signal == SIGINT:
+                self._sigint_crossed = False
+            elif self._interrupt_forwarded:
+                self._sigint_crossed = True
         self._resume = None
         self._interrupt_forwarded = False
         self._interrupt_pending = False

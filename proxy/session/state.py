@@ -81,6 +81,9 @@ class SessionConfig:
     stub_probe: bytes = b"qSupported:multiprocess+;swbreak+"
     # The program's file from its pid when the stub cannot tell (local stubs).
     local_exe: Callable[[int], str | None] | None = None
+    # A SIGINT waiting in the kernel for the local process with this host pid
+    # (proxy.procmem.sigint_pending); None: never asked.
+    sigint_pending: Callable[[int], bool] | None = None
     # Is the stub's process this host's? (stub pid, stub auxv, program path) ->
     # a procedure returning a proxy.identity.Identity (identity.prove). None: never local.
     identify: Callable[[int | None, bytes | None, str | None], Generator[Exchange, list[bytes], Any]] | None = None
@@ -160,6 +163,11 @@ class SessionBase:
         self._resume: Resume | None = None  # the client's outstanding resume
         self._interrupt_pending = False
         self._interrupt_forwarded = False
+        # the client's Ctrl-C while the program was stopped: sent after its next continue
+        self._interrupt_at_resume = False
+        # a 0x03 went to the stub and the stop that came was not its SIGINT: it
+        # may have crossed that stop, and gdbserver then queued a real SIGINT
+        self._sigint_crossed = False
         self._stopped: Stopped | None = None
         self._last_stop: StopReply | None = None
         self._osdata_types: bytes | None = None
@@ -239,10 +247,14 @@ class SessionBase:
         if resume and self._interrupt_pending:
             # The client's Ctrl-C came while a procedure prepared this resume
             # (planting the probes at the first resume, stepping a thread off
-            # a probe): the program runs now, so the stub gets it (rule 8).
-            # Dropped, the client waited for a stop that never came (seen: a
-            # raw client's 0x03 during the plant, 10 s without a stop).
+            # a probe), or while the program was stopped: the program runs
+            # now, so the stub gets it (rule 8). Dropped, the client waited
+            # for a stop that never came (seen: a raw client's 0x03 during
+            # the plant, 10 s without a stop). A step ends by itself: its
+            # stop is the answer, and a 0x03 after it would cross that stop.
             self._interrupt_pending = False
+            if self._resume is not None and self._resume.is_step:
+                return
             self._interrupt_forwarded = True
             self._emit(ToStubRaw(b"\x03"))
 

@@ -183,16 +183,67 @@ def test_a_client_remove_the_table_does_not_know_goes_to_the_stub() -> None:
     assert bodies(d.client(f"z0,{PROBE:x},1".encode()), ToClient) == [b"OK"]  # the probe stays
 
 
-def test_interrupt_while_stopped_reaches_the_stub() -> None:
+def test_interrupt_while_stopped_reaches_the_stub_after_the_next_continue() -> None:
     """gdb's Ctrl-C between a stop and its next resume (it handled a
-    shared-library event by itself): gdbserver queues a SIGINT for the
-    program, and the next resume stops at once (reconnect-ctrl-c.exp)."""
+    shared-library event by itself): the next resume must stop at once
+    (reconnect-ctrl-c.exp). Forwarded while stopped, gdbserver would queue a
+    real SIGINT in the kernel, which a detach delivers (the program died):
+    the 0x03 goes after the next continue instead, and a detach drops it."""
     d = Driver()
     d.start_running()
     d.stub(stop_at(0x7FFFF7FCC060))  # not a probe: the client's stop
     d.s.take_actions()
     d.s.client_interrupt()
+    assert d.s.take_actions() == []
+    acts = d.client(b"vCont;c:p3a4d.-1")
+    assert acts == [ToStubRaw(frame(b"vCont;c:p3a4d.-1")), ToStubRaw(b"\x03")]
+    (reported,) = bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToClientRaw)
+    assert reported.startswith(b"$T02")
+    d.s.client_interrupt()  # stopped again; then a detach: nothing reaches the stub but the D
+    assert d.s.take_actions() == []
+    acts = d.client(b"D;3a4d")
+    assert b"\x03" not in bodies(acts, ToStubRaw)
+
+
+def test_a_sigint_that_crossed_a_stop_is_consumed_before_the_detach() -> None:
+    """The client's 0x03 went while the program ran, and another stop (a
+    client breakpoint) came instead of its SIGINT: gdbserver left a real
+    SIGINT waiting in the kernel, which the detach would deliver. The proxy
+    runs the program until it stops with it, passing no signal, then detaches."""
+    from proxy.identity import Identity
+
+    pending = [True]
+    d = Driver(probes=[], sigint_pending=lambda pid: pending[0])
+    d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
+    d.client(b"vCont;c:p3a4d.-1")
+    d.s.client_interrupt()
     assert d.s.take_actions() == [ToStubRaw(b"\x03")]
+    d.stub(stop_at(0x1234))  # a client breakpoint won: not the SIGINT
+    acts = d.client(b"D;3a4d")
+    assert bodies(acts, ToStub) == [b"QProgramSignals:"]
+    assert bodies(d.stub(b"OK"), ToStub) == [b"vCont;c"]
+    pending[0] = False
+    assert bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToStubRaw) == [frame(b"D;3a4d")]
+
+
+def test_no_crossing_no_extra_resume_at_the_detach() -> None:
+    from proxy.identity import Identity
+
+    d = Driver(probes=[], sigint_pending=lambda pid: True)  # a SIGINT someone else sent: the program's own
+    d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
+    d.client(b"vCont;c:p3a4d.-1")
+    d.stub(stop_at(0x1234))
+    assert bodies(d.client(b"D;3a4d"), ToStubRaw) == [frame(b"D;3a4d")]
+
+
+def test_interrupt_while_stopped_is_not_sent_after_a_step() -> None:
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x7FFFF7FCC060))
+    d.s.take_actions()
+    d.s.client_interrupt()
+    acts = d.client(b"vCont;s:" + THREAD)
+    assert acts == [ToStubRaw(frame(b"vCont;s:" + THREAD))]
 
 
 def g_block(pc: int) -> bytes:
