@@ -11,7 +11,6 @@ DWARF 4, ``.debug_rnglists`` of DWARF 5).
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 from bisect import bisect_right
@@ -33,7 +32,7 @@ class DwarfView:
         self.elf = elf
         self.warnings = warnings
         self.keep_tags = KEEP_TAGS if keep_tags is None else keep_tags
-        sections = {n: elf.section_data(n) or b"" for n in elf.sections if n.startswith(".debug")}
+        sections = _Sections(elf)
         self.reader = D.DieReader(sections)
         self.sections = sections
         self.unit_offsets = self.reader.iter_unit_offsets()
@@ -56,7 +55,7 @@ class DwarfView:
     # -- pyelftools for line programs and aranges ------------------------------------
     def pyelf(self) -> DWARFInfo:
         if self._pyelf is None:
-            self._pyelf = ELFFile(io.BytesIO(self.elf.data)).get_dwarf_info(relocate_dwarf_sections=False)
+            self._pyelf = ELFFile(self.elf.stream()).get_dwarf_info(relocate_dwarf_sections=False)
         return self._pyelf
 
     def has_aranges(self) -> bool:
@@ -130,6 +129,29 @@ class DwarfView:
             die = nxt
         return die
 
+    def origin_name(self, ref: int) -> str:
+        """The name of ``origin(die(ref))``, read with ``Dies.peek``: no DIE on the way is
+        decoded when their attributes lie at fixed places."""
+        name = None
+        for _ in range(8):
+            uo = self.containing_unit_offset(ref)
+            u = self.unit(uo) if uo is not None else None
+            dies = u.dies if u is not None else None
+            if not isinstance(dies, D.Dies):
+                die = dies.get(ref) if dies is not None else None
+                return (self.origin(die).get(D.AT_NAME) or "") if die is not None else (name or "")
+            i = dies.index(ref)
+            if i < 0:
+                break
+            name = dies.peek(i, D.AT_NAME)
+            nxt = dies.peek(i, D.AT_ABSTRACT_ORIGIN)
+            if nxt is None:
+                nxt = dies.peek(i, D.AT_SPECIFICATION)
+            if nxt is None:
+                break
+            ref = nxt
+        return name or ""
+
     def unit_of(self, die: D.Die) -> D.Unit | None:
         uo = self.containing_unit_offset(die.offset)
         return self.unit(uo) if uo is not None else None
@@ -148,6 +170,14 @@ class DwarfView:
         top = unit.top_die
         if D.AT_STMT_LIST not in top.attrs:
             return []
+        try:
+            files = _v4_line_files(self.sections.get(".debug_line", b""), top.attrs[D.AT_STMT_LIST],
+                                   top.get(D.AT_COMP_DIR) or "")
+        except (IndexError, struct.error, ValueError) as e:
+            self.warnings.append(f"line table of unit {unit.offset:#x} unreadable: {e}")
+            return []
+        if files is not None:
+            return files
         try:
             cu = self.pyelf().get_CU_at(unit.offset)
             lp = self.pyelf().line_program_for_CU(cu)
@@ -215,6 +245,32 @@ class DwarfView:
         return read
 
 
+class _Sections:
+    """The ``.debug*`` sections by name, each copied out of the mapped file when first
+    asked for (a debug build's .debug_loc or .debug_line may never be)."""
+
+    def __init__(self, elf: ElfImage) -> None:
+        self._elf = elf
+        self._got: dict[str, bytes] = {}
+
+    def get(self, name: str, default: bytes | None = None) -> bytes | None:
+        got = self._got.get(name)
+        if got is None:
+            if not name.startswith(".debug") or name not in self._elf.sections:
+                return default
+            got = self._got[name] = self._elf.section_data(name) or b""
+        return got
+
+    def __getitem__(self, name: str) -> bytes:
+        got = self.get(name)
+        if got is None:
+            raise KeyError(name)
+        return got
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.startswith(".debug") and name in self._elf.sections
+
+
 KEEP_TAGS = frozenset(
     {
         D.TAG_COMPILE_UNIT, D.TAG_NAMESPACE, D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION,
@@ -238,6 +294,41 @@ def line_program_files(lp: Any, comp_dir: str) -> list[str]:
             d = dirs[di] if di < len(dirs) else ""
         else:
             d = comp_dir if di == 0 else (dirs[di - 1] if di - 1 < len(dirs) else "")
+        full = os.path.join(d, name) if d and not name.startswith("/") else name
+        if not full.startswith("/") and comp_dir:
+            full = os.path.join(comp_dir, full)
+        out.append(os.path.normpath(full))
+    return out
+
+
+def _v4_line_files(data: bytes, off: int, comp_dir: str) -> list[str] | None:
+    """The file table of a DWARF 2-4 line program header, as ``line_program_files`` gives
+    it (pyelftools would first copy every .debug section: ~60 MB for a debug tokio
+    binary); None for DWARF 5 (its entry formats are left to pyelftools)."""
+    length, version = struct.unpack_from("<IH", data, off)
+    if length >= 0xFFFFFFF0 or version >= 5:
+        return None
+    if version < 2:
+        raise ValueError(f"line program version {version}")
+    pos = off + 11  # past length, version, header_length, minimum_instruction_length
+    if version >= 4:
+        pos += 1  # maximum_operations_per_instruction
+    opcode_base = data[pos + 3]
+    pos += 4 + opcode_base - 1
+    dirs: list[str] = []
+    while data[pos]:
+        e = data.index(b"\0", pos)
+        dirs.append(data[pos:e].decode("utf-8", "replace"))
+        pos = e + 1
+    pos += 1
+    out: list[str] = []
+    while data[pos]:
+        e = data.index(b"\0", pos)
+        name = data[pos:e].decode("utf-8", "replace")
+        di, pos = D._uleb(data, e + 1)
+        _, pos = D._uleb(data, pos)  # mtime
+        _, pos = D._uleb(data, pos)  # length
+        d = comp_dir if di == 0 else (dirs[di - 1] if di - 1 < len(dirs) else "")
         full = os.path.join(d, name) if d and not name.startswith("/") else name
         if not full.startswith("/") and comp_dir:
             full = os.path.join(comp_dir, full)

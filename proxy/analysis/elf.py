@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import io
+import mmap
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
@@ -52,7 +54,7 @@ class Segment:
 @dataclass(slots=True)
 class ElfImage:
     path: str
-    data: bytes
+    data: bytes | mmap.mmap  # the file mapped read-only (bytes for an empty or unmappable file)
     machine: str
     pie: bool
     entry: int
@@ -69,7 +71,17 @@ class ElfImage:
         s = self.sections.get(name)
         if s is None:
             return None
-        return self.data[s[1] : s[1] + s[2]]
+        out = self.data[s[1] : s[1] + s[2]]
+        if isinstance(self.data, mmap.mmap) and s[2] >= _DROP_AFTER_COPY:
+            # the copy is what the caller keeps: the mapped pages it came through would
+            # count twice in the resident set (a debug build's .debug_* sections: ~60 MB)
+            start = s[1] & ~(mmap.PAGESIZE - 1)
+            self.data.madvise(mmap.MADV_DONTNEED, start, s[1] + s[2] - start)
+        return out
+
+    def stream(self) -> io.RawIOBase:
+        """A file object over the image's bytes for pyelftools (no copy of the file)."""
+        return _BufferStream(self.data)
 
     def has_section(self, name: str) -> bool:
         return name in self.sections
@@ -106,8 +118,14 @@ class ElfImage:
 
 def open_elf(path: str | Path) -> ElfImage:
     p = Path(path)
+    data: bytes | mmap.mmap
     try:
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            try:
+                # mapped, not read: a debug build is 80 MB, of which the analysis touches a part
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (ValueError, OSError):  # empty, or not a regular file
+                data = f.read()
     except OSError as e:
         raise AnalysisError(f"{p}: cannot read: {e.strerror or e}") from e
     if data[:4] != b"\x7fELF":
@@ -126,8 +144,8 @@ def open_elf(path: str | Path) -> ElfImage:
         raise AnalysisError(f"{p}: corrupt ELF ({type(e).__name__}: {str(e)[:120]})") from e
 
 
-def _parse(path: str, data: bytes) -> ElfImage:
-    elf = ELFFile(io.BytesIO(data))
+def _parse(path: str, data: bytes | mmap.mmap) -> ElfImage:
+    elf = ELFFile(_BufferStream(data))
     if elf.elfclass != 64 or not elf.little_endian:
         raise AnalysisError(f"{path}: only 64-bit little-endian ELF is supported")
     warnings: list[str] = []
@@ -186,7 +204,7 @@ _SYM_TYPES = {0, 1, 2, 10}  # NOTYPE, OBJECT, FUNC, GNU_IFUNC
 def _symbols(elf: ELFFile, sections: dict[str, tuple[int, int, int]], warnings: list[str]) -> list[Symbol]:
     """.symtab and .dynsym, decoded with struct (pyelftools takes ~50 µs a symbol)."""
     seen: dict[tuple[str, int], Symbol] = {}
-    data = elf.stream.getbuffer()
+    data = elf.stream.buffer
     for secname in (".symtab", ".dynsym"):
         sec = elf.get_section_by_name(secname)
         if sec is None or secname not in sections:
@@ -208,6 +226,44 @@ def _symbols(elf: ELFFile, sections: dict[str, tuple[int, int, int]], warnings: 
             if name and (name, value) not in seen:
                 seen[(name, value)] = Symbol(name, value, st_size, st_type in (_STT_FUNC, _STT_GNU_IFUNC))
     return sorted(seen.values(), key=lambda s: (s.addr, -s.size))
+
+
+_DROP_AFTER_COPY = 1 << 20
+
+
+class _BufferStream(io.RawIOBase):
+    """A read-only, seekable file object over a bytes-like buffer (an mmap or bytes),
+    each with its own position: pyelftools reads ELF structures through it."""
+
+    def __init__(self, buffer: bytes | mmap.mmap) -> None:
+        super().__init__()
+        self.buffer = buffer
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = 0 if whence == io.SEEK_SET else self._pos if whence == io.SEEK_CUR else len(self.buffer)
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = len(self.buffer) if size is None or size < 0 else self._pos + size
+        out = self.buffer[self._pos : end]
+        self._pos += len(out)
+        return bytes(out)
+
+    def readinto(self, b: Any) -> int:
+        out = self.read(len(b))
+        b[: len(out)] = out
+        return len(out)
 
 
 @functools.lru_cache(maxsize=65536)

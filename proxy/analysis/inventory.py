@@ -27,13 +27,13 @@ Theory of operation (facts in DESIGN.md §4):
 
 from __future__ import annotations
 
-import io
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import capstone
+import numpy as np
 from capstone import x86 as cs_x86
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
@@ -72,6 +72,10 @@ _KINDS = {
     "async_block": CoroutineKind.ASYNC_BLOCK,
     "async_closure": CoroutineKind.ASYNC_CLOSURE,
 }
+# the DIEs a unit's scan looks at (the others are decoded only when a reference leads to them)
+_SCAN_TAGS = frozenset({D.TAG_STRUCTURE, D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE})
+# a function's name (or its origin's) that _task_poll, _classify or _inlined can act on
+_FN_PREFIXES = ("{", "poll", "run<")
 _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
 
 
@@ -161,6 +165,7 @@ class _Collector:
         self.inv = inv
         self._qual: dict[int, str] = {}
         self._tname: dict[int, str] = {}
+        self._origin_names: dict[int, str] = {}
         self.types = TypeCollector(
             self, lambda t: self._is_env(t) and bool(ASYNC_ENV_RE.match(t.get(D.AT_NAME) or "")))
 
@@ -192,20 +197,53 @@ class _Collector:
 
     # -- per unit ------------------------------------------------------------------------------
     def _scan_unit(self, unit: D.Unit, found: dict[int, _Found]) -> None:
-        for die in list(unit.dies.values()):
-            if die.tag == D.TAG_STRUCTURE:
-                name = die.get(D.AT_NAME) or ""
-                if ASYNC_ENV_RE.match(name):
-                    self._layout(die)
-                elif name.startswith(RUNTIME_CELL_PREFIXES) and self.qualname(die).startswith(RUNTIME_CELLS):
-                    self.types.add(die.offset)  # a spawned task's cell (proxy.reflect.tokio_adapter)
-            elif die.tag == D.TAG_SUBPROGRAM and die.get(D.AT_LOW_PC):
-                self._task_poll(die)
-                f = self._classify(unit, die)
-                if f is not None and die.attrs[D.AT_LOW_PC] not in found:
-                    found[die.attrs[D.AT_LOW_PC]] = f
-            elif die.tag == D.TAG_INLINED_SUBROUTINE:
-                self._inlined(unit, die)
+        dies = unit.dies
+        if not isinstance(dies, D.Dies):
+            for die in list(dies.values()):
+                self._scan_die(unit, die, found)
+            return
+        # names first, undecoded: a unit's few coroutine DIEs among ~10^5 others
+        for i, tag in dies.tagged(_SCAN_TAGS):
+            if tag == D.TAG_STRUCTURE:
+                name = dies.peek(i, D.AT_NAME) or ""
+                if not (ASYNC_ENV_RE.match(name) or name.startswith(RUNTIME_CELL_PREFIXES)):
+                    continue
+            elif tag == D.TAG_SUBPROGRAM and not dies.peek(i, D.AT_LOW_PC):
+                continue
+            elif not self._may_be_coroutine_fn(dies, i):
+                continue
+            self._scan_die(unit, dies.at(i), found)
+
+    def _may_be_coroutine_fn(self, dies: D.Dies, i: int) -> bool:
+        """Could the subprogram or inlined subroutine at index ``i`` be a resume function,
+        a runtime's task function or a GenFuture poll (by its own name or its origin's)?"""
+        own = dies.peek(i, D.AT_NAME)
+        if own and own.startswith(_FN_PREFIXES):
+            return True
+        ref = dies.peek(i, D.AT_ABSTRACT_ORIGIN)
+        if ref is None:
+            ref = dies.peek(i, D.AT_SPECIFICATION)
+        if ref is None:
+            return False
+        name = self._origin_names.get(ref)
+        if name is None:
+            name = self._origin_names[ref] = self.dwarf.origin_name(ref)
+        return name.startswith(_FN_PREFIXES)
+
+    def _scan_die(self, unit: D.Unit, die: D.Die, found: dict[int, _Found]) -> None:
+        if die.tag == D.TAG_STRUCTURE:
+            name = die.get(D.AT_NAME) or ""
+            if ASYNC_ENV_RE.match(name):
+                self._layout(die)
+            elif name.startswith(RUNTIME_CELL_PREFIXES) and self.qualname(die).startswith(RUNTIME_CELLS):
+                self.types.add(die.offset)  # a spawned task's cell (proxy.reflect.tokio_adapter)
+        elif die.tag == D.TAG_SUBPROGRAM and die.get(D.AT_LOW_PC):
+            self._task_poll(die)
+            f = self._classify(unit, die)
+            if f is not None and die.attrs[D.AT_LOW_PC] not in found:
+                found[die.attrs[D.AT_LOW_PC]] = f
+        elif die.tag == D.TAG_INLINED_SUBROUTINE:
+            self._inlined(unit, die)
 
     def _task_poll(self, die: D.Die) -> None:
         """tokio's ``raw::poll<T, S>``: its address names the task cell ``Cell<T, S>``;
@@ -681,19 +719,51 @@ def import_sites(elf: ElfImage, name: str, warnings: list[str], consequence: str
     targets = {s.addr for s in elf.symbols if s.name.split("@", 1)[0] == name}
     slots: set[int] = set()
     try:
-        ef = ELFFile(io.BytesIO(elf.data))
+        ef = ELFFile(elf.stream())
         for sec in ef.iter_sections():
             if not isinstance(sec, RelocationSection) or sec.name not in elf.sections:
                 continue
+            if not sec.is_RELA() or sec["sh_entsize"] != 24 or ef.elfclass != 64:
+                slots |= _reloc_slots_slow(ef, sec, name)
+                continue
             symtab = ef.get_section(sec["sh_link"])
-            for r in sec.iter_relocations():
-                sym = symtab.get_symbol(r["r_info_sym"]) if r["r_info_sym"] else None
-                if sym is not None and sym.name.split("@", 1)[0] == name:
-                    slots.add(r["r_offset"])
+            idx = _symbol_indices(symtab.data(), ef.get_section(symtab["sh_link"]).data(), name)
+            if not idx:
+                continue
+            rel = np.frombuffer(sec.data(), dtype=np.dtype([("off", "<u8"), ("info", "<u8"), ("add", "<i8")]))
+            hit = np.isin(rel["info"] >> np.uint64(32), np.array(sorted(idx), dtype=np.uint64))
+            slots.update(int(o) for o in rel["off"][hit])
     except (ELFError, ELFParseError, struct.error, ValueError, AttributeError) as e:
         warnings.append(f"relocations unreadable ({e})" + (f": {consequence}" if consequence else ""))
     targets |= _plt_stubs_for(elf, slots)
     return targets, slots
+
+
+def _symbol_indices(symtab: bytes, strtab: bytes, name: str) -> set[int]:
+    """Indices of the ELF64 symbols whose name, up to an ``@version``, is ``name``:
+    the name's occurrences in the string table (a merged table can point into the tail
+    of a longer string), then the symbols naming one of them."""
+    want = name.encode()
+    offs: list[int] = []
+    p = strtab.find(want)
+    while p >= 0:
+        if strtab[p + len(want):p + len(want) + 1] in (b"\0", b"@"):
+            offs.append(p)
+        p = strtab.find(want, p + 1)
+    if not offs:
+        return set()
+    syms = np.frombuffer(symtab, dtype=np.dtype([("name", "<u4"), ("rest", "V20")]), count=len(symtab) // 24)
+    return {int(i) for i in np.nonzero(np.isin(syms["name"], np.array(offs, dtype=np.uint32)))[0] if i}
+
+
+def _reloc_slots_slow(ef: ELFFile, sec: RelocationSection, name: str) -> set[int]:
+    symtab = ef.get_section(sec["sh_link"])
+    out: set[int] = set()
+    for r in sec.iter_relocations():
+        sym = symtab.get_symbol(r["r_info_sym"]) if r["r_info_sym"] else None
+        if sym is not None and sym.name.split("@", 1)[0] == name:
+            out.add(r["r_offset"])
+    return out
 
 
 def _plt_stubs_for(elf: ElfImage, slots: set[int]) -> set[int]:

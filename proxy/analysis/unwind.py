@@ -64,7 +64,7 @@ class Unwinder:
     def __init__(self, elf: ElfImage, bias: int = 0) -> None:
         self.elf = elf
         self.bias = bias
-        self._pyelf = ELFFile(io.BytesIO(elf.data))
+        self._pyelf = ELFFile(elf.stream())
         self._dwarf = self._pyelf.get_dwarf_info(relocate_dwarf_sections=False)
         self._hdr = _eh_frame_hdr_table(elf)
         self._all: list[tuple[int, int, FDE]] | None = None
