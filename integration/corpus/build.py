@@ -8,7 +8,7 @@ come from Debian's packaged sources (``.cargo/config.toml`` replaces
 crates.io with ``/usr/share/cargo/registry`` and sets ``offline``).
 
 A *configuration* is a toolchain plus a profile plus flags. Each one has its
-own cargo target dir, ``integration/build/cargo-target/<config>``, so cargo's
+own cargo target dir, ``<cache>/cargo-target/<config>`` (``cache_dir()``), so cargo's
 own freshness check makes a warm build a no-op; the finished binaries are
 copied (atomically, by rename) to ``integration/build/corpus/<config>/<program>``.
 
@@ -32,7 +32,7 @@ Debian release: ``trixie`` with tokio 1.43, ``sid`` with tokio 1.53) builds
 the same way under its own configs (``trixie-debug``, ``sid-release``, ...),
 each package's ``.cargo/config.toml`` pointing at the crate sources that
 ``bash scripts/fetch-crates <release>`` unpacks into
-``integration/build/crates/<release>``; a config whose crates were not
+``integration/build/crates/<release>`` (a link into the cache); a config whose crates were not
 fetched is skipped with a ``SkipReason`` that says so. The ``*-dump`` configs
 add ``--cfg tokio_unstable --cfg tokio_taskdump`` (tokio's own task dump).
 
@@ -47,6 +47,7 @@ and from Python: ``build(configs=None, programs=None)`` and
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import resource
@@ -64,12 +65,28 @@ CORPUS_DIR = Path(__file__).resolve().parent
 REPO_DIR = CORPUS_DIR.parent.parent
 BUILD_DIR = REPO_DIR / "integration" / "build"
 OUT_DIR = BUILD_DIR / "corpus"
-TARGET_ROOT = BUILD_DIR / "cargo-target"
+
+
+def cache_dir() -> Path:
+    """What outlives a clone: cargo's target dirs (the crates' builds), Debian's crates of
+    other releases, the newer debuggers' chroots. ``$ASYNCRSP_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/asyncrsp``, else ``~/.cache/asyncrsp`` (the same rule as proxy/analysis/cache.py; the scripts say it in shell)."""
+    env = os.environ.get("ASYNCRSP_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "asyncrsp"
+
+
+CACHE_DIR = cache_dir()
+# Shared by every clone: a clone's own crate is rebuilt (its paths differ), the
+# dependencies are not. A lock per config keeps one clone's cargo run and copy whole.
+TARGET_ROOT = CACHE_DIR / "cargo-target"
 
 PROGRAMS: tuple[str, ...] = ("nested", "tokio_app", "tokio_bench", "stuck", "many_tasks", "poll_timing", "combinators",
                              "http_server", "crash", "deadlock", "first_poll")
 MODERN_DIR = REPO_DIR / "integration" / "corpus_modern"
-CRATES_DIR = BUILD_DIR / "crates"
+CRATES_DIR = BUILD_DIR / "crates"  # scripts/fetch-crates: a link to <cache>/crates
 # The modern corpus' programs per package (= Debian release of its crates).
 MODERN_PROGRAMS: dict[str, tuple[str, ...]] = {
     "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec", "stuck"),
@@ -308,17 +325,23 @@ def build_config(name: str, programs: Sequence[str] | None = None) -> dict[str, 
     if missing is not None:
         return missing
     command = _cargo_command(config, tools, names)
-    result = subprocess.run(
-        command,
-        cwd=config.package_dir,
-        env=_cargo_env(config, tools),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        raise BuildFailed(name, command, result.stdout + result.stderr)
-    return {program: _install(config, program) for program in names}
+    lock = TARGET_ROOT / f"{config.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as held:
+        # Another clone's cargo run on the same target dir would replace the binary
+        # between this run and its copy.
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = subprocess.run(
+            command,
+            cwd=config.package_dir,
+            env=_cargo_env(config, tools),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise BuildFailed(name, command, result.stdout + result.stderr)
+        return {program: _install(config, program) for program in names}
 
 
 def build(

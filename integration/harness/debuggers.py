@@ -52,8 +52,14 @@ def _enter_script(dirs: Sequence[Path]) -> str:
 
 
 def chroots_dir() -> Path:
+    """scripts/debuggers-chroot's: $ASYNCRSP_CHROOTS, else the cache's ``chroots``."""
     env = os.environ.get("ASYNCRSP_CHROOTS")
-    return Path(env) if env else REPO / "integration" / "build" / "chroots"
+    if env:
+        return Path(env)
+    cache = os.environ.get("ASYNCRSP_CACHE_DIR")
+    if cache:
+        return Path(cache) / "chroots"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "asyncrsp" / "chroots"
 
 
 @dataclass(frozen=True)
