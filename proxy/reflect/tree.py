@@ -39,6 +39,35 @@ class Running:
     chain: tuple[str, ...]  # normalised async fn paths, outermost first
     loc: SourceLoc | None  # the innermost frame's line
     addr: int | None = None  # the outermost's self pointer, when the engine knows it
+    fns: tuple[str, ...] = ()  # ``ident`` of each chain entry's function ("" unknown), same order
+
+
+_GENERICS = re.compile(r"<[^<>]*>")
+_NUMBERED = re.compile(r"::\{(async_fn|async_block|async_closure|coroutine)(?:_env)?#(\d+)\}")
+
+
+def ident(name: str) -> str:
+    """The one coroutine a resume function or a state machine is, "" when the name does not
+    say: ``a::run::{async_fn#0}::{async_block#1}`` (the function) and
+    ``a::run::{async_fn#0}::{async_block_env#1}`` (its type) are the same; generics dropped.
+    ``norm`` says only which fn a coroutine belongs to: every async block of ``run`` norms
+    to ``a::run``, so a thread inside one block's poll must not mark another block running
+    (tk_sync: the block spawned at line 132, parked, was drawn running the block at 149)."""
+    prev = None
+    while prev != name:
+        prev, name = name, _GENERICS.sub("", name)
+    if _NUMBERED.search(name) is None:
+        return ""
+    return _NUMBERED.sub(lambda m: f"::{{{m.group(1)}#{m.group(2)}}}", name)
+
+
+def is_coroutine(n: Node, name: str, fn: str = "") -> bool:
+    """``n`` is the coroutine a chain entry names: its fn (``norm``) and, when both names carry
+    it, its number (``ident``)."""
+    if n.kind != "coroutine" or norm(n.label) != name:
+        return False
+    own = ident(n.type_name) if fn else ""
+    return not own or own == fn
 
 
 def norm(path: str) -> str:
@@ -54,6 +83,7 @@ def norm(path: str) -> str:
 def running_from_frames(thread: int, frames: list[Frame], addr: int | None = None) -> Running | None:
     """The async frames at a pc (innermost first, from ``pc_to_frames``)."""
     chain: list[str] = []
+    fns: list[str] = []
     loc = None
     for i, f in enumerate(frames):
         if "{" not in f.function or " as " in f.function:  # not a closure/coroutine
@@ -63,36 +93,52 @@ def running_from_frames(thread: int, frames: list[Frame], addr: int | None = Non
         if not chain:
             loc = f.loc
         chain.append(norm(f.function))
+        fns.append(ident(f.function))
         if not f.inlined:
             break  # only this physical frame's inlined chain is known from the pc
     if not chain:
         return None
-    return Running(thread, tuple(reversed(chain)), loc, addr)
+    return Running(thread, tuple(reversed(chain)), loc, addr, tuple(reversed(fns)))
+
+
+def _fn(run: Running, i: int) -> str:
+    return run.fns[i] if i < len(run.fns) else ""
+
+
+def overlay_matches(tree: Node, run: Running) -> list[tuple[Node, Node]]:
+    """Every (start, innermost) where the chain of ``run`` is found in ``tree``."""
+    starts = [n for n in tree.iter() if is_coroutine(n, run.chain[0], _fn(run, 0))
+              and (run.addr is None or n.addr == run.addr)]
+    out = []
+    for start in starts:
+        node: Node | None = start
+        for i, name in enumerate(run.chain[1:], 1):
+            node = _first_coroutine_below(node, name, _fn(run, i))
+            if node is None:
+                break
+        if node is not None:
+            out.append((start, node))
+    return out
+
+
+def mark_running(node: Node, run: Running) -> None:
+    """The innermost coroutine at the pc: running there, at the pc's line; its state's
+    awaitee is stale."""
+    node.status = "running"
+    node.detail = f"running on thread {run.thread}"
+    node.loc = run.loc
+    node.children = []
 
 
 def overlay(tree: Node, run: Running) -> bool:
     """Mark the chain of ``run`` in ``tree``; True when it matched."""
-    starts = [n for n in tree.iter() if n.kind == "coroutine" and norm(n.label) == run.chain[0]
-              and (run.addr is None or n.addr == run.addr)]
-    for start in starts:
-        node = start
-        ok = True
-        for name in run.chain[1:]:
-            nxt = _first_coroutine_below(node, name)
-            if nxt is None:
-                ok = False
-                break
-            node = nxt
-        if ok:
-            node.status = "running"
-            node.detail = f"running on thread {run.thread}"
-            node.loc = run.loc
-            node.children = []
-            return True
-    return False
+    got = overlay_matches(tree, run)
+    if got:
+        mark_running(got[0][1], run)
+    return bool(got)
 
 
-def _first_coroutine_below(node: Node, name: str) -> Node | None:
+def _first_coroutine_below(node: Node, name: str, fn: str = "") -> Node | None:
     """The first pending coroutine of that name below node, else the first completed one:
     the thread's pc is in its code, so it runs; release builds store ``Returned`` into
     ``__state`` ahead of the last line's code (tokio_app's ``c`` inlined into ``worker``
@@ -102,7 +148,7 @@ def _first_coroutine_below(node: Node, name: str) -> Node | None:
     while stack:
         n = stack.pop(0)
         if n.kind == "coroutine":
-            if norm(n.label) == name:
+            if is_coroutine(n, name, fn):
                 if n.status != "completed":
                     return n
                 done = done or n

@@ -59,7 +59,8 @@ from typing import Any
 from proxy.analysis.model import Frame as SrcFrame
 from proxy.analysis.model import Inventory, SourceLoc
 from proxy.reflect.memory import BlockReader, ReadMemory
-from proxy.reflect.tree import Root, _first_coroutine_below, norm, overlay, running_from_frames
+from proxy.reflect.tree import (Root, _first_coroutine_below, ident, is_coroutine, mark_running, norm, overlay_matches,
+                                running_from_frames)
 from proxy.reflect.walker import Node, Reflector
 
 from .ids import TaskIds
@@ -439,14 +440,11 @@ class _Builder:
         for tid, run in self._runs_at_pcs():
             if tid not in self.inp.threads or any(k is not None for k in self.chains.get(tid, [])):
                 continue
-            here: dict[str, list[Node]] = {}
-            for _, tree in trees:
-                for n in tree.iter():
-                    if n.kind == "coroutine" and self.stack_keys.get((n.addr, n.type_name)) == tid:
-                        here.setdefault(norm(n.label), []).append(n)
+            here = [n for _, tree in trees for n in tree.iter()
+                    if n.kind == "coroutine" and self.stack_keys.get((n.addr, n.type_name)) == tid]
             chain: list[Key | None] = []
-            for name in reversed(run.chain):  # innermost first
-                got = here.get(name, [])
+            for i in reversed(range(len(run.chain))):  # innermost first
+                got = [n for n in here if is_coroutine(n, run.chain[i], run.fns[i] if i < len(run.fns) else "")]
                 if len(got) != 1:
                     if chain:
                         break
@@ -514,10 +512,11 @@ class _Builder:
             frames = self._frames(pc)
             if frames and frames[-1].loc is not None:
                 found.append(frames[-1].loc)
-        name = norm(layout_name(self.inv, key[1]))
+        name, own = norm(layout_name(self.inv, key[1])), ident(key[1])
         for frames in self._pc_frames():
             for f in frames:
-                if f.loc is not None and "{" in f.function and " as " not in f.function and norm(f.function) == name:
+                if f.loc is not None and "{" in f.function and " as " not in f.function and norm(f.function) == name \
+                        and (not own or ident(f.function) in ("", own)):
                     found.append(f.loc)
                     break
         got = await_line_for(self.inv, key[1], child.type_name)
@@ -561,12 +560,22 @@ class _Builder:
             if inner is not None:
                 if self._overlay_below(inner, run, tid):
                     continue
-            for _, tree in trees:
-                if overlay(tree, run):
-                    for n in tree.iter():
-                        if n.status == "running" and id(n) not in self.running:
-                            self.running[id(n)] = tid
-                    break
+            # No poll chain: the coroutine the pc is in. A thread runs a coroutine only when its
+            # stack is inside that one's poll now: of several of that function (parked tasks of
+            # the same async fn, other blocks of it: ``ident``), one held by a future on this
+            # thread's stack (the first: two `c` of one join! both inlined at that pc), else the
+            # only one; none when that is ambiguous (the others are parked, not running).
+            found = [(tree, end) for _, tree in trees for start, end in overlay_matches(tree, run)]
+            mine = [(t, e) for t, e in found if any(self.stack_keys.get((n.addr, n.type_name)) == tid
+                                                    for n in t.iter() if n.kind == "coroutine"
+                                                    and any(m is e for m in n.iter()))]
+            if not mine and len({id(e) for _, e in found}) != 1:
+                continue
+            tree, end = (mine or found)[0]
+            mark_running(end, run)
+            for n in tree.iter():
+                if n.status == "running" and id(n) not in self.running:
+                    self.running[id(n)] = tid
 
     def _runs_at_pcs(self) -> list[tuple[int, Any]]:
         """(thread, the async frames at its pc: ``proxy.reflect.tree.Running``) of every thread
@@ -589,18 +598,18 @@ class _Builder:
 
     def _overlay_below(self, inner: Node, run: Any, tid: int) -> bool:
         """The pc's inlined chain ends in the innermost running coroutine or below it."""
-        names = list(run.chain)
-        here = norm(inner.label)
-        if here not in names:
+        fns = list(run.fns) + [""] * (len(run.chain) - len(run.fns))
+        at = [i for i, name in enumerate(run.chain) if is_coroutine(inner, name, fns[i])]
+        if not at:
             return False
-        rest = names[names.index(here) + 1:]
+        rest = list(zip(run.chain, fns))[at[0] + 1:]
         node = inner
         if rest:  # coroutines inlined into the innermost frame: stored inline below it
             tree = self.r.walk(inner.addr, inner.type_name) if self.r is not None else inner
             cur = tree
             path = []
-            for name in rest:
-                nxt = _first_coroutine_below(cur, name)
+            for name, fn in rest:
+                nxt = _first_coroutine_below(cur, name, fn)
                 if nxt is None:
                     break
                 path.append(nxt)

@@ -52,6 +52,14 @@ async fn yield_once() {
     .await // await: yield_once -> poll_fn
 }
 
+/// The marker's call stays a call: `rt::ready` inlined into LocalPool's inlined `run_until`
+/// left no line-table row for the marker's line in release builds, so a breakpoint there
+/// went to line 75 and never stopped (with or without the proxy).
+#[inline(never)]
+fn ready() {
+    rt::ready("fut_exec");
+}
+
 fn main() {
     let mut pool = LocalPool::new();
     let spawner = pool.spawner();
@@ -69,7 +77,7 @@ fn main() {
         while parked.get() < 5 {
             yield_once().await; // await: main::{async_block} -> yield
         }
-        rt::ready("fut_exec"); // bp: parked
+        ready(); // bp: parked
         futures::future::pending::<()>().await; // await: main::{async_block} -> pending
     });
 }
