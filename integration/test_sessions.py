@@ -155,3 +155,34 @@ def test_reconnect_keeps_the_capture() -> None:
         one.close()
     assert _edges(single), single[-3000:]
     assert _edges(second) == _edges(single), second[-3000:]
+
+
+@pytest.mark.parametrize("disable", ["T", "Tthread"])
+def test_non_stop_stub_without_thread_ids_hides_a_workers_probe_hit(disable: str) -> None:
+    """gdbserver --disable-packet=T (`S05`) or Tthread (`T05` without a
+    thread), non-stop on the wire (`maint set target-non-stop on`), two
+    threads: the worker hits hidden probes while main runs. The proxy finds
+    the stopped thread itself (GDB's stop-reply-no-thread-multi.exp with
+    --probe); the client sees what it sees straight: its breakpoint in main,
+    then the program's exit."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness.programs import build
+
+    prog = build("one_worker")
+    stub = f"gdbserver --once --disable-packet={disable} - {prog}"
+    setup = ["maint set target-non-stop on", "set remote threads-packet off",
+             "set remote multiprocess-feature-packet off"]
+    session = ["break unlock_worker", "continue", "continue"]
+    straight = _gdb(prog, [*setup, f"target remote | {stub}", *session], timeout=60)
+    port = _port()
+    px = _Proc([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}", "--once",
+                "--upstream", "|" + stub, "--capture", "breakpoints",
+                "--probe", "^(tick|unlock_main)$"], b"listening on")
+    try:
+        proxied = _gdb(prog, [*setup, f"target remote 127.0.0.1:{port}", *session], timeout=60)
+    finally:
+        px.close()
+    for out in (straight, proxied):
+        assert re.search(r"hit Breakpoint 1, (0x\w+ in )?unlock_worker \(", out), out[-3000:]
+        assert "exited normally" in out, out[-3000:]
+        assert "SIGTRAP" not in out and "not available" not in out, out[-3000:]

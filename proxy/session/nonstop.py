@@ -38,7 +38,15 @@ from .breakpoints import BpKey
 from .probes import Probe
 from .procedure import Exchange, Procedure
 from .state import SessionBase
-from .wire import RSP_REGNUM_AMD64, SIGTRAP, is_trap_reason, pc_from_g, z_packet
+from .wire import (
+    RSP_REGNUM_AMD64,
+    SIGTRAP,
+    feature_on,
+    is_trap_reason,
+    pc_from_g,
+    stopped_pc_from_g,
+    z_packet,
+)
 
 
 def _key(thread: ThreadId | None) -> tuple[int | None, int] | None:
@@ -161,10 +169,10 @@ class NonStop(SessionBase):
         if (sr is not None and sr.thread is None and sr.kind in ("T", "S")
                 and (self._ns_stepping or (self.probes and sr.signal == SIGTRAP))):
             # A stub that names no thread (gdbserver --disable-packet=T or
-            # Tthread): the program's one thread, when it has one.
-            sole = yield from self._ns_find_thread(sr)
-            if sole is not None:
-                sr = dataclasses.replace(sr, thread=sole)
+            # Tthread): the thread is looked for (_ns_find_thread).
+            found = yield from self._ns_find_thread(sr)
+            if found is not None:
+                sr = dataclasses.replace(sr, thread=found)
         k = _key(sr.thread) if sr is not None else None
         if sr is not None and k is not None and k in self._ns_stepping:
             yield from self._ns_step_done(sr, body, k)
@@ -188,27 +196,75 @@ class NonStop(SessionBase):
                         self._capture_hit(probe, sr, replies[1:1 + len(reads)])
         self._ns_to_client(body)
 
-    def _ns_find_thread(self, sr: StopReply) -> Procedure:
-        """The thread a stop without one is about: the program's only thread,
-        or the one the proxy is stepping, for a step's stop. Otherwise None:
-        the client sees the stop as the stub sent it. (Looking for the thread
-        by its pc among several went wrong: with other threads running, a
-        new thread's registers were written - a SIGSEGV in clone3.)"""
+    def _ns_threads(self) -> Procedure:
+        """The program's threads (qfThreadInfo/qsThreadInfo)."""
         ids: list[bytes] = []
         (listing,) = yield Exchange((b"qfThreadInfo",))
         while listing[:1] == b"m" and len(ids) < 4096:
-            ids += listing[1:].split(b",")
+            ids += [t for t in listing[1:].split(b",") if t]
             (listing,) = yield Exchange((b"qsThreadInfo",))
-        found: bytes | None = ids[0] if len(ids) == 1 else None
-        if found is None and len(self._ns_stepping) == 1 and not is_trap_reason(sr):
-            pid, tid = next(iter(self._ns_stepping))
-            return ThreadId(pid, tid)
-        if found is None:
+        threads: list[ThreadId] = []
+        for t in ids:
+            try:
+                threads.append(ThreadId.parse(t))
+            except MalformedPacket:
+                continue
+        return threads
+
+    def _ns_find_thread(self, sr: StopReply) -> Procedure:
+        """The thread a stop without one is about: the program's only thread;
+        among several, the one stopped thread the stop can be about - one the
+        proxy is stepping, or one at a proxy breakpoint (at the stop's pc,
+        when the stop names one) that the client did not ask to step.
+        Otherwise None: the client sees the stop as the stub sent it.
+        (GDB's stop-reply-no-thread-multi.exp with --probe: the worker hit a
+        hidden probe while main ran; the client, given the stop as sent, took
+        main for the stopped thread - "PC register is not available".)
+
+        Which threads are stopped is asked with `qXfer:siginfo:read` (a
+        running thread's fails), never with `g`: gdbserver keeps registers it
+        read for a running thread (unavailable, or half read) as valid, and
+        writes them back into the thread at its next internal resume - main,
+        in clone3, trapped or crashed (SIGSEGV) there. Only a stopped
+        thread's `g` is read.
+
+        Several candidates (threads hitting hidden probes at the same moment)
+        cannot be told apart: gdbserver's stop for one may still be queued,
+        and it does not resume a thread whose stop it has not reported. Then
+        the client sees the stop as sent (a limit, in docs/gdb-testsuite.md)."""
+        threads = yield from self._ns_threads()
+        if len(threads) == 1:
+            return threads[0]
+        if not threads or not feature_on(self.stub_features, "qXfer:siginfo:read"):
             return None
-        try:
-            return ThreadId.parse(found)
-        except MalformedPacket:
+        asks: tuple[bytes, ...] = ()
+        for thread in threads:
+            asks += (self._ns_select(thread), b"qXfer:siginfo:read::0,80")
+        replies = yield Exchange(asks)
+        stopped = [t for i, t in enumerate(threads)
+                   if replies[2 * i] == b"OK" and replies[2 * i + 1][:1] in (b"l", b"m")]
+        if not stopped:
+            if self._ns_restore():
+                yield Exchange(self._ns_restore())
             return None
+        asks = ()
+        for thread in stopped:
+            asks += (self._ns_select(thread), b"g")
+        replies = yield Exchange(asks + self._ns_restore())
+        known_pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
+        found: list[ThreadId] = []
+        for i, thread in enumerate(stopped):
+            pc = stopped_pc_from_g(replies[2 * i + 1]) if replies[2 * i] == b"OK" else None
+            if pc is None:
+                continue
+            if _key(thread) in self._ns_stepping:
+                found.append(thread)
+                continue
+            action = self._ns_action_for(thread)
+            if (self.bps.proxy_key_at(pc) is not None and known_pc in (None, pc)
+                    and not (action is not None and action.op in ("s", "S", "r"))):
+                found.append(thread)
+        return found[0] if len(found) == 1 else None
 
     def _ns_to_client(self, body: bytes) -> None:
         self._ns_queue.append(body)

@@ -30,6 +30,14 @@ def pc_from_g(reply: bytes) -> int | None:
     return int.from_bytes(data[128:136], "little")
 
 
+def stopped_pc_from_g(reply: bytes) -> int | None:
+    """rip from a `g` block, or None when the stub marks it unavailable
+    (`xx`: gdbserver's answer for a thread that runs, in non-stop mode)."""
+    if reply[256:272].count(b"x"):
+        return None
+    return pc_from_g(reply)
+
+
 def tid_of(thread: ThreadId | None) -> int:
     return thread.tid if thread is not None else 0
 
