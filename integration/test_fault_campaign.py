@@ -1,9 +1,10 @@
 """A short run of the fault campaign (integration/harness/faults.py; the long
 one is `scripts/fault-campaign`): gdbserver attached to the multi-thread
 tokio benchmark, the proxy in front; the proxy SIGKILLed at a random moment
-(breakpoint capture: the proxy's int3s are gdbserver's, taken out at its
-detach; uprobes: taken out by the kernel with the proxy's links), then the
-client killed: the program runs to its normal exit with its right result
+(breakpoint capture: the proxy's keeper, proxy/shell/keeper.py, takes its
+int3s out and detaches - gdbserver 13.1 left the program to die when its
+client vanished; uprobes: taken out by the kernel with the proxy's links),
+then the client killed: the program runs to its normal exit with its right result
 and no int3 left in its code."""
 
 from __future__ import annotations
@@ -18,16 +19,9 @@ from integration.harness.tools import require_tool
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("backend", "victim"), [
-    pytest.param("breakpoints", "proxy", marks=pytest.mark.xfail(
-        reason="known gap: a proxy SIGKILLed while a thread sits at one of its hidden breakpoints can leave "
-               "the attached program to die of that SIGTRAP after gdbserver detaches (found by the campaign; "
-               "docs/safety.md)", strict=False)),
+    ("breakpoints", "proxy"),
     ("uprobes", "proxy"),
-    pytest.param("breakpoints", "client", marks=pytest.mark.xfail(
-        reason="open: with hidden-breakpoint capture on the attached multi-thread program, the raw client's "
-               "session sometimes ends before the fault with the program dead of SIGTRAP (2 of 3 runs on "
-               "the fresh-clone suite, 0 of 4 at the campaign's first commit; not yet understood)",
-        strict=False)),
+    ("breakpoints", "client"),
 ])
 def test_a_killed_proxy_or_client_leaves_the_program_whole(backend: str, victim: str) -> None:
     require_tool("gdbserver")

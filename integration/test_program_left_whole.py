@@ -126,3 +126,39 @@ def test_ctrl_c_while_stopped_then_detach_leaves_the_program_whole() -> None:
 # on its way) leaves the same kernel SIGINT; the proxy consumes it before a
 # detach (lifecycle._proc_leave). Its timing could not be forced with real
 # gdbserver in 200 tries: tests/proxy/session/test_core.py pins that path.
+
+
+@pytest.mark.parametrize("capture", ["breakpoints", "tracepoints"])
+def test_a_sigkilled_proxy_leaves_the_program_whole(capture: str) -> None:
+    """gdbserver 13.1 does not take Z0 breakpoints out when its client
+    vanishes while the program runs (it died of SIGTRAP or SIGSEGV: 8 of 10
+    fault-campaign runs). The proxy's keeper (proxy/shell/keeper.py), in its
+    own session, takes them out and detaches."""
+    import os
+    import signal
+
+    from integration.harness.fuzzclient import stray_int3
+
+    import subprocess
+
+    require_tool("gdbserver")
+    prog = _bench()
+    bench = subprocess.Popen([str(prog), "20000", "mt"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with start_stub("gdbserver", prog, attach=bench.pid) as stub:
+        pid = bench.pid
+        with start_proxy(stub.address, extra=["--capture", capture]) as px:
+            peer = RawPeer.connect(px.address)
+            peer.request(SUPPORTED)
+            peer.request(b"?")
+            peer.send_packet(b"vCont;c")
+            assert peer.read_ack() == b"+"
+            time.sleep(1.0)
+            os.killpg(px.proc.pid, signal.SIGKILL)
+            stub.wait(timeout=30)  # the keeper detached: gdbserver --once ends
+            assert "Detaching from process" in stub.output_text(), stub.output_text()
+            if os.path.exists(f"/proc/{pid}"):
+                assert not stray_int3(pid, prog, _bias(pid, prog))
+            px.stderr.join(10)
+            assert "its keeper did" in px.stderr_text(), px.stderr_text()
+    out, _ = bench.communicate(timeout=120)
+    assert bench.returncode == 0 and b"check=ok" in out, (bench.returncode, out)

@@ -19,12 +19,14 @@ BpKey = tuple[int, int, int]  # (type, addr, kind)
 class BreakpointTable:
     client: dict[BpKey, bytes] = field(default_factory=dict)  # key -> raw cond/cmd list
     proxy: set[BpKey] = field(default_factory=set)
+    version: int = 0  # changes with the union (the keeper's plan is rebuilt then)
 
     def _in_union(self, key: BpKey) -> bool:
         return key in self.client or key in self.proxy
 
     def client_insert(self, key: BpKey, conditions: bytes = b"") -> bool:
         """Record a client insert; True when the stub must be told."""
+        self.version += 1
         new = not self._in_union(key)
         self.client[key] = conditions
         return new
@@ -35,15 +37,18 @@ class BreakpointTable:
         a `z` for a key this table does not know (a fork child's breakpoint,
         a selection the stub refused) goes to the stub - an unknown remove
         answered OK here would leave its int3 in the program."""
+        self.version += 1
         self.client.pop(key, None)
         return key not in self.proxy
 
     def proxy_insert(self, key: BpKey) -> bool:
+        self.version += 1
         new = not self._in_union(key)
         self.proxy.add(key)
         return new
 
     def proxy_remove(self, key: BpKey) -> bool:
+        self.version += 1
         had = key in self.proxy
         self.proxy.discard(key)
         return had and key not in self.client
@@ -66,5 +71,6 @@ class BreakpointTable:
 
     def forget_all(self) -> None:
         """The process is gone: nothing is planted any more."""
+        self.version += 1
         self.client.clear()
         self.proxy.clear()

@@ -25,6 +25,29 @@ from .wire import SIGINT, auxv_entry, feature_on, without_signals, z_packet
 
 
 class CaptureLifecycle(SessionBase):
+    def leave_plan_key(self) -> tuple[object, ...]:
+        """Changes whenever `leave_plan` may (cheap: asked after every packet)."""
+        return (self.bps.version, self._capture_installed, self._main_pid, self._left, self._program_exited,
+                self.identity.host_pid)
+
+    def leave_plan(self) -> dict[str, object]:
+        """What must leave the program if the proxy dies without leaving
+        (proxy/shell/keeper.py): every breakpoint in the stub (the client's
+        too: its connection goes with the proxy), the trace experiment, the
+        detach packet, the program's host pid (its pending SIGINT is read in
+        /proc). Empty once the program is left or gone."""
+        if self._left or self._program_exited or not self._planted:
+            return {}
+        keys = sorted(set(self.bps.client) | self.bps.proxy)
+        pid = self._main_pid
+        multi = feature_on(self.stub_features, "multiprocess")
+        return {
+            "z": [z_packet(False, k).decode() for k in keys],
+            "trace": bool(self._capture_installed and getattr(self.capture, "name", "") == "tracepoints"),
+            "detach": f"D;{pid:x}" if multi and pid else "D",
+            "host_pid": self.identity.host_pid if self.identity.local else None,
+        }
+
     def _sigint_waiting(self) -> bool:
         """A SIGINT waits in the kernel for the program (checked on this host
         only after a 0x03 may have crossed a stop; a remote program cannot be
@@ -415,8 +438,8 @@ class CaptureLifecycle(SessionBase):
             # detached program dies of it.
             (ok,) = yield Exchange((b"QProgramSignals:",))
             for _ in range(4):  # another thread's stop may come first (a client breakpoint)
-                (stop,) = yield Exchange(bodies + (b"vCont;c",), resume=True)
-                bodies = ()
+                replies = yield Exchange(bodies + (b"vCont;c",), resume=True)
+                stop, bodies = replies[-1], ()
                 if stop[:3] in (b"T02", b"S02") or stop[:1] in (b"W", b"X") or not self._sigint_waiting():
                     break
             self._capture_interrupt = False
@@ -476,6 +499,7 @@ class CaptureLifecycle(SessionBase):
             # The capture first collects what it recorded in the old image.
             proc = self._capture_call("exited", sr) if self._capture_installed and self.capture is not None else None
             self.bps.proxy.clear()
+            self.bps.version += 1
             self.probes.clear()
             self._capture_keys = []
             self._capture_installed = False

@@ -19,6 +19,7 @@ import trio
 
 from proxy.session.actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session
+from proxy.shell.keeper import Keeper
 from rsp.connection import Connection, StalePacket
 from rsp.errors import ProtocolError
 from rsp.reader import BadPacket, Interrupt, Notification, Packet
@@ -71,12 +72,15 @@ class Link:
         notice: "callable[[str], None] | None" = None,  # type: ignore[valid-type]
         sconn: Connection | None = None,
         keep_stub: Callable[[], Awaitable[bool]] | None = None,
+        keeper: Keeper | None = None,
     ) -> None:
         self.session = session
         self.client, self.stub = client, stub
         # The stub's side outlives a client when the stub is kept for the next one.
         self.cconn, self.sconn = Connection(), sconn or Connection(drop_before_ack=True)
         self.keep_stub = keep_stub
+        self.keeper = keeper
+        self._plan_key: tuple[object, ...] | None = None
         self.stub_kept = False
         self.client_lock, self.stub_lock = trio.Lock(), trio.Lock()
         self.log = log or PacketLog(None)
@@ -193,6 +197,7 @@ class Link:
 
     # -- output
     async def _flush(self) -> None:
+        self._tell_keeper()
         for action in self.session.take_actions():
             if isinstance(action, ToStub):
                 self.sconn.send_packet(action.body)
@@ -215,6 +220,19 @@ class Link:
                 self.stub_kept = action.keep_stub
                 self._close(action.reason)
         await self._send_pending()
+
+    def _tell_keeper(self) -> None:
+        """The keeper's plan (keeper.py) before the stub gets what changed it:
+        a breakpoint the stub holds is always in the plan."""
+        if self.keeper is None:
+            return
+        key = self.session.leave_plan_key() + (self.sconn.no_ack,)
+        if key != self._plan_key:
+            self._plan_key = key
+            plan = self.session.leave_plan()
+            if plan:
+                plan["noack"] = self.sconn.no_ack
+            self.keeper.update(plan)
 
     async def _send_pending(self) -> None:
         out = self.sconn.data_to_send()

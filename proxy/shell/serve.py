@@ -12,6 +12,7 @@ from typing import TextIO
 import trio
 
 from proxy.session.core import Session
+from proxy.shell.keeper import Keeper
 from proxy.shell.link import Link, PacketLog
 from proxy.shell.upstream import UpstreamError, UpstreamSpec, connect
 
@@ -116,12 +117,15 @@ async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Sessi
         except UpstreamError as err:
             await client.aclose()
             raise ServeError(str(err)) from None
+        keeper = Keeper.start(getattr(upstream.stream, "socket", None))
         log = PacketLog(opts.log_packets)
         keep = None if opts.once else (lambda: _stub_takes_another(opts.upstream))
         sconn = None
+        reason = ""
         try:
             while True:
-                link = Link(session, client, upstream.stream, log=log, notice=say, sconn=sconn, keep_stub=keep)
+                link = Link(session, client, upstream.stream, log=log, notice=say, sconn=sconn, keep_stub=keep,
+                            keeper=keeper)
                 sconn = link.sconn
                 try:
                     reason = await link.run()
@@ -142,6 +146,13 @@ async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Sessi
                 if pending:
                     sconn.feed(pending)  # the link's stub pump handles it first
         finally:
+            if keeper is not None:
+                # Left (or nothing of ours there): the keeper goes quietly. Not
+                # left (the stub's answers did not come in time): it leaves.
+                if session.leave_plan() and reason != "stub disconnected":
+                    keeper.abandon()
+                else:
+                    keeper.bye()
             with trio.CancelScope(shield=True):
                 await upstream.aclose()
     say(f"session ended: {reason}")

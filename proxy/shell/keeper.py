@@ -1,0 +1,241 @@
+"""The keeper: the program left whole when the proxy dies without leaving.
+
+A proxy killed with SIGKILL (or dead of a bug) cannot take its breakpoints
+out. gdbserver 13.1 does not either: when its client's connection drops
+while the program runs with Z0 breakpoints in it, the program dies (SIGTRAP,
+or SIGSEGV: seen with 40 Z0s and `--once --attach`, a raw client closing its
+socket; the fault campaign's breakpoint backend lost 8 of 10 programs so).
+
+So the proxy starts a keeper next to it for a socket stub: a small process
+in its own session (a kill of the proxy's process group leaves it), holding
+a copy of the stub socket's descriptor and the read end of a pipe. The proxy
+writes its leave plan on the pipe whenever it changes (one JSON line: every
+breakpoint in the stub, whether a trace experiment runs, the detach packet,
+the stub's ack mode, the program's host pid) and `bye` when it ends having
+left the program itself. The pipe closing without `bye` means the proxy is
+gone: the keeper stops the program (0x03, unless a stop is already waiting
+on the socket), passes no signal (`QProgramSignals:`), takes every
+breakpoint out, stops the trace experiment, consumes a SIGINT that waits in
+the kernel (a 0x03 to a stopped program becomes one; checked in /proc for a
+program of this host), then does what gdbserver does when its client
+vanishes - detaches an attached program, kills one it started - and ends. Uprobes need none of this: the
+kernel removes them with the proxy's links.
+
+Not covered: a stub spawned by the proxy on a pipe (it goes with the proxy),
+and a remote program's pending SIGINT (it cannot be read from here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from rsp.framing import frame
+
+
+class Keeper:
+    """The proxy's side: start the keeper, keep its plan current, say bye."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], pipe: int) -> None:
+        self.proc = proc
+        self.pipe = pipe
+        self.plan: dict[str, Any] | None = None
+
+    @classmethod
+    def start(cls, sock: Any) -> Keeper | None:
+        """A keeper for the stub connection `sock` (a socket, or None: not a socket stub)."""
+        if sock is None:
+            return None
+        r, w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "proxy.shell.keeper", str(sock.fileno()), str(r)],
+                pass_fds=(sock.fileno(), r), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                start_new_session=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        except OSError:
+            os.close(w)
+            return None
+        finally:
+            os.close(r)
+        return cls(proc, w)
+
+    def update(self, plan: dict[str, Any]) -> None:
+        if plan == self.plan:
+            return
+        self.plan = plan
+        self._write(json.dumps(plan).encode() + b"\n")
+
+    def bye(self) -> None:
+        """The proxy leaves the program itself (or nothing of its is there)."""
+        self._write(b"bye\n")
+        try:
+            os.close(self.pipe)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def abandon(self) -> None:
+        """The proxy ends without having left the program: the keeper does it."""
+        try:
+            os.close(self.pipe)
+        except OSError:
+            pass
+
+    def _write(self, data: bytes) -> None:
+        try:
+            os.write(self.pipe, data)
+        except OSError:
+            pass  # the keeper is gone: nothing to do about it here
+
+
+# ----------------------------------------------------------------- the keeper
+
+
+class _Wire:
+    """A blocking RSP client on the stub socket, in the proxy's ack mode."""
+
+    def __init__(self, sock: socket.socket, noack: bool) -> None:
+        self.sock = sock
+        self.noack = noack
+        self.buf = b""
+
+    def send(self, body: bytes) -> None:
+        self.sock.sendall(frame(body))
+
+    def packet(self, timeout: float) -> bytes | None:
+        """The next packet's body (acks and notifications skipped), or None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            start = self.buf.find(b"$")
+            if start >= 0:
+                end = self.buf.find(b"#", start)
+                if end >= 0 and len(self.buf) >= end + 3:
+                    body = self.buf[start + 1:end]
+                    notif = self.buf.rfind(b"%", 0, start) > self.buf.rfind(b"#", 0, start)
+                    self.buf = self.buf[end + 3:]
+                    if not self.noack:
+                        self.sock.sendall(b"+")
+                    if not notif:
+                        return body
+                    continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                return None
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError("the stub closed the connection")
+            self.buf += data
+
+    def request(self, body: bytes, timeout: float = 3.0) -> bytes | None:
+        self.send(body)
+        return self.packet(timeout)
+
+
+def _threads_stopped(pid: int) -> bool:
+    """Every thread of local process `pid` in a tracing stop."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for t in tids:
+            with open(f"/proc/{pid}/task/{t}/stat", "rb") as fh:
+                states.append(fh.read().rsplit(b")", 1)[1].split()[0])
+    except (OSError, IndexError):
+        return False
+    return bool(states) and all(s == b"t" for s in states)
+
+
+def _is_stop(body: bytes | None) -> bool:
+    return body is not None and body[:1] in (b"T", b"S", b"W", b"X")
+
+
+def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
+    """Take the proxy's things out of the program and detach; returns what was done."""
+    wire = _Wire(sock, bool(plan.get("noack")))
+    stopped = False
+    while (got := wire.packet(0.2)) is not None:  # replies the proxy never read
+        if got[:1] in (b"W", b"X"):
+            return "the program had ended"
+        stopped = stopped or _is_stop(got)
+    pid = plan.get("host_pid")
+    if not stopped and pid:
+        stopped = _threads_stopped(pid)
+    if not stopped:
+        sock.sendall(b"\x03")
+        got = wire.packet(1.5)
+        if got is None and pid:
+            # gdbserver 13.1 interrupts with a kill of the program's process
+            # group: an attached program that leads none is never stopped
+            # ("Sending SIGINT to process group of pid N failed"). The
+            # program's own SIGINT stops it the same way (passed to nobody:
+            # QProgramSignals below).
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
+            got = wire.packet(3.0)
+        if got is not None and got[:1] in (b"W", b"X"):
+            return "the program had ended"
+    wire.request(b"QProgramSignals:")
+    for z in plan.get("z", []):
+        wire.request(z.encode())
+    if plan.get("trace"):
+        wire.request(b"QTStop")
+        wire.request(b"QTinit")
+    if pid:
+        from proxy.capture.procmem import sigint_pending  # here only: the keeper starts with every session
+
+        for _ in range(3):
+            try:
+                if not sigint_pending(pid):
+                    break
+            except OSError:
+                break
+            got = wire.request(b"vCont;c")  # stops at once with the SIGINT, passed to nobody
+            if got is not None and got[:1] in (b"W", b"X"):
+                return "the program had ended"
+    # What gdbserver does when its client vanishes: an attached program is
+    # detached, one it started is killed (gdbserver --once).
+    detach = plan.get("detach", "D").encode()
+    attached = wire.request(b"qAttached" + (b":" + detach[2:] if detach.startswith(b"D;") else b""))
+    if attached == b"0":
+        wire.request(b"vKill;" + detach[2:] if detach.startswith(b"D;") else b"k", timeout=5.0)
+        return f"{len(plan.get('z', []))} breakpoint(s) out, the program it started killed (as gdbserver does)"
+    reply = wire.request(detach, timeout=5.0)
+    return f"{len(plan.get('z', []))} breakpoint(s) out, detach {reply.decode(errors='replace') if reply else 'unanswered'}"
+
+
+def main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(argv[0]))
+    plan: dict[str, Any] | None = None
+    with os.fdopen(int(argv[1]), "rb") as pipe:
+        for line in pipe:
+            if line == b"bye\n":
+                return 0
+            try:
+                plan = json.loads(line)
+            except ValueError:
+                continue
+    if not plan or not (plan.get("z") or plan.get("trace")):
+        return 0  # nothing of the proxy's in the program
+    try:
+        done = leave(sock, plan)
+    except (OSError, EOFError) as err:
+        done = f"could not leave the program: {err}"
+    print(f"asyncrsp: the proxy ended without leaving the program; its keeper did: {done}",
+          file=sys.stderr, flush=True)
+    sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
