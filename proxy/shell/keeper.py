@@ -37,7 +37,8 @@ import sys
 import time
 from typing import Any
 
-from rsp.framing import frame
+from rsp.connection import Connection
+from rsp.reader import Packet
 
 
 class Keeper:
@@ -102,39 +103,39 @@ class Keeper:
 
 
 class _Wire:
-    """A blocking RSP client on the stub socket, in the proxy's ack mode."""
+    """A blocking RSP client on the stub socket, in the proxy's ack mode
+    (rsp.connection does the framing and the acks)."""
 
     def __init__(self, sock: socket.socket, noack: bool) -> None:
         self.sock = sock
-        self.noack = noack
-        self.buf = b""
+        self.conn = Connection()
+        if noack:
+            self.conn.set_no_ack()
 
     def send(self, body: bytes) -> None:
-        self.sock.sendall(frame(body))
+        self.conn.send_packet(body)
+        self._flush()
+
+    def _flush(self) -> None:
+        out = self.conn.data_to_send()
+        if out:
+            self.sock.sendall(out)
 
     def packet(self, timeout: float) -> bytes | None:
-        """The next packet's body (acks and notifications skipped), or None."""
+        """The next packet's body (notifications skipped), or None."""
         deadline = time.monotonic() + timeout
         while True:
-            start = self.buf.find(b"$")
-            if start >= 0:
-                end = self.buf.find(b"#", start)
-                if end >= 0 and len(self.buf) >= end + 3:
-                    body = self.buf[start + 1:end]
-                    notif = self.buf.rfind(b"%", 0, start) > self.buf.rfind(b"#", 0, start)
-                    self.buf = self.buf[end + 3:]
-                    if not self.noack:
-                        self.sock.sendall(b"+")
-                    if not notif:
-                        return body
-                    continue
+            while (ev := self.conn.next_event()) is not None:
+                self._flush()
+                if isinstance(ev, Packet):
+                    return ev.body
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.sock], [], [], left)[0]:
                 return None
             data = self.sock.recv(65536)
             if not data:
                 raise EOFError("the stub closed the connection")
-            self.buf += data
+            self.conn.feed(data)
 
     def request(self, body: bytes, timeout: float = 3.0) -> bytes | None:
         self.send(body)
