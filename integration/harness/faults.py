@@ -65,8 +65,13 @@ class Outcome:
 
 
 def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 20000) -> Outcome:
+    # Its own process group, as a shell job has: gdbserver 13.1 interrupts
+    # (0x03) with a kill of the program's process group, and an attached
+    # program that leads none never stops ("Sending SIGINT to process group of
+    # pid N failed": the raw client waited 30 s for a stop with uprobes, the
+    # one backend without stops of its own to end the wait).
     bench = subprocess.Popen([str(prog), str(iterations), "mt"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, start_new_session=True)
     out = OutputPump(bench.stdout)
     gs = subprocess.Popen(["gdbserver", "--once", "--attach", "127.0.0.1:0", str(bench.pid)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

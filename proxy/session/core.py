@@ -571,12 +571,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         else:
             self._stopped = None
         if self._closing:
-            if self._keep_stub:
-                self._emit(Close("client disconnected", keep_stub=True))
-            elif not self._program_exited and self._holds_program():
-                self._start_proc(self._proc_leave())
-            else:
-                self._emit(Close("client disconnected"))
+            self._leave_for_hang_up()
             return
         if self.capture is not None and self.capture.filters_replies and (body is not None or raw is not None):
             if body is None and raw is not None:

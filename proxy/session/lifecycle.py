@@ -108,10 +108,28 @@ class CaptureLifecycle(SessionBase):
         self._proc = None
         self._resume_after_proc(resume, body, raw)
 
+    def _leave_for_hang_up(self) -> None:
+        """The client is gone and the program stopped: keep it for the next
+        client, or take the proxy's things out and end."""
+        if self._keep_stub:
+            self._emit(Close("client disconnected", keep_stub=True))
+        elif not self._program_exited and self._holds_program():
+            self._start_proc(self._proc_leave())
+        else:
+            self._emit(Close("client disconnected"))
+
     def _resume_after_proc(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
         """The client's resume once the procedure that delayed it ended; a
         Ctrl-C that came meanwhile (`_client_resume` starts afresh) goes to the
         stub once the program runs (state._forward)."""
+        if self._closing:
+            # The client hung up while the probes were planted (or the capture
+            # changed): nobody waits for this resume. Resumed, the program ran
+            # with the proxy's breakpoints and trace points and nobody took
+            # them out (fault campaign: a client killed 0.08 s in, the program
+            # dead of SIGTRAP).
+            self._leave_for_hang_up()
+            return
         pending = self._interrupt_pending
         self._client_resume(resume, body, raw)
         if pending and self._resume is not None and not self._resume.is_step:

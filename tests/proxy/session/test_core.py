@@ -154,6 +154,18 @@ def test_interrupt_while_the_probes_are_planted_reaches_the_stub_with_the_resume
     assert reported.startswith(b"$T02")
 
 
+def test_a_client_gone_during_the_plant_is_not_resumed_for() -> None:
+    """The client hangs up while the first resume plants the probes: its
+    resume is not sent (the program would run with the proxy's breakpoints
+    and nobody to take them out); the probes come out and the session ends."""
+    d = Driver()
+    assert bodies(d.client(b"vCont;c:p3a4d.-1"), ToStub) == [f"Z0,{PROBE:x},1".encode()]
+    d.s.client_closed()
+    acts = d.stub(b"OK")
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]
+    assert Close("client disconnected") in d.stub(b"OK")
+
+
 def test_a_refused_thread_selection_is_not_taken_for_the_clients() -> None:
     """gdbserver answers E01 to `Hg` for a thread it does not know and keeps
     its selection: the proxy keeps the client's too (fuzz seed 201: a Z0
