@@ -323,7 +323,7 @@ def test_release_bt_shows_inlined_frames() -> None:
     out = session(prog, ["ct"], [f"break {SRC}:{bp_line('c_after_sleep')}", "continue", *ask("bt")])
     bt = section(out, "bt")
     assert re.search(rf"^#0  tokio_app::c \[inlined\] at \S+tokio_app.rs:{bp_line('c_after_sleep')}$", bt, re.M), bt
-    m = re.search(r"^#1  tokio_app::b \(task #\d+\) awaiting at \S+tokio_app.rs:(\d+)$", bt, re.M)
+    m = re.search(r"^#1  tokio_app::b \(#\d+\) awaiting at \S+tokio_app.rs:(\d+)$", bt, re.M)
     assert m and int(m.group(1)) in await_line("tokio_app", "b", "c"), bt
     # a and run hold b inline; their resume functions are inlined into block_on's
     for level, name, child in ((2, "a", "b"), (3, "run", "a")):
@@ -441,10 +441,10 @@ def test_bt_shows_coroutines_inlined_into_outer_frames(config: str) -> None:
     bp = markers.breakpoint_markers("combinators")["probe"][1]
     out = session(prog, [], [f"break combinators.rs:{bp}", "continue", *ask("bt")])
     bt = [re.sub(r"/\S*/([^/\s]+:\d+)", r"\1", line) for line in section(out, "bt").splitlines()]
-    assert re.fullmatch(rf"#0  combinators::probe \(task #\d+\) at combinators.rs:{bp}", bt[1]), bt
+    assert re.fullmatch(rf"#0  combinators::probe \(#\d+\) at combinators.rs:{bp}", bt[1]), bt
     m = re.fullmatch(r"#1  combinators::middle \[inlined\] awaiting at combinators.rs:(\d+)", bt[2])
     assert m and int(m.group(1)) in await_line("combinators", "middle", "probe"), bt
-    m = re.fullmatch(r"#2  combinators::outer (\(task #\d+\)|\[inlined\]) awaiting at combinators.rs:(\d+)", bt[3])
+    m = re.fullmatch(r"#2  combinators::outer (\(#\d+\)|\[inlined\]) awaiting at combinators.rs:(\d+)", bt[3])
     assert m and int(m.group(2)) in await_line("combinators", "outer", "middle"), bt
     assert (m.group(1) == "[inlined]") == (config == "lto"), bt  # LTO inlines outer into tokio's poll too
     assert bt[4:] == ["#3  <root: polled by the executor>"], bt

@@ -47,7 +47,7 @@ LOC = r"(?P<file>\S+?):(?P<line>\d+)"
 def bt_frames(text: str) -> list[tuple[str, str, str, int]]:
     """(name, task id or '', 'running'|'awaiting', line) per frame, innermost first."""
     out = []
-    for m in re.finditer(r"^#\d+  (?P<name>\S+) (?:\(task #(?P<id>\d+)\)|\[inlined\]|\(in task #\d+\)) "
+    for m in re.finditer(r"^#\d+  (?P<name>\S+) (?:\(#(?P<id>\d+)\)|\[inlined\]|\(no id\)) "
                          rf"(?P<verb>at|awaiting at) {LOC}$", text, re.M):
         out.append((m["name"], m["id"] or "", "running" if m["verb"] == "at" else "awaiting", int(m["line"])))
     return out

@@ -252,7 +252,7 @@ def test_norm_masks_every_thread_id() -> None:
     line numbers, poll counts and task ids are kept."""
     def table(tid: int, polls: int, line: int) -> str:
         return (f"logical async backtrace of thread {tid}:\n"
-                f"#0 tokio_app::c (task #4) at src/bin/tokio_app.rs:{line}\n"
+                f"#0 tokio_app::c (#4) at src/bin/tokio_app.rs:{line}\n"
                 "ID  ADDRESS         STATE                   POLLS  BUSY  IDLE  LONGEST  THREAD  PARENT  ASYNC FN\n"
                 f"#1  0x7fffffffc080  Running on thread {tid}  {polls}      3us   1ms   2us      {tid}   root    run\n"
                 f"#4  0x7fffffffc100/2  Suspended  {polls}      3us   1ms   2us      {tid}   #3    c\n"

@@ -252,12 +252,13 @@ def _bt(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
     task = snap.on_thread(thread)
     if task is None or not task.stack:
         return f"thread {thread} is not polling any coroutine"
-    lines = [*_warn(snap), f"logical async backtrace of thread {thread}:"]
+    lines = [*_warn(snap), f"logical async backtrace of thread {thread} (task {task.label} {task.name}):"]
     frames = task.stack
     for f in frames:
         where = "?" if f.loc is None else str(f.loc)
         verb = "at" if f.executing else "awaiting at"
-        who = f"(task #{f.id})" if f.id is not None else "[inlined]" if f.inlined else f"(in task {task.label})"
+        # the coroutine's own id (as `tree`, `where` and `edges` take it), not a task's
+        who = f"(#{f.id})" if f.id is not None else "[inlined]" if f.inlined else "(no id)"
         lines.append(f"#{f.level}  {f.name} {who} {verb} {where}")
     lines.append(f"#{len(frames)}  <root: polled by the executor>")
     return "\n".join(lines)

@@ -89,10 +89,10 @@ def test_tasks_group_filters_and_limit() -> None:
 
 def test_bt_of_the_current_thread_and_of_another() -> None:
     assert run("async bt") == "\n".join([
-        "logical async backtrace of thread 1:",
-        "#0  rt::c (task #3) at src/main.rs:2",
-        "#1  rt::b (task #2) awaiting at src/main.rs:5",
-        "#2  rt::a (task #1) awaiting at src/main.rs:9",
+        "logical async backtrace of thread 1 (task #1 rt::a):",
+        "#0  rt::c (#3) at src/main.rs:2",
+        "#1  rt::b (#2) awaiting at src/main.rs:5",
+        "#2  rt::a (#1) awaiting at src/main.rs:9",
         "#3  <root: polled by the executor>",
     ])
     assert run("async bt 2") == "thread 2 is not polling any coroutine"
