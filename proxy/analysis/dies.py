@@ -93,6 +93,8 @@ KEEP_ATTRS = frozenset(
 )
 _STRING_ATTRS = frozenset({AT_NAME, AT_LINKAGE_NAME, AT_MIPS_LINKAGE_NAME, AT_COMP_DIR})
 
+FORM_STRP = 0x0E
+
 # Form handling kinds.
 _FIXED, _ULEB, _SLEB, _CSTR, _BLOCK_ULEB, _BLOCK1, _BLOCK2, _BLOCK4, _INDIRECT, _IMPLICIT = range(10)
 
@@ -239,6 +241,50 @@ def parse_abbrevs(data: bytes, offset: int) -> dict[int, _Abbrev]:
         table[code] = _Abbrev(tag, has_children, tuple(specs))
 
 
+class _Plans(dict[int, tuple[int, bool, bool, tuple[Any, ...]]]):
+    """Decoding plans by abbreviation code: (tag, has_children, keep, steps). A step is an
+    int (bytes to skip: runs of fixed-size attributes merged) or a tuple (kind, size,
+    form, attr or None) for a variable-size or wanted attribute. Made on first lookup;
+    an unknown code raises KeyError."""
+
+    def __init__(self, abbrevs: dict[int, _Abbrev], addr_size: int, keep_tags: frozenset[int] | None) -> None:
+        super().__init__()
+        self.abbrevs = abbrevs
+        self.addr_size = addr_size
+        self.keep_tags = keep_tags
+
+    def __missing__(self, code: int) -> tuple[int, bool, bool, tuple[Any, ...]]:
+        ab = self.abbrevs[code]
+        keep_tags, addr_size = self.keep_tags, self.addr_size
+        keep = keep_tags is None or ab.tag in keep_tags or ab.tag == TAG_COMPILE_UNIT
+        steps: list[Any] = []
+        for attr, form, implicit in ab.specs:
+            kind, size = _FORMS.get(form, (-1, 0))
+            if kind == _FIXED and size < 0:
+                size = addr_size
+            want = keep and attr in KEEP_ATTRS
+            if kind == _FIXED and not want:
+                if steps and isinstance(steps[-1], int):
+                    steps[-1] += size
+                else:
+                    steps.append(size)
+            elif kind == _IMPLICIT:
+                if want:
+                    steps.append((kind, implicit, form, attr))
+            elif want and kind == _FIXED and size and (
+                form == 0x01 or (form in _PLAIN_INT_FORMS and attr != AT_HIGH_PC)
+            ):
+                steps.append((_K_INT, size, form, attr))
+            elif want and kind == _FIXED and form in _REF_FORMS:
+                steps.append((_K_REF, size, form, attr))
+            elif want and form == 0x0E:
+                steps.append((_K_STRP, size, form, attr))
+            else:
+                steps.append((kind, size, form, attr if want else None))
+        plan = self[code] = (ab.tag, ab.has_children, keep, tuple(st for st in steps if st != 0))
+        return plan
+
+
 class DieReader:
     """Reads selected units of one ``.debug_info`` section."""
 
@@ -252,6 +298,15 @@ class DieReader:
         self._abbrev_cache: dict[int, dict[int, _Abbrev]] = {}
         self._plan_cache: dict[Any, Any] = {}
         self._str_cache: dict[int, str] = {}
+        self._info_np: Any = None
+
+    def info_array(self) -> Any:
+        """.debug_info as a numpy byte array (no copy)."""
+        if self._info_np is None:
+            import numpy as np
+
+            self._info_np = np.frombuffer(self.info, dtype=np.uint8)
+        return self._info_np
 
     def iter_unit_offsets(self) -> list[int]:
         """Offsets of every unit header (cheap: headers only)."""
@@ -270,7 +325,7 @@ class DieReader:
         v = self._str_cache[off] = self._cstr(self.str, off)
         return v
 
-    def _cstr(self, sec: bytes, off: int) -> str:
+    def _cstr(self, sec: Any, off: int) -> str:
         end = sec.find(b"\0", off)
         if end < 0:
             raise DwarfFormatError(f"unterminated string at {off:#x}")
@@ -318,44 +373,14 @@ class DieReader:
 
     def _plans(
         self, abbrev_off: int, addr_size: int, keep_tags: frozenset[int] | None
-    ) -> dict[int, tuple[int, bool, bool, tuple[Any, ...]]]:
-        """Per abbreviation code: (tag, has_children, keep, steps). A step is an int
-        (bytes to skip: runs of fixed-size attributes merged) or a tuple
-        (kind, size, form, attr or None) for a variable-size or wanted attribute."""
+    ) -> _Plans:
+        """Per abbreviation code: (tag, has_children, keep, steps), each made when first
+        asked for (a unit's DIEs are decoded a few percent at most)."""
         key = (abbrev_off, addr_size, keep_tags)
         plans = self._plan_cache.get(key)
-        if plans is not None:
-            return plans
-        plans = {}
-        for code, ab in self._abbrevs(abbrev_off).items():
-            keep = keep_tags is None or ab.tag in keep_tags or ab.tag == TAG_COMPILE_UNIT
-            steps: list[Any] = []
-            for attr, form, implicit in ab.specs:
-                kind, size = _FORMS.get(form, (-1, 0))
-                if kind == _FIXED and size < 0:
-                    size = addr_size
-                want = keep and attr in KEEP_ATTRS
-                if kind == _FIXED and not want:
-                    if steps and isinstance(steps[-1], int):
-                        steps[-1] += size
-                    else:
-                        steps.append(size)
-                elif kind == _IMPLICIT:
-                    if want:
-                        steps.append((kind, implicit, form, attr))
-                elif want and kind == _FIXED and size and (
-                    form == 0x01 or (form in _PLAIN_INT_FORMS and attr != AT_HIGH_PC)
-                ):
-                    steps.append((_K_INT, size, form, attr))
-                elif want and kind == _FIXED and form in _REF_FORMS:
-                    steps.append((_K_REF, size, form, attr))
-                elif want and form == 0x0E:
-                    steps.append((_K_STRP, size, form, attr))
-                else:
-                    steps.append((kind, size, form, attr if want else None))
-            plans[code] = (ab.tag, ab.has_children, keep, tuple(s for s in steps if s != 0))
-        self._plan_cache[key] = plans
-        return plans
+        if plans is None:
+            plans = self._plan_cache[key] = _Plans(self._abbrevs(abbrev_off), addr_size, keep_tags)
+        return plans  # type: ignore[no-any-return]
 
     def _skips(
         self, abbrev_off: int, addr_size: int, keep_tags: frozenset[int] | None
@@ -401,11 +426,11 @@ class DieReader:
         return attrs, forms
 
     def _decode_top(
-        self, offset: int, plans: dict[int, tuple[int, bool, bool, tuple[Any, ...]]], addr_size: int, pos: int
+        self, offset: int, plans: _Plans, addr_size: int, pos: int
     ) -> tuple[dict[int, Any], int]:
         pending: list[tuple[dict[int, Any], int, int, int]] = []
         code, p = _uleb(self.info, pos)
-        plan = plans.get(code)
+        plan = plans[code] if code in plans.abbrevs else None
         if plan is None or plan[0] not in (TAG_COMPILE_UNIT, 0x41, 0x4A):  # compile, type, skeleton unit
             raise DwarfFormatError(f"unit at {offset:#x} has no unit DIE")
         attrs, _ = self._decode(p, plan[3], offset, pos, pending)
@@ -422,10 +447,11 @@ class DieReader:
         skips = self._skips(abbrev_off, addr_size, keep_tags)
         top_attrs, _ = self._decode_top(offset, plans, addr_size, pos)
         info = self.info
-        offs = array("I")
-        codes = array("I")
-        pars = array("i")
-        ends = array("I")
+        offs: list[int] = []  # lists while walking (an append is cheaper), arrays after
+        codes: list[int] = []
+        pars: list[int] = []
+        ends: list[int] = []
+        add_off, add_code, add_par, add_end = offs.append, codes.append, pars.append, ends.append
         # stack: a kept DIE's index (its subtree's end is written when it closes), or
         # -2 - parent for a DIE that is not kept (its children belong to its kept parent)
         stack = [-1]
@@ -478,14 +504,14 @@ class DieReader:
                         raise DwarfFormatError(f"unknown DW_FORM at {die_off:#x}")
             e = stack[-1]
             if keep:
-                offs.append(die_off)
-                codes.append(code)
-                pars.append(e if e >= 0 else -2 - e)
+                add_off(die_off)
+                add_code(code)
+                add_par(e if e >= 0 else -2 - e)
                 if has_children:
-                    ends.append(0)
+                    add_end(0)
                     stack.append(n)
                 else:
-                    ends.append(n + 1)
+                    add_end(n + 1)
                 n += 1
             elif has_children:
                 stack.append(e if e < 0 else -2 - e)
@@ -496,7 +522,8 @@ class DieReader:
                 ends[e] = n
         if not offs or offs[0] != top:
             raise DwarfFormatError(f"unit at {offset:#x} has no unit DIE")
-        dies = Dies(self, offset, addr_size, self._abbrevs(abbrev_off), plans, top_attrs, offs, codes, pars, ends)
+        dies = Dies(self, offset, addr_size, self._abbrevs(abbrev_off), plans, top_attrs, array("I", offs),
+                    array("I", codes), array("i", pars), array("I", ends))
         return Unit(offset, version, addr_size, dies, top, end)
 
     def _decode(
@@ -614,7 +641,7 @@ class Dies:
                  "_pars", "_ends", "_cache", "_peeks")
 
     def __init__(self, reader: DieReader, unit_off: int, addr_size: int, abbrevs: dict[int, _Abbrev],
-                 plans: dict[int, Any], top_attrs: dict[int, Any], offs: array[int], codes: array[int],
+                 plans: _Plans, top_attrs: dict[int, Any], offs: array[int], codes: array[int],
                  pars: array[int], ends: array[int]) -> None:
         self._reader = reader
         self._unit_off = unit_off
@@ -657,13 +684,120 @@ class Dies:
 
     def tagged(self, tags: frozenset[int]) -> Iterator[tuple[int, int]]:
         """(index, tag) of the DIEs whose tag is in ``tags``, in section order, none decoded."""
-        plans = self._plans
         codes = self._codes
-        want = {c: p[0] for c, p in plans.items() if p[0] in tags}
+        want = {c: ab.tag for c, ab in self._abbrevs.items() if ab.tag in tags}
         for i in range(len(codes)):
             t = want.get(codes[i])
             if t is not None:
                 yield i, t
+
+    def gather(self, idx: Any, attr: int) -> tuple[Any, Any, Any, Any]:
+        """``attr`` of the DIEs at indices ``idx`` (numpy), at once: (values, has, form,
+        slow); ``has`` False where the abbreviation lacks it, ``slow`` True where it could
+        not be read in bulk (read those with ``peek``)."""
+        import numpy as np
+
+        vals = np.zeros(idx.size, dtype=np.uint64)
+        has = np.zeros(idx.size, dtype=bool)
+        slow = np.zeros(idx.size, dtype=bool)
+        forms = np.zeros(idx.size, dtype=np.uint32)
+        codes = np.frombuffer(self._codes, dtype=np.uint32)[idx]
+        for code in np.unique(codes):
+            where = np.nonzero(codes == code)[0]
+            for mask, v, form in self._column_of(int(code), idx[where], attr):
+                at = where[mask]
+                if isinstance(v, str):
+                    slow[at] = True
+                    has[at] = True
+                elif v is not None:
+                    vals[at] = v
+                    has[at] = True
+                    forms[at] = form
+        return vals, has, forms, slow
+
+    def column(self, tag: int, attr: int) -> Iterator[tuple[Any, Any, int]]:
+        """``attr`` of every DIE with ``tag``, read for all of them at once (numpy), one
+        group per abbreviation and way of reading: (indices, values, DW_FORM). Values are
+        None where the abbreviation has no such attribute, and the string ``"peek"``
+        where it could not be read in bulk (read those with ``peek``). A strp gives the
+        string's offset (``string_at``), a unit reference the section offset."""
+        import numpy as np
+
+        codes = np.frombuffer(self._codes, dtype=np.uint32)
+        for code, ab in self._abbrevs.items():
+            if ab.tag != tag:
+                continue
+            idx = np.nonzero(codes == code)[0]
+            if idx.size:
+                for mask, v, form in self._column_of(code, idx, attr):
+                    yield idx[mask], v, form
+
+    def _column_of(self, code: int, idx: Any, attr: int) -> Iterator[tuple[Any, Any, int]]:
+        """(mask over ``idx``, values / None / "peek", form) for DIEs of one abbreviation:
+        the attributes before ``attr`` are skipped in bulk, a variable-size one (exprloc,
+        uleb) when its length fits one byte (else that DIE is left to ``peek``)."""
+        import numpy as np
+
+        every = np.ones(idx.size, dtype=bool)
+        loc = self._peeks.get((code, attr), 0)
+        if loc == 0:
+            loc = self._peeks[(code, attr)] = self._peek_loc(code, attr)
+        if loc is None:
+            yield every, "peek", 0
+            return
+        path, size, form = loc
+        if size < 0:
+            yield every, None, 0
+            return
+        info = self._reader.info_array()
+        pos = np.frombuffer(self._offs, dtype=np.uint32)[idx].astype(np.int64) + len(_uleb_bytes(code))
+        slow = np.zeros(idx.size, dtype=bool)
+        for st in path:
+            if st >= 0:
+                pos += st
+                continue
+            b = info[np.minimum(pos, info.size - 1)].astype(np.int64)
+            if st == -1 - _BLOCK1:
+                pos += 1 + b
+            else:  # uleb, sleb, exprloc/block: one length byte read here, more by peek
+                slow |= b >= 0x80
+                pos += 1 + (b if st == -1 - _BLOCK_ULEB else 0)
+        fast = ~slow
+        pos = np.minimum(pos[fast], info.size - size)
+        vals = np.zeros(pos.size, dtype=np.uint64)
+        for k in range(size):
+            vals |= info[pos + k].astype(np.uint64) << np.uint64(8 * k)
+        if form in _REF_FORMS:
+            vals += np.uint64(self._unit_off)
+        yield fast, vals, form
+        if slow.any():
+            yield slow, "peek", 0
+
+    def forget(self) -> None:
+        """Drop the decoded DIEs (they are decoded again when asked for)."""
+        self._cache.clear()
+
+    def offsets(self) -> Any:
+        """The kept DIEs' section offsets (numpy, sorted)."""
+        import numpy as np
+
+        return np.frombuffer(self._offs, dtype=np.uint32)
+
+    def string_heads(self, strps: Any) -> Any:
+        """The first byte of each .debug_str string at offsets ``strps`` (numpy; 0 past
+        the end): a scan's first sieve on names, without decoding them."""
+        import numpy as np
+
+        sec = self._reader.str
+        arr = sec.array() if hasattr(sec, "array") else np.frombuffer(sec, dtype=np.uint8)
+        out = np.zeros(strps.size, dtype=np.uint8)
+        ok = strps < arr.size
+        out[ok] = arr[strps[ok].astype(np.int64)]
+        return out
+
+    def string_at(self, strp: int) -> str:
+        """The .debug_str string at offset ``strp`` (not kept: a scan judges ~10^5 names)."""
+        return self._reader._str_cache.get(strp) or self._reader._cstr(self._reader.str, strp)
 
     def at(self, i: int) -> Die:
         return self._at(i)
@@ -702,7 +836,7 @@ class Dies:
                 pos += 1
         v = int.from_bytes(info[pos : pos + size], "little")
         if form == 0x0E:
-            return self._reader._str_cache.get(v) or self._reader._cstr_cached(v)
+            return self._reader._str_cache.get(v) or self._reader._cstr(self._reader.str, v)
         if form in _REF_FORMS:
             return v + self._unit_off
         return v

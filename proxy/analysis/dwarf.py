@@ -104,6 +104,14 @@ class DwarfView:
             self._units[offset] = u
         return u if u.top >= 0 else None
 
+    def trim(self) -> None:
+        """Bound the memory of a long scan: decoded DIEs are dropped (the units' compact
+        arrays stay) and the string section's pages are let go."""
+        for u in self._units.values():
+            if isinstance(u.dies, D.Dies):
+                u.dies.forget()
+        self.elf.release(".debug_str")
+
     def containing_unit_offset(self, offset: int) -> int | None:
         i = bisect_right(self.unit_offsets, offset) - 1
         return self.unit_offsets[i] if i >= 0 else None
@@ -258,7 +266,11 @@ class _Sections:
         if got is None:
             if not name.startswith(".debug") or name not in self._elf.sections:
                 return default
-            got = self._got[name] = self._elf.section_data(name) or b""
+            if name == ".debug_str":  # ~30 MB of which a scan reads scattered names: not copied
+                got = self._elf.section_window(name) or b""
+            else:
+                got = self._elf.section_data(name) or b""
+            self._got[name] = got  # type: ignore[assignment]
         return got
 
     def __getitem__(self, name: str) -> bytes:

@@ -72,12 +72,28 @@ class ElfImage:
         if s is None:
             return None
         out = self.data[s[1] : s[1] + s[2]]
-        if isinstance(self.data, mmap.mmap) and s[2] >= _DROP_AFTER_COPY:
-            # the copy is what the caller keeps: the mapped pages it came through would
-            # count twice in the resident set (a debug build's .debug_* sections: ~60 MB)
+        # the copy is what the caller keeps: the mapped pages it came through would
+        # count twice in the resident set (a debug build's .debug_* sections: ~60 MB)
+        self.release(name)
+        return out
+
+    def section_window(self, name: str) -> bytes | Window | None:
+        """A section's bytes without copying them out of the mapped file (``Window``);
+        a copy when the file is not mapped."""
+        s = self.sections.get(name)
+        if s is None:
+            return None
+        if not isinstance(self.data, mmap.mmap):
+            return self.data[s[1] : s[1] + s[2]]
+        return Window(self.data, s[1], s[2])
+
+    def release(self, name: str) -> None:
+        """Let go of the resident pages of a section read through ``section_window`` (the
+        file's pages stay in the page cache; the next read maps them again)."""
+        s = self.sections.get(name)
+        if s is not None and isinstance(self.data, mmap.mmap) and s[2] >= _DROP_AFTER_COPY:
             start = s[1] & ~(mmap.PAGESIZE - 1)
             self.data.madvise(mmap.MADV_DONTNEED, start, s[1] + s[2] - start)
-        return out
 
     def stream(self) -> io.RawIOBase:
         """A file object over the image's bytes for pyelftools (no copy of the file)."""
@@ -229,6 +245,36 @@ def _symbols(elf: ELFFile, sections: dict[str, tuple[int, int, int]], warnings: 
 
 
 _DROP_AFTER_COPY = 1 << 20
+
+
+class Window:
+    """A section of the mapped file, addressed from the section's start: what the
+    DWARF string readers need of ``bytes`` (``find`` and slices), without the copy."""
+
+    __slots__ = ("_buf", "_base", "_size")
+
+    def __init__(self, buf: mmap.mmap, base: int, size: int) -> None:
+        self._buf, self._base, self._size = buf, base, size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def find(self, sub: bytes, start: int = 0) -> int:
+        if start < 0 or start >= self._size:
+            return -1
+        i = self._buf.find(sub, self._base + start, self._base + self._size)
+        return i - self._base if i >= 0 else -1
+
+    def array(self) -> Any:
+        """The section as a numpy byte array over the mapping (no copy)."""
+        import numpy as np
+
+        return np.frombuffer(self._buf, dtype=np.uint8, count=self._size, offset=self._base)
+
+    def __getitem__(self, k: slice) -> bytes:
+        start = 0 if k.start is None else k.start
+        stop = self._size if k.stop is None else min(k.stop, self._size)
+        return self._buf[self._base + start : self._base + max(start, stop)]
 
 
 class _BufferStream(io.RawIOBase):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,8 @@ _KINDS = {
 }
 # the DIEs a unit's scan looks at (the others are decoded only when a reference leads to them)
 _SCAN_TAGS = frozenset({D.TAG_STRUCTURE, D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE})
+# the first bytes of the names _struct_name_ok can accept
+_STRUCT_HEADS = np.frombuffer(("{" + "".join(sorted({p[0] for p in RUNTIME_CELL_PREFIXES}))).encode(), dtype=np.uint8)
 # a function's name (or its origin's) that _task_poll, _classify or _inlined can act on
 _FN_PREFIXES = ("{", "poll", "run<")
 _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
@@ -171,11 +174,15 @@ class _Collector:
 
     def run(self) -> None:
         found: dict[int, _Found] = {}
+        scanned = 0
         for uo in select_units(self.elf, self.dwarf):
             unit = self.dwarf.unit(uo)
             if unit is None:
                 continue
             self._scan_unit(unit, found)
+            scanned += 1
+            if scanned % 8 == 0:
+                self.dwarf.trim()
         exits = _ExitFinder(self.elf, self.inv.warnings)
         # rustc 1.63 sometimes describes the inner generator's Pin<&mut ENV> self after all;
         # GenFuture<ENV>::poll is the breakpoint site then, the inner resume would double-count
@@ -202,17 +209,89 @@ class _Collector:
             for die in list(dies.values()):
                 self._scan_die(unit, die, found)
             return
-        # names first, undecoded: a unit's few coroutine DIEs among ~10^5 others
-        for i, tag in dies.tagged(_SCAN_TAGS):
-            if tag == D.TAG_STRUCTURE:
-                name = dies.peek(i, D.AT_NAME) or ""
-                if not (ASYNC_ENV_RE.match(name) or name.startswith(RUNTIME_CELL_PREFIXES)):
-                    continue
-            elif tag == D.TAG_SUBPROGRAM and not dies.peek(i, D.AT_LOW_PC):
+        # names first, undecoded and a whole column at a time (numpy): a unit's few
+        # coroutine DIEs among ~10^4 others; each distinct name or origin judged once
+        picked: list[int] = []
+        for idx, vals, form in dies.column(D.TAG_STRUCTURE, D.AT_NAME):
+            if isinstance(vals, str) or (vals is not None and form != D.FORM_STRP):
+                picked += [int(i) for i in idx if self._struct_name_ok(dies.peek(int(i), D.AT_NAME))]
+            elif vals is not None:
+                head = np.isin(dies.string_heads(vals), _STRUCT_HEADS)  # "{async_", "Cell<", ...
+                picked += self._judged(idx[head], vals[head], lambda v: self._struct_name_ok(dies.string_at(v)))
+        for idx, vals, _ in dies.column(D.TAG_SUBPROGRAM, D.AT_LOW_PC):
+            if isinstance(vals, str):
+                live = np.array([int(i) for i in idx if dies.peek(int(i), D.AT_LOW_PC)], dtype=np.int64)
+            elif vals is None:
                 continue
-            elif not self._may_be_coroutine_fn(dies, i):
-                continue
+            else:
+                live = idx[vals != 0]
+            picked += [int(i) for i in live if self._may_be_coroutine_fn(dies, int(i))]
+        for idx, vals, _ in dies.column(D.TAG_INLINED_SUBROUTINE, D.AT_ABSTRACT_ORIGIN):
+            if isinstance(vals, str) or vals is None or self._has(dies, int(idx[0]), D.AT_NAME):
+                picked += [int(i) for i in idx if self._may_be_coroutine_fn(dies, int(i))]
+            else:
+                self._judge_origins(dies, unit, np.unique(vals))
+                picked += self._judged(idx, vals, self._origin_ok)
+        picked.sort()
+        for i in picked:
             self._scan_die(unit, dies.at(i), found)
+
+    @staticmethod
+    def _has(dies: D.Dies, i: int, attr: int) -> bool:
+        """Does the abbreviation of the DIE at index ``i`` have ``attr`` (any DIE of the
+        same abbreviation answers the same)?"""
+        return dies.peek(i, attr) is not None
+
+    @staticmethod
+    def _judged(idx: np.ndarray, vals: np.ndarray, ok: Callable[[int], bool]) -> list[int]:
+        """The indices whose value passes ``ok``, each distinct value judged once."""
+        good = [v for v in np.unique(vals) if ok(int(v))]
+        return [int(i) for i in idx[np.isin(vals, np.array(good, dtype=vals.dtype))]] if good else []
+
+    def _judge_origins(self, dies: D.Dies, unit: D.Unit, refs: np.ndarray) -> None:
+        """Fill ``_origin_names`` for references into this unit, following each chain of
+        DW_AT_abstract_origin / DW_AT_specification inside the unit (as ``DwarfView.origin``
+        does) a hop at a time for all of them at once; a chain that leaves the unit or
+        meets an attribute out of place is left to ``DwarfView.origin_name``."""
+        start = np.array([r for r in refs.tolist() if r not in self._origin_names], dtype=np.uint64)
+        cur = start.copy()
+        offs = dies.offsets()
+        names: dict[int, str] = {}
+        for _ in range(8):
+            if not cur.size:
+                return
+            inside = (cur >= unit.offset) & (cur < unit.end)
+            pos = np.minimum(np.searchsorted(offs, cur), offs.size - 1)
+            ok = inside & (offs[pos] == cur)
+            start, cur, idx = start[ok], cur[ok], pos[ok]
+            ao, has_ao, _, slow_ao = dies.gather(idx, D.AT_ABSTRACT_ORIGIN)
+            sp, has_sp, _, slow_sp = dies.gather(idx, D.AT_SPECIFICATION)
+            name, has_name, forms, slow_n = dies.gather(idx, D.AT_NAME)
+            plain = ~slow_ao & ~slow_sp & ~slow_n & (~has_name | (forms == D.FORM_STRP))
+            nxt = np.where(has_ao, ao, sp)
+            # a hop whose target is not a kept DIE of this unit ends the chain here (origin()
+            # stops at a reference it cannot follow): judged by the slow path instead
+            hop = plain & (has_ao | has_sp)
+            done = plain & ~has_ao & ~has_sp
+            for r0, strp, named in zip(start[done].tolist(), name[done].tolist(), has_name[done].tolist()):
+                if named:
+                    got = names.get(strp)
+                    if got is None:
+                        got = names[strp] = dies.string_at(strp)
+                    self._origin_names[r0] = got
+                else:
+                    self._origin_names[r0] = ""
+            start, cur = start[hop], nxt[hop]
+
+    def _struct_name_ok(self, name: str | None) -> bool:
+        name = name or ""
+        return bool(ASYNC_ENV_RE.match(name)) or name.startswith(RUNTIME_CELL_PREFIXES)
+
+    def _origin_ok(self, ref: int) -> bool:
+        name = self._origin_names.get(ref)
+        if name is None:
+            name = self._origin_names[ref] = self.dwarf.origin_name(ref)
+        return name.startswith(_FN_PREFIXES)
 
     def _may_be_coroutine_fn(self, dies: D.Dies, i: int) -> bool:
         """Could the subprogram or inlined subroutine at index ``i`` be a resume function,
@@ -225,10 +304,7 @@ class _Collector:
             ref = dies.peek(i, D.AT_SPECIFICATION)
         if ref is None:
             return False
-        name = self._origin_names.get(ref)
-        if name is None:
-            name = self._origin_names[ref] = self.dwarf.origin_name(ref)
-        return name.startswith(_FN_PREFIXES)
+        return self._origin_ok(ref)
 
     def _scan_die(self, unit: D.Unit, die: D.Die, found: dict[int, _Found]) -> None:
         if die.tag == D.TAG_STRUCTURE:
@@ -657,12 +733,18 @@ def _member_offset(m: D.Die) -> int:
 # -- exits ---------------------------------------------------------------------------------------
 
 
+# mnemonics of x86 instructions in capstone's RET, CALL or JUMP group (jcc, jmp, ljmp,
+# j*cxz, loop*, call, lcall, ret, retf, iret*, sysret, xbegin)
+_BRANCHY = ("j", "call", "ret", "loop", "ljmp", "lcall", "iret", "sysret", "xbegin")
+
+
 class _ExitFinder:
     def __init__(self, elf: ElfImage, warnings: list[str]) -> None:
         self.elf = elf
         self.warnings = warnings
         self.cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self.cs.detail = True
+        self.lite = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self.unwind_targets, self.unwind_slots = _unwind_resume_sites(elf, warnings)
 
     def exits(self, low: int, high: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -672,7 +754,14 @@ class _ExitFinder:
             return (), ()
         rets: list[int] = []
         other: list[int] = []
-        for insn in self.cs.disasm(code, low):
+        for addr, size, mnemonic, _ops in self.lite.disasm_lite(code, low):
+            # the detailed decode (~50 µs an instruction) only for what can be a ret, a
+            # call or a jump: the mnemonic tells (prefixed forms: "bnd jmp", "notrack call")
+            if not (mnemonic.startswith(_BRANCHY) or " " in mnemonic):
+                continue
+            insn = next(self.cs.disasm(code[addr - low : addr - low + size], addr), None)
+            if insn is None:
+                continue
             if insn.group(capstone.CS_GRP_RET):
                 rets.append(insn.address)
             elif insn.group(capstone.CS_GRP_CALL):
