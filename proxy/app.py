@@ -6,6 +6,7 @@ import os
 import re
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from proxy.analysis.inventory import build_inventory
 from proxy import capture as capture_backends
@@ -117,12 +118,47 @@ _SNAPSHOTS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictiona
 _DOCS: weakref.WeakKeyDictionary[Session, tuple[object, dict[tuple[str, str], bytes]]] = weakref.WeakKeyDictionary()
 
 
+def _snapshot_key(session: Session, engine: Any, src: object) -> tuple[Any, ...]:
+    stopped = getattr(session, "_stopped", None)
+    return (getattr(stopped, "serial", None), id(engine), engine.cursor_seq if engine is not None else None,
+            session.mode, id(src))
+
+
+def _snapshot_builder(session: Session, read: Callable[[int, int], bytes | None] | None, engine: Any,
+                      src: Any, stop: int, adapters: Callable[[list[Any]], list[Any]] | None = None,
+                      ) -> Callable[[], Any]:
+    """``build()`` of the stop's snapshot from the session's inputs; ``adapters`` may replace
+    the runtime adapters (task threads read only the tasks they list: proxy.threads.listing)."""
+    from proxy.reflect import thread_regs
+    from proxy.snapshot import SnapshotInputs, build_snapshot
+
+    origin = "seen before" if session.mode == "off" else "observed"
+    notes = []
+    if session.mode == "off":
+        notes.append("note: mode off: tasks read from memory at this stop; observed ones are those seen before")
+
+    def build() -> Any:
+        raw = session.monitor_threads() if session.monitor_threads is not None else None
+        threads = thread_regs(dict(raw or {}))
+        if src is not None:
+            inputs = SnapshotInputs.from_source(src, engine=engine, engine_origin=origin, threads=threads,
+                                                pcs=session.stop_pcs(), notes=notes, missed=session.monitor_missed)
+            if adapters is not None:
+                inputs.adapters = adapters(list(inputs.adapters))
+        else:
+            inputs = SnapshotInputs(inventory=engine.catalog.inventory, bias=engine.catalog.load_bias,
+                                    engine=engine, engine_origin=origin, pcs=session.stop_pcs(), notes=tuple(notes),
+                                    memory=False)
+        return build_snapshot(inputs, read, stop=stop)
+
+    return build
+
+
 def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | None):  # type: ignore[no-untyped-def]
     """The stop's snapshot (proxy.snapshot), built at most once per stop: the one model every
     command, table and document renders. None when there is neither an engine nor a program
     file to read memory with."""
-    from proxy.reflect import thread_regs
-    from proxy.snapshot import SnapshotInputs, SnapshotStore, build_snapshot
+    from proxy.snapshot import SnapshotStore
 
     engine = session.engine
     src = _reflect_source(session, engine)
@@ -131,26 +167,8 @@ def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | No
     store = _SNAPSHOTS.get(session)
     if store is None:
         store = _SNAPSHOTS[session] = SnapshotStore()
-    stopped = getattr(session, "_stopped", None)
-    key = (getattr(stopped, "serial", None), id(engine), engine.cursor_seq if engine is not None else None,
-           session.mode, id(src))
-    origin = "seen before" if session.mode == "off" else "observed"
-    notes = []
-    if session.mode == "off":
-        notes.append("note: mode off: tasks read from memory at this stop; observed ones are those seen before")
-
-    def build():  # type: ignore[no-untyped-def]
-        raw = session.monitor_threads() if session.monitor_threads is not None else None
-        threads = thread_regs(dict(raw or {}))
-        if src is not None:
-            inputs = SnapshotInputs.from_source(src, engine=engine, engine_origin=origin, threads=threads,
-                                                pcs=session.stop_pcs(), notes=notes, missed=session.monitor_missed)
-        else:
-            inputs = SnapshotInputs(inventory=engine.catalog.inventory, bias=engine.catalog.load_bias,
-                                    engine=engine, engine_origin=origin, pcs=session.stop_pcs(), notes=tuple(notes),
-                                    memory=False)
-        return build_snapshot(inputs, read, stop=key[0] or 0)
-
+    key = _snapshot_key(session, engine, src)
+    build = _snapshot_builder(session, read, engine, src, key[0] or 0)
     missed = session.monitor_missed or (lambda: False)
     if read is None:
         return build()
@@ -237,23 +255,41 @@ MODE_LOSES = {
 
 
 _TASKS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
+_LISTINGS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
 
 
-def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> tuple[list[object], object, int]:
-    """The live tasks at this stop for task threads: the stop's snapshot (the same tasks,
-    names, states and logical stacks every command shows) through proxy.threads.adapter."""
+def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> tuple[list[object], object, int, int]:
+    """The live tasks at this stop for task threads: a snapshot of the stop (the same tasks,
+    names, states and logical stacks every command shows) through proxy.threads.adapter; the
+    stop's full snapshot when it is built, else one with the runtime's tasks cut to the cap
+    (proxy.threads.listing). Also: how many tasks were cut."""
     from proxy.threads.adapter import TaskSource
+    from proxy.threads.listing import SLACK, Listing
 
-    src = _reflect_source(session, session.engine)
+    engine = session.engine
+    src = _reflect_source(session, engine)
     if src is None or not getattr(src, "inventory").layouts:  # no coroutine: no task
-        return [], None, 0
-    snap = _snapshot_of(session, read)
+        return [], None, 0, 0
+    view = session.task_view
+    store = _SNAPSHOTS.get(session)
+    key = _snapshot_key(session, engine, src)
+    snap = store.held(key) if store is not None else None  # type: ignore[attr-defined]
+    unread = 0
+    if snap is None and (view is None or view.pattern):  # a filter looks at every task
+        snap = _snapshot_of(session, read)
+    elif snap is None:
+        keep = view.cap + SLACK
+        listing = _LISTINGS.get(session)
+        if not isinstance(listing, Listing) or listing.key != key or listing.keep != keep:
+            listing = _LISTINGS[session] = Listing(key, keep)
+        snap = _snapshot_builder(session, read, engine, src, key[0] or 0, adapters=listing.adapters)()
+        unread = listing.unread
     if snap is None or (session.monitor_missed is not None and session.monitor_missed()):
-        return [], None, 0  # memory still to read: the session reads it and asks again
+        return [], None, 0, 0  # memory still to read: the session reads it and asks again
     ts = _TASKS.get(session)
     if not isinstance(ts, TaskSource) or ts.src is not src:
         ts = _TASKS[session] = TaskSource(src)
-    return ts.from_snapshot(snap)  # type: ignore[return-value]
+    return (*ts.from_snapshot(snap), unread)  # type: ignore[return-value]
 
 
 def _threads_command(session: Session, args: tuple[str, ...]) -> str:

@@ -32,3 +32,7 @@ class SnapshotStore:
 
     def clear(self) -> None:
         self._key = self._snap = None
+
+    def held(self, key: Hashable) -> Snapshot | None:
+        """The complete snapshot kept for ``key`` (None: none built yet at this stop)."""
+        return self._snap if self._snap is not None and self._key == key else None

@@ -156,21 +156,21 @@ class TaskThreadHooks(SessionBase):
         assert fn is not None
         seen: dict[int, bytes] = {}
 
-        def answer(read: Callable[[int, int], bytes | None]) -> tuple[list[Any], Any, int]:
+        def answer(read: Callable[[int, int], bytes | None]) -> tuple[list[Any], Any, int, int]:
             got = fn(self, read)
             if got[0] and self.monitor_threads is not None:  # tasks: the registers were read
                 seen.update(self.monitor_threads() or {})
             return got  # type: ignore[no-any-return]
 
         try:
-            tasks, shape, end_ra = yield from self._with_reads(answer)
+            tasks, shape, end_ra, unread = yield from self._with_reads(answer)
         except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
             self._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
-            tasks, shape, end_ra = [], None, 0
+            tasks, shape, end_ra, unread = [], None, 0, 0
         stop = self.current_thread()
         template = seen.get(stop) if stop is not None else None
         template = template or next(iter(seen.values()), b"")
-        view.set_tasks(tasks, template, shape, end_ra)
+        view.set_tasks(tasks, template, shape, end_ra, unread)
 
     if TYPE_CHECKING:  # provided by proxy.session.queries.Queries
         def current_thread(self) -> int | None: ...

@@ -70,8 +70,10 @@ class TaskThreadView:
         self._pages: list[bytes] = []
 
     # -- the stop's tasks --------------------------------------------------------------
-    def set_tasks(self, tasks: list[TaskThread], template_g: bytes, shape: Shape | None, end_ra: int = 0) -> None:
-        """end_ra: where the outermost frame returns (the program's ``_start``: stack.py)."""
+    def set_tasks(self, tasks: list[TaskThread], template_g: bytes, shape: Shape | None, end_ra: int = 0,
+                  unread: int = 0) -> None:
+        """end_ra: where the outermost frame returns (the program's ``_start``: stack.py);
+        unread: tasks past the cap that were counted, not read (listing.py)."""
         self.fresh = True
         self.end_ra = end_ra
         self.template_g = template_g
@@ -85,7 +87,7 @@ class TaskThreadView:
             listed = [t for t in listed if rx.search(t.name) or rx.search(t.extra)]
         for t in listed[:self.cap]:
             self.tasks[self.ids.id_for(t.key)] = t
-        self.hidden = max(0, len(listed) - self.cap)
+        self.hidden = max(0, len(listed) - self.cap) + unread
         self.group_tid = self.ids.id_for((0, "asyncrsp: tasks past the cap")) if self.hidden else None
 
     def stale(self) -> None:

@@ -18,12 +18,12 @@ SHAPE = FrameShape("rsp", 64, (("rip", -8),), (("rsp", 16),))
 
 def tasks(session, read):  # type: ignore[no-untyped-def]
     if session.monitor_threads() is None:  # the session reads them and asks again
-        return [], None, 0
+        return [], None, 0, 0
     word = read(0x7000, 8)  # one memory read: the session reads it and asks again
     if word is None:
-        return [], None, 0
+        return [], None, 0, 0
     frames = (TaskFrame(0x5000, int.from_bytes(word, "little")),)
-    return [TaskThread((0xA000, "t"), "task #1 app::f", "suspended at app.rs:3", frames)], lambda pc, o: SHAPE, 0
+    return [TaskThread((0xA000, "t"), "task #1 app::f", "suspended at app.rs:3", frames)], lambda pc, o: SHAPE, 0, 0
 
 
 class Driver:

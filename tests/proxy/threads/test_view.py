@@ -68,6 +68,9 @@ def test_cap_groups_the_rest_and_filter_keeps_matches() -> None:
     v = view([task(i) for i in range(10)], cap=4)
     assert len(v.tasks) == 4 and v.hidden == 6 and v.group_tid is not None
     assert bytes.fromhex(v.answer(b"qThreadExtraInfo,%x" % v.group_tid).decode()).startswith(b"6 tasks past")
+    counted = TaskThreadView(cap=4)
+    counted.set_tasks([task(i) for i in range(5)], G, None, unread=100)  # cut before reading (listing.py)
+    assert len(counted.tasks) == 4 and counted.hidden == 101
     f = view([task(1), task(2, name="task #2 app::locker")], pattern="locker")
     assert [t.name for t in f.tasks.values()] == ["task #2 app::locker"]
 
