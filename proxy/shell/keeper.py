@@ -108,6 +108,7 @@ class _Wire:
 
     def __init__(self, sock: socket.socket, noack: bool) -> None:
         self.sock = sock
+        self.gone = False  # the program exited
         self.conn = Connection()
         if noack:
             self.conn.set_no_ack()
@@ -138,8 +139,20 @@ class _Wire:
             self.conn.feed(data)
 
     def request(self, body: bytes, timeout: float = 3.0) -> bytes | None:
+        """The reply to `body`. A stop reply that comes meanwhile is not it
+        (a second stop after the 0x03 and the keeper's own SIGINT, under
+        load: the detach was once answered `T05swbreak...`), unless `body`
+        resumes; an exit ends the wait (`self.gone`)."""
         self.send(body)
-        return self.packet(timeout)
+        resumes = body.startswith((b"vCont;", b"c", b"s"))
+        deadline = time.monotonic() + timeout
+        while (got := self.packet(max(deadline - time.monotonic(), 0.0))) is not None:
+            if got[:1] in (b"W", b"X"):
+                self.gone = True
+                return got
+            if resumes or got[:1] not in (b"T", b"S"):
+                return got
+        return None
 
 
 def _threads_stopped(pid: int) -> bool:
@@ -189,9 +202,11 @@ def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
     wire.request(b"QProgramSignals:")
     for z in plan.get("z", []):
         wire.request(z.encode())
-    if plan.get("trace"):
+    if plan.get("trace") and not wire.gone:  # QTStop after the exit crashes gdbserver 13.1
         wire.request(b"QTStop")
         wire.request(b"QTinit")
+    if wire.gone:
+        return "the program had ended"
     if pid:
         from proxy.capture.procmem import sigint_pending  # here only: the keeper starts with every session
 
