@@ -94,6 +94,7 @@ KEEP_ATTRS = frozenset(
 _STRING_ATTRS = frozenset({AT_NAME, AT_LINKAGE_NAME, AT_MIPS_LINKAGE_NAME, AT_COMP_DIR})
 
 FORM_STRP = 0x0E
+_BULK_MIN = 6  # Dies.column: fewer DIEs of one abbreviation are peeked one by one
 
 # Form handling kinds.
 _FIXED, _ULEB, _SLEB, _CSTR, _BLOCK_ULEB, _BLOCK1, _BLOCK2, _BLOCK4, _INDIRECT, _IMPLICIT = range(10)
@@ -299,6 +300,19 @@ class DieReader:
         self._plan_cache: dict[Any, Any] = {}
         self._str_cache: dict[int, str] = {}
         self._info_np: Any = None
+        self._tag_tables: dict[int, tuple[dict[int, _Abbrev], Any]] = {}
+
+    def tag_table(self, abbrevs: dict[int, _Abbrev]) -> Any:
+        """Abbreviation code -> tag, as a numpy array (per abbreviation table)."""
+        import numpy as np
+
+        got = self._tag_tables.get(id(abbrevs))
+        if got is None or got[0] is not abbrevs:
+            table = np.zeros(max(abbrevs, default=0) + 1, dtype=np.uint32)
+            for code, ab in abbrevs.items():
+                table[code] = ab.tag
+            got = self._tag_tables[id(abbrevs)] = (abbrevs, table)
+        return got[1]
 
     def info_array(self) -> Any:
         """.debug_info as a numpy byte array (no copy)."""
@@ -724,13 +738,21 @@ class Dies:
         import numpy as np
 
         codes = np.frombuffer(self._codes, dtype=np.uint32)
-        for code, ab in self._abbrevs.items():
-            if ab.tag != tag:
+        tags = self._reader.tag_table(self._abbrevs)
+        sel = np.nonzero(tags[codes] == tag)[0]
+        if not sel.size:
+            return
+        sc = codes[sel]
+        order = np.argsort(sc, kind="stable")
+        uniq, starts = np.unique(sc[order], return_index=True)
+        bounds = starts.tolist() + [sel.size]
+        for k, code in enumerate(uniq.tolist()):
+            idx = sel[order[bounds[k] : bounds[k + 1]]]
+            if idx.size < _BULK_MIN:  # a few DIEs: numpy's per-call cost is more than peek's
+                yield idx, "peek", 0
                 continue
-            idx = np.nonzero(codes == code)[0]
-            if idx.size:
-                for mask, v, form in self._column_of(code, idx, attr):
-                    yield idx[mask], v, form
+            for mask, v, form in self._column_of(code, idx, attr):
+                yield idx[mask], v, form
 
     def _column_of(self, code: int, idx: Any, attr: int) -> Iterator[tuple[Any, Any, int]]:
         """(mask over ``idx``, values / None / "peek", form) for DIEs of one abbreviation:

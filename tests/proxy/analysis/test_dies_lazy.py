@@ -43,7 +43,8 @@ def _tag_code(name: str) -> int:
 
 
 @pytest.mark.parametrize("config", ["debug", "release"])
-def test_lazy_units_match_pyelftools(config: str) -> None:
+def test_lazy_units_match_pyelftools(config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(D, "_BULK_MIN", 1)  # every abbreviation read in bulk, however few its DIEs
     path = corpus_binary(config, "nested")
     elf = open_elf(path)
     view = DwarfView.open(elf, [])
