@@ -28,7 +28,7 @@ class CaptureLifecycle(SessionBase):
     def leave_plan_key(self) -> tuple[object, ...]:
         """Changes whenever `leave_plan` may (cheap: asked after every packet)."""
         return (self.bps.version, self._capture_installed, self._main_pid, self._left, self._program_exited,
-                self.identity.host_pid)
+                self.identity.host_pid, self._planted, id(self.capture))
 
     def leave_plan(self) -> dict[str, object]:
         """What must leave the program if the proxy dies without leaving
@@ -43,7 +43,10 @@ class CaptureLifecycle(SessionBase):
         multi = feature_on(self.stub_features, "multiprocess")
         return {
             "z": [z_packet(False, k).decode() for k in keys],
-            "trace": bool(self._capture_installed and getattr(self.capture, "name", "") == "tracepoints"),
+            # From the plant on, not from the end of the install: a proxy killed
+            # while QTStart was on its way left the tracepoints in (fault
+            # campaign, tracepoints, the proxy killed 0.41 s in: SIGTRAP).
+            "trace": getattr(self.capture, "name", "") == "tracepoints",
             "detach": f"D;{pid:x}" if multi and pid else "D",
             "host_pid": self.identity.host_pid if self.identity.local else None,
         }

@@ -166,6 +166,26 @@ def test_a_client_gone_during_the_plant_is_not_resumed_for() -> None:
     assert Close("client disconnected") in d.stub(b"OK")
 
 
+def test_the_keepers_plan_lists_a_breakpoint_before_the_stub_gets_it() -> None:
+    """proxy/shell/keeper.py acts on this plan if the proxy dies: a Z0 on its
+    way to the stub is in it already; the client's breakpoints too (their
+    connection goes with the proxy); nothing once the client detached."""
+    d = Driver()
+    assert d.s.leave_plan() == {}  # nothing planted before the first resume
+    d.client(b"vCont;c:p3a4d.-1")
+    plan = d.s.leave_plan()
+    assert plan["z"] == [f"z0,{PROBE:x},1"] and plan["trace"] is False and plan["detach"] == "D"
+    d.stub(b"OK")
+    d.stub(stop_at(0x1000, reason=b""))
+    key = d.s.leave_plan_key()
+    d.client(b"Z0,1234,1")
+    assert d.s.leave_plan_key() != key
+    assert d.s.leave_plan()["z"] == ["z0,1234,1", f"z0,{PROBE:x},1"]
+    d.stub(b"OK")
+    d.client(b"D")
+    assert d.s.leave_plan() == {}
+
+
 def test_a_refused_thread_selection_is_not_taken_for_the_clients() -> None:
     """gdbserver answers E01 to `Hg` for a thread it does not know and keeps
     its selection: the proxy keeps the client's too (fuzz seed 201: a Z0
