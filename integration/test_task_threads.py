@@ -212,19 +212,85 @@ def test_lldb_thread_list_backtraces_and_frame_variables(config: str) -> None:
     assert re.search(r"= 2$", steps["frame variable held.lock->c.value"].strip()), steps["frame variable held.lock->c.value"]
 
 
+TK_TASKS = ("foo", "holder", "receiver", "oneshot_waiter", "waiter", "run")
+TK_FOO_STACK = ["tk_dump::baz", "tk_dump::buz", "tk_dump::bar", "tk_dump::foo"]
+
+
 def test_gdb_tokio_143_task_dump_program() -> None:
     """tokio 1.43 (the modern corpus' tk_dump): foo -> bar -> join!(buz -> baz -> sleep, fiz)
     is one task thread whose stack is baz, buz, bar, foo. bar's state names join!'s own
-    file:line (no row of it in bar's function): its frame is at bar's first line."""
+    file:line (no row of it in bar's function): its frame is at bar's first line. holder's
+    live MutexGuard `guard` guards the Mutex run created with 7."""
     with stuck_behind_proxy("trixie-debug", "tk_dump") as (prog, _pid, port):
-        out = gdb(prog, port, [echo("threads"), "info threads", echo("all"), "thread apply all bt", echo("end")])
+        out = gdb(prog, port, [echo("threads"), "info threads", echo("all"), "thread apply all bt",
+                               *select_tk("holder", "holder"), echo("locals"), "info locals",
+                               "print guard.lock.c.value", echo("end")])
     threads = part(out, "threads")
-    for name in ("foo", "holder", "receiver", "oneshot_waiter", "waiter", "run"):
+    for name in TK_TASKS:
         assert re.search(rf'"task (\S+ )?tk_dump::{name}" \(suspended at', threads), threads
+    assert re.search(r'"task (\S+ )?tk_dump::waiter" \(suspended at tk_dump.rs:\d+, waits on Mutex 0x[0-9a-f]+ held by #',
+                     threads), threads
     block = re.search(r'Thread \d+ \(Thread \d+\.\d+ "task \S+ tk_dump::foo".*?(?=\n\n|\Z)', part(out, "all"), re.S)
     assert block, part(out, "all")
     fns = re.findall(r"in (tk_dump::\w+)::\{async_fn#0\}|^#0\s+(tk_dump::\w+)::", block.group(0), re.M)
-    assert [a or b for a, b in fns] == ["tk_dump::baz", "tk_dump::buz", "tk_dump::bar", "tk_dump::foo"], block.group(0)
+    assert [a or b for a, b in fns] == TK_FOO_STACK, block.group(0)
+    locals_ = part(out, "locals")
+    assert re.search(r"^guard = tokio::sync::mutex::MutexGuard<u64>", locals_, re.M), locals_
+    assert re.search(r"^\$\d+ = 7$", locals_, re.M), locals_
+
+
+def select_tk(task: str, frame_fn: str) -> list[str]:
+    return [f"python [t for t in gdb.selected_inferior().threads() if (t.name or '').endswith('tk_dump::{task}')]"
+            "[0].switch()",
+            f"python f = gdb.newest_frame()\nwhile f and '{frame_fn}' not in (f.name() or ''): f = f.older()\n"
+            "f.select()"]
+
+
+def test_gdb_mi_tokio_143_task_dump_program() -> None:
+    """tk_dump through gdb/MI as cpptools and CLion ask: names and details of every task,
+    foo's stack, holder's variables."""
+    with stuck_behind_proxy("trixie-debug", "tk_dump") as (prog, _pid, port):
+        out = gdb(prog, port, [
+            'interpreter-exec mi "-thread-info"',
+            *select_tk("foo", "foo"), 'interpreter-exec mi "-stack-list-frames"',
+            *select_tk("holder", "holder"), 'interpreter-exec mi "-stack-list-variables --simple-values"'], mi=True)
+    info = re.search(r"\^done,threads=\[(.*)\],current-thread-id", out)
+    assert info, out[-3000:]
+    assert set(re.findall(r'name="task (?:\S+ )?tk_dump::(\w+)"', info.group(1))) >= set(TK_TASKS), info.group(1)
+    assert re.search(r'details="suspended at tk_dump.rs:\d+, waits on Mutex 0x[0-9a-f]+ held by #\d+"', info.group(1))
+    frames = re.search(r"\^done,stack=\[(.*?)\]\n", out)
+    assert frames, out[-3000:]
+    funcs = [f.split("::{")[0] for f in re.findall(r'func="(tk_dump::[^"]+)"', frames.group(1))]
+    assert funcs == TK_FOO_STACK, frames.group(1)
+    variables = re.search(r"\^done,variables=\[(.*?)\]\n", out)
+    assert variables and '{name="guard",type="tokio::sync::mutex::MutexGuard<u64>"' in variables.group(1), out[-3000:]
+
+
+def test_lldb_tokio_143_task_dump_program() -> None:
+    """tk_dump through lldb: thread list names, foo's stack in bt all, holder's guard."""
+    with stuck_behind_proxy("trixie-debug", "tk_dump") as (prog, _pid, port):
+        run = lldb_batch(prog, ["settings set plugin.process.gdb-remote.packet-timeout 60",
+                                f"gdb-remote 127.0.0.1:{port}", "thread list", "bt all",
+                                "script lldb.process.SetSelectedThread([t for t in lldb.process "
+                                "if (t.GetName() or '').endswith('tk_dump::holder')][0])",
+                                "script t = lldb.process.GetSelectedThread(); t.SetSelectedFrame("
+                                "[i for i in range(t.GetNumFrames()) if 'holder' in (t.GetFrameAtIndex(i)"
+                                ".GetFunctionName() or '')][0])",
+                                "frame variable guard", "frame variable guard.lock->c.value",
+                                "process detach"], timeout=180)
+    steps = dict(run.steps())
+    listing = steps["thread list"]
+    for name in TK_TASKS:
+        assert re.search(rf"tid = \d+, .*name = 'task (\S+ )?tk_dump::{name}'", listing), listing
+    blocks = re.split(r"\n(?=\s*\*?\s*thread #)", steps["bt all"])
+    foo = next((b for b in blocks if "tk_dump::foo'" in b), None)
+    assert foo, steps["bt all"][-3000:]
+    fns = re.findall(r"tk_dump`tk_dump::(\w+)::_\$u7b\$\$u7b\$closure", foo)
+    assert ["tk_dump::" + f for f in fns] == TK_FOO_STACK, foo
+    assert re.search(r"\(tokio::sync::mutex::MutexGuard<unsigned long>\) guard = \{\s*lock = 0x[0-9a-f]+",
+                     steps["frame variable guard"]), steps["frame variable guard"]
+    assert re.search(r"= 7$", steps["frame variable guard.lock->c.value"].strip()), \
+        steps["frame variable guard.lock->c.value"]
 
 
 def test_continue_with_a_task_thread_selected_stops_as_before() -> None:
