@@ -40,8 +40,16 @@ class BlockReader:
             return None
         if size == 0:
             return b""
-        out = bytearray()
         first = addr - addr % BLOCK
+        if addr + size <= first + BLOCK:  # within one block: most reads (a field, a word)
+            blk = self._blocks.get(first, _UNREAD)
+            if blk is _UNREAD or blk is None:
+                blk = self._block(first)
+                if blk is None:
+                    return None
+            lo = addr - first
+            return blk[lo:lo + size] if len(blk) >= lo + size else None
+        out = bytearray()
         for base in range(first, addr + size, BLOCK):
             blk = self._block(base)
             if blk is None:
@@ -73,3 +81,6 @@ class BlockReader:
 
     def word(self, addr: int) -> int | None:
         return self.u(addr, 8)
+
+
+_UNREAD = object()

@@ -25,6 +25,7 @@ adapter says which of these it did not find and finds nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from proxy.analysis.model import Inventory
 from proxy.capture.procmem import read_maps
@@ -103,8 +104,12 @@ class TokioAdapter:
 
     def roots(self, r: Reflector, hits: dict[int, str]) -> list[Root]:
         roots = []
+        plans: dict[str, _CellPlan | None] = {}
         for header, cell in sorted(hits.items()):
-            root = self._root(r, header, cell)
+            if cell not in plans:
+                plans[cell] = _plan(r, cell)
+            plan = plans[cell]
+            root = plan.root(r, header) if plan is not None else self._root(r, header, cell)
             if root is not None:
                 roots.append(root)
                 r.task_names[header] = f"{root.label} {coroutine_path(root.type_name)}"
@@ -112,6 +117,8 @@ class TokioAdapter:
 
     @staticmethod
     def _root(r: Reflector, header: int, cell: str) -> Root | None:
+        """One header's task, the types looked up for it (``_CellPlan.root`` does the same with
+        the lookups made once per cell type)."""
         c = r.type(cell)
         core = c.field("core") if c is not None else None
         core_t = r.type(core.type_name) if core is not None else None
@@ -141,6 +148,66 @@ class TokioAdapter:
         at = spawn_location(r, header + core.offset, core.type_name)
         return Root(faddr, ftype, label, "tokio runtime",
                     header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""))
+
+
+class _CellPlan:
+    """Where a ``Cell<T, S>``'s stage, its discriminant and its running future lie (offsets
+    from the header), found once per cell type: 100,000 tasks of one type are 100,000 reads
+    of the same few offsets, not 100,000 walks through the types."""
+
+    __slots__ = ("stage", "enum", "discr", "size", "tid", "futures")
+
+    def __init__(self, stage: int, enum: Any, tid: int | None) -> None:
+        self.stage, self.enum, self.tid = stage, enum, tid
+        self.discr, self.size = stage + enum.discr.offset, enum.discr.size
+        self.futures: dict[int, tuple[int, str] | None] = {}  # discriminant -> (offset, type) of Running
+
+    def root(self, r: Reflector, header: int) -> Root | None:
+        value = r.mem.u(header + self.discr, self.size)
+        if value is None:
+            return None
+        fut = self.futures.get(value, _UNSET)
+        if fut is _UNSET:
+            fut = self.futures[value] = self._future(r, value)
+        if fut is None:
+            return None  # finished or consumed: not pending
+        tid = r.mem.word(header + self.tid) if self.tid is not None else None
+        label = f"tokio#{tid}" if tid is not None else ""
+        return Root(header + fut[0], fut[1], label, "tokio runtime", header=f"spawned task, header 0x{header:x}")
+
+    def _future(self, r: Reflector, value: int) -> tuple[int, str] | None:
+        v = self.enum.variant_for(value)
+        if v is None or v.name != "Running" or not v.fields:
+            return None
+        from .describers import unwrap
+
+        off, ftype = unwrap(r, self.stage + v.fields[0].offset, v.fields[0].type_name)  # by type only
+        return off, ftype
+
+
+_UNSET: Any = object()
+
+
+def _plan(r: Reflector, cell: str) -> _CellPlan | None:
+    """The cell's plan; None when its layout needs the per-header path (``spawned_at``: its
+    location is read per task) or is not one the adapter knows."""
+    c = r.type(cell)
+    core = c.field("core") if c is not None else None
+    core_t = r.type(core.type_name) if core is not None else None
+    stage = core_t.field("stage") if core_t is not None else None
+    if core is None or core_t is None or stage is None or core_t.field("spawned_at") is not None:
+        return None
+    tid_f = core_t.field("task_id")
+    off, tname = core.offset + stage.offset, stage.type_name
+    for _ in range(4):  # as in TokioAdapter._root
+        t = r.type(tname)
+        if t is None or t.kind == "enum" or len(t.fields) != 1:
+            break
+        off, tname = off + t.fields[0].offset, t.fields[0].type_name
+    st = r.type(tname)
+    if st is None or st.kind != "enum" or st.discr is None:
+        return None
+    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None)
 
 
 def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:

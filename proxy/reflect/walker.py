@@ -17,7 +17,9 @@ nothing) ends the branch in an ``unreadable`` node; nothing raises.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from proxy.analysis.model import Inventory, Layout, SourceLoc, TypeInfo
 
@@ -45,6 +47,7 @@ class Node:
     branch: str | None = None  # inside a combinator: "branch 0", "fast" ...
     holds: list[int] = field(default_factory=list)  # Mutexes whose guard is a live local
     waits_on: int | None = None  # the Mutex a `lock().await` waits for
+    value: int | None = None  # a coroutine's raw __state as read (3 + N for SuspendN)
 
     def iter(self):  # type: ignore[no-untyped-def]
         yield self
@@ -52,6 +55,7 @@ class Node:
             yield from c.iter()
 
 
+@lru_cache(maxsize=1 << 14)  # a few layouts, met once per coroutine of every task
 def coroutine_path(layout_name: str) -> str:
     """``a::b::{async_fn_env#0}<T>`` -> ``a::b``; blocks keep ``::{async_block#N}``."""
     m = _ENV_RE.search(layout_name)
@@ -84,6 +88,9 @@ class Reflector:
         # the I/O handle the innermost enclosing coroutine borrows as `self` (its fd, its type):
         # a Readiness leaf holds only the driver's ScheduledIo, which has no fd (describers.readiness)
         self.io_handle: tuple[int, str] | None = None
+        # the caller's "a read of this pass is not answered yet" (the session's read loop): work
+        # whose result the next pass makes again may be skipped (runtime adapters' roots)
+        self.pending: Callable[[], bool] | None = None
 
     # -- entry ---------------------------------------------------------------------------
     def walk(self, addr: int, type_name: str) -> Node:
@@ -132,7 +139,7 @@ class Reflector:
         st = layout.state(value)
         if st is None:
             return unreadable(addr, layout.type_name, f"{path}: __state {value} is not a state")
-        node = Node("coroutine", path, addr, layout.type_name, loc=st.loc, state=st.name)
+        node = Node("coroutine", path, addr, layout.type_name, loc=st.loc, state=st.name, value=value)
         if value == 0:
             node.status = "not yet polled"
         elif value == 1:

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from proxy.analysis.model import Inventory, Layout, SourceLoc
 
@@ -29,6 +30,7 @@ _ENV = re.compile(r"::\{(async_fn|async_block|async_closure|coroutine)(?:_env)?#
 _CLOSURE = re.compile(r"::\{\{closure\}\}|::\{closure#\d+\}")
 
 
+@lru_cache(maxsize=1 << 14)  # a few layouts named once each, not once per coroutine
 def display_name(name: str, line: int | None = None) -> str:
     """A state-machine type or a resume function's name -> the display name."""
     if name.startswith("core::future::from_generator::GenFuture<") and name.endswith(">"):

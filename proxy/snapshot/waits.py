@@ -36,10 +36,10 @@ from typing import Any
 
 from proxy.analysis.model import Inventory
 
+from .plans import local_spans
 from .model import Finding, FutureNode, Hold, Resource, StateKind, Task, Wait, WaitGraph
 
 _CHANNELS = ("oneshot", "mpsc")
-MAX_LOCAL = 256  # bytes of one live local searched for pointers
 CELL_SPAN = 4096  # a task cell's future lies this close after its header
 # tokio 1.24's cell: Header (0x30), then Core { scheduler, task_id, stage }: the running future
 # starts 0x38 after the header (checked on the corpus, debug and release); a finished task's
@@ -112,7 +112,6 @@ class _Context:
         self.inv = inv
         self.bias = bias
         self.holders = holders
-        self._words: dict[int, set[int]] = {}
         self._by_addr = {t.addr: t for t in tasks}
         self._index: dict[int, list[int]] | None = None
         self.guards: dict[tuple[int, Resource], str] = {}
@@ -233,20 +232,15 @@ class _Context:
 
     def words(self, t: Task) -> set[int]:
         """Pointer-sized words of the live locals of every coroutine of a task."""
-        got = self._words.get(t.id)
-        if got is not None:
-            return got
-        got = set()
+        got: set[int] = set()
         if self.inv is not None and self.r is not None:
+            read = self.r.mem.read
             for n in t.coroutines():
-                lay = self.inv.layouts.get(n.type_name)
-                st = lay.state(n.state_value) if lay is not None and n.state_value is not None else None
-                for m in st.locals if st is not None else ():
-                    data = self.r.mem.read(n.addr + m.offset, min(m.size, MAX_LOCAL) // 8 * 8)
+                for off, size in local_spans(self.inv, n.type_name, n.state_value):
+                    data = read(n.addr + off, size)
                     if data:
-                        got.update(int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8))
+                        got.update(memoryview(data).cast("Q"))
         got.discard(0)
-        self._words[t.id] = got
         return got
 
 
