@@ -109,45 +109,11 @@ class TokioAdapter:
             if cell not in plans:
                 plans[cell] = _plan(r, cell)
             plan = plans[cell]
-            root = plan.root(r, header) if plan is not None else self._root(r, header, cell)
+            root = plan.root(r, header) if plan is not None else None
             if root is not None:
                 roots.append(root)
                 r.task_names[header] = f"{root.label} {coroutine_path(root.type_name)}"
         return roots
-
-    @staticmethod
-    def _root(r: Reflector, header: int, cell: str) -> Root | None:
-        """One header's task, the types looked up for it (``_CellPlan.root`` does the same with
-        the lookups made once per cell type)."""
-        c = r.type(cell)
-        core = c.field("core") if c is not None else None
-        core_t = r.type(core.type_name) if core is not None else None
-        stage = core_t.field("stage") if core_t is not None else None
-        tid_f = core_t.field("task_id") if core_t is not None else None
-        if core is None or stage is None:
-            return None
-        addr, tname = header + core.offset + stage.offset, stage.type_name
-        for _ in range(4):  # CoreStage { stage: UnsafeCell { __0: UnsafeCell { value: Stage } } }
-            t = r.type(tname)
-            if t is None or t.kind == "enum" or len(t.fields) != 1:
-                break
-            addr, tname = addr + t.fields[0].offset, t.fields[0].type_name
-        st = r.type(tname)
-        if st is None or st.kind != "enum" or st.discr is None:
-            return None
-        value = r.mem.u(addr + st.discr.offset, st.discr.size)
-        v = st.variant_for(value) if value is not None else None
-        if v is None or v.name != "Running" or not v.fields:
-            return None  # finished or consumed: not pending
-        fut = v.fields[0]
-        from .describers import unwrap
-
-        faddr, ftype = unwrap(r, addr + fut.offset, fut.type_name)  # trace::Root<F> (task dumps) ...
-        tid = r.mem.word(header + core.offset + tid_f.offset) if tid_f is not None else None
-        label = f"tokio#{tid}" if tid is not None else ""
-        at = spawn_location(r, header + core.offset, core.type_name)
-        return Root(faddr, ftype, label, "tokio runtime",
-                    header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""))
 
 
 class _CellPlan:
@@ -155,10 +121,11 @@ class _CellPlan:
     from the header), found once per cell type: 100,000 tasks of one type are 100,000 reads
     of the same few offsets, not 100,000 walks through the types."""
 
-    __slots__ = ("stage", "enum", "discr", "size", "tid", "futures")
+    __slots__ = ("stage", "enum", "discr", "size", "tid", "futures", "core")
 
-    def __init__(self, stage: int, enum: Any, tid: int | None) -> None:
+    def __init__(self, stage: int, enum: Any, tid: int | None, core: tuple[int, str] | None) -> None:
         self.stage, self.enum, self.tid = stage, enum, tid
+        self.core = core  # (offset, type) of a Core with `spawned_at` (read per task), else None
         self.discr, self.size = stage + enum.discr.offset, enum.discr.size
         self.futures: dict[int, tuple[int, str] | None] = {}  # discriminant -> (offset, type) of Running
 
@@ -173,7 +140,9 @@ class _CellPlan:
             return None  # finished or consumed: not pending
         tid = r.mem.word(header + self.tid) if self.tid is not None else None
         label = f"tokio#{tid}" if tid is not None else ""
-        return Root(header + fut[0], fut[1], label, "tokio runtime", header=f"spawned task, header 0x{header:x}")
+        at = spawn_location(r, header + self.core[0], self.core[1]) if self.core is not None else None
+        return Root(header + fut[0], fut[1], label, "tokio runtime",
+                    header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""))
 
     def _future(self, r: Reflector, value: int) -> tuple[int, str] | None:
         v = self.enum.variant_for(value)
@@ -189,17 +158,16 @@ _UNSET: Any = object()
 
 
 def _plan(r: Reflector, cell: str) -> _CellPlan | None:
-    """The cell's plan; None when its layout needs the per-header path (``spawned_at``: its
-    location is read per task) or is not one the adapter knows."""
+    """The cell's plan; None when its layout is not one the adapter knows."""
     c = r.type(cell)
     core = c.field("core") if c is not None else None
     core_t = r.type(core.type_name) if core is not None else None
     stage = core_t.field("stage") if core_t is not None else None
-    if core is None or core_t is None or stage is None or core_t.field("spawned_at") is not None:
+    if core is None or core_t is None or stage is None:
         return None
     tid_f = core_t.field("task_id")
     off, tname = core.offset + stage.offset, stage.type_name
-    for _ in range(4):  # as in TokioAdapter._root
+    for _ in range(4):  # CoreStage { stage: UnsafeCell { __0: UnsafeCell { value: Stage } } }
         t = r.type(tname)
         if t is None or t.kind == "enum" or len(t.fields) != 1:
             break
@@ -207,7 +175,8 @@ def _plan(r: Reflector, cell: str) -> _CellPlan | None:
     st = r.type(tname)
     if st is None or st.kind != "enum" or st.discr is None:
         return None
-    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None)
+    spawned = (core.offset, core.type_name) if core_t.field("spawned_at") is not None else None
+    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None, spawned)
 
 
 def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:
@@ -244,5 +213,6 @@ def task_future(r: Reflector, inv: Inventory | None, bias: int, header: int) -> 
     f = h.field("vtable") if h is not None else None
     vt = r.mem.word(header + (f.offset if f is not None else 16))
     cell = inv.task_vtables.get(vt - bias) if vt is not None and vt > bias else None
-    root = TokioAdapter._root(r, header, cell) if cell is not None else None
+    plan = _plan(r, cell) if cell is not None else None
+    root = plan.root(r, header) if plan is not None else None
     return (root.addr, root.type_name) if root is not None else None
