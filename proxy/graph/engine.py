@@ -126,7 +126,7 @@ class _Checkpoint:
 _PHASE_KIND = {
     UNRESUMED: StateKind.UNRESUMED,
     SUSPENDED: StateKind.SUSPENDED,
-    FINISHED_OK: StateKind.RETURNED,
+    FINISHED_OK: StateKind.FINISHED,
     FINISHED_PANIC: StateKind.PANICKED,
 }
 
@@ -424,7 +424,7 @@ class Engine:
         kind = _PHASE_KIND.get(rec.phase, StateKind.UNKNOWN)
         if kind is StateKind.SUSPENDED:
             v = rec.state_value
-            return TaskState(kind, self.catalog.state_loc(rec.site, v), v - 3 if v is not None else None)
+            return TaskState(kind, loc=self.catalog.state_loc(rec.site, v), suspend_index=v - 3 if v is not None else None)
         return TaskState(kind)
 
     def _task(self, r: TaskRec) -> Task:

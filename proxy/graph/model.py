@@ -15,29 +15,35 @@ from dataclasses import dataclass
 from proxy.analysis.model import SourceLoc
 
 
-class StateKind(enum.Enum):
-    UNRESUMED = "Unresumed"
-    SUSPENDED = "Suspended"
-    RUNNING = "Running"
-    RETURNED = "Returned"
-    PANICKED = "Panicked"
-    UNKNOWN = "Unknown"
+class StateKind(str, enum.Enum):
+    """A coroutine's or a task's state: the one vocabulary of the engine's graph and the stop's
+    snapshot (``proxy.snapshot`` reads these); the value is the word every command prints."""
+
+    RUNNING = "running"  # on a thread's stack now (also during its first poll)
+    SUSPENDED = "suspended"  # __state = SuspendN
+    UNRESUMED = "not yet polled"
+    FINISHED = "finished"  # Returned
+    PANICKED = "panicked"
+    UNKNOWN = "unknown"  # memory unreadable, no layout, or nothing observed yet
 
 
 @dataclass(frozen=True, slots=True)
 class TaskState:
     kind: StateKind
-    loc: SourceLoc | None = None  # Suspended: the .await line
-    suspend_index: int | None = None  # Suspended: N of SuspendN (None: not read yet)
-    thread: int | None = None  # Running: the OS thread
+    thread: int | None = None  # RUNNING: the OS thread (LWP)
+    loc: SourceLoc | None = None  # the line it runs at, or the .await it waits at
+    suspend_index: int | None = None  # SUSPENDED: N of SuspendN (None: not read yet)
+
+    @property
+    def live(self) -> bool:
+        return self.kind not in (StateKind.FINISHED, StateKind.PANICKED)
 
     def __str__(self) -> str:
+        at = f" at {self.loc}" if self.loc is not None else ""
         if self.kind is StateKind.RUNNING:
-            return f"Running on thread {self.thread}"
+            return f"running on thread {self.thread}{at}"
         if self.kind is StateKind.SUSPENDED:
-            where = f" at {self.loc}" if self.loc is not None else ""
-            index = f" (Suspend{self.suspend_index})" if self.suspend_index is not None else ""
-            return f"Suspended{where}{index}"
+            return f"suspended{at}"
         return self.kind.value
 
 
@@ -71,7 +77,7 @@ class Task:
 
     @property
     def finished(self) -> bool:
-        return self.dropped or self.state.kind in (StateKind.RETURNED, StateKind.PANICKED)
+        return self.dropped or self.state.kind in (StateKind.FINISHED, StateKind.PANICKED)
 
 
 @dataclass(frozen=True, slots=True)

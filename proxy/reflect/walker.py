@@ -45,14 +45,18 @@ class Node:
     children: list[Node] = field(default_factory=list)
     state: str | None = None  # a coroutine's variant name ("Suspend0")
     branch: str | None = None  # inside a combinator: "branch 0", "fast" ...
-    holds: list[int] = field(default_factory=list)  # Mutexes whose guard is a live local
+    holds: tuple[int, ...] = ()  # Mutexes whose guard is a live local (most nodes: none, no list each)
     waits_on: int | None = None  # the Mutex a `lock().await` waits for
     value: int | None = None  # a coroutine's raw __state as read (3 + N for SuspendN)
 
     def iter(self):  # type: ignore[no-untyped-def]
-        yield self
-        for c in self.children:
-            yield from c.iter()
+        """Every node, preorder (one loop, not a generator per level)."""
+        stack = [self]
+        while stack:
+            n = stack.pop()
+            yield n
+            if n.children:
+                stack.extend(reversed(n.children))
 
 
 @lru_cache(maxsize=1 << 14)  # a few layouts, met once per coroutine of every task
@@ -88,6 +92,7 @@ class Reflector:
         # the I/O handle the innermost enclosing coroutine borrows as `self` (its fd, its type):
         # a Readiness leaf holds only the driver's ScheduledIo, which has no fd (describers.readiness)
         self.io_handle: tuple[int, str] | None = None
+        self._plans: dict[tuple[str, int], tuple[tuple, tuple]] = {}  # (layout, state) -> Reflector._plan
         # the caller's "a read of this pass is not answered yet" (the session's read loop): work
         # whose result the next pass makes again may be skipped (runtime adapters' roots)
         self.pending: Callable[[], bool] | None = None
@@ -147,15 +152,26 @@ class Reflector:
         elif value == 2:
             node.status = "panicked"
         else:
-            self._mutexes(node, addr, st.locals, path)
+            plan = self._plans.get((layout.type_name, value))
+            if plan is None:
+                plan = self._plans[layout.type_name, value] = self._plan(st.locals, path)
+            if plan[0]:
+                self._mutexes(node, addr, plan[0], path)
             if st.awaitee is not None:
                 outer = self.io_handle
-                self.io_handle = self._io_handle(addr, st.locals) or outer
+                self.io_handle = (self._io_handle(addr, plan[1]) if plan[1] else None) or outer
                 try:
                     node.children.append(self._walk(addr + st.awaitee.offset, st.awaitee.type_name, depth + 1, seen))
                 finally:
                     self.io_handle = outer
         return node
+
+    def _plan(self, locals_, path: str):  # type: ignore[no-untyped-def]
+        """(the locals ``_mutexes`` reads, the locals ``_io_handle`` reads) of one state: most
+        states have none, and the same few states are met once per task."""
+        locks = tuple(m for m in locals_ if _MUTEX_GUARD.match(m.type_name)
+                      or (m.name == "self" and _MUTEX_LOCK.match(path)))
+        return locks, tuple(m for m in locals_ if m.type_name in self.inv.fd_offsets)
 
     def _io_handle(self, addr: int, locals_) -> tuple[int, str] | None:  # type: ignore[no-untyped-def]
         """(fd, handle type) of a ``self: &TcpStream``-like local (``Inventory.fd_offsets``)."""
@@ -177,7 +193,7 @@ class Reflector:
                 f = (t.field("lock") or t.field("__0")) if t is not None else None  # async-lock: MutexGuard(&Mutex)
                 p = self.mem.word(addr + m.offset + f.offset) if f is not None else None
                 if p:
-                    node.holds.append(p)
+                    node.holds += (p,)
             elif m.name == "self" and _MUTEX_LOCK.match(path):
                 p = self.mem.word(addr + m.offset)
                 if p:

@@ -174,6 +174,9 @@ class _Builder:
         self.running: dict[int, int] = {}  # id(Node) -> thread
         self._pcf: list[list[SrcFrame]] | None = None
         self.frame_pcs: dict[int, list[int]] = {}  # LWP -> every unwound frame's link-time pc
+        self._states: dict[tuple[Any, ...], tuple[str, TaskState]] = {}  # see _convert
+        self._found: dict[str, tuple[str, ...]] = {}  # Root.origin -> Task.found_by
+        self.below: dict[int, int] = {}  # id(FutureNode) -> _RUNS | _LIVE: in its subtree a coroutine...
 
     # ---- the whole build --------------------------------------------------------------
     def build(self, stop: int) -> Snapshot:
@@ -191,7 +194,11 @@ class _Builder:
             # memory this pass asked for is not read yet: the caller reads it and builds again;
             # the tasks, their names and the wait-for graph are made in the pass that has it all
             return Snapshot(stop=stop, tasks=(), notes=tuple(self.notes), complete=False)
-        tasks = [self._task(root, node) for root, node in trees]
+        tasks = []
+        trees.reverse()
+        while trees:  # each memory tree is let go once converted (peak memory at 100,000 tasks)
+            root, node = trees.pop()
+            tasks.append(self._task(root, node))
         tasks += self._finished_roots({t.id for t in tasks})
         tasks.sort(key=lambda t: (not t.live, t.id))
         waits, tasks = analyse(tasks, self.r, self.inv, self.inp.bias)
@@ -253,9 +260,8 @@ class _Builder:
         key = self._key_of(t)
         st = t.state
         n = Node("coroutine", "", t.self_ptr, key[1], loc=st.loc)
-        n.status = {"Suspended": "pending", "Running": "running", "Unresumed": "not yet polled",
-                    "Returned": "completed", "Panicked": "panicked"}.get(st.kind.value, "pending")
-        if st.kind.value == "Running":
+        n.status = _NODE_STATUS.get(st.kind, "pending")
+        if st.kind is StateKind.RUNNING:
             self.running[id(n)] = st.thread
             pc = self.inp.pcs.get(st.thread) if st.thread is not None else None
             if pc is not None:  # the innermost: the pc's line (an outer one gets its edge's below)
@@ -268,7 +274,7 @@ class _Builder:
                 continue
             child = self._engine_node(c, seen)
             n.children.append(child)
-            if st.kind.value == "Running" and c.state.kind.value == "Running":
+            if st.kind is StateKind.RUNNING and c.state.kind is StateKind.RUNNING:
                 n.loc = self._edge_line(t, c, e)
         return n
 
@@ -289,7 +295,7 @@ class _Builder:
             if not t.finished or t.id in listed:
                 continue
             key = self._key_of(t)
-            kind = StateKind.PANICKED if t.state.kind.value == "Panicked" else StateKind.FINISHED
+            kind = StateKind.PANICKED if t.state.kind is StateKind.PANICKED else StateKind.FINISHED
             name = layout_name(self.inv, key[1]) if self.inv is not None and key[1] in self.inv.layouts \
                 else display_name(t.path)
             state = TaskState(kind)
@@ -361,10 +367,12 @@ class _Builder:
             out.append((root, tree))
         out = _outermost(out)  # rule 3 first: one node per coroutine for the rules below
         self._pc_chains(out)
-        out = self._nest_chains(out)
-        out = _outermost(out)
-        out = self._contain(out)
-        out = _outermost(out)
+        if any(k is not None for chain in self.chains.values() for k in chain):  # (else: nothing to nest)
+            out = self._nest_chains(out)
+            out = _outermost(out)
+        if self.running:  # (else no running tree to contain)
+            out = self._contain(out)
+            out = _outermost(out)
         self._overlay_pcs(out)
         self._pollers_run(out)
         _link_mutexes(out)
@@ -654,26 +662,47 @@ class _Builder:
         fnode = self._convert(tree)
         stack = self._stack(fnode)
         state = fnode.state or TaskState(StateKind.UNKNOWN)  # the task's state is its future's
-        found = tuple(w.strip() for w in root.origin.split(","))
-        stats = self._stats(tid)
+        found = self._found.get(root.origin)
+        if found is None:
+            found = self._found[root.origin] = tuple(w.strip() for w in root.origin.split(","))
+        stats = self._stats(tid) if self.engine is not None else None
         name = fnode.name if fnode.kind == "coroutine" else layout_name(self.inv, key[1])
         header = root.header or root.origin
         return Task(id=tid, addr=key[0], type_name=key[1], name=name, state=state, tree=fnode,
                     stack=stack, stats=stats, found_by=found, header=header)
 
     def _convert(self, n: Node) -> FutureNode:
-        kids = tuple(self._convert(c) for c in n.children)
+        kids = tuple([self._convert(c) for c in n.children]) if n.children else ()
         if n.kind != "coroutine":
             done = _LEAF_STATES.get(n.status)  # a combinator's finished branch keeps its tag
-            return FutureNode(n.kind, n.label, n.addr, n.type_name, TaskState(done) if done else None, n.detail,
+            node = FutureNode(n.kind, n.label, n.addr, n.type_name, TaskState(done) if done else None, n.detail,
                               n.branch, kids, waits=_leaf_wait(n))
+            self.below[id(node)] = self._below(kids)
+            return node
         lay = self.inv.layouts.get(n.type_name) if self.inv is not None else None
         value = n.value if n.state is not None else None
         if value is None and lay is not None and n.state is not None:
             st = next((s for s in lay.states if s.name == n.state), None)
             value = st.value if st is not None else None
-        name = layout_name(self.inv, n.type_name)
         thread = self.running.get(id(n))
+        # name, line and state are values many coroutines share (one layout, one state): made once
+        key = (n.type_name, n.loc, n.status, value, thread)
+        got = self._states.get(key)
+        if got is None:
+            got = self._states[key] = self._state(n, value, thread)
+        name, state = got
+        detail = "" if n.detail.startswith("running on thread") else n.detail  # the state says it
+        holds = tuple(_resource("Mutex", a) for a in n.holds) if n.holds else ()
+        waits = _resource("Mutex", n.waits_on) if n.waits_on is not None else None
+        node = FutureNode("coroutine", name, n.addr, n.type_name, state, detail, n.branch, kids,
+                          waits=waits, holds=holds, state_value=value,
+                          id=self.engine_ids.get((n.addr, n.type_name)))
+        self.below[id(node)] = self._below(kids) | (_RUNS if state.kind is StateKind.RUNNING else 0) \
+            | (_LIVE if state.live else 0)
+        return node
+
+    def _state(self, n: Node, value: int | None, thread: int | None) -> tuple[str, TaskState]:
+        name = layout_name(self.inv, n.type_name)
         loc = user_line(self.inv, n.type_name, n.loc)  # a join!/select! await: the user's line
         if thread is not None or n.status == "running":
             state = TaskState(StateKind.RUNNING, thread, loc)
@@ -687,12 +716,26 @@ class _Builder:
             state = TaskState(StateKind.PANICKED)
         else:
             state = TaskState(StateKind.UNKNOWN)
-        detail = "" if n.detail.startswith("running on thread") else n.detail  # the state says it
-        holds = tuple(_resource("Mutex", a) for a in n.holds)
-        waits = _resource("Mutex", n.waits_on) if n.waits_on is not None else None
-        return FutureNode("coroutine", name, n.addr, n.type_name, state, detail, n.branch, kids,
-                          waits=waits, holds=holds, state_value=value,
-                          id=self.engine_ids.get((n.addr, n.type_name)))
+        return name, state
+
+    def _below(self, kids: tuple[FutureNode, ...]) -> int:
+        """_RUNS | _LIVE: a coroutine runs / is live in these subtrees (``_convert`` made them)."""
+        got = 0
+        for k in kids:
+            got |= self.below[id(k)]
+        return got
+
+    def _next_on_path(self, n: FutureNode) -> FutureNode | None:
+        """The child the logical stack goes on with: a running one, else the first one with a
+        pending coroutine (through combinators)."""
+        best = None
+        for c in n.children:
+            below = self.below[id(c)]
+            if below & _RUNS:
+                return c
+            if best is None and below & _LIVE:
+                best = c
+        return best
 
     def _stack(self, root: FutureNode) -> tuple[Frame, ...]:
         """The logical stack: the running path, else the first pending coroutine path."""
@@ -701,7 +744,7 @@ class _Builder:
         while node is not None:
             if node.kind == "coroutine":
                 path.append(node)
-            node = _next_on_path(node)
+            node = self._next_on_path(node)
         frames = []
         res = resume_fns(self.inv)
         for level, n in enumerate(reversed(path)):
@@ -757,25 +800,9 @@ class _Builder:
 
 # ---- helpers ---------------------------------------------------------------------------
 
-def _thread(n: FutureNode) -> int | None:
-    for c in n.iter():
-        if c.state is not None and c.state.kind is StateKind.RUNNING and c.state.thread is not None:
-            return c.state.thread
-    return None
-
-
-def _next_on_path(n: FutureNode) -> FutureNode | None:
-    """The child the logical stack goes on with: a running one, else the first pending coroutine
-    (through combinators), else the first child."""
-    best = None
-    for c in n.children:
-        for d in c.iter():
-            if d.kind == "coroutine" and d.state is not None and d.state.kind is StateKind.RUNNING:
-                return c
-        if best is None and any(d.kind == "coroutine" and d.state is not None and d.state.live
-                                for d in c.iter()):
-            best = c
-    return best
+_NODE_STATUS = {StateKind.SUSPENDED: "pending", StateKind.RUNNING: "running", StateKind.UNRESUMED: "not yet polled",
+                StateKind.FINISHED: "completed", StateKind.PANICKED: "panicked"}  # the walker's words (Node.status)
+_RUNS, _LIVE = 1, 2  # ... runs / is live (not finished)
 
 
 def _resource(kind: str, addr: int) -> Resource:
@@ -788,16 +815,22 @@ _KINDS = {k.lower(): k for k in ("Mutex", "RwLock", "Semaphore", "Notify", "Barr
                                   "broadcast", "JoinHandle")}
 
 
+_WAITS_ON = re.compile(r"waits on (\w+)(?: channel)? (0x[0-9a-f]+)")
+_TASK_AT = re.compile(r"task (0x[0-9a-f]+)")
+
+
 def _leaf_wait(n: Node) -> Any:
     """The resource a leaf waits on: the walker's ``waits_on`` (with ``waits_kind``), else the
     describers' convention ``waits on <Kind> 0x<addr>`` in the detail."""
     kind = getattr(n, "waits_kind", None)
     if n.waits_on is not None:
         return _resource(kind or "Mutex", n.waits_on)
-    m = re.search(r"waits on (\w+)(?: channel)? (0x[0-9a-f]+)", n.detail)
+    if not n.detail:
+        return None
+    m = _WAITS_ON.search(n.detail)
     if m:
         return _resource(_KINDS.get(m.group(1).lower(), m.group(1)), int(m.group(2), 16))
-    m = re.match(r"task (0x[0-9a-f]+)", n.detail)
+    m = _TASK_AT.match(n.detail)
     if m and n.label.endswith("JoinHandle"):
         return _resource("JoinHandle", int(m.group(1), 16))
     return None

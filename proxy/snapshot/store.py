@@ -24,6 +24,8 @@ class SnapshotStore:
     def get(self, key: Hashable, build: Callable[[], Snapshot], missed: Callable[[], bool]) -> Snapshot:
         if self._snap is not None and self._key == key:
             return self._snap
+        if self._key != key:  # the old stop's snapshot is not kept while the new one is built (peak memory)
+            self._key = self._snap = None
         snap = build()
         if not missed():
             self._key, self._snap = key, snap

@@ -31,7 +31,6 @@ with no waker at all as "nothing can wake", the rest as blocked behind them.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from proxy.analysis.model import Inventory
@@ -64,11 +63,16 @@ def analyse(tasks: list[Task], r: Any, inv: Inventory | None, bias: int) -> tupl
     ctx.guards = {(h.task, h.resource): h.evidence for hs in holds.values() for h in hs}
     waits: dict[int, list[Wait]] = {}
     blocked: dict[int, set[int]] = {}  # task -> the tasks that can wake it
-    for t in tasks:
-        if not t.live or t.state.kind is StateKind.RUNNING:
-            continue
+    frontiers = [(t, list(_frontier(t.tree, None))) for t in tasks
+                 if t.live and t.state.kind is not StateKind.RUNNING]
+    for _, front in frontiers:  # the words whose holders are asked for: the shared resources waited on
+        for leaf, _parent in front:
+            if leaf.waits is not None:
+                ctx.wanted.update(_shared_words(leaf.waits))
+    ctx.wanted.discard(0)
+    for t, front in frontiers:
         ws, others = [], False
-        for leaf, parent in _frontier(t.tree, None):
+        for leaf, parent in front:
             if leaf.waits is not None:
                 ws.append(ctx.wait(t, leaf, parent))
             elif _never(leaf):
@@ -82,7 +86,7 @@ def analyse(tasks: list[Task], r: Any, inv: Inventory | None, bias: int) -> tupl
     out = []
     for t in tasks:
         if t.id in waits or t.id in holds:
-            t = replace(t, waits=tuple(waits.get(t.id, ())), holds=tuple(holds.get(t.id, ())))
+            t = t.with_graph(tuple(holds.get(t.id, ())), tuple(waits.get(t.id, ())))
         out.append(t)
     graph = WaitGraph(tuple(h for hs in holds.values() for h in hs), tuple(w for ws in waits.values() for w in ws),
                       tuple(findings))
@@ -115,6 +119,8 @@ class _Context:
         self._by_addr = {t.addr: t for t in tasks}
         self._index: dict[int, list[int]] | None = None
         self.guards: dict[tuple[int, Resource], str] = {}
+        self.wanted: set[int] = set()  # the words whose holders ``_holders`` may ask for
+        self._said: dict[tuple[Any, ...], tuple[str, tuple[int, ...] | None, bool]] = {}
         self._held: dict[tuple[int, int | None], tuple[tuple[int, ...], frozenset[int]]] = {}
 
     def wait(self, t: Task, leaf: FutureNode, parent: FutureNode | None) -> Wait:
@@ -138,7 +144,7 @@ class _Context:
             if self._inside(t, res.addr):
                 return Wait(t.id, res, ev + f"; the Notify lives inside this task's own future (0x{t.addr:x}):"
                             " no other task can reach it", ())
-            return self._shared(t, res, ev, arc=res.addr - 16, what="reference", also=res.addr)
+            return self._shared(t, res, ev, arc=res.addr - _ARC_DATA, what="reference", also=res.addr)
         return Wait(t.id, res, ev + "; who can wake it: unknown", None)
 
     def _join(self, t: Task, res: Resource, ev: str) -> Wait:
@@ -187,28 +193,41 @@ class _Context:
 
     def _shared(self, t: Task, res: Resource, ev: str, *, arc: int, what: str, also: int | None = None) -> Wait:
         """Wakers: the other live tasks whose locals point at it; complete only when the Arc's
-        strong count matches (1 for the waiter's own handle + one per other holder)."""
+        strong count matches (1 for the waiter's own handle + one per other holder). Every
+        waiter on one resource gets the same finding: made once, its text shared (100,000
+        waiters on one Notify are 100,000 equal strings otherwise)."""
         if self.r is None:
             return Wait(t.id, res, ev + "; memory not read (unknown)", None)
         holders = self._holders(arc, also)  # every live task whose locals point at it, the waiter too
         mine_too = t.id in holders[1]
+        named_me = t.id if t.id in holders[0][:9] else None  # the waiter is left out of the names
+        key = (ev, res, arc, what, mine_too, named_me)
+        got = self._said.get(key)
+        if got is None:
+            got = self._said[key] = self._shared_text(t, res, ev, arc, what, holders, mine_too)
+        return Wait(t.id, res, got[0], got[1], got[2])
+
+    def _shared_text(self, t: Task, res: Resource, ev: str, arc: int, what: str,
+                     holders: tuple[tuple[int, ...], frozenset[int]], mine_too: bool,
+                     ) -> tuple[str, tuple[int, ...] | None, bool]:
+        assert self.r is not None
         n_others = len(holders[0]) - (1 if mine_too else 0)
         strong = self.r.mem.word(arc)
         if strong is None or strong > 1 << 32:
-            return Wait(t.id, res, ev + f"; its Arc at 0x{arc:x} is unreadable (unknown)", None)
+            return ev + f"; its Arc at 0x{arc:x} is unreadable (unknown)", None, False
         if res.kind in _CHANNELS and strong <= 1:
-            return Wait(t.id, res, ev + "; every sender is dropped: the receive ends", (), True)
+            return ev + "; every sender is dropped: the receive ends", (), True
         mine = 1 if res.kind in _CHANNELS else 0  # the waiter's own receiver holds one
         hidden = strong - mine - n_others
         first = [o for o in holders[0][:9] if o != t.id][:8]
         named = (", ".join(f"#{o}" for o in first) + (f" and {n_others - len(first)} more" if n_others > len(first)
                                                           else "")) or "no other task"
         if hidden > 0:
-            return Wait(t.id, res, ev + f"; {what}s held by {named} and {hidden} more outside any task's"
-                        f" locals (Arc strong count {strong}): unknown", None)
+            return (ev + f"; {what}s held by {named} and {hidden} more outside any task's"
+                    f" locals (Arc strong count {strong}): unknown", None, False)
         # the wakers: the holders, one tuple shared by every waiter on it (a waiter among them
         # can wake only itself, which changes nothing: it is blocked)
-        return Wait(t.id, res, ev + f"; {what}s held by {named} (Arc strong count {strong})", holders[0])
+        return ev + f"; {what}s held by {named} (Arc strong count {strong})", holders[0], False
 
     def _holders(self, arc: int, also: int | None) -> tuple[tuple[int, ...], frozenset[int]]:
         key = (arc, also)
@@ -220,8 +239,9 @@ class _Context:
         return got
 
     def index(self) -> dict[int, list[int]]:
-        """word -> the live tasks whose live locals hold it (built once: one pass over every
-        task, so that a resource's holders cost a lookup, not a pass, at 100,000 tasks)."""
+        """word -> the live tasks whose live locals hold it, for the ``wanted`` words (built once:
+        one pass over every task, so that a resource's holders cost a lookup, not a pass, at
+        100,000 tasks; only the wanted words: every pointer of every local is millions)."""
         if self._index is None:
             self._index = {}
             for o in self.tasks:
@@ -231,17 +251,28 @@ class _Context:
         return self._index
 
     def words(self, t: Task) -> set[int]:
-        """Pointer-sized words of the live locals of every coroutine of a task."""
+        """The ``wanted`` pointer-sized words in the live locals of every coroutine of a task."""
         got: set[int] = set()
-        if self.inv is not None and self.r is not None:
-            read = self.r.mem.read
+        if self.inv is not None and self.r is not None and self.wanted:
+            read, wanted = self.r.mem.read, self.wanted
             for n in t.coroutines():
                 for off, size in local_spans(self.inv, n.type_name, n.state_value):
                     data = read(n.addr + off, size)
                     if data:
-                        got.update(memoryview(data).cast("Q"))
-        got.discard(0)
+                        got.update(wanted.intersection(memoryview(data).cast("Q")))
         return got
+
+
+_ARC_DATA = 16  # an Arc's data follows its strong and weak counts
+
+
+def _shared_words(res: Resource) -> tuple[int, ...]:
+    """The words ``_Context._shared`` asks the holders of, for a wait on ``res``."""
+    if res.kind in _CHANNELS:
+        return (res.addr,)
+    if res.kind == "Notify":
+        return (res.addr - _ARC_DATA, res.addr)
+    return ()
 
 
 def _findings(tasks: list[Task], blocked: dict[int, set[int]], waits: dict[int, list[Wait]],
