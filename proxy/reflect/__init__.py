@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .stacks import StackFinder
     from proxy.snapshot.ids import TaskIds
 
-__all__ = ["ReflectSource", "Node", "Reflector", "Root", "coroutine_path", "thread_regs", "walk_all", "table"]
+__all__ = ["ReflectSource", "Node", "Reflector", "Root", "coroutine_path", "thread_regs", "table"]
 
 
 @dataclass(slots=True)
@@ -81,17 +81,6 @@ def _ids():  # type: ignore[no-untyped-def]
     from proxy.snapshot.ids import TaskIds
 
     return TaskIds()
-
-
-def walk_all(src: ReflectSource, read: ReadMemory, engine, pcs: dict[int, int],  # type: ignore[no-untyped-def]
-             threads: dict[int, dict[str, int]] | None = None,
-             engine_origin: str = "observed") -> tuple[list[tuple[Root, Node]], Reflector]:
-    """Every task's tree as ``(Root, Node)``, merged by the snapshot's rules
-    (``proxy.snapshot.build``: the one place they live), for readers of raw trees.
-    New code reads the ``proxy.snapshot.Snapshot`` instead."""
-    from proxy.snapshot.build import merged_trees
-
-    return merged_trees(src, read, engine, pcs, threads or {}, engine_origin)
 
 
 def table(rows: list[tuple[str, ...]]) -> str:

@@ -7,7 +7,8 @@ caller's ``read``.
 
 * ``model``: the frozen values (Snapshot, Task, TaskState, FutureNode, Frame, PollStats,
   Resource, Hold, Wait, Finding, WaitGraph, HistoryEdge);
-* ``build``: ``build_snapshot(SnapshotInputs, read)``: the merge rules, with their reasons;
+* ``build``: ``build_snapshot(SnapshotInputs, read)``: the merge rules, with their reasons
+  (its parts: ``inputs``, ``engine_view``, ``merge``, ``convert``; ``plans``: per-layout facts);
 * ``names``: one name and one line per coroutine;
 * ``waits``: the wait-for graph, cycles and tasks nothing can wake;
 * ``ids``: stable task ids across stops; ``store``: one snapshot per stop.

@@ -1,0 +1,172 @@
+"""One task's frozen values from its merged tree: ``Task``, ``FutureNode``s, the logical stack.
+
+A merged tree (``proxy.reflect.walker.Node``s, marked running by the merge)
+becomes the snapshot's values: each coroutine's display name, state and the
+user's line (``names``), each leaf's wait (the walker's ``waits_on`` or the
+describers' ``waits on <Kind> 0x..``), and the logical stack: the running path,
+else the first pending one. Values many coroutines share (a layout's name, a
+state at one line) are made once per build.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from proxy.reflect.tree import Root
+from proxy.reflect.walker import Node
+
+from .inputs import BuildState
+from .model import Frame, FutureNode, Resource, StateKind, Task, TaskState
+from .names import layout_name, user_line
+from .plans import resume_fns
+
+
+class Convert(BuildState):
+    def _task(self, root: Root, tree: Node) -> Task:
+        key = (tree.addr, tree.type_name) if tree.kind == "coroutine" else (root.addr, root.type_name)
+        tid = self.engine_ids.get(key)
+        if tid is None and root.label.startswith("#"):
+            try:
+                tid = int(root.label[1:])
+            except ValueError:
+                tid = None
+        if tid is None:
+            tid = self.inp.ids.of(*key)
+        fnode = self._convert(tree)
+        stack = self._stack(fnode)
+        state = fnode.state or TaskState(StateKind.UNKNOWN)  # the task's state is its future's
+        found = self._found.get(root.origin)
+        if found is None:
+            found = self._found[root.origin] = tuple(w.strip() for w in root.origin.split(","))
+        stats = self._stats(tid) if self.engine is not None else None
+        name = fnode.name if fnode.kind == "coroutine" else layout_name(self.inv, key[1])
+        header = root.header or root.origin
+        return Task(id=tid, addr=key[0], type_name=key[1], name=name, state=state, tree=fnode,
+                    stack=stack, stats=stats, found_by=found, header=header)
+
+    def _convert(self, n: Node) -> FutureNode:
+        kids = tuple([self._convert(c) for c in n.children]) if n.children else ()
+        if n.kind != "coroutine":
+            done = _LEAF_STATES.get(n.status)  # a combinator's finished branch keeps its tag
+            node = FutureNode(n.kind, n.label, n.addr, n.type_name, TaskState(done) if done else None, n.detail,
+                              n.branch, kids, waits=_leaf_wait(n))
+            self.below[id(node)] = self._below(kids)
+            return node
+        lay = self.inv.layouts.get(n.type_name) if self.inv is not None else None
+        value = n.value if n.state is not None else None
+        if value is None and lay is not None and n.state is not None:
+            st = next((s for s in lay.states if s.name == n.state), None)
+            value = st.value if st is not None else None
+        thread = self.running.get(id(n))
+        # name, line and state are values many coroutines share (one layout, one state): made once
+        key = (n.type_name, n.loc, n.status, value, thread)
+        got = self._states.get(key)
+        if got is None:
+            got = self._states[key] = self._state(n, value, thread)
+        name, state = got
+        detail = "" if n.detail.startswith("running on thread") else n.detail  # the state says it
+        holds = tuple(_resource("Mutex", a) for a in n.holds) if n.holds else ()
+        waits = _resource("Mutex", n.waits_on) if n.waits_on is not None else None
+        node = FutureNode("coroutine", name, n.addr, n.type_name, state, detail, n.branch, kids,
+                          waits=waits, holds=holds, state_value=value,
+                          id=self.engine_ids.get((n.addr, n.type_name)))
+        self.below[id(node)] = self._below(kids) | (_RUNS if state.kind is StateKind.RUNNING else 0) \
+            | (_LIVE if state.live else 0)
+        return node
+
+    def _state(self, n: Node, value: int | None, thread: int | None) -> tuple[str, TaskState]:
+        name = layout_name(self.inv, n.type_name)
+        loc = user_line(self.inv, n.type_name, n.loc)  # a join!/select! await: the user's line
+        if thread is not None or n.status == "running":
+            state = TaskState(StateKind.RUNNING, thread, loc)
+        elif n.status == "pending":
+            state = TaskState(StateKind.SUSPENDED, None, loc, value - 3 if value is not None and value >= 3 else None)
+        elif n.status == "not yet polled":
+            state = TaskState(StateKind.UNRESUMED, None, n.loc)
+        elif n.status == "completed":
+            state = TaskState(StateKind.FINISHED)
+        elif n.status == "panicked":
+            state = TaskState(StateKind.PANICKED)
+        else:
+            state = TaskState(StateKind.UNKNOWN)
+        return name, state
+
+    def _below(self, kids: tuple[FutureNode, ...]) -> int:
+        """_RUNS | _LIVE: a coroutine runs / is live in these subtrees (``_convert`` made them)."""
+        got = 0
+        for k in kids:
+            got |= self.below[id(k)]
+        return got
+
+    def _next_on_path(self, n: FutureNode) -> FutureNode | None:
+        """The child the logical stack goes on with: a running one, else the first one with a
+        pending coroutine (through combinators)."""
+        best = None
+        for c in n.children:
+            below = self.below[id(c)]
+            if below & _RUNS:
+                return c
+            if best is None and below & _LIVE:
+                best = c
+        return best
+
+    def _stack(self, root: FutureNode) -> tuple[Frame, ...]:
+        """The logical stack: the running path, else the first pending coroutine path."""
+        path: list[FutureNode] = []
+        node: FutureNode | None = root
+        while node is not None:
+            if node.kind == "coroutine":
+                path.append(node)
+            node = self._next_on_path(node)
+        frames = []
+        res = resume_fns(self.inv)
+        for level, n in enumerate(reversed(path)):
+            running = n.state is not None and n.state.kind is StateKind.RUNNING
+            copies = res.get(n.type_name, [])
+            inlined = not copies
+            if running and n.state is not None and n.state.thread is not None:  # inlined here: no frame of its own
+                pcs = list(self.frame_pcs.get(n.state.thread, ()))
+                stop_pc = self.inp.pcs.get(n.state.thread)
+                if stop_pc is not None:
+                    pcs.append(stop_pc - self.inp.bias)
+                if pcs:
+                    inlined = not any(lo <= pc < hi for pc in pcs for lo, hi in copies)
+            frames.append(Frame(level, n.name, n.addr, n.type_name, n.state.loc if n.state else None,
+                                level == 0 and running, copies[0][0] + self.inp.bias if copies else None, inlined,
+                                n.state_value, n.id))
+        return tuple(frames)
+
+
+_RUNS, _LIVE = 1, 2  # ... runs / is live (not finished)
+
+
+def _resource(kind: str, addr: int) -> Resource:
+    return Resource(kind, addr)
+
+
+_LEAF_STATES = {"completed": StateKind.FINISHED, "gone": StateKind.FINISHED, "panicked": StateKind.PANICKED,
+                "not yet polled": StateKind.UNRESUMED}
+_KINDS = {k.lower(): k for k in ("Mutex", "RwLock", "Semaphore", "Notify", "Barrier", "oneshot", "mpsc", "watch",
+                                  "broadcast", "JoinHandle")}
+
+
+_WAITS_ON = re.compile(r"waits on (\w+)(?: channel)? (0x[0-9a-f]+)")
+_TASK_AT = re.compile(r"task (0x[0-9a-f]+)")
+
+
+def _leaf_wait(n: Node) -> Any:
+    """The resource a leaf waits on: the walker's ``waits_on`` (with ``waits_kind``), else the
+    describers' convention ``waits on <Kind> 0x<addr>`` in the detail."""
+    kind = getattr(n, "waits_kind", None)
+    if n.waits_on is not None:
+        return _resource(kind or "Mutex", n.waits_on)
+    if not n.detail:
+        return None
+    m = _WAITS_ON.search(n.detail)
+    if m:
+        return _resource(_KINDS.get(m.group(1).lower(), m.group(1)), int(m.group(2), 16))
+    m = _TASK_AT.match(n.detail)
+    if m and n.label.endswith("JoinHandle"):
+        return _resource("JoinHandle", int(m.group(1), 16))
+    return None
