@@ -92,6 +92,7 @@ class Reflector:
         # the I/O handle the innermost enclosing coroutine borrows as `self` (its fd, its type):
         # a Readiness leaf holds only the driver's ScheduledIo, which has no fd (describers.readiness)
         self.io_handle: tuple[int, str] | None = None
+        self._describers: dict[str, list] = {}  # type name -> its describers, in order  # type: ignore[type-arg]
         self._plans: dict[tuple[str, int], tuple[tuple, tuple]] = {}  # (layout, state) -> Reflector._plan
         # the caller's "a read of this pass is not answered yet" (the session's read loop): work
         # whose result the next pass makes again may be skipped (runtime adapters' roots)
@@ -129,11 +130,13 @@ class Reflector:
         layout = self.inv.layouts.get(type_name)
         if layout is not None:
             return self._coroutine(addr, layout, depth, seen)
-        for prefix, fn in self.describers:
-            if type_name.startswith(prefix):
-                node = fn(self, addr, type_name, depth, seen)
-                if node is not None:
-                    return node
+        fns = self._describers.get(type_name)
+        if fns is None:  # the describers whose prefix the type has: looked up once per type
+            fns = self._describers[type_name] = [fn for prefix, fn in self.describers if type_name.startswith(prefix)]
+        for fn in fns:
+            node = fn(self, addr, type_name, depth, seen)
+            if node is not None:
+                return node
         return self._generic(addr, type_name, depth, seen)
 
     def _coroutine(self, addr: int, layout: Layout, depth: int, seen: frozenset[tuple[int, str]]) -> Node:

@@ -434,6 +434,8 @@ def _link_mutexes(trees: list[tuple[Root, Node]]) -> None:
         for n in tree.iter():
             for m in n.holds:
                 holders.setdefault(m, f"task {root.label or hex(root.addr)} {layout_name(None, tree.type_name)}")
+    if not holders:
+        return
     for root, tree in trees:
         for n in tree.iter():
             if n.waits_on is not None and n.waits_on in holders and "held by" not in n.detail:
