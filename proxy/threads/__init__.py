@@ -11,6 +11,7 @@ OpenOCD's RTOS layer is the precedent (DESIGN.md §3 rule 13).
 * ``model``: TaskThread/TaskFrame, the id space and the synthetic region;
 * ``ids``: stable ids per task;
 * ``adapter``: the stop's snapshot (proxy.snapshot) -> task threads;
+* ``listing``: how many of the runtime's tasks a stop reads (the cap; the rest counted);
 * ``shapes``: CFI rows and DWARF ``self`` locations of resume functions;
 * ``stack``: laying out the synthetic stack (pure);
 * ``view``: the answers to the client's thread packets (pure);
