@@ -138,7 +138,10 @@ def open_elf(path: str | Path) -> ElfImage:
     try:
         with p.open("rb") as f:
             try:
-                # mapped, not read: a debug build is 80 MB, of which the analysis touches a part
+                # mapped, not read: a debug build is 80 MB, of which the analysis touches a part.
+                # A file truncated in place while mapped (cp over it; not possible while a
+                # program runs from it: ETXTBSY) would fault on access; linkers and cargo
+                # write a new file and rename, which leaves this mapping whole.
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except (ValueError, OSError):  # empty, or not a regular file
                 data = f.read()
