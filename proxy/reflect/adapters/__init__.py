@@ -47,7 +47,10 @@ class RuntimeAdapter(Protocol):
 def scan(r: Reflector, ranges: list[tuple[int, int]], adapters: list[RuntimeAdapter]) -> tuple[list[dict[int, Any]], int]:
     """One pass over ``ranges``: per adapter, header address -> payload; and the bytes read.
 
-    Each vtable's 8 bytes are searched with ``bytes.find`` over whole blocks (C speed: a
+    Every block is read first (a pass of the session's read loop asks for all the blocks it
+    has not read yet at once); when a read of this pass is still unanswered
+    (``Reflector.pending``) nothing is searched: the next pass searches it all. Then each
+    vtable's 8 bytes are searched with ``bytes.find`` over each run of blocks read (C speed: a
     few dozen vtables against millions of words; unpacking every word in Python was the
     scan's cost at 100,000 tasks); a hit counts only at a word-aligned offset."""
     words: dict[bytes, tuple[int, Any]] = {}
@@ -56,18 +59,30 @@ def scan(r: Reflector, ranges: list[tuple[int, int]], adapters: list[RuntimeAdap
             words[struct.pack("<Q", vt)] = (i, payload)
     hits: list[dict[int, Any]] = [{} for _ in adapters]
     scanned = 0
+    runs: list[tuple[int, list[bytes]]] = []  # (start, blocks read back to back from it)
     for lo, hi in ranges:
+        run: list[bytes] = []
         for base in range(lo, hi, BLOCK):
             data = r.mem.read(base, min(BLOCK, hi - base))
             if data is None:
+                run = []
                 continue
+            if not run:
+                runs.append((base, run))
+            run.append(data[:len(data) & ~7])
             scanned += len(data)
-            for pat, (i, payload) in words.items():
-                at = data.find(pat)
-                while at >= 0:
-                    if at & 7 == 0:
-                        hits[i][base + at - adapters[i].vt_off] = payload
-                    at = data.find(pat, at + 1)
+            if len(data) < BLOCK:  # a short block ends the run: the next one does not follow it
+                run = []
+    if r.pending is not None and r.pending():
+        return hits, scanned
+    for start, blocks in runs:
+        data = b"".join(blocks)
+        for pat, (i, payload) in words.items():
+            at = data.find(pat)
+            while at >= 0:
+                if at & 7 == 0:
+                    hits[i][start + at - adapters[i].vt_off] = payload
+                at = data.find(pat, at + 1)
     return hits, scanned
 
 
