@@ -128,7 +128,7 @@ def test_ctrl_c_while_stopped_then_detach_leaves_the_program_whole() -> None:
 # gdbserver in 200 tries: tests/proxy/session/test_core.py pins that path.
 
 
-@pytest.mark.parametrize("capture", ["breakpoints", "tracepoints"])
+@pytest.mark.parametrize("capture", ["breakpoints"])  # tracepoints: scripts/fault-campaign (a 13 s run)
 def test_a_sigkilled_proxy_leaves_the_program_whole(capture: str) -> None:
     """gdbserver 13.1 does not take Z0 breakpoints out when its client
     vanishes while the program runs (it died of SIGTRAP or SIGSEGV: 8 of 10
@@ -143,7 +143,8 @@ def test_a_sigkilled_proxy_leaves_the_program_whole(capture: str) -> None:
 
     require_tool("gdbserver")
     prog = _bench()
-    bench = subprocess.Popen([str(prog), "20000", "mt"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # 60,000 iterations (4 s alone): the kill comes mid-run, not during the program's exit
+    bench = subprocess.Popen([str(prog), "60000", "mt"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     with start_stub("gdbserver", prog, attach=bench.pid) as stub:
         pid = bench.pid
         with start_proxy(stub.address, extra=["--capture", capture]) as px:
@@ -154,10 +155,12 @@ def test_a_sigkilled_proxy_leaves_the_program_whole(capture: str) -> None:
             assert peer.read_ack() == b"+"
             time.sleep(1.0)
             os.killpg(px.proc.pid, signal.SIGKILL)
-            stub.wait(timeout=30)  # the keeper detached: gdbserver --once ends
-            assert "Detaching from process" in stub.output_text(), stub.output_text()
-            if os.path.exists(f"/proc/{pid}"):
-                assert not stray_int3(pid, prog, _bias(pid, prog))
+            stub.wait(timeout=120)  # the keeper detached (or gdbserver's own exit did): gdbserver --once ends
+            try:
+                stray = stray_int3(pid, prog, _bias(pid, prog))
+            except OSError:
+                stray = []  # it ended already (its memory is gone)
+            assert not stray
             px.stderr.join(10)
             assert "its keeper did" in px.stderr_text(), px.stderr_text()
     out, _ = bench.communicate(timeout=120)

@@ -42,44 +42,50 @@ from rsp.reader import Packet
 
 
 class Keeper:
-    """The proxy's side: start the keeper, keep its plan current, say bye."""
+    """The proxy's side: start the keeper once there is something to keep
+    (the first plan that is not empty: most sessions that never resume start
+    none), keep its plan current, say bye."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], pipe: int) -> None:
-        self.proc = proc
-        self.pipe = pipe
-        self.plan: dict[str, Any] | None = None
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pipe = -1
+        self.plan: dict[str, Any] = {}
 
     @classmethod
-    def start(cls, sock: Any) -> Keeper | None:
+    def for_stub(cls, sock: Any) -> Keeper | None:
         """A keeper for the stub connection `sock` (a socket, or None: not a socket stub)."""
-        if sock is None:
-            return None
+        return None if sock is None else cls(sock)
+
+    def _start(self) -> bool:
         r, w = os.pipe()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "proxy.shell.keeper", str(sock.fileno()), str(r)],
-                pass_fds=(sock.fileno(), r), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "proxy.shell.keeper", str(self.sock.fileno()), str(r)],
+                pass_fds=(self.sock.fileno(), r), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 start_new_session=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
         except OSError:
             os.close(w)
-            return None
+            return False
         finally:
             os.close(r)
-        return cls(proc, w)
+        self.pipe = w
+        return True
 
     def update(self, plan: dict[str, Any]) -> None:
         if plan == self.plan:
+            return
+        if self.proc is None and not self._start():
             return
         self.plan = plan
         self._write(json.dumps(plan).encode() + b"\n")
 
     def bye(self) -> None:
         """The proxy leaves the program itself (or nothing of its is there)."""
+        if self.proc is None:
+            return
         self._write(b"bye\n")
-        try:
-            os.close(self.pipe)
-        except OSError:
-            pass
+        self.abandon()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -87,10 +93,12 @@ class Keeper:
 
     def abandon(self) -> None:
         """The proxy ends without having left the program: the keeper does it."""
-        try:
-            os.close(self.pipe)
-        except OSError:
-            pass
+        if self.pipe >= 0:
+            try:
+                os.close(self.pipe)
+            except OSError:
+                pass
+            self.pipe = -1
 
     def _write(self, data: bytes) -> None:
         try:
@@ -155,19 +163,6 @@ class _Wire:
         return None
 
 
-def _threads_stopped(pid: int) -> bool:
-    """Every thread of local process `pid` in a tracing stop."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-        states = []
-        for t in tids:
-            with open(f"/proc/{pid}/task/{t}/stat", "rb") as fh:
-                states.append(fh.read().rsplit(b")", 1)[1].split()[0])
-    except (OSError, IndexError):
-        return False
-    return bool(states) and all(s == b"t" for s in states)
-
-
 def _is_stop(body: bytes | None) -> bool:
     return body is not None and body[:1] in (b"T", b"S", b"W", b"X")
 
@@ -181,17 +176,23 @@ def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
             return "the program had ended"
         stopped = stopped or _is_stop(got)
     pid = plan.get("host_pid")
-    if not stopped and pid:
-        stopped = _threads_stopped(pid)
+    # Not "all threads in a tracing stop" from /proc: under tracepoints the
+    # threads sit in such stops all the time (the keeper once took a running
+    # program for a stopped one and talked to gdbserver's interrupt reader).
+    # A 0x03 to a program that was stopped after all leaves a SIGINT in the
+    # kernel, consumed below.
     if not stopped:
         sock.sendall(b"\x03")
         got = wire.packet(1.5)
-        if got is None and pid:
+        if got is None and pid and plan.get("z"):
             # gdbserver 13.1 interrupts with a kill of the program's process
             # group: an attached program that leads none is never stopped
             # ("Sending SIGINT to process group of pid N failed"). The
             # program's own SIGINT stops it the same way (passed to nobody:
-            # QProgramSignals below).
+            # QProgramSignals below). Not with tracepoints alone: gdbserver
+            # 13.1, busy with their hits, then failed "resuming thread: No
+            # such process" and asserted at its exit (LWP is suspended) -
+            # and its own exit path takes tracepoints out (it stops tracing).
             try:
                 os.kill(pid, signal.SIGINT)
             except OSError:
@@ -199,6 +200,8 @@ def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
             got = wire.packet(3.0)
         if got is not None and got[:1] in (b"W", b"X"):
             return "the program had ended"
+        if got is None and not plan.get("z"):
+            return "the program did not stop; gdbserver's own exit takes the tracepoints out"
     wire.request(b"QProgramSignals:")
     for z in plan.get("z", []):
         wire.request(z.encode())

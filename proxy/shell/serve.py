@@ -117,7 +117,7 @@ async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Sessi
         except UpstreamError as err:
             await client.aclose()
             raise ServeError(str(err)) from None
-        keeper = Keeper.start(getattr(upstream.stream, "socket", None))
+        keeper = Keeper.for_stub(getattr(upstream.stream, "socket", None))
         log = PacketLog(opts.log_packets)
         keep = None if opts.once else (lambda: _stub_takes_another(opts.upstream))
         sconn = None
