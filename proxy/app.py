@@ -8,13 +8,13 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from proxy.analysis.inventory import build_inventory
-from proxy import capture as capture_backends
-from proxy.capture.procmem import sigint_pending
-from proxy.capture.target import open_target
-from proxy.commands.document import graph_document, graph_document_empty
-from proxy.commands.monitor import MonitorContext, run_monitor
-from proxy.commands.osdata import handles, merge_osdata_types, osdata_table, render
+from typing import TYPE_CHECKING
+
+# What a session needs only once the program runs, or a client asks (the
+# analysis, the captures, the commands: pyelftools, capstone, numpy...) is
+# imported there, not here: every `asyncrsp serve` starts with this module,
+# and a session on a program without async code may never need them (GDB's
+# own testsuite starts 93 proxies; importing it all cost ~0.7 s each).
 from proxy.regsafety import (
     STUB_PROBE_QSUPPORTED,
     UNKNOWN_STUB,
@@ -28,7 +28,9 @@ from proxy.identity import prove
 from proxy.session.core import Session, SessionConfig
 from proxy.session.procedure import Exchange
 from proxy.shell.upstream import UpstreamSpec
-from proxy.symbols import resolve_probes
+
+if TYPE_CHECKING:
+    from proxy.commands.monitor import MonitorContext
 
 def _rss_mb() -> str:
     """The proxy's own resident memory (Linux), for `stats`, with the part that is
@@ -176,6 +178,8 @@ def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | No
 
 
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
+    from proxy.commands.monitor import MonitorContext
+
     cap = session.capture
     engine = session.engine
     if engine is not None and cap is not None:
@@ -210,6 +214,8 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
 
 def _mode_command(session: Session, args: tuple[str, ...]) -> str:
     """`monitor async mode [full|entry|off]`: show, or switch after this command."""
+    from proxy import capture as capture_backends
+
     if not args:
         return f"mode: {session.mode}\n" + "".join(f"  {m}: {MODE_LOSES[m]}\n" for m in capture_backends.MODES)
     mode = args[0]
@@ -223,6 +229,8 @@ def _mode_command(session: Session, args: tuple[str, ...]) -> str:
 
 def _capture_command(session: Session, args: tuple[str, ...]) -> str:
     """`monitor async capture [NAME]`: show the backend and the alternatives, or switch."""
+    from proxy import capture as capture_backends
+
     if not args:
         cap = session.capture
         lines = [f"capture: {cap.name if cap is not None else 'none'} (mode {session.mode})"
@@ -326,11 +334,16 @@ def _threads_command(session: Session, args: tuple[str, ...]) -> str:
 
 
 def monitor(text: str, session: Session, read: Callable[[int, int], bytes | None]) -> str:
+    from proxy.commands.monitor import run_monitor
+
     return run_monitor(text, _context(session, read))
 
 
 def qxfer(obj: str, annex: str, session: Session,
           read: Callable[[int, int], bytes | None] | None = None) -> bytes | None:
+    from proxy.commands.document import graph_document, graph_document_empty
+    from proxy.commands.osdata import handles, osdata_table, render
+
     if obj == "osdata" and not handles(annex):
         return None
     snap = _snapshot_of(session, read)
@@ -422,6 +435,33 @@ def make_session(
     """`host`: "local" / "remote" overrides the proof that the stub's program is this
     host's process (proxy/identity.py); None proves it."""
     policy = register_policy(upstream, registers)
+
+    def resolve(path: str | None, entry: int | None) -> list[object]:
+        from proxy.symbols import resolve_probes
+
+        return resolve_probes(path, entry, probes)  # type: ignore[return-value]
+
+    def merge_osdata_types(body: bytes | None) -> bytes:
+        from proxy.commands import osdata
+
+        return osdata.merge_osdata_types(body)
+
+    def make_capture(name, m, target):  # type: ignore[no-untyped-def]
+        from proxy import capture as capture_backends
+
+        return capture_backends.make_capture(name, m, target, only=only, exclude=exclude, options=options)
+
+    def open_program(path, entry, pid, feats):  # type: ignore[no-untyped-def]
+        from proxy.analysis.inventory import build_inventory
+        from proxy.capture.target import open_target
+
+        return open_target(path, entry, pid, local=False, stub_features=feats, load_inventory=build_inventory)
+
+    def sigint_pending(pid: int) -> bool:
+        from proxy.capture.procmem import sigint_pending as pending
+
+        return pending(pid)
+
     target_xml = None
     if policy.safe:
         try:
@@ -432,19 +472,17 @@ def make_session(
             target_xml = amd64_linux_target_xml()
     cfg = SessionConfig(
         registers_safe=policy.safe,
-        resolve_probes=(lambda path, entry: resolve_probes(path, entry, probes)) if probes else None,
+        resolve_probes=resolve if probes else None,
         elf_path=elf,
         monitor=monitor,
         qxfer=qxfer,
         merge_osdata_types=merge_osdata_types,
         target_xml=target_xml,
-        make_capture=lambda name, m, target: capture_backends.make_capture(
-            name, m, target, only=only, exclude=exclude, options=options),
+        make_capture=make_capture,
         capture_name=capture,
         mode=mode,
         emulate=emulate,
-        open_target=lambda path, entry, pid, feats: open_target(
-            path, entry, pid, local=False, stub_features=feats, load_inventory=build_inventory),
+        open_target=open_program,
         classify_stub=stub_classifier(upstream, registers) if policy.safe else None,
         stub_probe=STUB_PROBE_QSUPPORTED,
         local_exe=local_exe,

@@ -38,7 +38,6 @@ import struct
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 
-from proxy.analysis.elf import parse_auxv as _parse_auxv
 
 AT_ENTRY = 9
 AT_RANDOM = 25
@@ -136,7 +135,9 @@ def _read(path: str) -> bytes | None:
 
 def parse_auxv(blob: bytes | None) -> dict[int, int]:
     """auxv pairs (64-bit) up to AT_NULL; garbage gives what parsed before it."""
-    return _parse_auxv(blob) if blob else {}
+    from proxy.analysis.elf import parse_auxv  # pyelftools: imported when a session needs it
+
+    return parse_auxv(blob) if blob else {}
 
 
 def file_build_id(path: str) -> bytes | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import io
 import mmap
+import os
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -132,7 +133,31 @@ class ElfImage:
         return [s for s in self.symbols if s.name == name or s.name.split("@", 1)[0] == name]
 
 
+# The images this process parsed, by file identity: one session asks for the
+# program's image several times (probes, capture, source lines, identity), and
+# pyelftools builds its structures anew for each ELFFile (~50 ms each).
+_IMAGES: dict[tuple[str, int, int, int, int], ElfImage] = {}
+_IMAGES_KEPT = 4
+
+
 def open_elf(path: str | Path) -> ElfImage:
+    """The parsed image of `path` (the same object again while the file is unchanged)."""
+    try:
+        st = os.stat(path)
+        key: tuple[str, int, int, int, int] | None = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None
+    if _IMAGES_KEPT and key is not None and key in _IMAGES:
+        return _IMAGES[key]
+    image = _open_elf(path)
+    if key is not None and _IMAGES_KEPT:
+        if len(_IMAGES) >= _IMAGES_KEPT:
+            _IMAGES.pop(next(iter(_IMAGES)))
+        _IMAGES[key] = image
+    return image
+
+
+def _open_elf(path: str | Path) -> ElfImage:
     p = Path(path)
     data: bytes | mmap.mmap
     try:

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import capstone
+from typing import TYPE_CHECKING
+
 import numpy as np
-from capstone import x86 as cs_x86
 from elftools.common.exceptions import ELFError, ELFParseError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
@@ -44,6 +44,12 @@ from . import cache as cache_mod
 from . import dies as D
 from .dwarf import DwarfView
 from .errors import AnalysisError
+
+if TYPE_CHECKING:
+    import capstone
+
+# capstone is imported where the exits are found (_ExitFinder, _plt_stubs_for):
+# a program without a coroutine never gets there.
 from .elf import ElfImage, open_elf
 from .types import MAX_DEPTH as _TYPE_DEPTH
 from .types import TypeCollector
@@ -737,6 +743,8 @@ _BRANCHY = ("j", "call", "ret", "loop", "ljmp", "lcall", "iret", "sysret", "xbeg
 
 class _ExitFinder:
     def __init__(self, elf: ElfImage, warnings: list[str]) -> None:
+        import capstone
+
         self.elf = elf
         self.warnings = warnings
         self.cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
@@ -745,6 +753,8 @@ class _ExitFinder:
         self.unwind_targets, self.unwind_slots = _unwind_resume_sites(elf, warnings)
 
     def exits(self, low: int, high: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        import capstone
+
         code = self.elf.read(low, high - low)
         if code is None:
             self.warnings.append(f"no code bytes for {low:#x}..{high:#x}")
@@ -769,6 +779,8 @@ class _ExitFinder:
         return tuple(rets), tuple(other)
 
     def _target(self, insn: capstone.CsInsn) -> tuple[str, int] | None:
+        from capstone import x86 as cs_x86
+
         if not insn.operands:
             return None
         op = insn.operands[0]
@@ -802,6 +814,7 @@ def import_sites(elf: ElfImage, name: str, warnings: list[str], consequence: str
     """Where a call to function `name` can go in `elf` (link-time addresses):
     the function itself when defined here, or its PLT stub; and the GOT slots
     that hold its address."""
+
     targets = {s.addr for s in elf.symbols if s.name.split("@", 1)[0] == name}
     slots: set[int] = set()
     try:
@@ -829,6 +842,7 @@ def _symbol_indices(symtab: bytes, strtab: bytes, name: str) -> set[int]:
     """Indices of the ELF64 symbols whose name, up to an ``@version``, is ``name``:
     the name's occurrences in the string table (a merged table can point into the tail
     of a longer string), then the symbols naming one of them."""
+
     want = name.encode()
     offs: list[int] = []
     p = strtab.find(want)
@@ -853,6 +867,9 @@ def _reloc_slots_slow(ef: ELFFile, sec: RelocationSection, name: str) -> set[int
 
 
 def _plt_stubs_for(elf: ElfImage, slots: set[int]) -> set[int]:
+    import capstone
+    from capstone import x86 as cs_x86
+
     out: set[int] = set()
     if not slots:
         return out

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from xml.sax.saxutils import escape, quoteattr
 
 from rsp.errors import MalformedPacket
 from rsp.framing import escape_binary
@@ -143,6 +142,8 @@ class TaskThreadView:
         doc = stub_doc[:end]
         for lwp, t in self.running.items():  # a running task shows on its real thread
             doc = _name_real_thread(doc, lwp, t.name)
+        from xml.sax.saxutils import escape, quoteattr  # (it imports urllib: only when needed)
+
         extra = []
         for tid in self.all_tids():
             name, text = self._name_extra(tid)
@@ -312,6 +313,8 @@ def _named_tid(body: bytes) -> int | None:
 
 def _name_real_thread(doc: bytes, lwp: int, name: str) -> bytes:
     """Add the running task to a real thread's name attribute (or give it one)."""
+    from xml.sax.saxutils import quoteattr
+
     rx = re.compile(rb'<thread id="(?:p[0-9a-f]+\.)?%x"([^>]*?)(/?)>' % lwp)
     m = rx.search(doc)
     if m is None:
