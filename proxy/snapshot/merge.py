@@ -102,6 +102,8 @@ class Merge(BuildState):
         """Rule 4, upward in a tree: the coroutines above a running one poll it (all threads are
         stopped inside its poll), so they run on its thread too; each keeps the line of the
         .await its own state shows, which holds the running child."""
+        if not self.running:
+            return
         for _, tree in trees:
             self._mark_above(tree, [])
 
@@ -420,10 +422,14 @@ def _gone(tree: Node, status_then: str | None) -> bool:
 def _outermost(trees: list[tuple[Root, Node]]) -> list[tuple[Root, Node]]:
     """Rule 3: a root another root's tree holds is a frame of that task."""
     inner: set[Key] = set()
-    for _, tree in trees:
-        for n in tree.iter():
-            if n is not tree and n.kind == "coroutine":
+    for _, tree in trees:  # (a plain loop, not Node.iter: it visits every node of every task)
+        stack = list(tree.children)
+        while stack:
+            n = stack.pop()
+            if n.kind == "coroutine":
                 inner.add((n.addr, n.type_name))
+            if n.children:
+                stack.extend(n.children)
     return [(root, tree) for root, tree in trees if (tree.addr, tree.type_name) not in inner]
 
 
@@ -431,9 +437,13 @@ def _link_mutexes(trees: list[tuple[Root, Node]]) -> None:
     """A task waiting on a Mutex another task holds: say who holds it (the tree's leaf text)."""
     holders: dict[int, str] = {}
     for root, tree in trees:
-        for n in tree.iter():
+        stack = [tree]
+        while stack:  # preorder (the outermost holder named first), without a generator per node
+            n = stack.pop()
             for m in n.holds:
                 holders.setdefault(m, f"task {root.label or hex(root.addr)} {layout_name(None, tree.type_name)}")
+            if n.children:
+                stack.extend(reversed(n.children))
     if not holders:
         return
     for root, tree in trees:

@@ -120,6 +120,7 @@ class _Context:
         self._index: dict[int, list[int]] | None = None
         self.guards: dict[tuple[int, Resource], str] = {}
         self.wanted: set[int] = set()  # the words whose holders ``_holders`` may ask for
+        self._pats: list[tuple[int, bytes]] | None = None  # the wanted words as bytes (few: searched with find)
         self._said: dict[tuple[Any, ...], tuple[str, tuple[int, ...] | None, bool]] = {}
         self._held: dict[tuple[int, int | None], tuple[tuple[int, ...], frozenset[int]]] = {}
 
@@ -238,6 +239,12 @@ class _Context:
             got = self._held[key] = (tuple(ids), frozenset(ids))
         return got
 
+    @property
+    def _patterns(self) -> list[tuple[int, bytes]]:
+        if self._pats is None or len(self._pats) != len(self.wanted):
+            self._pats = [(w, w.to_bytes(8, "little")) for w in sorted(self.wanted) if 0 < w < 1 << 64]
+        return self._pats
+
     def index(self) -> dict[int, list[int]]:
         """word -> the live tasks whose live locals hold it, for the ``wanted`` words (built once:
         one pass over every task, so that a resource's holders cost a lookup, not a pass, at
@@ -255,11 +262,21 @@ class _Context:
         got: set[int] = set()
         if self.inv is not None and self.r is not None and self.wanted:
             read, wanted = self.r.mem.read, self.wanted
+            few = self._patterns if len(self._patterns) <= 8 else None  # a few words: searched in C
             for n in t.coroutines():
                 for off, size in local_spans(self.inv, n.type_name, n.state_value):
                     data = read(n.addr + off, size)
-                    if data:
+                    if not data:
+                        continue
+                    if few is None:
                         got.update(wanted.intersection(memoryview(data).cast("Q")))
+                        continue
+                    for w, pat in few:
+                        at = data.find(pat)
+                        while at >= 0 and at & 7:
+                            at = data.find(pat, at + 1)
+                        if at >= 0:
+                            got.add(w)
         return got
 
 
