@@ -120,6 +120,7 @@ class _Context:
         self._index: dict[int, list[int]] | None = None
         self.guards: dict[tuple[int, Resource], str] = {}
         self.wanted: set[int] = set()  # the words whose holders ``_holders`` may ask for
+        self._spans: dict[tuple[str, int | None], tuple[tuple[int, int], ...]] = {}  # plans.local_spans, here
         self._pats: list[tuple[int, bytes]] | None = None  # the wanted words as bytes (few: searched with find)
         self._said: dict[tuple[Any, ...], tuple[str, tuple[int, ...] | None, bool]] = {}
         self._held: dict[tuple[int, int | None], tuple[tuple[int, ...], frozenset[int]]] = {}
@@ -263,8 +264,13 @@ class _Context:
         if self.inv is not None and self.r is not None and self.wanted:
             read, wanted = self.r.mem.read, self.wanted
             few = self._patterns if len(self._patterns) <= 8 else None  # a few words: searched in C
+            spans = self._spans
             for n in t.coroutines():
-                for off, size in local_spans(self.inv, n.type_name, n.state_value):
+                key = (n.type_name, n.state_value)
+                plan = spans.get(key)
+                if plan is None:
+                    plan = spans[key] = local_spans(self.inv, n.type_name, n.state_value)
+                for off, size in plan:
                     data = read(n.addr + off, size)
                     if not data:
                         continue
