@@ -477,6 +477,9 @@ class DieReader:
             code = info[pos]
             if code < 0x80:
                 pos += 1
+            elif info[pos + 1] < 0x80:  # two bytes: units with more than 127 abbreviations
+                code = (code & 0x7F) | (info[pos + 1] << 7)
+                pos += 2
             else:
                 code, pos = _uleb(info, pos)
             if code == 0:
@@ -506,8 +509,12 @@ class DieReader:
                     elif st == _BLOCK1:
                         pos += 1 + info[pos]
                     elif st == _BLOCK_ULEB:
-                        k, pos = _uleb(info, pos)
-                        pos += k
+                        k = info[pos]
+                        if k < 0x80:
+                            pos += 1 + k
+                        else:
+                            k, pos = _uleb(info, pos)
+                            pos += k
                     elif st == _BLOCK2:
                         pos += 2 + int.from_bytes(info[pos : pos + 2], "little")
                     elif st == _BLOCK4:
