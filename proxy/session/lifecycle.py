@@ -481,7 +481,12 @@ class CaptureLifecycle(SessionBase):
             self._forward(then[0], then[1])
         else:
             # The client is gone: leave the program as gdbserver would
-            # (detach / kill is the stub's call when the link closes).
+            # (detach / kill is the stub's call when the link closes). The
+            # program is stopped and the proxy's things are out: nothing for
+            # the keeper (shell/keeper.py) to do - it took several seconds
+            # over the client's breakpoints, which gdbserver's own detach of
+            # a stopped program takes out.
+            self._left = True
             self._emit(Close("client disconnected"))
 
     def _on_program_event(self, sr: StopReply, raw: bytes) -> bool:
