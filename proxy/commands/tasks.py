@@ -117,10 +117,17 @@ def _thread(t: Task) -> int | None:
 def render_groups(snap: Snapshot, tasks: list[Task], *, limit: int = DEFAULT_LIMIT) -> str:
     """One row per (state, line, async fn) with the count and the first ids."""
     groups: dict[tuple[str, str, str], list[Task]] = {}
+    keys: dict[tuple[object, ...], tuple[str, str, str]] = {}  # the row of each (state, line, fns): made once
     for t in tasks:
-        kind = t.state.kind.value if t.state.kind is not StateKind.RUNNING else f"running on thread {t.state.thread}"
-        loc = str(t.location) if t.location is not None else "-"
-        groups.setdefault((kind, loc, _innermost(t)), []).append(t)
+        f = t.frame
+        raw = (t.state.kind, t.state.thread, f.loc if f is not None else t.state.loc, t.name,
+               f.name if f is not None else None)
+        key = keys.get(raw)
+        if key is None:
+            kind = t.state.kind.value if t.state.kind is not StateKind.RUNNING else f"running on thread {t.state.thread}"
+            loc = str(t.location) if t.location is not None else "-"
+            key = keys[raw] = (kind, loc, _innermost(t))
+        groups.setdefault(key, []).append(t)
     lines = list(snap.notes)
     if not groups:
         lines.append("no live tasks")
