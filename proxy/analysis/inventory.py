@@ -80,6 +80,7 @@ _KINDS = {
     "async_closure": CoroutineKind.ASYNC_CLOSURE,
 }
 # the DIEs a unit's scan looks at (the others are decoded only when a reference leads to them)
+DYN_HOPS = 8  # type hops collected below a future met only through a vtable (``_future_poll``)
 _SCAN_TAGS = frozenset({D.TAG_STRUCTURE, D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE})
 # the first bytes of the names _struct_name_ok can accept
 _STRUCT_HEADS = np.frombuffer(("{" + "".join(sorted({p[0] for p in RUNTIME_CELL_PREFIXES}))).encode(), dtype=np.uint8)
@@ -127,6 +128,9 @@ def analyse(elf: ElfImage) -> Inventory:
 # -- unit selection -------------------------------------------------------------------------
 
 
+_FUTURE_POLL = "future..future..Future$GT$4poll"
+
+
 def candidate_symbol(name: str) -> bool:
     """Could this symbol be a resume function (a closure, or GenFuture's poll), or a
     runtime's task function (tokio's ``task::raw::poll``, async-task's ``RawTask::run``)?
@@ -136,7 +140,8 @@ def candidate_symbol(name: str) -> bool:
     if "4task3raw4poll" in name or ("10async_task3raw" in name and "3run" in name):
         return True
     if name.startswith("_ZN"):
-        return "closure" in name or ("GenFuture" in name and "4poll" in name)
+        # a Future::poll: a wrapper future met only through a dyn Future (``_future_poll``)
+        return "closure" in name or ("GenFuture" in name and "4poll" in name) or _FUTURE_POLL in name
     if name.startswith("_R"):
         return "NC" in name or "GenFuture" in name
     return False
@@ -318,6 +323,7 @@ class _Collector:
                 self.types.add(die.offset)  # a spawned task's cell (proxy.reflect.tokio_adapter)
         elif die.tag == D.TAG_SUBPROGRAM and die.get(D.AT_LOW_PC):
             self._task_poll(die)
+            self._future_poll(die)
             f = self._classify(unit, die)
             if f is not None and die.attrs[D.AT_LOW_PC] not in found:
                 found[die.attrs[D.AT_LOW_PC]] = f
@@ -340,6 +346,23 @@ class _Collector:
         q = self.qualname(origin)
         if q.startswith(TASK_POLL) and q.endswith(">"):
             self.inv.task_polls[int(die.attrs[D.AT_LOW_PC])] = RUNTIME_CELLS[0] + q[len(TASK_POLL):]
+
+    def _future_poll(self, die: D.Die) -> None:
+        """``poll(self: Pin<&mut T>, cx)`` of a future that is not a coroutine: T's type is
+        collected (a few hops: wrappers reached only through a ``dyn Future``'s vtable, never
+        from an awaitee's fields) and the function's address names it (``future_polls``)."""
+        origin = self._origin(die)
+        name = origin.get(D.AT_NAME) or ""
+        if name != "poll" and not name.startswith("poll<"):
+            return
+        params = self._params(die) or self._params(origin)
+        if len(params) != 2:
+            return
+        t = self._pin_target(self._first_param_type(die))
+        if t is None or t.tag != D.TAG_STRUCTURE or self._is_env(t):
+            return
+        self.inv.future_polls[int(die.attrs[D.AT_LOW_PC])] = self.qualname(t)
+        self.types.add(t.offset, _TYPE_DEPTH - DYN_HOPS)
 
     def _origin(self, die: D.Die) -> D.Die:
         return self.dwarf.origin(die)

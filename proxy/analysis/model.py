@@ -153,6 +153,10 @@ class Inventory:
     # an I/O handle's OS file descriptor: a coroutine local's pointer type ("&tokio::net::
     # tcp::stream::TcpStream") -> offset of the fd (an i32) inside the value it points at
     fd_offsets: dict[str, int] = field(default_factory=dict)
+    # every out-of-line ``Future::poll`` of a type that is not a coroutine (link addr) -> that
+    # type: the concrete future behind a ``Pin<Box<dyn Future>>`` whose vtable's poll slot
+    # points there (axum's and tower's boxed service futures); its type is in ``types``
+    future_polls: dict[int, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # partial results say why
 
     def resume_fn_at(self, addr: int) -> ResumeFn | None:

@@ -773,7 +773,10 @@ def _is_futurish(r: Reflector, type_name: str, cache: dict[str, bool]) -> bool:
         # references and Box (DWARF names a Box a pointer type); never raw pointers (an Arc's inner)
         return type_name.startswith(("&", "alloc::boxed::Box<")) and bool(t.pointee) and _futurish(r, t.pointee or "")
     if t.kind == "struct" and {f.name for f in t.fields} >= {"pointer", "vtable"}:
-        return "core::future::future::Future" in type_name
+        # a dyn Future, not any dyn naming one (tower's boxed Service: `dyn CloneService<...,
+        # Future=Pin<Box<dyn Future...>>>` is a service; axum's Router holds them)
+        at = type_name.find("dyn ")
+        return at >= 0 and type_name.startswith("core::future::future::Future<", at + 4)
     if type_name.startswith("alloc::boxed::Box<") and t.fields:
         from .walker import _pointee
 

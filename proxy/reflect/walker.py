@@ -243,6 +243,9 @@ class Reflector:
         fn = self.inv.resume_fn_at(poll - self.bias) if poll > self.bias else None
         if fn is not None and fn.layout_name and fn.layout_name in self.inv.layouts:
             return self._walk(data, fn.layout_name, depth, seen)
+        polled = self.inv.future_polls.get(poll - self.bias)  # a wrapper future's own poll
+        if polled is not None and polled in self.inv.types:
+            return self._walk(data, polled, depth, seen)
         concrete = self._drop_type(drop)
         if concrete:
             if concrete in self.inv.layouts or concrete in self.inv.types:
