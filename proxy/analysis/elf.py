@@ -17,13 +17,17 @@ import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from elftools.common.exceptions import ELFError, ELFParseError
-from elftools.elf.elffile import ELFFile
+from typing import TYPE_CHECKING, Any
 
 from .demangle import demangle
 from .errors import AnalysisError
+
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
+
+# pyelftools is imported where a file is parsed (_open_elf, _build_id): the
+# module's small readers (parse_auxv) serve every session's identity proof
+# without it.
 
 AT_NULL = 0
 AT_PHDR = 3
@@ -129,6 +133,11 @@ class ElfImage:
                 return s
         return None
 
+    def has_rust_symbols(self) -> bool:
+        """A Rust-mangled symbol (legacy `_ZN...17h<hash>E` or v0 `_R`): the
+        program has Rust code. (C++ shares `_ZN`: it answers yes too.)"""
+        return any(s.name.startswith(("_ZN", "_R")) for s in self.symbols)
+
     def symbols_named(self, name: str) -> list[Symbol]:
         return [s for s in self.symbols if s.name == name or s.name.split("@", 1)[0] == name]
 
@@ -158,6 +167,8 @@ def open_elf(path: str | Path) -> ElfImage:
 
 
 def _open_elf(path: str | Path) -> ElfImage:
+    from elftools.common.exceptions import ELFError, ELFParseError
+
     p = Path(path)
     data: bytes | mmap.mmap
     try:
@@ -189,6 +200,8 @@ def _open_elf(path: str | Path) -> ElfImage:
 
 
 def _parse(path: str, data: bytes | mmap.mmap) -> ElfImage:
+    from elftools.elf.elffile import ELFFile
+
     elf = ELFFile(_BufferStream(data))
     if elf.elfclass != 64 or not elf.little_endian:
         raise AnalysisError(f"{path}: only 64-bit little-endian ELF is supported")
@@ -229,6 +242,8 @@ def _parse(path: str, data: bytes | mmap.mmap) -> ElfImage:
 
 
 def _build_id(elf: ELFFile, sections: dict[str, tuple[int, int, int]]) -> str | None:
+    from elftools.common.exceptions import ELFError, ELFParseError
+
     for sec in elf.iter_sections():
         if sec.header.sh_type != "SHT_NOTE" or sec.name not in sections:
             continue
