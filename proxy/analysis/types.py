@@ -54,6 +54,7 @@ class TypeCollector:
         self.is_env = is_env
         self.envs: list[D.Die] = []  # coroutine envs met inside other types (layouts to build)
         self._depth: dict[int, int] = {}  # die offset -> smallest depth it was expanded at
+        self._name_depth: dict[str, int] = {}  # type name -> the same, over all its copies
         self.truncated = False
         self._fd_cache: dict[int, int | None] = {}  # pointee die offset -> fd offset (fd_offset)
 
@@ -72,6 +73,12 @@ class TypeCollector:
             self.envs.append(t)
             return
         name = self.coll.type_name(t.offset)
+        # each unit has its own copy of a type (Option<Arc<..>> in 100 units): a name already
+        # expanded at this depth or shallower has given every type its copies can reach
+        named = self._name_depth.get(name)
+        if named is not None and named <= depth:
+            return
+        self._name_depth[name] = depth
         info = self._info(t, name, depth)
         if info is not None and name not in self.out:
             self.out[name] = info
