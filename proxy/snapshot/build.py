@@ -114,7 +114,7 @@ class _Builder(EngineView, Merge, Convert):
         waits, tasks = analyse(tasks, self.r, self.inv, self.inp.bias)
         coroutines: dict[int, tuple[int, FutureNode]] = {}
         threads: dict[int, int | None] = {}
-        for t in tasks:
+        for t in tasks if eng is not None or self.running else ():  # (else no coroutine has an id or a thread)
             for n in t.coroutines():
                 if n.id is not None:
                     coroutines.setdefault(n.id, (t.id, n))

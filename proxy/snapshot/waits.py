@@ -121,6 +121,7 @@ class _Context:
         self.guards: dict[tuple[int, Resource], str] = {}
         self.wanted: set[int] = set()  # the words whose holders ``_holders`` may ask for
         self._spans: dict[tuple[str, int | None], tuple[tuple[int, int], ...]] = {}  # plans.local_spans, here
+        self._evs: dict[tuple[Any, ...], str] = {}  # see wait
         self._pats: list[tuple[int, bytes]] | None = None  # the wanted words as bytes (few: searched with find)
         self._said: dict[tuple[Any, ...], tuple[str, tuple[int, ...] | None, bool]] = {}
         self._held: dict[tuple[int, int | None], tuple[tuple[int, ...], frozenset[int]]] = {}
@@ -129,8 +130,10 @@ class _Context:
         res = leaf.waits
         assert res is not None
         who = parent or leaf
-        at = f" at {who.state.loc}" if who.state is not None and who.state.loc is not None else ""
-        ev = f"{who.name} awaits {res}{at}"
+        ev = self._evs.get((who.name, who.state, res))
+        if ev is None:  # one text per (coroutine name, state, resource): shared by its waiters
+            at = f" at {who.state.loc}" if who.state is not None and who.state.loc is not None else ""
+            ev = self._evs[who.name, who.state, res] = f"{who.name} awaits {res}{at}"
         if res.kind == "Mutex":
             hs = [h for h in self.holders.get(res, []) if h != t.id] or self.holders.get(res, [])
             if not hs:
