@@ -38,9 +38,6 @@ from integration.test_reflection import attached  # noqa: E402
 MARKER = {"stuck": "stuck_ready", "tk_dump": "dumped", "tk_sync": "parked", "hyper_svc": "requested", "axum_svc": "requested",
           "astd": "parked", "smol_app": "parked", "fut_exec": "parked"}
 ONE_FLAVOUR = {"astd", "fut_exec"}  # async-std's global executor; LocalPool: one thread only
-# futures' LocalPool keeps its tasks in a FuturesUnordered with no static task vtable: no
-# adapter finds them in a program attached late (capture on sees them poll).
-NO_ADAPTER = {"fut_exec"}
 FULL = os.environ.get("ASYNCRSP_MODERN_FULL") == "1"
 
 
@@ -51,8 +48,6 @@ def _cases() -> list:  # type: ignore[type-arg]
             for kind in ("debug", "release"):
                 for rt in ("ct",) if program in ONE_FLAVOUR else ("ct", "mt"):
                     for how in ("capture", "attach"):
-                        if how == "attach" and program in NO_ADAPTER:
-                            continue
                         default = (kind, rt, how) in (("debug", "ct", "capture"), ("release", "mt", "attach")) or (
                             program in ONE_FLAVOUR and (kind, how) == ("release", "attach")) or (
                             # a thread in one block's poll marks no other parked block of its fn

@@ -45,7 +45,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "emulating the probed instruction (one resume); for diagnosis")
     p.add_argument("--adapters", default="auto", type=_adapters, metavar="auto|off|NAME[,NAME]",
                    help="reflection: runtime adapters that find every spawned task by scanning the program's "
-                        "heap for task headers (local programs): tokio, async-task (smol, async-std). "
+                        "heap for task headers (local programs): tokio, async-task (smol, async-std), "
+                        "futures-executor (futures' LocalPool). "
                         "auto (default): every runtime whose task layout is in the program; off: none; "
                         "names force those (a missing layout is then reported)")
     p.add_argument("--tokio-adapter", action="store_true",

@@ -122,6 +122,7 @@ def analyse(elf: ElfImage) -> Inventory:
         )
         return inv
     _Collector(elf, dwarf, inv).run()
+    inv.future_obj_drops = sorted(s.addr for s in elf.symbols if s.is_func and _FUTURE_OBJ_DROP in s.name)
     return inv
 
 
@@ -129,6 +130,7 @@ def analyse(elf: ElfImage) -> Inventory:
 
 
 _FUTURE_POLL = "future..future..Future$GT$4poll"
+_FUTURE_OBJ_DROP = "future_obj..UnsafeFutureObj$LT$T$GT$$u20$for$u20$alloc..boxed..Box$LT$F$GT$$GT$4drop"
 
 
 def candidate_symbol(name: str) -> bool:

@@ -157,6 +157,10 @@ class Inventory:
     # type: the concrete future behind a ``Pin<Box<dyn Future>>`` whose vtable's poll slot
     # points there (axum's and tower's boxed service futures); its type is in ``types``
     future_polls: dict[int, str] = field(default_factory=dict)
+    # futures' ``<Box<F> as UnsafeFutureObj<T>>::drop`` functions (link addr): the static
+    # ``drop_fn`` word of every ``LocalFutureObj``/``FutureObj`` a LocalPool keeps
+    # (proxy.reflect.adapters.future_obj)
+    future_obj_drops: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # partial results say why
 
     def resume_fn_at(self, addr: int) -> ResumeFn | None:

@@ -5,7 +5,8 @@ cooperation (works when the runtime is wedged, in a program stuck before the
 proxy came, in a core file): every task allocation starts with a header that
 points at a static vtable the analysis found next to the runtime's task
 functions (``Inventory.task_vtables``: tokio; ``Inventory.task_run_slots``:
-async-task, under smol's async-executor and async-std). One pass over the
+async-task, under smol's async-executor and async-std), or holds a static function
+pointer (``Inventory.future_obj_drops``: futures' LocalPool). One pass over the
 program's writable anonymous memory (``heap_ranges``) finds the words equal to
 any adapter's vtables; each adapter turns its hits into ``Root``s.
 
@@ -32,7 +33,7 @@ from ..memory import BLOCK
 from ..tree import Root
 from ..walker import Reflector
 
-NAMES = ("tokio", "async-task")
+NAMES = ("tokio", "async-task", "futures-executor")
 
 
 class RuntimeAdapter(Protocol):
@@ -117,10 +118,12 @@ def choose(inv: Inventory, bias: int, pid: int | None, local: bool, wanted: str 
     """The adapters ``wanted`` ("auto", "off", or names joined by commas) for this program."""
     from ..tokio_adapter import TokioAdapter, heap_ranges
     from .async_task import AsyncTaskAdapter
+    from .future_obj import FutureObjAdapter
 
     kinds: dict[str, Callable[[], RuntimeAdapter]] = {
         "tokio": lambda: TokioAdapter(inv, bias, pid, local, ranges=ranges or (lambda: [])),
         "async-task": lambda: AsyncTaskAdapter(inv, bias),
+        "futures-executor": lambda: FutureObjAdapter(inv, bias),
     }
     names = [n.strip() for n in wanted.split(",") if n.strip()]
     if names in (["off"], []):
