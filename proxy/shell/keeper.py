@@ -183,25 +183,26 @@ def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
     # kernel, consumed below.
     if not stopped:
         sock.sendall(b"\x03")
-        got = wire.packet(1.5)
-        if got is None and pid and plan.get("z"):
+        got = wire.packet(2.0)
+        if got is None and pid:
             # gdbserver 13.1 interrupts with a kill of the program's process
             # group: an attached program that leads none is never stopped
             # ("Sending SIGINT to process group of pid N failed"). The
             # program's own SIGINT stops it the same way (passed to nobody:
-            # QProgramSignals below). Not with tracepoints alone: gdbserver
-            # 13.1, busy with their hits, then failed "resuming thread: No
-            # such process" and asserted at its exit (LWP is suspended) -
-            # and its own exit path takes tracepoints out (it stops tracing).
+            # QProgramSignals below). Under tracepoints the 0x03 did not stop
+            # a program that leads its group either (8 of 12 runs, 8 s of
+            # waiting: the keeper gave up, and gdbserver's own exit path left
+            # the tracepoints in: SIGTRAP); the program's own SIGINT did.
+            # Rarely, gdbserver 13.1, busy with tracepoint hits, then lost a
+            # thread ("resuming thread: No such process") and asserted at its
+            # exit (known limit).
             try:
                 os.kill(pid, signal.SIGINT)
             except OSError:
                 pass
-            got = wire.packet(3.0)
+            got = wire.packet(8.0)
         if got is not None and got[:1] in (b"W", b"X"):
             return "the program had ended"
-        if got is None and not plan.get("z"):
-            return "the program did not stop; gdbserver's own exit takes the tracepoints out"
     wire.request(b"QProgramSignals:")
     for z in plan.get("z", []):
         wire.request(z.encode())
