@@ -88,7 +88,8 @@ def user_line(inv: Inventory | None, layout: str, loc: SourceLoc | None) -> Sour
     first, last = lay.state(0), lay.state(1)
     if first is None or first.loc is None or loc.file == first.loc.file:
         return loc
-    macro = loc.file.rsplit("/", 1)[-1].removesuffix(".rs")  # tokio's join.rs -> join!
+    # tokio's join.rs -> join!; futures-util's async_await/join_mod.rs and select_mod.rs -> join!, select!
+    macro = loc.file.rsplit("/", 1)[-1].removesuffix(".rs").removesuffix("_mod")
     end = last.loc.line if last is not None and last.loc is not None and last.loc.file == first.loc.file \
         else first.loc.line + 2000
     text = _source(first.loc.file)

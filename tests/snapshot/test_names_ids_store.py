@@ -46,6 +46,10 @@ def test_an_await_inside_a_macro_is_shown_at_the_macros_call(tmp_path: Path) -> 
     got = user_line(inv, "app::sel::{async_fn_env#0}", SourceLoc("/registry/tokio/src/macros/select.rs", 553))
     assert got == SourceLoc(src, 3)
     assert layout_name(inv, "app::sel::{async_fn#0}::{async_block_env#0}") == "app::sel::{async_block@4}"
+    # futures' join!/select! are defined in futures-util's async_await/{join,select}_mod.rs
+    futures_select = SourceLoc("/registry/futures-util/src/async_await/select_mod.rs", 323)
+    got = user_line(inv, "app::sel::{async_fn_env#0}", futures_select)
+    assert got == SourceLoc(src, 3)
     # the source cannot be read here: the DWARF line stays
     (tmp_path / "main.rs").unlink()
     from proxy.snapshot import names
