@@ -523,8 +523,8 @@ class DieReader:
                         raise DwarfFormatError(f"DW_FORM_indirect at {die_off:#x} is not supported")
                     else:
                         raise DwarfFormatError(f"unknown DW_FORM at {die_off:#x}")
-            e = stack[-1]
             if keep:
+                e = stack[-1]
                 add_off(die_off)
                 add_code(code)
                 add_par(e if e >= 0 else -2 - e)
@@ -535,6 +535,7 @@ class DieReader:
                     add_end(n + 1)
                 n += 1
             elif has_children:
+                e = stack[-1]
                 stack.append(e if e < 0 else -2 - e)
         if pos != end:
             raise DwarfFormatError(f"unit at {offset:#x}: DIEs overrun the unit end")
