@@ -14,7 +14,8 @@ At each stop it sends what such an IDE sends on its own:
 
 Two stops are timed: the first (`-target-select remote`, which includes loading the
 program's debug info for reflection, once per session) and a later one
-(`-exec-continue`, then `-exec-interrupt`: from the `*stopped` record to the last reply).
+(`-exec-continue`, then `-exec-interrupt`: from the interrupt to the last reply; gdb
+lists the threads before it reports `*stopped`).
 Two more figures show what a user's clicks cost with task threads: one task thread's
 stack and variables, and every thread's stack (`thread apply all bt` in an IDE).
 
@@ -131,9 +132,9 @@ def run_once(prog: Path, tasks: int, task_threads: bool) -> dict[str, float]:
         out["first"] = time.perf_counter() - t0
         mi.cmd("-exec-continue")
         time.sleep(0.3)
+        t1 = time.perf_counter()  # gdb reads the threads before it reports *stopped: count from the interrupt
         mi.cmd("-exec-interrupt")
         got = "".join(mi.wait_for(re.compile(r"^\*stopped")))
-        t1 = time.perf_counter()
         m = re.search(r'thread-id="(\d+)"', got)
         thread = int(m.group(1)) if m else 1
         ide_stop(mi, thread)

@@ -62,6 +62,7 @@ class TaskThreadView:
         self.shape: Shape | None = None
         self.end_ra = 0
         self.template_g = b""
+        self._template = bytes(sum(_SIZES))  # template_g decoded once per stop (gdb reads 1,000s of blocks)
         self.stacks: dict[int, SyntheticStack] = {}
         self.selected: int | None = None  # the task thread of the client's Hg
         self.pid: int | None = None
@@ -76,6 +77,7 @@ class TaskThreadView:
         self.fresh = True
         self.end_ra = end_ra
         self.template_g = template_g
+        self._template = bytes.fromhex(template_g.replace(b"x", b"0").decode()) if template_g else bytes(sum(_SIZES))
         self.shape = shape
         self.stacks = {}
         self.tasks = {}
@@ -242,8 +244,7 @@ class TaskThreadView:
 
     def _block(self, tid: int) -> bytes:
         regs = self._stack(tid).regs
-        data = bytearray(bytes.fromhex(self.template_g.replace(b"x", b"0").decode()) if self.template_g
-                         else bytes(sum(_SIZES)))
+        data = bytearray(self._template)
         for i, name in enumerate(_G_NAMES):
             if 8 * i + 8 <= len(data):
                 data[8 * i:8 * i + 8] = (regs.get(name, 0) & ((1 << 64) - 1)).to_bytes(8, "little")
