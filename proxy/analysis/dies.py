@@ -231,8 +231,16 @@ def parse_abbrevs(data: bytes, offset: int) -> dict[int, _Abbrev]:
         pos += 1
         specs: list[tuple[int, int, int]] = []
         while True:
-            attr, pos = _uleb(data, pos)
-            form, pos = _uleb(data, pos)
+            attr = data[pos]  # one byte almost always (DW_AT_MIPS_linkage_name is two)
+            if attr < 0x80:
+                pos += 1
+            else:
+                attr, pos = _uleb(data, pos)
+            form = data[pos]
+            if form < 0x80:
+                pos += 1
+            else:
+                form, pos = _uleb(data, pos)
             implicit = 0
             if form == 0x21:
                 implicit, pos = _sleb(data, pos)
