@@ -86,6 +86,7 @@ _SCAN_TAGS = frozenset({D.TAG_STRUCTURE, D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUT
 _STRUCT_HEADS = np.frombuffer(("{" + "".join(sorted({p[0] for p in RUNTIME_CELL_PREFIXES}))).encode(), dtype=np.uint8)
 # a function's name (or its origin's) that _task_poll, _classify or _inlined can act on
 _FN_PREFIXES = ("{", "poll", "run<")
+_FN_HEADS = np.frombuffer("".join(sorted({p[0] for p in _FN_PREFIXES})).encode(), dtype=np.uint8)
 _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
 
 
@@ -181,7 +182,8 @@ class _Collector:
         self.inv = inv
         self._qual: dict[int, str] = {}
         self._tname: dict[int, str] = {}
-        self._origin_names: dict[int, str] = {}
+        self._origin_oks: dict[int, bool] = {}  # reference -> _origin_ok
+        self._fn_strps: dict[int, bool] = {}  # .debug_str offset -> _fn_name_ok
         self.types = TypeCollector(
             self, lambda t: self._is_env(t) and bool(ASYNC_ENV_RE.match(t.get(D.AT_NAME) or "")))
 
@@ -259,14 +261,13 @@ class _Collector:
         return [int(i) for i in idx[np.isin(vals, np.array(good, dtype=vals.dtype))]] if good else []
 
     def _judge_origins(self, dies: D.Dies, unit: D.Unit, refs: np.ndarray) -> None:
-        """Fill ``_origin_names`` for references into this unit, following each chain of
+        """Fill ``_origin_oks`` for references into this unit, following each chain of
         DW_AT_abstract_origin / DW_AT_specification inside the unit (as ``DwarfView.origin``
         does) a hop at a time for all of them at once; a chain that leaves the unit or
         meets an attribute out of place is left to ``DwarfView.origin_name``."""
-        start = np.array([r for r in refs.tolist() if r not in self._origin_names], dtype=np.uint64)
+        start = np.array([r for r in refs.tolist() if r not in self._origin_oks], dtype=np.uint64)
         cur = start.copy()
         offs = dies.offsets()
-        names: dict[int, str] = {}
         for _ in range(8):
             if not cur.size:
                 return
@@ -283,14 +284,10 @@ class _Collector:
             # stops at a reference it cannot follow): judged by the slow path instead
             hop = plain & (has_ao | has_sp)
             done = plain & ~has_ao & ~has_sp
-            for r0, strp, named in zip(start[done].tolist(), name[done].tolist(), has_name[done].tolist()):
-                if named:
-                    got = names.get(strp)
-                    if got is None:
-                        got = names[strp] = dies.string_at(strp)
-                    self._origin_names[r0] = got
-                else:
-                    self._origin_names[r0] = ""
+            # a name whose first byte cannot start _FN_PREFIXES is judged without reading it
+            head_ok = has_name[done] & np.isin(dies.string_heads(name[done]), _FN_HEADS)
+            for r0, strp, maybe in zip(start[done].tolist(), name[done].tolist(), head_ok.tolist()):
+                self._origin_oks[r0] = maybe and self._fn_name_ok(dies, strp)
             start, cur = start[hop], nxt[hop]
 
     def _struct_name_ok(self, name: str | None) -> bool:
@@ -298,16 +295,27 @@ class _Collector:
         return bool(ASYNC_ENV_RE.match(name)) or name.startswith(RUNTIME_CELL_PREFIXES)
 
     def _origin_ok(self, ref: int) -> bool:
-        name = self._origin_names.get(ref)
-        if name is None:
-            name = self._origin_names[ref] = self.dwarf.origin_name(ref)
-        return name.startswith(_FN_PREFIXES)
+        ok = self._origin_oks.get(ref)
+        if ok is None:
+            ok = self._origin_oks[ref] = self.dwarf.origin_name(ref).startswith(_FN_PREFIXES)
+        return ok
+
+    def _fn_name_ok(self, dies: D.Dies, strp: int) -> bool:
+        """Does the .debug_str string at ``strp`` start with one of _FN_PREFIXES (each
+        string read once over all units)?"""
+        ok = self._fn_strps.get(strp)
+        if ok is None:
+            ok = self._fn_strps[strp] = dies.string_at(strp).startswith(_FN_PREFIXES)
+        return ok
 
     def _may_be_coroutine_fn(self, dies: D.Dies, i: int) -> bool:
         """Could the subprogram or inlined subroutine at index ``i`` be a resume function,
         a runtime's task function or a GenFuture poll (by its own name or its origin's)?"""
-        own = dies.peek(i, D.AT_NAME)
-        if own and own.startswith(_FN_PREFIXES):
+        own = dies.peek(i, D.AT_NAME, raw_strp=True)
+        if own.__class__ is int:
+            if self._fn_name_ok(dies, own):
+                return True
+        elif own and own.startswith(_FN_PREFIXES):
             return True
         ref = dies.peek(i, D.AT_ABSTRACT_ORIGIN)
         if ref is None:
