@@ -17,7 +17,7 @@ Two findings on this machine:
   from symlinks to both halves in a temp dir and points PYTHONPATH at it.
 * In batch mode a SIGINT to lldb interrupts lldb's command, not the
   program, so the "Ctrl-C" of an lldb session is done the way lldb's driver
-  does it on a terminal: ``SBProcess.SendAsyncInterrupt()`` from a timer
+  does it on a terminal: ``SBProcess.SendAsyncInterrupt()`` from a
   thread (lldb then sends the RSP 0x03 byte).
 * In batch mode lldb stops running ``-o`` commands after a stop it treats
   as a crash (any signal stop other than the ones set to no-stop), so
@@ -26,6 +26,8 @@ Two findings on this machine:
 
 from __future__ import annotations
 
+import base64
+import inspect
 import os
 import re
 import subprocess
@@ -34,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import debuggers
+from . import debuggers, running
 
 LLDB_PY_HALVES = (Path("/usr/lib/llvm-14/lib/python3.11/dist-packages/lldb"),
                   Path("/usr/lib/llvm-14/lib/python3/dist-packages/lldb"))
@@ -70,10 +72,15 @@ def lldb_env() -> dict[str, str]:
     return env
 
 
-def interrupt_after(seconds: float) -> str:
-    """An lldb command that interrupts the running process ``seconds`` later."""
-    return ("script import threading; threading.Timer(%s, lambda p=lldb.process: "
-            "p.SendAsyncInterrupt()).start()" % seconds)
+def interrupt_when_running(pid: int | None) -> str:
+    """An lldb command that interrupts the running process once it has run
+    (:func:`running.wait_until_running`, executed inside lldb's Python from
+    that module's source: one condition for every client)."""
+    # base64: lldb would evaluate the source's `backquoted` text as expressions
+    source = base64.b64encode(inspect.getsource(running).encode()).decode()
+    return ("script import base64, threading; exec(base64.b64decode('%s').decode()); "
+            "threading.Thread(target=lambda p=lldb.process: (wait_until_running(%r), "
+            "p.SendAsyncInterrupt()), daemon=True).start()" % (source, pid))
 
 
 @dataclass(frozen=True)

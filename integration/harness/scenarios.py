@@ -18,9 +18,10 @@ Step kinds:
 * ``cmd``: a command whose output ends at the next prompt (gdb CLI waits for
   the stop of ``continue`` by itself; lldb batch mode too).
 * ``resume``: (MI) an ``-exec-*`` command, then wait for ``*stopped``.
-* ``interrupt``: resume, wait ``delay`` seconds, interrupt (Ctrl-C on the gdb
-  pty, ``-exec-interrupt`` in MI, ``SendAsyncInterrupt`` in lldb). Where the
-  program stops is timing-dependent, so only the stop *reason* is kept.
+* ``interrupt``: resume, wait until the program has run (1 s, then until it
+  has used CPU: :func:`running.wait_until_running`), interrupt (Ctrl-C on the
+  gdb pty, ``-exec-interrupt`` in MI, ``SendAsyncInterrupt`` in lldb). Where
+  the program stops is timing-dependent, so only the stop *reason* is kept.
 * ``stats``: ``monitor async stats``, proxy route only, kept out of the
   comparison.
 """
@@ -28,7 +29,6 @@ Step kinds:
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -36,34 +36,11 @@ from pathlib import Path
 
 from . import gdb as gdbh
 from . import lldb as lldbh
+from .running import wait_until_running
 from .stubs import (ProxyProc, StubProc, become_subreaper, start_proxy, start_stub,
                     wait_orphan)
 
 PROBES = ("^probed$",)
-INTERRUPT_DELAY = 1.0
-RUN_BEFORE_INTERRUPT = 10.0  # at most this much more for the program to start running
-
-
-def cpu_ticks(pid: int | None) -> int:
-    """utime + stime of ``pid`` in clock ticks (0 when unreadable)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def wait_until_running(pid: int | None) -> None:
-    """Sleep INTERRUPT_DELAY, then until the program has used some CPU (at
-    most RUN_BEFORE_INTERRUPT more). With uprobe capture the proxy holds the
-    first resume while it attaches (BPF, a 128 MB ring); at load 13-15 on 2
-    cores that took over a second, the interrupt landed before the program ran
-    a single loop and it printed "spun none"."""
-    time.sleep(INTERRUPT_DELAY)
-    deadline = time.monotonic() + RUN_BEFORE_INTERRUPT
-    while pid and cpu_ticks(pid) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -198,7 +175,7 @@ def _run_lldb(program: Path, steps: Sequence[Step], proxied: bool, run: SessionR
             if proxied:
                 cmds.append("process plugin packet monitor " + st.text.removeprefix("monitor "))
         elif st.kind == "interrupt":
-            cmds += [lldbh.interrupt_after(INTERRUPT_DELAY), "process continue"]
+            cmds += [lldbh.interrupt_when_running(run.inferior_pid), "process continue"]
         else:
             cmds.append(st.text)
     res = lldbh.lldb_batch(program, cmds)
@@ -207,7 +184,7 @@ def _run_lldb(program: Path, steps: Sequence[Step], proxied: bool, run: SessionR
     # whole session as one text with the echo lines left out.
     texts: list[str] = []
     for label, out in res.steps():
-        if label.startswith("script import threading") or label.startswith("settings set"):
+        if label.startswith("script import base64") or label.startswith("settings set"):
             continue
         if label.startswith("process plugin packet monitor"):
             run.stats.append(out)
