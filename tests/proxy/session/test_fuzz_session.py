@@ -12,9 +12,10 @@ it closes nothing more is fed (the shell stops). A drain-asking capture
 (written here: it pins the hooks' side, the real backends run in
 integration/) and a probe make hidden stops and drains happen.
 
-Cases: 300 machines x up to 60 steps (about 15,000 steps) per suite run;
-ASYNCRSP_FUZZ_SESSION_EXAMPLES raises it (a longer run's figures:
-docs/safety.md).
+Cases: 300 machines x up to 60 steps (about 15,000 steps) per suite run,
+the same ones every run (derandomized: tests/conftest.py);
+ASYNCRSP_FUZZ_SESSION_EXAMPLES raises it and ASYNCRSP_HYPOTHESIS=random draws
+new ones (a longer run's figures: docs/safety.md).
 """
 
 from __future__ import annotations
