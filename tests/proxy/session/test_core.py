@@ -258,6 +258,26 @@ def test_a_sigint_that_crossed_a_stop_is_consumed_before_the_detach() -> None:
     assert bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToStubRaw) == [frame(b"D;3a4d")]
 
 
+def test_a_crossed_sigint_consumed_with_the_probes_coming_out() -> None:
+    """As above with a probe planted: its z0 goes with the resume that consumes
+    the SIGINT, and the stop is the last of the replies (the session fuzzer
+    found the core expecting one reply there: 'too many values to unpack')."""
+    from proxy.identity import Identity
+
+    pending = [True]
+    d = Driver(sigint_pending=lambda pid: pending[0])
+    d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
+    d.start_running()
+    d.s.client_interrupt()
+    assert d.s.take_actions() == [ToStubRaw(b"\x03")]
+    d.stub(stop_at(0x1234))  # a client breakpoint won: not the SIGINT
+    assert bodies(d.client(b"D;3a4d"), ToStub) == [b"QProgramSignals:"]
+    assert bodies(d.stub(b"OK"), ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;c"]
+    assert d.stub(b"OK") == []
+    pending[0] = False
+    assert bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToStubRaw) == [frame(b"D;3a4d")]
+
+
 def test_no_crossing_no_extra_resume_at_the_detach() -> None:
     from proxy.identity import Identity
 
