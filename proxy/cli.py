@@ -9,12 +9,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import trio
+from typing import TYPE_CHECKING
 
-from proxy.app import make_session
-from proxy.session.core import Session
-from proxy.shell.serve import ServeError, ServeOptions, parse_listen, serve
+from proxy.shell.listen import ServeError, listen_socket, parse_listen
 from proxy.shell.upstream import UpstreamError, UpstreamSpec
+
+if TYPE_CHECKING:
+    from proxy.session.core import Session
+
+# trio and the session (proxy.app, proxy.shell.serve) are imported after the
+# listening socket is open (_serve): the client may connect while they load.
 
 DEFAULT_LISTEN = "127.0.0.1:2345"
 
@@ -178,9 +182,17 @@ def _serve(args: argparse.Namespace) -> int:
         raise ServeError(f"--elf {elf}: no such file")
     log = open(args.log_packets, "w", buffering=1) if args.log_packets else None  # noqa: SIM115
     try:
+        sock = listen_socket(host, port)
+        sockname = sock.getsockname()
+        print(f"asyncrsp: listening on {sockname[0]}:{sockname[1]}", file=sys.stderr, flush=True)
+        import trio
+
+        from proxy.app import make_session
+        from proxy.shell.serve import ServeOptions, serve
+
         # `run` starts gdbserver --once on a pipe: one client.
         opts = ServeOptions(host, port, upstream, log_packets=log,
-                            once=args.command == "run" or getattr(args, "once", False))
+                            once=args.command == "run" or getattr(args, "once", False), sock=sock)
         def make(up: UpstreamSpec) -> Session:
             return make_session(up, probes=args.probe, elf=elf, registers=args.registers,
                                 mode=args.mode, only=args.only, exclude=args.exclude,

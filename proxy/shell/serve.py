@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import socket
 import sys
 from collections.abc import Callable
@@ -12,13 +11,10 @@ from typing import TextIO
 import trio
 
 from proxy.session.core import Session
+from proxy.shell.listen import ServeError, listen_socket, parse_listen
 from proxy.shell.keeper import Keeper
 from proxy.shell.link import Link, PacketLog
 from proxy.shell.upstream import UpstreamError, UpstreamSpec, connect
-
-
-class ServeError(Exception):
-    """A one-line reason the proxy cannot serve (busy port, unreachable stub)."""
 
 
 @dataclass
@@ -33,13 +29,9 @@ class ServeOptions:
     # the stub itself would take another client (_stub_takes_another).
     once: bool = False
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ServeError(f"--listen '{text}': expected HOST:PORT")
-    return host or "127.0.0.1", int(port)
+    # The listening socket when the command line opened it already (listen.py;
+    # it said "listening on" then).
+    sock: socket.socket | None = None
 
 
 async def _stub_takes_another(spec: UpstreamSpec) -> bool:
@@ -96,15 +88,13 @@ async def _next_client(listener: trio.SocketListener, stub: trio.abc.Stream
 async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Session]) -> int:
     """Serve client sessions on one stub; return the exit status."""
     say = lambda text: print(f"asyncrsp: {text}", file=opts.stderr, flush=True)  # noqa: E731
-    try:
-        listeners = await trio.open_tcp_listeners(opts.port, host=opts.host)
-    except OSError as err:
-        if err.errno == errno.EADDRINUSE:
-            raise ServeError(f"port {opts.port} on {opts.host} is busy (--listen another port, or 0 for any)") from None
-        raise ServeError(f"cannot listen on {opts.host}:{opts.port}: {err.strerror or err}") from None
-    listener = listeners[0]
-    sockname = listener.socket.getsockname()
-    say(f"listening on {sockname[0]}:{sockname[1]}")
+    sock = opts.sock
+    if sock is None:
+        sock = listen_socket(opts.host, opts.port)
+        sockname = sock.getsockname()
+        say(f"listening on {sockname[0]}:{sockname[1]}")
+    sockname = sock.getsockname()
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
     async with listener:
         client = await listener.accept()
         if opts.once:

@@ -9,8 +9,13 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import trio
+if TYPE_CHECKING:
+    import trio
+
+# trio is imported where a stub is connected: `serve` parses --upstream before
+# it imports anything heavy (listen.py).
 
 
 class UpstreamError(Exception):
@@ -63,6 +68,8 @@ class Upstream:
         self.process = process
 
     async def aclose(self) -> None:
+        import trio
+
         with trio.CancelScope(shield=True):
             try:
                 await self.stream.aclose()
@@ -74,6 +81,8 @@ class Upstream:
 
 async def _reap(proc: trio.Process) -> None:
     """A spawned stub dies with the session: no orphans (its program neither)."""
+    import trio
+
     with trio.move_on_after(2):
         await proc.wait()
         return
@@ -92,6 +101,8 @@ async def _reap(proc: trio.Process) -> None:
 
 
 async def connect(spec: UpstreamSpec) -> Upstream:
+    import trio
+
     if spec.kind == "core":
         from proxy.shell.corestub import CoreStubStream
 
