@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -269,6 +270,13 @@ def _cargo_command(config: Config, tools: Toolchain, programs: Iterable[str]) ->
         command.append("--release")
     if config.target:
         command += ["--target", config.target]
+    if config.crates is not None:
+        # The package's .cargo/config.toml names the crates by a path relative to the
+        # clone; cargo identifies a directory source by its path, so every clone would
+        # build the crates again in the shared target dir. Named by the cache's own path,
+        # they are one source for every clone.
+        registry = crates_registry(config.crates).resolve()
+        command += ["--config", f'source.debian-{config.crates}.directory="{registry}"']
     for program in programs:
         command += ["--bin", program]
     return command
@@ -331,6 +339,7 @@ def build_config(name: str, programs: Sequence[str] | None = None) -> dict[str, 
         # Another clone's cargo run on the same target dir would replace the binary
         # between this run and its copy.
         fcntl.flock(held, fcntl.LOCK_EX)
+        _claim(config, tools)
         result = subprocess.run(
             command,
             cwd=config.package_dir,
@@ -341,7 +350,35 @@ def build_config(name: str, programs: Sequence[str] | None = None) -> dict[str, 
         )
         if result.returncode != 0:
             raise BuildFailed(name, command, result.stdout + result.stderr)
+        _clone_stamp(config).write_text(str(config.package_dir))
         return {program: _install(config, program) for program in names}
+
+
+def _clone_stamp(config: Config) -> Path:
+    return TARGET_ROOT / f"{config.name}.clone"
+
+
+def _claim(config: Config, tools: Toolchain) -> None:
+    """Fact (cargo 1.65 and 1.95): cargo's fingerprints of a package are relative to the
+    package, so with the target dir shared by every clone, a clone whose sources are older
+    than another clone's build takes that build as fresh, the other clone's paths inside.
+    When the last build came from another clone, this package's own artifacts are cleaned
+    first (the crates' builds are kept)."""
+    try:
+        last = _clone_stamp(config).read_text()
+    except OSError:
+        last = None
+    if last == str(config.package_dir):
+        return
+    with (config.package_dir / "Cargo.toml").open("rb") as fh:
+        package = tomllib.load(fh)["package"]["name"]
+    command = [str(tools.cargo), "clean", "-p", package, "--target-dir", str(TARGET_ROOT / config.name)]
+    if config.release:
+        command.append("--release")
+    if config.target:
+        command += ["--target", config.target]
+    subprocess.run(command, cwd=config.package_dir, env=_cargo_env(config, tools),
+                   stdin=subprocess.DEVNULL, capture_output=True, text=True)
 
 
 def build(
