@@ -237,5 +237,10 @@ def test_deadlocks_attached_mode_off(config: str) -> None:
     """Stuck before the proxy came, nothing planted: the tokio adapter finds the tasks,
     memory alone gives the same findings."""
     prog = _binary(config, "deadlock")
-    out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks"), ["--mode", "off", "--tokio-adapter"])
+    out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks", "tree"), ["--mode", "off", "--tokio-adapter"])
     check_deadlocks(section(out, "deadlocks"))
+    # the tree names a Mutex's holder by the id every command shows, not by the runtime's own
+    # task id (tokio's ids are other numbers: the tree said "held by task tokio#3" for #4)
+    ids = dict((name, tid) for tid, name in re.findall(r"#(\d+) deadlock::(lock_ab|lock_ba) ->", section(out, "deadlocks")))
+    held = re.findall(r"held by task (\S+) deadlock::(lock_ab|lock_ba)\)", section(out, "tree"))
+    assert held and all(tid == f"#{ids[name]}" for tid, name in held), (ids, section(out, "tree"))

@@ -16,23 +16,29 @@ from typing import Any
 from proxy.reflect.tree import Root
 from proxy.reflect.walker import Node
 
-from .inputs import BuildState
+from .inputs import BuildState, Key
 from .model import Frame, FutureNode, Resource, StateKind, Task, TaskState
 from .names import layout_name, user_line
 from .plans import resume_fns
 
 
 class Convert(BuildState):
-    def _task(self, root: Root, tree: Node) -> Task:
-        key = (tree.addr, tree.type_name) if tree.kind == "coroutine" else (root.addr, root.type_name)
+    def _task_key(self, root: Root, tree: Node) -> Key:
+        return (tree.addr, tree.type_name) if tree.kind == "coroutine" else (root.addr, root.type_name)
+
+    def _task_id(self, root: Root, tree: Node) -> int:
+        key = self._task_key(root, tree)
         tid = self.engine_ids.get(key)
         if tid is None and root.label.startswith("#"):
             try:
                 tid = int(root.label[1:])
             except ValueError:
                 tid = None
-        if tid is None:
-            tid = self.inp.ids.of(*key)
+        return tid if tid is not None else self.inp.ids.of(*key)
+
+    def _task(self, root: Root, tree: Node) -> Task:
+        key = self._task_key(root, tree)
+        tid = self._task_id(root, tree)
         fnode = self._convert(tree)
         stack = self._stack(fnode)
         state = fnode.state or TaskState(StateKind.UNKNOWN)  # the task's state is its future's
@@ -49,7 +55,8 @@ class Convert(BuildState):
         kids = tuple([self._convert(c) for c in n.children]) if n.children else ()
         if n.kind != "coroutine":
             done = _LEAF_STATES.get(n.status)  # a combinator's finished branch keeps its tag
-            node = FutureNode(n.kind, n.label, n.addr, n.type_name, TaskState(done) if done else None, n.detail,
+            node = FutureNode(n.kind, n.label, n.addr, n.type_name, TaskState(done) if done else None,
+                              self._held_by(n, n.detail),
                               n.branch, kids, waits=_leaf_wait(n))
             self.below[id(node)] = self._below(kids)
             return node
@@ -65,7 +72,7 @@ class Convert(BuildState):
         if got is None:
             got = self._states[key] = self._state(n, value, thread)
         name, state = got
-        detail = "" if n.detail.startswith("running on thread") else n.detail  # the state says it
+        detail = self._held_by(n, "" if n.detail.startswith("running on thread") else n.detail)  # the state says it
         holds = tuple(_resource("Mutex", a) for a in n.holds) if n.holds else ()
         waits = _resource("Mutex", n.waits_on) if n.waits_on is not None else None
         node = FutureNode("coroutine", name, n.addr, n.type_name, state, detail, n.branch, kids,
@@ -74,6 +81,15 @@ class Convert(BuildState):
         self.below[id(node)] = self._below(kids) | (_RUNS if state.kind is StateKind.RUNNING else 0) \
             | (_LIVE if state.live else 0)
         return node
+
+    def _held_by(self, n: Node, detail: str) -> str:
+        """The detail of a node that waits on a Mutex a task holds, naming that task."""
+        holder = self.mutex_holders.get(n.waits_on) if n.waits_on is not None else None
+        if holder is None or "held by" in detail:
+            return detail
+        h_root, h_tree = holder
+        held = f"held by task #{self._task_id(h_root, h_tree)} {layout_name(None, h_tree.type_name)}"
+        return f"{detail}, {held}" if detail else held
 
     def _state(self, n: Node, value: int | None, thread: int | None) -> tuple[str, TaskState]:
         name = layout_name(self.inv, n.type_name)

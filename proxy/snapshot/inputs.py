@@ -89,5 +89,6 @@ class BuildState:
         self.frame_pcs: dict[int, list[int]] = {}  # LWP -> every unwound frame's link-time pc
         self._states: dict[tuple[Any, ...], tuple[str, TaskState]] = {}  # see _convert
         self._found: dict[str, tuple[str, ...]] = {}  # Root.origin -> Task.found_by
+        self.mutex_holders: dict[int, tuple[Any, Any]] = {}  # Mutex address -> (Root, Node) of the task holding it
         self.below: dict[int, int] = {}  # id(FutureNode) -> _RUNS | _LIVE: in its subtree a coroutine...
 

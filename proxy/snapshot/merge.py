@@ -95,8 +95,22 @@ class Merge(BuildState):
             out = _outermost(out)
         self._overlay_pcs(out)
         self._pollers_run(out)
-        _link_mutexes(out)
+        self._link_mutexes(out)
         return out
+
+    def _link_mutexes(self, trees: list[tuple[Root, Node]]) -> None:
+        """A task waiting on a Mutex another task holds: remember the holder's tree, so that the
+        leaf says who holds it by the holder's snapshot id (``Convert``: ids are final only there;
+        the runtime's own task id, ``tokio#3``, is another number than the ``#4`` every command
+        shows)."""
+        for root, tree in trees:
+            stack = [tree]
+            while stack:  # preorder (the outermost holder named first), without a generator per node
+                n = stack.pop()
+                for m in n.holds:
+                    self.mutex_holders.setdefault(m, (root, tree))
+                if n.children:
+                    stack.extend(reversed(n.children))
 
     def _pollers_run(self, trees: list[tuple[Root, Node]]) -> None:
         """Rule 4, upward in a tree: the coroutines above a running one poll it (all threads are
@@ -431,25 +445,6 @@ def _outermost(trees: list[tuple[Root, Node]]) -> list[tuple[Root, Node]]:
             if n.children:
                 stack.extend(n.children)
     return [(root, tree) for root, tree in trees if (tree.addr, tree.type_name) not in inner]
-
-
-def _link_mutexes(trees: list[tuple[Root, Node]]) -> None:
-    """A task waiting on a Mutex another task holds: say who holds it (the tree's leaf text)."""
-    holders: dict[int, str] = {}
-    for root, tree in trees:
-        stack = [tree]
-        while stack:  # preorder (the outermost holder named first), without a generator per node
-            n = stack.pop()
-            for m in n.holds:
-                holders.setdefault(m, f"task {root.label or hex(root.addr)} {layout_name(None, tree.type_name)}")
-            if n.children:
-                stack.extend(reversed(n.children))
-    if not holders:
-        return
-    for root, tree in trees:
-        for n in tree.iter():
-            if n.waits_on is not None and n.waits_on in holders and "held by" not in n.detail:
-                n.detail += f", held by {holders[n.waits_on]}"
 
 
 def lift(r: Reflector, addr: int, type_name: str, max_hops: int = 16) -> tuple[int, str, int]:
