@@ -237,10 +237,19 @@ def test_deadlocks_attached_mode_off(config: str) -> None:
     """Stuck before the proxy came, nothing planted: the tokio adapter finds the tasks,
     memory alone gives the same findings."""
     prog = _binary(config, "deadlock")
-    out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks", "tree"), ["--mode", "off", "--tokio-adapter"])
+    locals_ = [f"locals #{n}" for n in range(1, 21)]  # ids are given in discovery order; the cycle's are among these
+    out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks", "tree", "waits", *locals_),
+                   ["--mode", "off", "--tokio-adapter"])
     check_deadlocks(section(out, "deadlocks"))
     # the tree names a Mutex's holder by the id every command shows, not by the runtime's own
     # task id (tokio's ids are other numbers: the tree said "held by task tokio#3" for #4)
     ids = dict((name, tid) for tid, name in re.findall(r"#(\d+) deadlock::(lock_ab|lock_ba) ->", section(out, "deadlocks")))
     held = re.findall(r"held by task (\S+) deadlock::(lock_ab|lock_ba)\)", section(out, "tree"))
     assert held and all(tid == f"#{ids[name]}" for tid, name in held), (ids, section(out, "tree"))
+    # `locals` shows each guard as the Mutex it holds, the same address `waits` names
+    waits = section(out, "waits")
+    for name, tid in ids.items():
+        holds = re.search(rf"^#{tid} deadlock::{name}  holds Mutex (0x[0-9a-f]+)", waits, re.M)
+        guard = re.search(r"^  held: tokio::sync::mutex::MutexGuard<u64> = \{lock: (0x[0-9a-f]+)\}$",
+                          section(out, f"locals #{tid}"), re.M)
+        assert holds and guard and holds[1] == guard[1], (name, waits, section(out, f"locals #{tid}"))

@@ -312,7 +312,8 @@ def _locals(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
     inv = ctx.inventory
     layouts = getattr(inv, "layouts", {}) if inv is not None else {}
     if ctx.engine is not None and node.type_name not in layouts:
-        layouts = ctx.engine.catalog.inventory.layouts
+        inv = ctx.engine.catalog.inventory
+        layouts = inv.layouts
     layout = layouts.get(node.type_name)
     label = f"#{node.id}" if node.id is not None else task.label
     if layout is None:
@@ -330,7 +331,7 @@ def _locals(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
     if not state.locals:
         lines.append("  (no locals live across this await)")
     for m in state.locals:
-        lines.append("  " + decode_member(m, node.addr, ctx.read_memory))
+        lines.append("  " + decode_member(m, node.addr, ctx.read_memory, getattr(inv, "types", None)))
     return "\n".join(lines)
 
 

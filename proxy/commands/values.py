@@ -1,11 +1,14 @@
 """Decode a coroutine local from target memory, by its DWARF type name.
 
-Only what can be decoded from the type *name* and the member's size is
-decoded (the analysis model carries no nested member layouts): integers of
+Scalars are decoded from the type *name* and the member's size: integers of
 every width, bool, char, f32/f64, thin pointers and references, ``&str`` and
-``String``; anything else is shown as hex bytes with its type name, and
-buffers larger than ``MAX_HEX`` by their length only. Nothing is evaluated:
-memory is data. Strings are read bounded by ``MAX_STR`` bytes.
+``String``. A struct whose layout the analysis kept (``Inventory.types``: the
+types reflection walks, tokio's guards, Arcs and cells among them) is shown
+as ``{field: value, ...}`` down to ``MAX_DEPTH`` levels, zero-sized fields
+left out, and a one-field wrapper (``UnsafeCell``, ``NonNull``, ``Arc``'s
+``ptr``) as its field's value. Anything else is shown as hex bytes with its
+type name, and buffers larger than ``MAX_HEX`` by their length only. Nothing
+is evaluated: memory is data. Strings are read bounded by ``MAX_STR`` bytes.
 
 ``String`` (= ``Vec<u8>``) changed its field order between compilers
 (checked here with pyelftools on the corpus binaries): rustc 1.63 lays out
@@ -17,14 +20,16 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from proxy.analysis.model import Member
+from proxy.analysis.model import Member, TypeInfo
 
 ReadMemory = Callable[[int, int], bytes | None]
 
 MAX_HEX = 64
 MAX_STR = 256
+MAX_DEPTH = 3
+Types = Mapping[str, TypeInfo]
 _INTS = {
     "u8": (1, False), "u16": (2, False), "u32": (4, False), "u64": (8, False),
     "u128": (16, False), "usize": (8, False),
@@ -37,23 +42,30 @@ _STRING_TYPES = ("alloc::string::String", "String")
 _STR_REF_TYPES = ("&str", "&mut str")
 
 
-def decode_member(m: Member, base: int, read: ReadMemory) -> str:
+def decode_member(m: Member, base: int, read: ReadMemory, types: Types | None = None) -> str:
     """``name: type = value`` for a local at ``base + m.offset``."""
-    return f"{m.name}: {m.type_name} = {decode_value(m.type_name, m.size, base + m.offset, read)}"
+    return f"{m.name}: {m.type_name} = {decode_value(m.type_name, m.size, base + m.offset, read, types)}"
 
 
-def decode_value(type_name: str, size: int, addr: int, read: ReadMemory) -> str:
-    if size > MAX_HEX:
+def decode_value(type_name: str, size: int, addr: int, read: ReadMemory, types: Types | None = None) -> str:
+    if size > MAX_HEX and not _is_struct(types, type_name):
         return f"<{size} bytes at 0x{addr:x}>"
     data = read(addr, size) if size > 0 else b""
     if data is None or len(data) < size:
         return f"<unreadable at 0x{addr:x}>"
-    return decode_bytes(type_name, data, read)
+    return decode_bytes(type_name, data, read, types)
 
 
-def decode_bytes(type_name: str, data: bytes, read: ReadMemory) -> str:
+def _is_struct(types: Types | None, type_name: str) -> bool:
+    t = types.get(type_name.strip()) if types else None
+    return t is not None and t.kind == "struct" and bool(t.fields)
+
+
+def decode_bytes(type_name: str, data: bytes, read: ReadMemory, types: Types | None = None, depth: int = 0) -> str:
     t = type_name.strip()
     size = len(data)
+    if t.startswith(("&", "*const ", "*mut ")) and size > 16:
+        data, size = data[:8], 8  # a thin reference recorded with its pointee's size (tokio's MutexGuard.lock)
     if t in _INTS and _INTS[t][0] == size:
         return str(int.from_bytes(data, "little", signed=_INTS[t][1]))
     if t == "bool" and size == 1:
@@ -70,7 +82,24 @@ def decode_bytes(type_name: str, data: bytes, read: ReadMemory) -> str:
         return f"0x{_word(data, 0):x}"
     if t.startswith(_POINTER_PREFIXES) and size == 16:
         return f"(0x{_word(data, 0):x}, 0x{_word(data, 8):x})"  # fat pointer: data, meta
+    if _is_struct(types, t) and depth < MAX_DEPTH:
+        return _struct(types[t], data, read, types, depth)  # type: ignore[index]
     return f"<{t}: {data.hex(' ')}>" if data else f"<{t}: zero-sized>"
+
+
+def _struct(ti: TypeInfo, data: bytes, read: ReadMemory, types: Types | None, depth: int) -> str:
+    fields = [f for f in ti.fields if f.size > 0 or f.type_name.startswith("&")]
+    parts = []
+    for f in fields:
+        size = 8 if f.type_name.startswith(("&", "*const ", "*mut ")) and f.size > 16 else f.size
+        raw = data[f.offset:f.offset + size]
+        if len(raw) < size:
+            parts.append((f.name, "<outside the value>"))
+            continue
+        parts.append((f.name, decode_bytes(f.type_name, raw, read, types, depth + 1)))
+    if len(parts) == 1 and parts[0][0] in ("value", "pointer", "ptr", "__0", "inner"):
+        return parts[0][1]  # a one-field wrapper: its field's value
+    return "{" + ", ".join(f"{n}: {v}" for n, v in parts) + "}"
 
 
 def _word(data: bytes, at: int) -> int:

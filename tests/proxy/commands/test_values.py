@@ -71,3 +71,31 @@ def test_other_types_as_bytes_and_large_buffers_by_length() -> None:
     assert decode_value("[u8; 4096]", 4096, 0x100, read) == "<4096 bytes at 0x100>"
     m = Member("buf", 8, 4, "u32")
     assert decode_member(m, 0x5555_0000_1000 - 8, read) == f"buf: u32 = {int.from_bytes(b'h' + 'é'.encode() + b'l', 'little')}"
+
+
+def test_structs_by_their_kept_layout() -> None:
+    """Layouts as the analysis keeps them for the corpus program ``stuck`` (rustc 1.95): an
+    Arc is its pointer, tokio's MutexGuard holds a reference recorded with the Mutex's size
+    (48, not 8), and a cell is its value."""
+    from proxy.analysis.model import Field, TypeInfo
+
+    arc = "alloc::sync::Arc<tokio::sync::mutex::Mutex<u64>, alloc::alloc::Global>"
+    types = {
+        arc: TypeInfo(arc, "struct", 8, (
+            Field("ptr", 0, 8, "core::ptr::non_null::NonNull<alloc::sync::ArcInner<tokio::sync::mutex::Mutex<u64>>>"),
+            Field("phantom", 8, 0, "core::marker::PhantomData<alloc::sync::ArcInner<tokio::sync::mutex::Mutex<u64>>>"),
+            Field("alloc", 8, 0, "alloc::alloc::Global"))),
+        "tokio::sync::mutex::MutexGuard<u64>": TypeInfo("tokio::sync::mutex::MutexGuard<u64>", "struct", 8, (
+            Field("lock", 0, 48, "&tokio::sync::mutex::Mutex<u64>"),)),
+        "Pair": TypeInfo("Pair", "struct", 16, (Field("a", 0, 8, "u64"), Field("cell", 8, 8, "core::cell::UnsafeCell<u64>"))),
+        "core::cell::UnsafeCell<u64>": TypeInfo("core::cell::UnsafeCell<u64>", "struct", 8, (Field("value", 0, 8, "u64"),)),
+        "Loop": TypeInfo("Loop", "struct", 8, (Field("next", 0, 8, "Loop"),)),
+    }
+    word = struct.pack("<Q", 0x55B479E694D0)
+    assert decode_bytes(arc, word, read, types) == "0x55b479e694d0"
+    assert decode_bytes("tokio::sync::mutex::MutexGuard<u64>", word, read, types) == "{lock: 0x55b479e694d0}"
+    assert decode_bytes("Pair", struct.pack("<QQ", 3, 7), read, types) == "{a: 3, cell: 7}"
+    # a layout that names itself ends at the depth limit, in bytes
+    assert decode_bytes("Loop", word, read, types) == "{next: {next: {next: <Loop: d0 94 e6 79 b4 55 00 00>}}}"
+    # without the layouts: bytes, as before
+    assert decode_bytes("Pair", struct.pack("<QQ", 3, 7), read).startswith("<Pair: 03 00")
