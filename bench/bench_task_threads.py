@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
+from integration.harness import programs  # noqa: E402
 
 
 def _port() -> int:
@@ -97,9 +98,9 @@ def ide_stop(mi: MI, thread: int) -> tuple[int, int]:
     return len(re.findall(r'\{id="\d+"', info)), frames
 
 
-def run_once(prog: Path, tasks: int, task_threads: bool) -> dict[str, float]:
+def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = True) -> dict[str, float]:
     # its own process group: gdbserver interrupts an attached program with kill(-pid, SIGINT)
-    p = subprocess.Popen([str(prog), str(tasks), "mt"], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+    p = subprocess.Popen([str(prog), *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
                          start_new_session=True)
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -113,12 +114,15 @@ def run_once(prog: Path, tasks: int, task_threads: bool) -> dict[str, float]:
         assert gs.stderr is not None
         while "Listening" not in gs.stderr.readline():
             pass
-        extra = ["--task-threads"] if task_threads else []
-        proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{pport}",
-                                  "--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter", *extra],
-                                 cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        procs.append(proxy)
-        assert proxy.stderr is not None and "listening" in proxy.stderr.readline()
+        if proxied:
+            extra = ["--task-threads"] if task_threads else []
+            proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{pport}",
+                                      "--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter",
+                                      *extra], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+            procs.append(proxy)
+            assert proxy.stderr is not None and "listening" in proxy.stderr.readline()
+        else:
+            pport = gport
         mi = MI(prog)
         out: dict[str, float] = {}
         mi.cmd("-gdb-set pagination off")
@@ -167,12 +171,20 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=10_000)
     ap.add_argument("--config", default="release")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--floor", action="store_true",
+                    help="also time the same stop with as many real threads (C program many_threads), attached"
+                         " through gdbserver alone and through asyncrsp: what gdb itself pays for that many threads")
     a = ap.parse_args()
     prog = build.binary(a.config, "many_tasks")
-    with_tt, without = [], []
-    for _ in range(a.runs):  # interleaved: the same load for both
-        without.append(run_once(prog, a.tasks, False))
-        with_tt.append(run_once(prog, a.tasks, True))
+    threads_prog = programs.build("many_threads")
+    with_tt, without, floor, floor_proxy = [], [], [], []
+    for _ in range(a.runs):  # interleaved: the same load for all
+        without.append(run_once(prog, [str(a.tasks), "mt"], False))
+        with_tt.append(run_once(prog, [str(a.tasks), "mt"], True))
+        if a.floor:
+            n = int(with_tt[-1]["threads"])
+            floor.append(run_once(threads_prog, [str(n)], False, proxied=False))
+            floor_proxy.append(run_once(threads_prog, [str(n)], False))
 
     def med(rs: list[dict[str, float]], k: str) -> float:
         return statistics.median(r[k] for r in rs)
@@ -188,6 +200,15 @@ def main() -> None:
     for k, label in (("later", "later stop"), ("first", "first stop")):
         ratio = med(with_tt, k) / med(without, k)
         print(f"  ratio with / without, {label}: {ratio:.2f}  (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
+    if floor:
+        print(f"the floor: many_threads {med(floor, 'threads'):.0f} (as many real threads as the task threads"
+              f" run listed), the same IDE stop")
+        for label, rs in (("gdbserver alone", floor), ("through asyncrsp", floor_proxy)):
+            print(f"  {label:22} later stop {med(rs, 'later'):6.3f} s, first stop (connect) {med(rs, 'first'):6.3f} s;"
+                  f" {med(rs, 'threads'):.0f} threads; every thread's stack {med(rs, 'all_stacks'):.3f} s")
+        for k, label in (("later", "later stop"), ("first", "first stop")):
+            print(f"  task threads / real threads through gdbserver alone, {label}:"
+                  f" {med(with_tt, k) / med(floor, k):.2f}; through asyncrsp: {med(with_tt, k) / med(floor_proxy, k):.2f}")
 
 
 if __name__ == "__main__":

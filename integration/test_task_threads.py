@@ -133,7 +133,7 @@ def test_gdb_threads_stacks_and_locals_of_tasks(config: str) -> None:
             echo("threads"), "info threads", echo("tree"), "monitor async tree", echo("all"), "thread apply all bt",
             *select("lock_ba", "lock_ba"), echo("locals_ba"), "info locals", "print held.lock.c.value",
             *select("lock_ab", "lock_ab"), echo("locals_ab"), "print held.lock.c.value",
-            echo("step"), "stepi", echo("end")])
+            echo("step"), "stepi", echo("stats"), "monitor async stats", echo("end")])
     threads = part(out, "threads")
     for name in (*TASKS, "run"):
         assert re.search(rf'Thread {pid}\.\d+ "task (\S+ )?stuck::{name}" \((suspended at|running)', threads), threads
@@ -168,6 +168,8 @@ def test_gdb_threads_stacks_and_locals_of_tasks(config: str) -> None:
         assert arc and waits, (part(out, "locals_ba"), threads)
         assert int(arc.group(1), 16) + 16 == int(waits.group(1), 16)  # ArcInner {strong, weak, data: Mutex}
     assert "a task thread cannot be stepped" in part(out, "step"), part(out, "step")
+    # the program is this host's (proved): its data pages were read through /proc/PID/mem, not `m`
+    assert re.search(r"through /proc/PID/mem .*: [1-9]\d* bytes", part(out, "stats")), part(out, "stats")
 
 
 @pytest.mark.parametrize("config", ["debug", "release"])

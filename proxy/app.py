@@ -478,6 +478,22 @@ def make_session(
 
         return pending(pid)
 
+    def local_memory(session: Session) -> object | None:
+        """The stop's data pages through /proc/PID/mem, only for a program identity proved
+        to be this host's (proxy/reflect/localmem.py); None: every read through `m`."""
+        ident = session.identity
+        if not ident.local:
+            return None
+        # the stopped process: a fork child's own pid when the stop names one (multiprocess)
+        stop = getattr(session, "_last_stop", None)
+        stub_pid = stop.thread.pid if stop is not None and stop.thread is not None else None
+        pid = ident.host_pid if not stub_pid or stub_pid <= 1 else ident.host_pid_of(stub_pid)
+        if not pid:
+            return None
+        from proxy.reflect.localmem import open_local
+
+        return open_local(pid)
+
     target_xml = None
     if policy.safe:
         try:
@@ -504,13 +520,14 @@ def make_session(
         local_exe=local_exe,
         sigint_pending=sigint_pending,
         task_threads=task_threads,
+        local_memory=local_memory,
         identify=lambda pid, auxv, path: prove(pid, auxv, path, override=host, exchange=Exchange),
     )
     if upstream.kind == "core":
         # Nothing runs: no capture, no probes, no target to find at a first resume;
         # reflection reads the image (its auxv, its anonymous memory), never /proc.
         cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = cfg.classify_stub = cfg.sigint_pending = None
-        cfg.identify = None
+        cfg.identify = cfg.local_memory = None
         cfg.mode = "off"
     session = Session(cfg)
     from proxy.threads.view import TaskThreadView

@@ -78,6 +78,10 @@ class Queries(SessionBase):
         during a pass, whether a read of this pass was not answered yet."""
         yield from self._before_reflection()
         cache: dict[tuple[int, int], bytes | None] = {}
+        # a proven local program's data pages straight from /proc/PID/mem (proxy/reflect/
+        # localmem.py): one pass, no `m`; an address no mapping holds is unreadable at once;
+        # code and anything else it cannot read go to the stub
+        local = self.config.local_memory(self) if self.config.local_memory is not None else None
         threads: dict[int, bytes] | None = None  # LWP -> `g` reply, read when a command asks
         wants_threads = False
         missing: list[tuple[int, int]] = []
@@ -99,6 +103,11 @@ class Queries(SessionBase):
                         return cache[key]
                     if size <= 0 or size > 1 << 16 or addr < 0:
                         return None
+                    if local is not None:
+                        data = local.read(addr, size)
+                        if data is not None or local.unmapped(addr):
+                            cache[key] = data
+                            return data
                     missing.append(key)
                     return None
 
@@ -115,6 +124,9 @@ class Queries(SessionBase):
         finally:
             self.monitor_threads = None
             self.monitor_missed = None
+            if local is not None:
+                self.stats.local_read_bytes += local.bytes_read
+                local.close()
         return out
 
     def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]:
@@ -286,6 +298,9 @@ class Queries(SessionBase):
             self.register_notice.removeprefix("asyncrsp: "),
             self.identity.line(),
         ]
+        if s.local_read_bytes:
+            lines.append(f"memory read at stops through /proc/PID/mem (data pages of the proven local program): "
+                         f"{s.local_read_bytes} bytes")
         if s.shielded:
             lines.append(f"client packets answered E01, not forwarded (the stub could not take them): "
                          f"{s.shielded}; last: {self.shield_last}")

@@ -93,6 +93,10 @@ class SessionConfig:
     # lookup, _start's return address), run like a monitor command (its registers through
     # monitor_threads); None: the feature is not composed in.
     task_threads: Callable[..., Any] | None = None
+    # Reads of a proven local program's data memory for one read loop (proxy.reflect.localmem):
+    # (session) -> an object with read(addr, size) -> bytes | None and close(), or None
+    # (remote, unproven, not readable); None: every read goes through `m`.
+    local_memory: Callable[[Any], Any] | None = None
     clock: Callable[[], float] = time.perf_counter
 
 
@@ -130,6 +134,7 @@ class SessionStats:
     shielded: int = 0  # client packets answered E01 by the proxy, never forwarded (shield.py)
     reconnects: int = 0  # clients after the first on a kept stub
     stub_packets: int = 0
+    local_read_bytes: int = 0  # reflection's reads served from /proc/PID/mem, not `m` (reflect/localmem.py)
     probe_stats: ProbeStats = field(default_factory=ProbeStats)
 
 

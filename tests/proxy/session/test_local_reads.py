@@ -1,0 +1,69 @@
+"""The read loop of a monitor command with a local memory reader (proxy/reflect/localmem.py).
+
+The reader is the session's config hook; here it is a small stand-in with three kinds of
+address (the real reader is tested against a real process in
+tests/proxy/test_localmem.py): data it reads, an address no mapping holds, and code
+(refused: the stub's `m` hides its breakpoints, /proc/PID/mem does not).
+"""
+
+from __future__ import annotations
+
+from proxy.session.actions import ToClient, ToStub
+from proxy.session.core import Session
+
+from .test_core import Driver, bodies, stop_at
+
+DATA, UNMAPPED, CODE = 0x7000, 0x10, 0x5000
+
+
+class _Local:
+    def __init__(self) -> None:
+        self.closed = 0
+        self.bytes_read = 0
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        if addr == DATA:
+            self.bytes_read += size
+            return b"\x2a" * size
+        return None
+
+    def unmapped(self, addr: int) -> bool:
+        return addr == UNMAPPED
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_local_reads_skip_the_stub_and_code_still_goes_to_it() -> None:
+    local = _Local()
+    seen: list[object] = []
+
+    def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
+        got = (read(DATA, 4), read(UNMAPPED, 4), read(CODE, 4))
+        seen.append(got)
+        return "ok\n"
+
+    d = Driver(probes=[], monitor=monitor, local_memory=lambda s: local)
+    d.client(b"?")
+    d.stub(stop_at(0x1000, reason=b""))
+    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
+    assert bodies(acts, ToStub) == [b"m5000,4"]  # only the code: one pass, one packet
+    acts = d.stub(b"90909090")
+    assert bodies(acts, ToClient)[-1] == b"OK"
+    assert seen == [(b"****", None, None), (b"****", None, b"\x90" * 4)]
+    assert local.closed == 1 and d.s.stats.local_read_bytes == 4
+    assert any("/proc/PID/mem" in line and " 4 bytes" in line for line in d.s.stats_lines())
+
+
+def test_without_a_local_reader_every_read_is_an_m_packet() -> None:
+    def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
+        read(DATA, 4)
+        read(UNMAPPED, 4)
+        return "ok\n"
+
+    d = Driver(probes=[], monitor=monitor, local_memory=lambda s: None)
+    d.client(b"?")
+    d.stub(stop_at(0x1000, reason=b""))
+    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
+    assert bodies(acts, ToStub) == [b"m7000,4", b"m10,4"]
+    assert not any("/proc/PID/mem" in line for line in d.s.stats_lines())
