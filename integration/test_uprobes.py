@@ -721,3 +721,61 @@ def test_exits_in_the_callers_count_every_poll_once(config: str) -> None:
         assert bool(moved) == move, [s.name for s in cap.plan_.sites]
         counts.append((d.entries, d.exits))
     assert counts[0] == counts[1]
+
+
+_AXUM = ROOT / "integration" / "build" / "bench-server" / "bare-target" / "release" / "axum_server"
+
+
+@pytest.mark.skipif(not _AXUM.exists(), reason="the server benchmark's axum service is not built "
+                    "(python bench/server/build_server.py --variant bare)")
+def test_task_root_exits_in_tokios_harness_count_every_poll_once() -> None:
+    """tokio 1.53's harness drops its TaskIdGuard through the GOT between the task
+    root's return and the `jcc` on its Poll (caller_exits.py: a call in the
+    window that provably does not poll). The axum service's connection task
+    then has its exits there: every entry of it meets exactly one exit, under
+    real HTTP requests, and nothing is left unmatched."""
+    import urllib.request
+
+    from integration.harness.stubs import free_port, port_listening
+
+    inv = build_inventory(str(_AXUM))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = Engine(Catalog(inv, bias), keep_log=False)
+    port = free_port()
+    pid = spawn_stopped([str(_AXUM), str(port)])
+    cap = UprobeCapture(unwind_share=0.0)
+    try:
+        cap.plan(SimpleNamespace(path=str(_AXUM), pid=pid, local=True, inventory=inv,  # type: ignore[arg-type]
+                                 bias=bias, engine=eng, note=None, extra={}))
+        assert cap.plan_ is not None
+        conn = [s for s in cap.plan_.sites if "handle_connection" in s.name]
+        assert any(s.name.endswith("(return to caller)") for s in conn), [s.name for s in conn]
+        assert not any(s.name.endswith("(ret)") for s in conn), [s.name for s in conn]
+        assert cap.install() is None and cap.attached, cap.note
+        os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while not port_listening(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(200):
+            assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
+            cap.poll()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/quit", timeout=30).read()
+        except OSError:
+            pass  # the server may close the connection as it ends
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        cap.sync()
+        hits = cap._prog.site_hits(list(range(len(cap.plan_.sites)))) if cap._prog else {}
+        cap.uninstall()
+        d, st = cap.decoder.stats, eng.stats()  # type: ignore[union-attr]
+        assert d.entries == d.exits + d.unwinds and st.exits_missed == 0 and st.unmatched_exits == 0, (d, st)
+        idx = {s.addr: i for i, s in enumerate(cap.plan_.sites)}
+        conn_in = sum(hits.get(idx[s.addr], 0) for s in conn if s.spec.kind == 0)
+        conn_out = sum(hits.get(idx[s.addr], 0) for s in conn if s.spec.kind != 0)
+        assert conn_in >= 200 and conn_in == conn_out, (conn_in, conn_out)
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        cap.uninstall()

@@ -108,8 +108,8 @@ def plan_sites(
               and (only_re is None or only_re.search(fn.name)) and not (exclude_re and exclude_re.search(fn.name))]
     in_callers: dict[int, list] = {}  # type: ignore[type-arg]
     if move_exits and not entry_only and chosen:
-        found = caller_exits(elf, [(fn.low_pc, fn.high_pc) for fn in chosen])
         starts = {fn.low_pc for fn in inventory.resume_fns}
+        found = caller_exits(elf, [(fn.low_pc, fn.high_pc) for fn in chosen], polls=starts)
         taken: set[int] = set()
         for lo, got in found.items():
             if isinstance(got, list) and got and not any(c.addr in starts or c.addr in taken for c in got):
