@@ -238,7 +238,7 @@ def test_deadlocks_attached_mode_off(config: str) -> None:
     memory alone gives the same findings."""
     prog = _binary(config, "deadlock")
     locals_ = [f"locals #{n}" for n in range(1, 21)]  # ids are given in discovery order; the cycle's are among these
-    out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks", "tree", "waits", *locals_),
+    out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks", "tree", "waits", "tasks", *locals_),
                    ["--mode", "off", "--tokio-adapter"])
     check_deadlocks(section(out, "deadlocks"))
     # the tree names a Mutex's holder by the id every command shows, not by the runtime's own
@@ -246,6 +246,11 @@ def test_deadlocks_attached_mode_off(config: str) -> None:
     ids = dict((name, tid) for tid, name in re.findall(r"#(\d+) deadlock::(lock_ab|lock_ba) ->", section(out, "deadlocks")))
     held = re.findall(r"held by task (\S+) deadlock::(lock_ab|lock_ba)\)", section(out, "tree"))
     assert held and all(tid == f"#{ids[name]}" for tid, name in held), (ids, section(out, "tree"))
+    # a multi-thread runtime's workers are blocking-pool tasks: named as such, not by their closure's type,
+    # and started (their closure taken out of the task), so running on the pool
+    tasks = section(out, "tasks")
+    assert "BlockingTask<" not in tasks and "spawn_blocking(runtime worker)" in tasks, tasks
+    assert "spawn_blocking(runtime worker) (running on the blocking pool)" in section(out, "tree"), section(out, "tree")
     # `locals` shows each guard as the Mutex it holds, the same address `waits` names
     waits = section(out, "waits")
     for name, tid in ids.items():

@@ -797,8 +797,18 @@ def blocking_task(r: Reflector, addr: int, type_name: str, depth: int, seen: fro
     m = re.match(r"tokio::runtime::blocking::task::BlockingTask<(.*)>$", type_name)
     closure = re.sub(r"::\{closure_env#\d+\}.*$", "", m.group(1)) if m else ""
     worker = "::worker::" in closure and closure.endswith("::launch")
-    detail = "a worker thread of the runtime" if worker else f"spawn_blocking({closure or '?'})"
-    return Node("leaf", "tokio::task::spawn_blocking", addr, type_name, detail=detail)
+    what = "runtime worker" if worker else closure or "?"
+    # func is taken out (None) when a pool thread starts the closure: it runs, or ran, there
+    t = r.type(type_name)
+    f = t.field("func") if t is not None else None
+    opt = r.type(f.type_name) if f is not None else None
+    started = None
+    if opt is not None and opt.kind == "enum" and opt.discr is not None:
+        v = r.mem.u(addr + f.offset + opt.discr.offset, opt.discr.size)  # type: ignore[union-attr]
+        variant = opt.variant_for(v) if v is not None else None
+        started = variant.name == "None" if variant is not None else None
+    detail = {True: "running on the blocking pool", False: "queued for the blocking pool"}.get(started, "")
+    return Node("leaf", f"tokio::task::spawn_blocking({what})", addr, type_name, detail=detail)
 
 
 def pending(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:

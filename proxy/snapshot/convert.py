@@ -46,7 +46,7 @@ class Convert(BuildState):
         if found is None:
             found = self._found[root.origin] = tuple(w.strip() for w in root.origin.split(","))
         stats = self._stats(tid) if self.engine is not None else None
-        name = fnode.name if fnode.kind == "coroutine" else layout_name(self.inv, key[1])
+        name = fnode.name if fnode.kind == "coroutine" or fnode.kind == "leaf" else layout_name(self.inv, key[1])
         header = root.header or root.origin
         return Task(id=tid, addr=key[0], type_name=key[1], name=name, state=state, tree=fnode,
                     stack=stack, stats=stats, found_by=found, header=header)
