@@ -257,22 +257,109 @@ def run_way(way: str, tests: list[str], capture: str | None, warm: bool) -> dict
         assert zyg.stdout is not None
         zyg.stdout.readline()
         env["GDB_TESTSUITE_ZYGOTE"] = path
+    # Every process of the run carries the mark (the proxies too: they set up
+    # sessions of their own); what is left when runtest ends is ended (reap).
+    env[RUN_MARK] = str(run_dir)
     t0 = time.monotonic()
+    files: dict[str, float] = {}
     try:
-        with open(run_dir / "runtest.out", "w") as fh:
-            subprocess.run(cmd, cwd=run_dir, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL)
+        files = _run_timed(cmd, run_dir, env, t0)
         elapsed = time.monotonic() - t0
     finally:
         if zyg is not None:
             zyg.kill()
             zyg.wait()
-    left = _end_proxies(run_dir)
+        left = _end_proxies(run_dir)
+        stray = reap(str(run_dir))
     results = parse_sum(run_dir / "gdb.sum")
     rec = {"way": label, "tests": tests, "time": elapsed, "dir": str(run_dir), "proxies_left": left,
-           "results": results}
+           "stray": stray, "files": files, "results": results}
     (run_dir / "result.json").write_text(json.dumps(rec))
     return rec
+
+
+_RUNNING = re.compile(rb"^Running (\S+/testsuite/(\S+\.exp)) \.\.\.$")
+
+
+def _run_timed(cmd: list[str], run_dir: Path, env: dict[str, str], t0: float) -> dict[str, float]:
+    """Run runtest; each test file's wall time, from the "Running X ..."
+    line runtest prints as it starts the file to the next one (or the end)."""
+    files: dict[str, float] = {}
+    current, since = None, t0
+    with open(run_dir / "runtest.out", "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            m = _RUNNING.match(line.rstrip())
+            if m:
+                now = time.monotonic()
+                if current is not None:
+                    files[current] = now - since
+                current, since = m.group(2).decode(), now
+        proc.wait()
+    if current is not None:
+        files[current] = time.monotonic() - since
+    return files
+
+
+RUN_MARK = "ASYNCRSP_GDB_TESTSUITE_RUN"
+
+
+def _processes_of(run_dir: str) -> list[int]:
+    """This run's processes still alive: those whose environment holds the
+    run's mark (runtest, gdb, gdbserver, the programs, the proxies and their
+    keepers all inherit it; other runs have another directory in it)."""
+    mark = f"{RUN_MARK}={run_dir}".encode()
+    me = os.getpid()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        try:
+            environ = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if mark in environ.split(b"\0"):
+            found.append(int(d.name))
+    return found
+
+
+def reap(run_dir: str) -> int:
+    """End what the run left behind (the testsuite leaves some: a
+    `gdbserver - prog` on a pipe whose gdb is gone spins on its closed
+    stdin). SIGTERM, then SIGKILL to what is still there after a second.
+    Returns how many processes were left."""
+    pids = _processes_of(run_dir)
+    found = len(pids)
+    if not found:
+        return 0
+    with open(Path(run_dir) / "stray", "a") as fh:
+        for pid in pids:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                cmd = "?"
+            fh.write(f"{pid} {cmd}\n")
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 0.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while (pids := [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def parse_sum(path: Path) -> list[list[str]]:
@@ -296,7 +383,20 @@ def names(results: list[list[str]], status: str) -> collections.Counter:
     return collections.Counter(f"{r[1]}: {r[2]}" for r in results if r[0] == status)
 
 
-def report(recs: list[dict], out=sys.stdout) -> None:
+def per_file(base: dict, others: list[dict], top: int, out=sys.stdout) -> None:
+    """The test files where the other ways lost the most time against straight."""
+    bt = base.get("files") or {}
+    others = [r for r in others if r.get("files")]
+    if not bt or not others:
+        return
+    worst = sorted(bt, key=lambda f: -max(r["files"].get(f, 0.0) - bt[f] for r in others))[:top]
+    print(f"\n{'test file (seconds)':<52} {'straight':>8} " + " ".join(f"{r['way'][:14]:>14}" for r in others), file=out)
+    for f in worst:
+        cells = " ".join(f"{r['files'].get(f, 0.0):>7.1f} {r['files'].get(f, 0.0) - bt[f]:>+6.1f}" for r in others)
+        print(f"{f:<52} {bt[f]:>8.1f} {cells}", file=out)
+
+
+def report(recs: list[dict], out=sys.stdout, files: int = 0) -> None:
     print(f"{'way':<22} {'PASS':>6} {'FAIL':>5} {'other':>6} {'time':>8}  ratio", file=out)
     base = next((r for r in recs if r["way"] == "straight"), None)
     for r in recs:
@@ -304,10 +404,14 @@ def report(recs: list[dict], out=sys.stdout) -> None:
         other = sum(v for k, v in c.items() if k not in ("PASS", "FAIL"))
         ratio = f"{r['time'] / base['time']:.2f}x" if base and base["time"] else ""
         left = f"  ({r['proxies_left']} proxies left running, ended)" if r.get("proxies_left") else ""
+        if r.get("stray"):
+            left += f"  ({r['stray']} processes of the run left running, ended)"
         print(f"{r['way']:<22} {c['PASS']:>6} {c['FAIL']:>5} {other:>6} {r['time']:>7.1f}s  {ratio}{left}",
               file=out)
     if base is None:
         return
+    if files:
+        per_file(base, [r for r in recs if r is not base], files, out)
     bp, bf = names(base["results"], "PASS"), names(base["results"], "FAIL")
     for r in recs:
         if r is base:
@@ -338,7 +442,8 @@ def stored(label: str, tests: list[str]) -> dict | None:
     results = [r for rec in recs.values() for r in rec["results"] if r[1] in tests and best.get(r[1], (0, None))[1] is rec]
     missing = [t for t in tests if t not in best]
     return {"way": label + (f" ({len(missing)} tests not run)" if missing else ""),
-            "time": sum(rec["time"] for rec in recs.values()), "results": results}
+            "time": sum(rec["time"] for rec in recs.values()), "results": results,
+            "files": {t: rec["files"][t] for t, (_, rec) in best.items() if t in rec.get("files", {})}}
 
 
 def main(argv: list[str]) -> int:
@@ -359,6 +464,8 @@ def main(argv: list[str]) -> int:
                    help="proxies forked from one interpreter that imported the proxy once "
                         "(measures the proxy without its Python start-up, ~93 of them)")
     p.add_argument("--report", action="store_true", help="print the figures over every stored part, run nothing")
+    p.add_argument("--files", type=int, default=0, metavar="N",
+                   help="also print the N test files that took the most extra time against straight")
     p.add_argument("--list", action="store_true", help="print the subset and exit")
     p.add_argument("tests", nargs="*", help="test files (e.g. gdb.server/ext-run.exp) instead of the subset")
     a = p.parse_args(argv)
@@ -375,13 +482,13 @@ def main(argv: list[str]) -> int:
     ways = a.way or list(WAYS)
     if a.report:
         recs = [r for w in ways if (r := stored(label_of(w, a.capture, a.warm), tests)) is not None]
-        report(recs)
+        report(recs, files=a.files)
         return 0
     recs = []
     for way in ways:
         print(f"gdb-testsuite: {label_of(way, a.capture, a.warm)}: {len(tests)} test files ...", file=sys.stderr, flush=True)
         recs.append(run_way(way, tests, a.capture, a.warm))
-    report(recs)
+    report(recs, files=a.files)
     return 0
 
 

@@ -1,7 +1,7 @@
 """An ELF file opened safely: symbols (demangled), build-id, PIE, entry, bytes by address.
 
-``open_elf`` reads the whole file once and never lets a pyelftools exception
-escape: a file that is not an ELF or whose header is cut off raises
+``open_elf`` maps the file once and reads its headers (struct; pyelftools
+reads DWARF and CFI through ``stream()``): a file that is not an ELF or whose header is cut off raises
 ``AnalysisError``; sections that run past the end of the file are dropped
 with a warning (``ElfImage.warnings``), so a truncated binary still gives
 what it has.
@@ -17,17 +17,11 @@ import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .demangle import demangle
 from .errors import AnalysisError
 
-if TYPE_CHECKING:
-    from elftools.elf.elffile import ELFFile
-
-# pyelftools is imported where a file is parsed (_open_elf, _build_id): the
-# module's small readers (parse_auxv) serve every session's identity proof
-# without it.
 
 AT_NULL = 0
 AT_PHDR = 3
@@ -167,8 +161,6 @@ def open_elf(path: str | Path) -> ElfImage:
 
 
 def _open_elf(path: str | Path) -> ElfImage:
-    from elftools.common.exceptions import ELFError, ELFParseError
-
     p = Path(path)
     data: bytes | mmap.mmap
     try:
@@ -189,70 +181,136 @@ def _open_elf(path: str | Path) -> ElfImage:
         return _parse(str(p), data)
     except AnalysisError:
         raise
-    except (ELFError, ELFParseError, struct.error, ValueError, IndexError, KeyError) as e:
+    except (struct.error, ValueError, IndexError, KeyError) as e:
         raise AnalysisError(f"{p}: unreadable ELF ({type(e).__name__}: {e}); the file may be truncated") from e
-    except (OverflowError, MemoryError, RecursionError, TypeError, AttributeError, AssertionError,
-            UnicodeError, ZeroDivisionError) as e:
-        # pyelftools on a corrupt header or section table (a bit-flipped binary:
-        # "OverflowError: Python int too large to convert to C ssize_t"; the
-        # garbage tests in tests/proxy/analysis/test_garbage_binaries.py)
+    except (OverflowError, MemoryError, UnicodeError) as e:
+        # a corrupt header or section table (a bit-flipped binary; the garbage
+        # tests in tests/proxy/analysis/test_garbage_binaries.py)
         raise AnalysisError(f"{p}: corrupt ELF ({type(e).__name__}: {str(e)[:120]})") from e
 
 
-def _parse(path: str, data: bytes | mmap.mmap) -> ElfImage:
-    from elftools.elf.elffile import ELFFile
+# The headers are read with struct, not pyelftools: every session opens the
+# program's file (probes, identity, the has-Rust check), and importing
+# pyelftools alone cost ~70 ms of each proxy start (GDB's own testsuite starts
+# 93). pyelftools stays the reader of DWARF, CFI and relocations
+# (inventory.py, dwarf.py, unwind.py), which only Rust programs need;
+# tests/proxy/analysis/test_elf.py checks this reader against it.
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_PHDR = struct.Struct("<IIQQQQQQ")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_PT_LOAD, _SHT_NOTE, _SHT_NOBITS, _ET_DYN = 1, 7, 8, 3
+_NT_GNU_BUILD_ID = 3
+_SHN_XINDEX, _PN_XNUM = 0xFFFF, 0xFFFF
+_MACHINES = {3: "EM_386", 40: "EM_ARM", 62: "EM_X86_64", 183: "EM_AARCH64", 243: "EM_RISCV"}
 
-    elf = ELFFile(_BufferStream(data))
-    if elf.elfclass != 64 or not elf.little_endian:
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    name: str
+    type: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    align: int
+
+
+def _parse(path: str, data: bytes | mmap.mmap) -> ElfImage:
+    if len(data) < _EHDR.size:
+        raise AnalysisError(f"{path}: unreadable ELF (the header is cut off); the file may be truncated")
+    (ident, e_type, e_machine, _version, entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
+     shentsize, shnum, shstrndx) = _EHDR.unpack_from(data, 0)
+    if ident[4] != 2 or ident[5] != 1:
         raise AnalysisError(f"{path}: only 64-bit little-endian ELF is supported")
     warnings: list[str] = []
+    raw = _section_headers(path, data, shoff, shnum, shentsize)
+    if raw:  # the extended numbers live in section 0 (ELF gABI)
+        if shstrndx == _SHN_XINDEX:
+            shstrndx = raw[0][6]
+        if phnum == _PN_XNUM:
+            phnum = raw[0][7]
     segments = []
-    for seg in elf.iter_segments():
-        if seg["p_type"] == "PT_LOAD":
-            h = seg.header
-            if h.p_offset + h.p_filesz > len(data):
-                warnings.append(f"a PT_LOAD segment at {h.p_vaddr:#x} runs past the end of the file (truncated?)")
-            segments.append(Segment(h.p_vaddr, h.p_memsz, h.p_offset, h.p_filesz, h.p_flags))
+    if phnum:
+        if phentsize < _PHDR.size or phoff + phnum * phentsize > len(data):
+            raise AnalysisError(f"{path}: unreadable ELF (program headers past the end of the file); "
+                                "the file may be truncated")
+        for i in range(phnum):
+            p_type, p_flags, p_offset, p_vaddr, _paddr, p_filesz, p_memsz, _align = \
+                _PHDR.unpack_from(data, phoff + i * phentsize)
+            if p_type == _PT_LOAD:
+                if p_offset + p_filesz > len(data):
+                    warnings.append(f"a PT_LOAD segment at {p_vaddr:#x} runs past the end of the file (truncated?)")
+                segments.append(Segment(p_vaddr, p_memsz, p_offset, p_filesz, p_flags))
+    names = b""
+    if raw:
+        if shstrndx >= len(raw):
+            raise AnalysisError(f"{path}: unreadable ELF (no section name table {shstrndx}); "
+                                "the file may be truncated")
+        _n, _t, _f, _a, str_off, str_size, *_ = raw[shstrndx]
+        names = bytes(data[str_off : str_off + str_size])
+    table = []
+    for sh_name, sh_type, _sh_flags, sh_addr, sh_offset, sh_size, sh_link, _info, sh_align, _entsize in raw:
+        end = names.find(b"\0", sh_name)
+        name = names[sh_name : end if end >= 0 else len(names)].decode("utf-8", "replace") if sh_name < len(names) else ""
+        table.append(_Section(name, sh_type, sh_addr, sh_offset, sh_size, sh_link, sh_align))
     sections: dict[str, tuple[int, int, int]] = {}
-    for sec in elf.iter_sections():
-        h = sec.header
-        if h.sh_type == "SHT_NOBITS" or not sec.name:
+    for sec in table:
+        if sec.type == _SHT_NOBITS or not sec.name:
             continue
-        if h.sh_offset + h.sh_size > len(data):
+        if sec.offset + sec.size > len(data):
             warnings.append(f"section {sec.name} runs past the end of the file (truncated?): ignored")
             continue
-        sections[sec.name] = (h.sh_addr, h.sh_offset, h.sh_size)
+        sections[sec.name] = (sec.addr, sec.offset, sec.size)  # the last of a name, as pyelftools
     image = ElfImage(
         path=path,
         data=data,
-        machine=elf["e_machine"],
-        pie=elf["e_type"] == "ET_DYN",
-        entry=elf["e_entry"],
-        build_id=_build_id(elf, sections),
-        phoff=elf["e_phoff"],
+        machine=_MACHINES.get(e_machine, f"EM_{e_machine}"),
+        pie=e_type == _ET_DYN,
+        entry=entry,
+        build_id=_build_id(data, table, sections),
+        phoff=phoff,
         segments=tuple(segments),
         sections=sections,
         symbols=[],
         warnings=warnings,
     )
-    image.symbols = _symbols(elf, sections, warnings)
+    image.symbols = _symbols(data, table, sections, warnings)
     if image.machine != "EM_X86_64":
         warnings.append(f"machine {image.machine}: only x86-64 code is disassembled and unwound")
     return image
 
 
-def _build_id(elf: ELFFile, sections: dict[str, tuple[int, int, int]]) -> str | None:
-    from elftools.common.exceptions import ELFError, ELFParseError
+def _section_headers(path: str, data: bytes | mmap.mmap, shoff: int, shnum: int, shentsize: int) -> list[tuple]:
+    if shoff == 0:
+        return []
+    if shentsize < _SHDR.size or shoff + _SHDR.size > len(data):
+        raise AnalysisError(f"{path}: unreadable ELF (section headers past the end of the file); "
+                            "the file may be truncated")
+    if shnum == 0:  # more than 0xff00 sections: the count is section 0's size
+        shnum = _SHDR.unpack_from(data, shoff)[5]
+    if shoff + shnum * shentsize > len(data):
+        raise AnalysisError(f"{path}: unreadable ELF (section headers past the end of the file); "
+                            "the file may be truncated")
+    return [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
 
-    for sec in elf.iter_sections():
-        if sec.header.sh_type != "SHT_NOTE" or sec.name not in sections:
+
+def _build_id(data: bytes | mmap.mmap, table: list[_Section], sections: dict[str, tuple[int, int, int]]) -> str | None:
+    """The GNU build-id note's bytes in hex (readelf -n's "Build ID")."""
+    for sec in table:
+        if sec.type != _SHT_NOTE or sec.name not in sections:
             continue
-        try:
-            for note in sec.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
-                    return str(note["n_desc"])
-        except (ELFError, ELFParseError, struct.error, ValueError):
-            continue
+        note = bytes(data[sec.offset : sec.offset + sec.size])
+        pad = 7 if sec.align == 8 else 3  # notes are 4-aligned, or 8 in an 8-aligned section
+        at = 0
+        while at + 12 <= len(note):
+            namesz, descsz, kind = struct.unpack_from("<III", note, at)
+            name_at = at + 12
+            desc_at = (name_at + namesz + pad) & ~pad
+            at = (desc_at + descsz + pad) & ~pad
+            if at > len(note) + 3:
+                break  # a note that runs past its section: the section is corrupt
+            if kind == _NT_GNU_BUILD_ID and note[name_at : name_at + namesz].rstrip(b"\0") == b"GNU":
+                return note[desc_at : desc_at + descsz].hex()
     return None
 
 
@@ -260,17 +318,17 @@ _STT_FUNC, _STT_GNU_IFUNC = 2, 10
 _SYM_TYPES = {0, 1, 2, 10}  # NOTYPE, OBJECT, FUNC, GNU_IFUNC
 
 
-def _symbols(elf: ELFFile, sections: dict[str, tuple[int, int, int]], warnings: list[str]) -> list[Symbol]:
+def _symbols(data: bytes | mmap.mmap, table: list[_Section], sections: dict[str, tuple[int, int, int]],
+             warnings: list[str]) -> list[Symbol]:
     """.symtab and .dynsym, decoded with struct (pyelftools takes ~50 µs a symbol)."""
     seen: dict[tuple[str, int], Symbol] = {}
-    data = elf.stream.buffer
+    by_name = {sec.name: sec for sec in table}  # the last of a name, as pyelftools
     for secname in (".symtab", ".dynsym"):
-        sec = elf.get_section_by_name(secname)
-        if sec is None or secname not in sections:
+        sec = by_name.get(secname)
+        if sec is None or secname not in sections or sec.link >= len(table):
             continue
-        strsec = elf.get_section(sec["sh_link"])
-        s_off, s_size = strsec["sh_offset"], strsec["sh_size"]
-        strtab = bytes(data[s_off : s_off + s_size])
+        strsec = table[sec.link]
+        strtab = bytes(data[strsec.offset : strsec.offset + strsec.size])
         _, off, size = sections[secname]
         raw = bytes(data[off : off + size - size % 24])
         for st_name, st_info, _other, shndx, value, st_size in struct.iter_unpack("<IBBHQQ", raw):

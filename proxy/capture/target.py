@@ -69,11 +69,21 @@ def open_target(
 
 
 def line_lookup(path: str) -> Callable[[int], SourceLoc | None] | None:
-    """link-time pc -> source line, from the analysis' line tables (lazy)."""
-    try:
-        from proxy.analysis.elf import open_elf
-        from proxy.analysis.lines import SourceMap
+    """link-time pc -> source line, from the analysis' line tables. Built at
+    the first lookup: the line tables' reader (pyelftools' DWARF) is not
+    imported by a session that never names a source line (a C program's)."""
+    lookup: list[Callable[[int], SourceLoc | None] | None] = []
 
-        return SourceMap(open_elf(path)).pc_to_line
-    except Exception:  # noqa: BLE001 - no lines is a degraded answer, not an error
-        return None
+    def first(pc: int) -> SourceLoc | None:
+        if not lookup:
+            try:
+                from proxy.analysis.elf import open_elf
+                from proxy.analysis.lines import SourceMap
+
+                lookup.append(SourceMap(open_elf(path)).pc_to_line)
+            except Exception:  # noqa: BLE001 - no lines is a degraded answer, not an error
+                lookup.append(None)
+        fn = lookup[0]
+        return fn(pc) if fn is not None else None
+
+    return first

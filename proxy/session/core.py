@@ -486,7 +486,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     def _on_client_reply(self, body: bytes, raw: bytes) -> None:
         if self._g_asked:
             self._g_asked = False
-            if body and len(body) % 2 == 0 and body[:1] != b"E" and all(c in b"0123456789abcdefABCDEFx" for c in body):
+            if body and len(body) % 2 == 0 and body[:1] != b"E" and not body.translate(None, b"0123456789abcdefABCDEFx"):
                 self._g_size = len(body)  # the stub's register block: a G must match it
         self._snoop_reply(body)
         self._ns_reply_seen(body)

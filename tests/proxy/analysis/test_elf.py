@@ -43,3 +43,42 @@ def test_symbol_lookup_by_address() -> None:
     main = [s for s in elf.symbols if s.name == "main"][0]
     assert elf.symbol_at(main.addr + 1) == main
     assert elf.read(main.addr, 4) is not None
+
+
+def _pyelftools_view(path: str) -> dict:
+    """What pyelftools reads of the headers, in ElfImage's terms."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        data = f.read()
+        elf = ELFFile(f)
+        segs = tuple((s.header.p_vaddr, s.header.p_memsz, s.header.p_offset, s.header.p_filesz, s.header.p_flags)
+                     for s in elf.iter_segments() if s["p_type"] == "PT_LOAD")
+        secs = {sec.name: (sec["sh_addr"], sec["sh_offset"], sec["sh_size"]) for sec in elf.iter_sections()
+                if sec["sh_type"] != "SHT_NOBITS" and sec.name and sec["sh_offset"] + sec["sh_size"] <= len(data)}
+        ids = [str(n["n_desc"]) for sec in elf.iter_sections() if sec["sh_type"] == "SHT_NOTE"
+               for n in sec.iter_notes() if n["n_type"] == "NT_GNU_BUILD_ID"]
+        return {"machine": elf["e_machine"], "pie": elf["e_type"] == "ET_DYN", "entry": elf["e_entry"],
+                "phoff": elf["e_phoff"], "segments": segs, "sections": secs, "build_id": ids[0] if ids else None}
+
+
+@pytest.mark.parametrize("which", ["rust", "c", "libc"])
+def test_header_reader_agrees_with_pyelftools(which: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if which == "rust":
+        path = str(corpus_binary("debug", "nested"))
+    elif which == "c":
+        if shutil.which("gcc") is None:
+            pytest.skip("gcc is not installed")
+        (tmp_path / "p.c").write_text("int main(void) { return 0; }\n")
+        path = str(tmp_path / "p")
+        subprocess.run(["gcc", "-g", "-o", path, str(tmp_path / "p.c")], check=True)
+    else:
+        path = "/lib/x86_64-linux-gnu/libc.so.6"
+    from proxy.analysis.elf import _open_elf
+
+    img = _open_elf(path)
+    mine = {"machine": img.machine, "pie": img.pie, "entry": img.entry, "phoff": img.phoff,
+            "segments": tuple((s.vaddr, s.memsz, s.offset, s.filesz, s.flags) for s in img.segments),
+            "sections": img.sections, "build_id": img.build_id}
+    assert mine == _pyelftools_view(path)
+    assert img.symbols and not img.warnings
