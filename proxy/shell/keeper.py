@@ -6,8 +6,8 @@ while the program runs with Z0 breakpoints in it, the program dies (SIGTRAP,
 or SIGSEGV: seen with 40 Z0s and `--once --attach`, a raw client closing its
 socket; the fault campaign's breakpoint backend lost 8 of 10 programs so).
 
-So the proxy starts a keeper next to it for a socket stub: a small process
-in its own session (a kill of the proxy's process group leaves it), holding
+So the proxy starts a keeper next to it for a socket stub: a fork of the
+proxy in its own session (a kill of the proxy's process group leaves it), holding
 a copy of the stub socket's descriptor and the read end of a pipe. The proxy
 writes its leave plan on the pipe whenever it changes (one JSON line: every
 breakpoint in the stub, whether a trace experiment runs, the detach packet,
@@ -27,12 +27,12 @@ and a remote program's pending SIGINT (it cannot be read from here).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import time
 from typing import Any
@@ -48,7 +48,7 @@ class Keeper:
 
     def __init__(self, sock: Any) -> None:
         self.sock = sock
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = 0
         self.pipe = -1
         self.plan: dict[str, Any] = {}
 
@@ -58,38 +58,64 @@ class Keeper:
         return None if sock is None else cls(sock)
 
     def _start(self) -> bool:
+        """Fork the keeper (no new interpreter: a `python -m` keeper cost
+        ~65-100 ms of CPU per session, its start-up and imports, and GDB's
+        testsuite starts one in nearly every one of its 93 sessions). The
+        child keeps only the stub socket and the pipe's read end (the client's
+        socket, the listener, uprobe links and the event loop's descriptors
+        close at once: a dead proxy must look dead to its client), and never
+        returns into the proxy's code."""
+        fd = self.sock.fileno()
         r, w = os.pipe()
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "proxy.shell.keeper", str(self.sock.fileno()), str(r)],
-                pass_fds=(self.sock.fileno(), r), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                start_new_session=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+            pid = os.fork()
         except OSError:
+            os.close(r)
             os.close(w)
             return False
-        finally:
-            os.close(r)
+        if pid == 0:  # pragma: no cover - the child; integration/test_program_left_whole.py runs it
+            code = 1
+            try:
+                gc.disable()  # the proxy's objects are not this process's to finalize
+                os.setsid()  # a kill of the proxy's process group leaves it
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.set_wakeup_fd(-1)
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 0)
+                os.dup2(null, 1)
+                lo, hi = sorted((fd, r))
+                os.closerange(3, lo)
+                os.closerange(lo + 1, hi)
+                os.closerange(hi + 1, 1 << 20)
+                code = main([str(fd), str(r)])
+            finally:
+                os._exit(code)
+        os.close(r)
+        self.pid = pid
         self.pipe = w
         return True
 
     def update(self, plan: dict[str, Any]) -> None:
         if plan == self.plan:
             return
-        if self.proc is None and not self._start():
+        if not self.pid and not self._start():
             return
         self.plan = plan
         self._write(json.dumps(plan).encode() + b"\n")
 
     def bye(self) -> None:
-        """The proxy leaves the program itself (or nothing of its is there)."""
-        if self.proc is None:
+        """The proxy leaves the program itself (or nothing of its is there).
+        Not waited for: the keeper ends on reading it, and the proxy's exit
+        does not wait for that (it is reaped here if it has, else by init)."""
+        if not self.pid:
             return
         self._write(b"bye\n")
         self.abandon()
         try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
 
     def abandon(self) -> None:
         """The proxy ends without having left the program: the keeper does it."""
