@@ -294,6 +294,122 @@ class _Plans(dict[int, tuple[int, bool, bool, tuple[Any, ...]]]):
         return plan
 
 
+def skip_table(abbrevs: dict[int, _Abbrev], addr_size: int,
+               keep_tags: frozenset[int] | None) -> list[tuple[int, tuple[Any, ...], bool, bool] | None]:
+    """Per abbreviation code (a list index): (fixed size or -1, skip steps, has_children,
+    keep). The steps skip every attribute: an int >= 0 is a run of fixed-size bytes, a
+    negative one is -1 - the kind of a variable-size form."""
+    table: list[tuple[int, tuple[Any, ...], bool, bool] | None] = [None] * (max(abbrevs, default=0) + 1)
+    for code, ab in abbrevs.items():
+        keep = keep_tags is None or ab.tag in keep_tags or ab.tag == TAG_COMPILE_UNIT
+        steps: list[Any] = []
+        for _attr, form, _implicit in ab.specs:
+            kind, size = _FORMS.get(form, (99, 0))
+            if kind == _FIXED:
+                size = addr_size if size < 0 else size
+                if steps and steps[-1] >= 0:
+                    steps[-1] += size
+                else:
+                    steps.append(size)
+            elif kind != _IMPLICIT:
+                steps.append(-1 - kind)
+        steps = [st for st in steps if st != 0]
+        fixed = steps[0] if len(steps) == 1 and steps[0] >= 0 else (0 if not steps else -1)
+        table[code] = (fixed, tuple(steps), ab.has_children, keep)
+    return table
+
+
+def walk(info: bytes, pos: int, end: int, skips: list[Any], unit_off: int,
+         base: int = 0) -> tuple[Any, Any, Any, Any]:
+    """Walk a unit's DIEs from its unit DIE at ``pos`` to ``end`` once, decoding no
+    attribute: each kept DIE leaves its offset, abbreviation code, kept parent (an index)
+    and the end of its kept subtree (an index) in four arrays (16 bytes a DIE, against
+    ~400 for a decoded one). ``info`` holds the section from ``base`` on (a unit read
+    alone: ``proxy.analysis.unitwalk``); the offsets are ``info``'s. ``unit_off``: the
+    unit's header, for messages."""
+    offs: list[int] = []  # lists while walking (an append is cheaper), arrays after
+    codes: list[int] = []
+    pars: list[int] = []
+    ends: list[int] = []
+    add_off, add_code, add_par, add_end = offs.append, codes.append, pars.append, ends.append
+    # stack: a kept DIE's index (its subtree's end is written when it closes), or
+    # -2 - parent for a DIE that is not kept (its children belong to its kept parent)
+    stack = [-1]
+    n = 0
+    nskips = len(skips)
+    while pos < end:
+        die_off = pos
+        code = info[pos]
+        if code < 0x80:
+            pos += 1
+        elif info[pos + 1] < 0x80:  # two bytes: units with more than 127 abbreviations
+            code = (code & 0x7F) | (info[pos + 1] << 7)
+            pos += 2
+        else:
+            code, pos = _uleb(info, pos)
+        if code == 0:
+            if len(stack) > 1:
+                e = stack.pop()
+                if e >= 0:
+                    ends[e] = n
+            continue
+        sk = skips[code] if code < nskips else None
+        if sk is None:
+            raise DwarfFormatError(f"unknown abbreviation {code} at {base + die_off:#x}")
+        fixed, steps, has_children, keep = sk
+        if fixed >= 0:
+            pos += fixed
+        else:
+            for st in steps:
+                if st >= 0:
+                    pos += st
+                    continue
+                st = -1 - st
+                if st == _ULEB or st == _SLEB:
+                    while info[pos] & 0x80:
+                        pos += 1
+                    pos += 1
+                elif st == _CSTR:
+                    pos = info.index(b"\0", pos) + 1
+                elif st == _BLOCK1:
+                    pos += 1 + info[pos]
+                elif st == _BLOCK_ULEB:
+                    k = info[pos]
+                    if k < 0x80:
+                        pos += 1 + k
+                    else:
+                        k, pos = _uleb(info, pos)
+                        pos += k
+                elif st == _BLOCK2:
+                    pos += 2 + int.from_bytes(info[pos : pos + 2], "little")
+                elif st == _BLOCK4:
+                    pos += 4 + int.from_bytes(info[pos : pos + 4], "little")
+                elif st == _INDIRECT:
+                    raise DwarfFormatError(f"DW_FORM_indirect at {base + die_off:#x} is not supported")
+                else:
+                    raise DwarfFormatError(f"unknown DW_FORM at {base + die_off:#x}")
+        if keep:
+            e = stack[-1]
+            add_off(die_off)
+            add_code(code)
+            add_par(e if e >= 0 else -2 - e)
+            if has_children:
+                add_end(0)
+                stack.append(n)
+            else:
+                add_end(n + 1)
+            n += 1
+        elif has_children:
+            e = stack[-1]
+            stack.append(e if e < 0 else -2 - e)
+    if pos != end:
+        raise DwarfFormatError(f"unit at {unit_off:#x}: DIEs overrun the unit end")
+    for e in stack[1:]:  # a unit cut short of its closing null entries
+        if e >= 0:
+            ends[e] = n
+    return array("I", offs), array("I", codes), array("i", pars), array("I", ends)
+
+
 class DieReader:
     """Reads selected units of one ``.debug_info`` section."""
 
@@ -307,6 +423,7 @@ class DieReader:
         self._abbrev_cache: dict[int, dict[int, _Abbrev]] = {}
         self._plan_cache: dict[Any, Any] = {}
         self._str_cache: dict[int, str] = {}
+        self._heads: dict[int, int] = {}  # .debug_str offset -> first byte (string_heads)
         self._info_np: Any = None
         self._tag_tables: dict[int, tuple[dict[int, _Abbrev], Any]] = {}
 
@@ -348,10 +465,15 @@ class DieReader:
         return v
 
     def _cstr(self, sec: Any, off: int) -> str:
+        if sec.__class__ is not bytes and hasattr(sec, "cstring"):  # elf.Window: one read
+            got = sec.cstring(off)
+            if got is None:
+                raise DwarfFormatError(f"unterminated string at {off:#x}")
+            return got.decode("utf-8", "replace")  # type: ignore[no-any-return]
         end = sec.find(b"\0", off)
         if end < 0:
             raise DwarfFormatError(f"unterminated string at {off:#x}")
-        return sec[off:end].decode("utf-8", "replace")
+        return sec[off:end].decode("utf-8", "replace")  # type: ignore[no-any-return]
 
     def read_unit(self, offset: int, keep_tags: frozenset[int] | None = None) -> Unit:
         """Read one unit. ``keep_tags`` None keeps every DIE."""
@@ -404,36 +526,36 @@ class DieReader:
             plans = self._plan_cache[key] = _Plans(self._abbrevs(abbrev_off), addr_size, keep_tags)
         return plans  # type: ignore[no-any-return]
 
-    def _skips(
-        self, abbrev_off: int, addr_size: int, keep_tags: frozenset[int] | None
-    ) -> list[tuple[int, tuple[Any, ...], bool, bool] | None]:
-        """Per abbreviation code (a list index): (fixed size or -1, skip steps, has_children,
-        keep). The steps skip every attribute: an int >= 0 is a run of fixed-size bytes, a
-        negative one is -1 - the kind of a variable-size form."""
+    def _skips(self, abbrev_off: int, addr_size: int, keep_tags: frozenset[int] | None) -> list[Any]:
+        """``skip_table`` of one abbreviation table (kept per table)."""
         key = ("skip", abbrev_off, addr_size, keep_tags)
         table = self._plan_cache.get(key)
-        if table is not None:
-            return table  # type: ignore[no-any-return]
-        abbrevs = self._abbrevs(abbrev_off)
-        table = [None] * (max(abbrevs, default=0) + 1)
-        for code, ab in abbrevs.items():
-            keep = keep_tags is None or ab.tag in keep_tags or ab.tag == TAG_COMPILE_UNIT
-            steps: list[Any] = []
-            for _attr, form, _implicit in ab.specs:
-                kind, size = _FORMS.get(form, (99, 0))
-                if kind == _FIXED:
-                    size = addr_size if size < 0 else size
-                    if steps and steps[-1] >= 0:
-                        steps[-1] += size
-                    else:
-                        steps.append(size)
-                elif kind != _IMPLICIT:
-                    steps.append(-1 - kind)
-            steps = [st for st in steps if st != 0]
-            fixed = steps[0] if len(steps) == 1 and steps[0] >= 0 else (0 if not steps else -1)
-            table[code] = (fixed, tuple(steps), ab.has_children, keep)
-        self._plan_cache[key] = table
-        return table
+        if table is None:
+            table = self._plan_cache[key] = skip_table(self._abbrevs(abbrev_off), addr_size, keep_tags)
+        return table  # type: ignore[no-any-return]
+
+    def unit_job(self, offset: int) -> tuple[int, int, int, int]:
+        """What a walk of the unit in another process needs besides the sections:
+        (abbreviation table offset, address size, first DIE's offset, end)."""
+        try:
+            _version, addr_size, abbrev_off, pos, end = self._header(offset)
+        except (IndexError, struct.error) as e:
+            raise DwarfFormatError(f"corrupt DWARF unit at {offset:#x}: {type(e).__name__}: {e}") from e
+        return abbrev_off, addr_size, pos, end
+
+    def unit_from_walk(self, offset: int, keep_tags: frozenset[int] | None, walked: tuple[Any, ...]) -> Unit:
+        """The unit from a walk made elsewhere (``walk``'s four arrays)."""
+        try:
+            version, addr_size, abbrev_off, pos, end = self._header(offset)
+            plans = self._plans(abbrev_off, addr_size, keep_tags)
+            top_attrs, _ = self._decode_top(offset, plans, addr_size, pos)
+        except (IndexError, struct.error, KeyError, UnicodeDecodeError) as e:
+            raise DwarfFormatError(f"corrupt DWARF unit at {offset:#x}: {type(e).__name__}: {e}") from e
+        offs, codes, pars, ends = walked
+        if not offs or offs[0] != pos:
+            raise DwarfFormatError(f"unit at {offset:#x} has no unit DIE")
+        dies = Dies(self, offset, addr_size, self._abbrevs(abbrev_off), plans, top_attrs, offs, codes, pars, ends)
+        return Unit(offset, version, addr_size, dies, pos, end)
 
     def unit_summary(self, offset: int) -> tuple[dict[int, Any], frozenset[int]]:
         """The unit DIE's attributes and every DW_FORM the unit's abbreviations use, without
@@ -460,101 +582,16 @@ class DieReader:
         return attrs, code
 
     def _read_unit(self, offset: int, keep_tags: frozenset[int] | None) -> Unit:
-        """Walk the unit once, decoding no attribute: each kept DIE leaves its offset,
-        abbreviation code, kept parent and the end of its kept subtree in four arrays
-        (16 bytes a DIE, against ~400 for a decoded one). ``Dies`` decodes a DIE when
-        it is first asked for."""
+        """Walk the unit once, decoding no attribute (``walk``). ``Dies`` decodes a DIE
+        when it is first asked for."""
         version, addr_size, abbrev_off, pos, end = self._header(offset)
         plans = self._plans(abbrev_off, addr_size, keep_tags)
-        skips = self._skips(abbrev_off, addr_size, keep_tags)
         top_attrs, _ = self._decode_top(offset, plans, addr_size, pos)
-        info = self.info
-        offs: list[int] = []  # lists while walking (an append is cheaper), arrays after
-        codes: list[int] = []
-        pars: list[int] = []
-        ends: list[int] = []
-        add_off, add_code, add_par, add_end = offs.append, codes.append, pars.append, ends.append
-        # stack: a kept DIE's index (its subtree's end is written when it closes), or
-        # -2 - parent for a DIE that is not kept (its children belong to its kept parent)
-        stack = [-1]
-        n = 0
-        nskips = len(skips)
-        top = pos
-        while pos < end:
-            die_off = pos
-            code = info[pos]
-            if code < 0x80:
-                pos += 1
-            elif info[pos + 1] < 0x80:  # two bytes: units with more than 127 abbreviations
-                code = (code & 0x7F) | (info[pos + 1] << 7)
-                pos += 2
-            else:
-                code, pos = _uleb(info, pos)
-            if code == 0:
-                if len(stack) > 1:
-                    e = stack.pop()
-                    if e >= 0:
-                        ends[e] = n
-                continue
-            sk = skips[code] if code < nskips else None
-            if sk is None:
-                raise DwarfFormatError(f"unknown abbreviation {code} at {die_off:#x}")
-            fixed, steps, has_children, keep = sk
-            if fixed >= 0:
-                pos += fixed
-            else:
-                for st in steps:
-                    if st >= 0:
-                        pos += st
-                        continue
-                    st = -1 - st
-                    if st == _ULEB or st == _SLEB:
-                        while info[pos] & 0x80:
-                            pos += 1
-                        pos += 1
-                    elif st == _CSTR:
-                        pos = info.index(b"\0", pos) + 1
-                    elif st == _BLOCK1:
-                        pos += 1 + info[pos]
-                    elif st == _BLOCK_ULEB:
-                        k = info[pos]
-                        if k < 0x80:
-                            pos += 1 + k
-                        else:
-                            k, pos = _uleb(info, pos)
-                            pos += k
-                    elif st == _BLOCK2:
-                        pos += 2 + int.from_bytes(info[pos : pos + 2], "little")
-                    elif st == _BLOCK4:
-                        pos += 4 + int.from_bytes(info[pos : pos + 4], "little")
-                    elif st == _INDIRECT:
-                        raise DwarfFormatError(f"DW_FORM_indirect at {die_off:#x} is not supported")
-                    else:
-                        raise DwarfFormatError(f"unknown DW_FORM at {die_off:#x}")
-            if keep:
-                e = stack[-1]
-                add_off(die_off)
-                add_code(code)
-                add_par(e if e >= 0 else -2 - e)
-                if has_children:
-                    add_end(0)
-                    stack.append(n)
-                else:
-                    add_end(n + 1)
-                n += 1
-            elif has_children:
-                e = stack[-1]
-                stack.append(e if e < 0 else -2 - e)
-        if pos != end:
-            raise DwarfFormatError(f"unit at {offset:#x}: DIEs overrun the unit end")
-        for e in stack[1:]:  # a unit cut short of its closing null entries
-            if e >= 0:
-                ends[e] = n
-        if not offs or offs[0] != top:
+        offs, codes, pars, ends = walk(self.info, pos, end, self._skips(abbrev_off, addr_size, keep_tags), offset)
+        if not offs or offs[0] != pos:
             raise DwarfFormatError(f"unit at {offset:#x} has no unit DIE")
-        dies = Dies(self, offset, addr_size, self._abbrevs(abbrev_off), plans, top_attrs, array("I", offs),
-                    array("I", codes), array("i", pars), array("I", ends))
-        return Unit(offset, version, addr_size, dies, top, end)
+        dies = Dies(self, offset, addr_size, self._abbrevs(abbrev_off), plans, top_attrs, offs, codes, pars, ends)
+        return Unit(offset, version, addr_size, dies, pos, end)
 
     def _decode(
         self, pos: int, steps: tuple[Any, ...], offset: int, die_off: int,
@@ -827,11 +864,21 @@ class Dies:
         import numpy as np
 
         sec = self._reader.str
-        arr = sec.array() if hasattr(sec, "array") else np.frombuffer(sec, dtype=np.uint8)
-        out = np.zeros(strps.size, dtype=np.uint8)
-        ok = strps < arr.size
-        out[ok] = arr[strps[ok].astype(np.int64)]
-        return out
+        if sec.__class__ is bytes:
+            arr = np.frombuffer(sec, dtype=np.uint8)
+            out = np.zeros(strps.size, dtype=np.uint8)
+            ok = strps < arr.size
+            out[ok] = arr[strps[ok].astype(np.int64)]
+            return out
+        heads = self._reader._heads
+        got = []
+        for v in strps.tolist():
+            h = heads.get(v)
+            if h is None:
+                b = sec[v:v + 1]
+                h = heads[v] = b[0] if b else 0
+            got.append(h)
+        return np.array(got, dtype=np.uint8)
 
     def string_at(self, strp: int) -> str:
         """The .debug_str string at offset ``strp`` (not kept: a scan judges ~10^5 names)."""

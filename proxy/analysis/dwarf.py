@@ -41,6 +41,7 @@ class DwarfView:
         self._pyelf: DWARFInfo | None = None
         self._aranges: Any = None
         self._aranges_tried = False
+        self._prefetch: Any = None  # unitwalk.Prefetch while a second process walks units
 
     @staticmethod
     def open(elf: ElfImage, warnings: list[str], keep_tags: frozenset[int] | None = None) -> DwarfView | None:
@@ -92,11 +93,32 @@ class DwarfView:
         return None
 
     # -- units and DIEs --------------------------------------------------------------
+    def prefetch(self, offsets: list[int]) -> None:
+        """Have a second process walk these units, in this order, while this one scans
+        the ones already walked (``proxy.analysis.unitwalk``); ``end_prefetch`` stops it."""
+        from .elf import FileBytes
+        from .unitwalk import Prefetch
+
+        self.end_prefetch()
+        if isinstance(self.elf.data, FileBytes):
+            todo = [o for o in offsets if o not in self._units]
+            self._prefetch = Prefetch.start(self.elf.data.fd, self.elf.sections, self.reader, todo,
+                                            self.keep_tags)
+
+    def end_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.close()
+            self._prefetch = None
+
     def unit(self, offset: int) -> D.Unit | None:
         u = self._units.get(offset)
         if u is None:
+            walked = self._prefetch.take(offset) if self._prefetch is not None else None
             try:
-                u = self.reader.read_unit(offset, self.keep_tags)
+                if walked is not None:
+                    u = self.reader.unit_from_walk(offset, self.keep_tags, walked)
+                else:
+                    u = self.reader.read_unit(offset, self.keep_tags)
             except D.DwarfFormatError as e:
                 self.warnings.append(str(e))
                 self._units[offset] = u = D.Unit(offset, 0, 8, {}, -1, offset)
@@ -106,11 +128,10 @@ class DwarfView:
 
     def trim(self) -> None:
         """Bound the memory of a long scan: decoded DIEs are dropped (the units' compact
-        arrays stay) and the string section's pages are let go."""
+        arrays stay)."""
         for u in self._units.values():
             if isinstance(u.dies, D.Dies):
                 u.dies.forget()
-        self.elf.release(".debug_str")
 
     def containing_unit_offset(self, offset: int) -> int | None:
         i = bisect_right(self.unit_offsets, offset) - 1
@@ -266,7 +287,7 @@ class _Sections:
         if got is None:
             if not name.startswith(".debug") or name not in self._elf.sections:
                 return default
-            if name == ".debug_str":  # ~30 MB of which a scan reads scattered names: not copied
+            if name == ".debug_str":  # ~30 MB of which a scan reads scattered names: read where asked
                 got = self._elf.section_window(name) or b""
             else:
                 got = self._elf.section_data(name) or b""

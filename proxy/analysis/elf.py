@@ -1,19 +1,27 @@
 """An ELF file opened safely: symbols (demangled), build-id, PIE, entry, bytes by address.
 
-``open_elf`` maps the file once and reads its headers (struct; pyelftools
-reads DWARF and CFI through ``stream()``): a file that is not an ELF or whose header is cut off raises
-``AnalysisError``; sections that run past the end of the file are dropped
-with a warning (``ElfImage.warnings``), so a truncated binary still gives
-what it has.
+``open_elf`` reads the file's headers (struct; pyelftools reads DWARF and CFI
+through ``stream()``): a file that is not an ELF or whose header is cut off
+raises ``AnalysisError``; sections that run past the end of the file are
+dropped with a warning (``ElfImage.warnings``), so a truncated binary still
+gives what it has.
+
+The file is neither read whole nor mapped: ``FileBytes`` reads the parts asked
+for with ``pread`` (a debug build is 80 MB, of which the analysis keeps a
+part). A mapping would let a file truncated in place while in use (``cp`` over
+it; a running program's file cannot be: ETXTBSY) fault the proxy (SIGBUS,
+which Python cannot catch); a read comes back short instead, and ``FileBytes``
+turns that, or a changed size or modification time, into one ``AnalysisError``.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import mmap
 import os
+import stat
 import struct
+import weakref
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +61,7 @@ class Segment:
 @dataclass(slots=True)
 class ElfImage:
     path: str
-    data: bytes | mmap.mmap  # the file mapped read-only (bytes for an empty or unmappable file)
+    data: bytes | FileBytes  # the file, read where asked (bytes for an empty or unseekable file)
     machine: str
     pie: bool
     entry: int
@@ -70,29 +78,24 @@ class ElfImage:
         s = self.sections.get(name)
         if s is None:
             return None
-        out = self.data[s[1] : s[1] + s[2]]
-        # the copy is what the caller keeps: the mapped pages it came through would
-        # count twice in the resident set (a debug build's .debug_* sections: ~60 MB)
-        self.release(name)
-        return out
+        self.check()
+        return self.data[s[1] : s[1] + s[2]]
 
     def section_window(self, name: str) -> bytes | Window | None:
-        """A section's bytes without copying them out of the mapped file (``Window``);
-        a copy when the file is not mapped."""
+        """A section's bytes without copying them out of the file (``Window``: strings
+        read where asked); a copy when the file was read whole."""
         s = self.sections.get(name)
         if s is None:
             return None
-        if not isinstance(self.data, mmap.mmap):
+        if not isinstance(self.data, FileBytes):
             return self.data[s[1] : s[1] + s[2]]
         return Window(self.data, s[1], s[2])
 
-    def release(self, name: str) -> None:
-        """Let go of the resident pages of a section read through ``section_window`` (the
-        file's pages stay in the page cache; the next read maps them again)."""
-        s = self.sections.get(name)
-        if s is not None and isinstance(self.data, mmap.mmap) and s[2] >= _DROP_AFTER_COPY:
-            start = s[1] & ~(mmap.PAGESIZE - 1)
-            self.data.madvise(mmap.MADV_DONTNEED, start, s[1] + s[2] - start)
+    def check(self) -> None:
+        """Raise ``AnalysisError`` when the file changed on disk since it was opened (a
+        read past its new end raises it anyway: this catches a file rewritten in place)."""
+        if isinstance(self.data, FileBytes):
+            self.data.check()
 
     def stream(self) -> io.RawIOBase:
         """A file object over the image's bytes for pyelftools (no copy of the file)."""
@@ -103,6 +106,7 @@ class ElfImage:
 
     def read(self, addr: int, size: int) -> bytes | None:
         """File-backed bytes at a link-time address (None where the file has none)."""
+        self.check()
         for seg in self.segments:
             if seg.vaddr <= addr and addr + size <= seg.vaddr + seg.filesz:
                 off = seg.offset + addr - seg.vaddr
@@ -162,16 +166,13 @@ def open_elf(path: str | Path) -> ElfImage:
 
 def _open_elf(path: str | Path) -> ElfImage:
     p = Path(path)
-    data: bytes | mmap.mmap
+    data: bytes | FileBytes
     try:
         with p.open("rb") as f:
-            try:
-                # mapped, not read: a debug build is 80 MB, of which the analysis touches a part.
-                # A file truncated in place while mapped (cp over it; not possible while a
-                # program runs from it: ETXTBSY) would fault on access; linkers and cargo
-                # write a new file and rename, which leaves this mapping whole.
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            except (ValueError, OSError):  # empty, or not a regular file
+            st = os.fstat(f.fileno())
+            if st.st_size and stat.S_ISREG(st.st_mode):
+                data = FileBytes(os.dup(f.fileno()), str(p), st)
+            else:  # empty, or not a regular file
                 data = f.read()
     except OSError as e:
         raise AnalysisError(f"{p}: cannot read: {e.strerror or e}") from e
@@ -215,7 +216,7 @@ class _Section:
     align: int
 
 
-def _parse(path: str, data: bytes | mmap.mmap) -> ElfImage:
+def _parse(path: str, data: bytes | FileBytes) -> ElfImage:
     if len(data) < _EHDR.size:
         raise AnalysisError(f"{path}: unreadable ELF (the header is cut off); the file may be truncated")
     (ident, e_type, e_machine, _version, entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
@@ -280,7 +281,7 @@ def _parse(path: str, data: bytes | mmap.mmap) -> ElfImage:
     return image
 
 
-def _section_headers(path: str, data: bytes | mmap.mmap, shoff: int, shnum: int, shentsize: int) -> list[tuple]:
+def _section_headers(path: str, data: bytes | FileBytes, shoff: int, shnum: int, shentsize: int) -> list[tuple]:
     if shoff == 0:
         return []
     if shentsize < _SHDR.size or shoff + _SHDR.size > len(data):
@@ -294,7 +295,7 @@ def _section_headers(path: str, data: bytes | mmap.mmap, shoff: int, shnum: int,
     return [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
 
 
-def _build_id(data: bytes | mmap.mmap, table: list[_Section], sections: dict[str, tuple[int, int, int]]) -> str | None:
+def _build_id(data: bytes | FileBytes, table: list[_Section], sections: dict[str, tuple[int, int, int]]) -> str | None:
     """The GNU build-id note's bytes in hex (readelf -n's "Build ID")."""
     for sec in table:
         if sec.type != _SHT_NOTE or sec.name not in sections:
@@ -318,7 +319,7 @@ _STT_FUNC, _STT_GNU_IFUNC = 2, 10
 _SYM_TYPES = {0, 1, 2, 10}  # NOTYPE, OBJECT, FUNC, GNU_IFUNC
 
 
-def _symbols(data: bytes | mmap.mmap, table: list[_Section], sections: dict[str, tuple[int, int, int]],
+def _symbols(data: bytes | FileBytes, table: list[_Section], sections: dict[str, tuple[int, int, int]],
              warnings: list[str]) -> list[Symbol]:
     """.symtab and .dynsym, decoded with struct (pyelftools takes ~50 µs a symbol)."""
     seen: dict[tuple[str, int], Symbol] = {}
@@ -345,16 +346,103 @@ def _symbols(data: bytes | mmap.mmap, table: list[_Section], sections: dict[str,
     return sorted(seen.values(), key=lambda s: (s.addr, -s.size))
 
 
-_DROP_AFTER_COPY = 1 << 20
+class FileBytes:
+    """A file's bytes, read with ``pread`` where asked (``len``, slices, ``find``): what the
+    ELF and DWARF readers need of ``bytes`` without holding the file in memory or mapping
+    it. A short read (the file truncated meanwhile) or a changed size or modification time
+    (``check``) raises one ``AnalysisError``."""
+
+    __slots__ = ("fd", "path", "_size", "_mtime", "_ino", "__weakref__")
+
+    def __init__(self, fd: int, path: str, st: os.stat_result) -> None:
+        self.fd, self.path = fd, path
+        self._size, self._mtime, self._ino = st.st_size, st.st_mtime_ns, st.st_ino
+        weakref.finalize(self, os.close, fd)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def identity(self) -> tuple[int, int, int]:
+        return self._ino, self._size, self._mtime
+
+    def check(self) -> None:
+        try:
+            st = os.fstat(self.fd)
+        except OSError as e:
+            raise AnalysisError(f"{self.path}: unreadable: {e.strerror or e}") from e
+        if (st.st_ino, st.st_size, st.st_mtime_ns) != (self._ino, self._size, self._mtime):
+            raise self._changed()
+
+    def _changed(self) -> AnalysisError:
+        return AnalysisError(f"{self.path}: the file changed on disk while in use (truncated or rewritten"
+                             " in place); open it again")
+
+    def read(self, off: int, n: int) -> bytes:
+        """``n`` bytes at ``off`` (fewer only past the end as opened)."""
+        n = max(0, min(n, self._size - off))
+        if n == 0 or off < 0:
+            return b""
+        try:
+            out = os.pread(self.fd, n, off)
+            while len(out) < n:  # a huge read may come back in parts
+                more = os.pread(self.fd, n - len(out), off + len(out))
+                if not more:
+                    raise self._changed()
+                out += more
+        except OSError as e:
+            raise AnalysisError(f"{self.path}: unreadable: {e.strerror or e}") from e
+        return out
+
+    def __getitem__(self, k: int | slice) -> Any:
+        if isinstance(k, int):
+            if k < 0:
+                k += self._size
+            if not 0 <= k < self._size:
+                raise IndexError(k)
+            return self.read(k, 1)[0]
+        start, stop, step = k.indices(self._size)
+        if step != 1:
+            raise ValueError("FileBytes: slices with a step are not supported")
+        return self.read(start, stop - start)
+
+    def find(self, sub: bytes, start: int = 0, end: int | None = None, chunk: int = 256) -> int:
+        """Like ``bytes.find``, reading ``chunk`` bytes at a time (doubling): a DWARF string
+        is read with one or two reads."""
+        end = self._size if end is None else min(end, self._size)
+        pos = max(start, 0)
+        keep = len(sub) - 1
+        while pos < end:
+            got = self.read(pos, min(chunk, end - pos))
+            i = got.find(sub)
+            if i >= 0:
+                return pos + i
+            if len(got) <= keep:
+                return -1
+            pos += len(got) - keep
+            chunk = min(chunk * 2, 1 << 20)
+        return -1
+
+    def cstring(self, off: int, end: int) -> bytes | None:
+        """The NUL-terminated bytes at ``off`` (without the NUL), searching no further than
+        ``end``: one read for a short string; None when unterminated."""
+        n = 256
+        while True:
+            got = self.read(off, min(n, end - off))
+            i = got.find(b"\0")
+            if i >= 0:
+                return got[:i]
+            if off + len(got) >= end or not got:
+                return None
+            n *= 4
 
 
 class Window:
-    """A section of the mapped file, addressed from the section's start: what the
-    DWARF string readers need of ``bytes`` (``find`` and slices), without the copy."""
+    """A section of the file, addressed from the section's start: what the DWARF
+    string readers need of ``bytes`` (``find``, slices, ``cstring``), without the copy."""
 
     __slots__ = ("_buf", "_base", "_size")
 
-    def __init__(self, buf: mmap.mmap, base: int, size: int) -> None:
+    def __init__(self, buf: FileBytes, base: int, size: int) -> None:
         self._buf, self._base, self._size = buf, base, size
 
     def __len__(self) -> int:
@@ -366,23 +454,22 @@ class Window:
         i = self._buf.find(sub, self._base + start, self._base + self._size)
         return i - self._base if i >= 0 else -1
 
-    def array(self) -> Any:
-        """The section as a numpy byte array over the mapping (no copy)."""
-        import numpy as np
-
-        return np.frombuffer(self._buf, dtype=np.uint8, count=self._size, offset=self._base)
+    def cstring(self, off: int) -> bytes | None:
+        if off < 0 or off >= self._size:
+            return None
+        return self._buf.cstring(self._base + off, self._base + self._size)
 
     def __getitem__(self, k: slice) -> bytes:
         start = 0 if k.start is None else k.start
         stop = self._size if k.stop is None else min(k.stop, self._size)
-        return self._buf[self._base + start : self._base + max(start, stop)]
+        return self._buf.read(self._base + start, max(start, stop) - start)
 
 
 class _BufferStream(io.RawIOBase):
-    """A read-only, seekable file object over a bytes-like buffer (an mmap or bytes),
+    """A read-only, seekable file object over a bytes-like buffer (``FileBytes`` or bytes),
     each with its own position: pyelftools reads ELF structures through it."""
 
-    def __init__(self, buffer: bytes | mmap.mmap) -> None:
+    def __init__(self, buffer: bytes | FileBytes) -> None:
         super().__init__()
         self.buffer = buffer
         self._pos = 0

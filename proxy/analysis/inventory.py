@@ -189,12 +189,17 @@ class _Collector:
 
     def run(self) -> None:
         found: dict[int, _Found] = {}
-        for uo in select_units(self.elf, self.dwarf):
-            unit = self.dwarf.unit(uo)
-            if unit is None:
-                continue
-            self._scan_unit(unit, found)
-            self.dwarf.trim()  # every unit: as fast as every 8th here, 11 MB less at the peak
+        units = select_units(self.elf, self.dwarf)
+        self.dwarf.prefetch(units)  # walked in a second process while the ones before are scanned
+        try:
+            for uo in units:
+                unit = self.dwarf.unit(uo)
+                if unit is None:
+                    continue
+                self._scan_unit(unit, found)
+                self.dwarf.trim()  # every unit: as fast as every 8th here, 11 MB less at the peak
+        finally:
+            self.dwarf.end_prefetch()
         exits = _ExitFinder(self.elf, self.inv.warnings)
         # rustc 1.63 sometimes describes the inner generator's Pin<&mut ENV> self after all;
         # GenFuture<ENV>::poll is the breakpoint site then, the inner resume would double-count

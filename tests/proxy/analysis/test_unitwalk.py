@@ -1,0 +1,43 @@
+"""The units' walks made by a second process (proxy.analysis.unitwalk) against the
+same walks made here: the same four arrays for every unit, and the same units when the
+child is killed half-way (the rest are walked here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpus_util import corpus_binary
+from proxy.analysis import dies as D
+from proxy.analysis import unitwalk
+from proxy.analysis.dwarf import DwarfView
+from proxy.analysis.elf import open_elf
+from proxy.analysis.inventory import select_units
+
+
+def _arrays(unit: D.Unit) -> tuple[list[int], ...]:
+    d = unit.dies
+    assert isinstance(d, D.Dies)
+    return tuple(list(a) for a in (d._offs, d._codes, d._pars, d._ends))
+
+
+@pytest.mark.parametrize("kill_after", [None, 2])
+def test_child_walks_match(kill_after: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(unitwalk, "MIN_BYTES", 0)  # a small binary's units too
+    monkeypatch.setenv("ASYNCRSP_WALK_PROCESS", "1")
+    elf = open_elf(corpus_binary("debug", "nested"))
+    here, there = DwarfView.open(elf, []), DwarfView.open(elf, [])
+    assert here is not None and there is not None
+    units = select_units(elf, there)
+    assert len(units) > 3
+    there.prefetch(units)
+    assert there._prefetch is not None, "the child did not start"
+    for k, uo in enumerate(units):
+        if k == kill_after:
+            there._prefetch._proc.kill()  # the rest: walked here
+        a, b = here.reader.read_unit(uo, here.keep_tags), there.unit(uo)
+        assert b is not None
+        assert _arrays(a) == _arrays(b)
+        assert dict(a.top_die.attrs) == dict(b.top_die.attrs)
+    there.end_prefetch()
+    if kill_after is None:
+        assert 0 < unitwalk.last_peak_kb < 200_000  # the child's own peak, reported at its end
