@@ -220,7 +220,7 @@ def _parse(path: str, data: bytes | FileBytes) -> ElfImage:
     if len(data) < _EHDR.size:
         raise AnalysisError(f"{path}: unreadable ELF (the header is cut off); the file may be truncated")
     (ident, e_type, e_machine, _version, entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
-     shentsize, shnum, shstrndx) = _EHDR.unpack_from(data, 0)
+     shentsize, shnum, shstrndx) = _EHDR.unpack_from(data[:_EHDR.size], 0)
     if ident[4] != 2 or ident[5] != 1:
         raise AnalysisError(f"{path}: only 64-bit little-endian ELF is supported")
     warnings: list[str] = []
@@ -235,9 +235,10 @@ def _parse(path: str, data: bytes | FileBytes) -> ElfImage:
         if phentsize < _PHDR.size or phoff + phnum * phentsize > len(data):
             raise AnalysisError(f"{path}: unreadable ELF (program headers past the end of the file); "
                                 "the file may be truncated")
+        phdrs = bytes(data[phoff : phoff + phnum * phentsize])  # one read
         for i in range(phnum):
             p_type, p_flags, p_offset, p_vaddr, _paddr, p_filesz, p_memsz, _align = \
-                _PHDR.unpack_from(data, phoff + i * phentsize)
+                _PHDR.unpack_from(phdrs, i * phentsize)
             if p_type == _PT_LOAD:
                 if p_offset + p_filesz > len(data):
                     warnings.append(f"a PT_LOAD segment at {p_vaddr:#x} runs past the end of the file (truncated?)")
@@ -288,11 +289,12 @@ def _section_headers(path: str, data: bytes | FileBytes, shoff: int, shnum: int,
         raise AnalysisError(f"{path}: unreadable ELF (section headers past the end of the file); "
                             "the file may be truncated")
     if shnum == 0:  # more than 0xff00 sections: the count is section 0's size
-        shnum = _SHDR.unpack_from(data, shoff)[5]
+        shnum = _SHDR.unpack_from(data[shoff : shoff + _SHDR.size], 0)[5]
     if shoff + shnum * shentsize > len(data):
         raise AnalysisError(f"{path}: unreadable ELF (section headers past the end of the file); "
                             "the file may be truncated")
-    return [_SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+    shdrs = bytes(data[shoff : shoff + shnum * shentsize])  # one read
+    return [_SHDR.unpack_from(shdrs, i * shentsize) for i in range(shnum)]
 
 
 def _build_id(data: bytes | FileBytes, table: list[_Section], sections: dict[str, tuple[int, int, int]]) -> str | None:
