@@ -174,7 +174,9 @@ def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | No
     missed = session.monitor_missed or (lambda: False)
     if read is None:
         return build()
-    return store.get(key, build, missed)  # type: ignore[attr-defined]
+    snap = store.get(key, build, missed)  # type: ignore[attr-defined]
+    snap.bind(read)  # what it makes on demand (trees, the wait-for graph) reads through this pass
+    return snap
 
 
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
@@ -282,6 +284,8 @@ def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> 
     store = _SNAPSHOTS.get(session)
     key = _snapshot_key(session, engine, src)
     snap = store.held(key) if store is not None else None  # type: ignore[attr-defined]
+    if snap is not None:
+        snap.bind(read)
     unread = 0
     if snap is None and (view is None or view.pattern):  # a filter looks at every task
         snap = _snapshot_of(session, read)

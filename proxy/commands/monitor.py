@@ -16,7 +16,7 @@ reports the engine's and the proxy's counters.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from proxy.commands.tasks import USAGE as TASKS_USAGE
 from proxy.commands.tasks import TasksError, render_groups, render_tasks, select
@@ -235,8 +235,8 @@ def _tree(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
         task, node = _locate(snap, args, "tree [TASK]")
         if node is not task.tree:  # a coroutine inside a task: its subtree
             label = node.id if node.id is not None else task.id
-            task = replace(task, id=label, addr=node.addr, type_name=node.type_name, tree=node,
-                           header=f"in task {task.label}")
+            task = task.replace(id=label, addr=node.addr, type_name=node.type_name, tree=node,
+                                header=f"in task {task.label}")
     text = render_tree(snap, task)
     if task is None and not snap.live():
         hint = "tasks are found by observing polls, at the threads' stacks, or with --tokio-adapter"

@@ -61,6 +61,13 @@ class BlockReader:
             out += blk[lo:hi]
         return bytes(out)
 
+    def rebind(self, read: ReadMemory) -> None:
+        """Read through ``read`` from now on (a later pass of the session's read loop): the blocks
+        read are kept, the ones not read yet are asked for again."""
+        self._read = read
+        self._blocks = {k: v for k, v in self._blocks.items() if v is not None}
+        self.missing = False
+
     def _block(self, base: int) -> bytes | None:
         if base in self._blocks:
             got = self._blocks[base]

@@ -68,8 +68,8 @@ from .convert import Convert
 from .engine_view import EngineView
 from .inputs import EarlierStops, SnapshotInputs
 from .merge import Merge
-from .model import FutureNode, Snapshot, StateKind
-from .waits import analyse
+from .model import FutureNode, Hold, Snapshot, Wait, WaitGraph
+from .waits import wait_graph
 
 __all__ = ["EarlierStops", "SnapshotInputs", "build_snapshot"]
 
@@ -89,6 +89,10 @@ def build_snapshot(inputs: SnapshotInputs, read: ReadMemory | None, stop: int = 
 
 
 class _Builder(EngineView, Merge, Convert):
+    """Builds the snapshot, then stays with it as its ``TaskParts``: the merged trees are final
+    once ``build`` returns; each task's tree and stack, and the wait-for graph, are made from
+    them when first asked."""
+
     def build(self, stop: int) -> Snapshot:
         eng = self.engine
         if eng is not None:
@@ -104,26 +108,55 @@ class _Builder(EngineView, Merge, Convert):
             # memory this pass asked for is not read yet: the caller reads it and builds again;
             # the tasks, their names and the wait-for graph are made in the pass that has it all
             return Snapshot(stop=stop, tasks=(), notes=tuple(self.notes), complete=False)
-        tasks = []
-        trees.reverse()
-        while trees:  # each memory tree is let go once converted (peak memory at 100,000 tasks)
-            root, node = trees.pop()
-            tasks.append(self._task(root, node))
+        tasks = [self._task(root, node) for root, node in trees]
         tasks += self._finished_roots({t.id for t in tasks})
         tasks.sort(key=lambda t: (not t.live, t.id))
-        waits, tasks = analyse(tasks, self.r, self.inv, self.inp.bias)
-        coroutines: dict[int, tuple[int, FutureNode]] = {}
+        self.tasks = tuple(tasks)
         threads: dict[int, int | None] = {}
-        for t in tasks if eng is not None or self.running else ():  # (else no coroutine has an id or a thread)
-            for n in t.coroutines():
-                if n.id is not None:
-                    coroutines.setdefault(n.id, (t.id, n))
-                if n.state is not None and n.state.kind is StateKind.RUNNING and n.state.thread is not None:
-                    threads.setdefault(n.state.thread, t.id)
+        for t in tasks if self.running else ():  # (else no coroutine runs on a thread)
+            raw = t._raw  # noqa: SLF001 - this builder's own merged tree
+            for n in raw.iter() if raw is not None else ():
+                thread = self.running.get(id(n)) if n.kind == "coroutine" else None
+                if thread is not None:
+                    threads.setdefault(thread, t.id)
         complete = (eng is None or eng.complete) and not (self.r is not None and self.r.mem.missing)
         return Snapshot(
-            stop=stop, tasks=tuple(tasks), finished=eng.finished_count() if eng is not None else 0,
-            threads=threads, waits=waits, notes=tuple(dict.fromkeys(self.notes)), complete=complete,
-            edges=self._history(), coroutines=coroutines,
+            stop=stop, tasks=self.tasks, finished=eng.finished_count() if eng is not None else 0,
+            threads=threads, notes=tuple(dict.fromkeys(self.notes)), complete=complete,
+            edges=self._history(), parts=self,
         )
 
+    # ---- TaskParts: what the snapshot makes on demand -----------------------------------------
+
+    def graph(self) -> tuple[WaitGraph, dict[int, tuple[tuple[Hold, ...], tuple[Wait, ...]]]]:
+        """The wait-for graph of the snapshot's tasks (``waits.wait_graph``), kept once every
+        read it made was answered; else made again in the next pass (after ``bind``)."""
+        got = self._graph
+        if got is not None and (got[2] or got[3] is self._bound):
+            return got[0], got[1]
+        r = self.r
+        if r is not None:
+            r.mem.missing = False
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            graph, per_task = wait_graph(list(self.tasks), r, self.inv, self.inp.bias)
+        finally:
+            if enabled:
+                gc.enable()
+        self._graph = (graph, per_task, r is None or not r.mem.missing, self._bound)
+        return graph, per_task
+
+    def coroutines(self) -> dict[int, tuple[int, FutureNode]]:
+        out: dict[int, tuple[int, FutureNode]] = {}
+        for t in self.tasks if self.engine is not None or self.running else ():  # (else no coroutine has an id)
+            for n in t.coroutines():
+                if n.id is not None:
+                    out.setdefault(n.id, (t.id, n))
+        return out
+
+    def bind(self, read: ReadMemory | None) -> None:
+        """Later command passes at the same stop read through their own ``read``."""
+        if self.r is not None and read is not None:
+            self.r.mem.rebind(read)
+        self._bound = read

@@ -37,33 +37,46 @@ class Convert(BuildState):
         return tid if tid is not None else self.inp.ids.of(*key)
 
     def _task(self, root: Root, tree: Node) -> Task:
+        """The task of a merged tree: its identity, name and state now; its tree and stack when
+        asked (``tree_of``, ``stack_of``; the tree is final once the merge is done)."""
         key = self._task_key(root, tree)
         tid = self._task_id(root, tree)
-        fnode = self._convert(tree)
-        stack = self._stack(fnode)
-        state = fnode.state or TaskState(StateKind.UNKNOWN)  # the task's state is its future's
+        if tree.kind == "coroutine":
+            name, state, _ = self._coroutine(tree)
+        else:  # the task's state is its future's
+            done = _LEAF_STATES.get(tree.status)
+            name = tree.label if tree.kind == "leaf" else layout_name(self.inv, key[1])
+            state = TaskState(done) if done else _UNKNOWN
         found = self._found.get(root.origin)
         if found is None:
             found = self._found[root.origin] = tuple(w.strip() for w in root.origin.split(","))
         stats = self._stats(tid) if self.engine is not None else None
-        name = fnode.name if fnode.kind == "coroutine" or fnode.kind == "leaf" else layout_name(self.inv, key[1])
         header = root.header or root.origin
-        return Task(id=tid, addr=key[0], type_name=key[1], name=name, state=state, tree=fnode,
-                    stack=stack, stats=stats, found_by=found, header=header)
+        return Task(id=tid, addr=key[0], type_name=key[1], name=name, state=state, stats=stats, found_by=found,
+                    header=header, parts=self, raw=tree)  # type: ignore[arg-type]
 
-    def _convert(self, n: Node) -> FutureNode:
-        kids = tuple([self._convert(c) for c in n.children]) if n.children else ()
+    def tree_of(self, n: Node) -> FutureNode:
+        """A merged tree's frozen values (``TaskParts.tree_of``)."""
+        kids = tuple([self.tree_of(c) for c in n.children]) if n.children else ()
         if n.kind != "coroutine":
             done = _LEAF_STATES.get(n.status)  # a combinator's finished branch keeps its tag
-            node = FutureNode(n.kind, n.label, n.addr, n.type_name, TaskState(done) if done else None,
-                              self._held_by(n, n.detail),
-                              n.branch, kids, waits=_leaf_wait(n))
-            self.below[id(node)] = self._below(kids)
-            return node
-        lay = self.inv.layouts.get(n.type_name) if self.inv is not None else None
+            return FutureNode(n.kind, n.label, n.addr, n.type_name, TaskState(done) if done else None,
+                              self._held_by(n, n.detail), n.branch, kids, waits=_leaf_wait(n))
+        name, state, value = self._coroutine(n)
+        detail = self._held_by(n, "" if n.detail.startswith("running on thread") else n.detail)  # the state says it
+        holds = tuple(_resource("Mutex", a) for a in n.holds) if n.holds else ()
+        waits = _resource("Mutex", n.waits_on) if n.waits_on is not None else None
+        return FutureNode("coroutine", name, n.addr, n.type_name, state, detail, n.branch, kids,
+                          waits=waits, holds=holds, state_value=value,
+                          id=self.engine_ids.get((n.addr, n.type_name)))
+
+    def _coroutine(self, n: Node) -> tuple[str, TaskState, int | None]:
+        """A coroutine node's display name, state and raw ``__state``: the one rule the tree, the
+        stack and the task line share."""
         value = n.value if n.state is not None else None
-        if value is None and lay is not None and n.state is not None:
-            st = next((s for s in lay.states if s.name == n.state), None)
+        if value is None and n.state is not None:
+            lay = self.inv.layouts.get(n.type_name) if self.inv is not None else None
+            st = next((s for s in lay.states if s.name == n.state), None) if lay is not None else None
             value = st.value if st is not None else None
         thread = self.running.get(id(n))
         # name, line and state are values many coroutines share (one layout, one state): made once
@@ -71,16 +84,7 @@ class Convert(BuildState):
         got = self._states.get(key)
         if got is None:
             got = self._states[key] = self._state(n, value, thread)
-        name, state = got
-        detail = self._held_by(n, "" if n.detail.startswith("running on thread") else n.detail)  # the state says it
-        holds = tuple(_resource("Mutex", a) for a in n.holds) if n.holds else ()
-        waits = _resource("Mutex", n.waits_on) if n.waits_on is not None else None
-        node = FutureNode("coroutine", name, n.addr, n.type_name, state, detail, n.branch, kids,
-                          waits=waits, holds=holds, state_value=value,
-                          id=self.engine_ids.get((n.addr, n.type_name)))
-        self.below[id(node)] = self._below(kids) | (_RUNS if state.kind is StateKind.RUNNING else 0) \
-            | (_LIVE if state.live else 0)
-        return node
+        return got[0], got[1], value
 
     def _held_by(self, n: Node, detail: str) -> str:
         """The detail of a node that waits on a Mutex a task holds, naming that task."""
@@ -108,52 +112,65 @@ class Convert(BuildState):
             state = TaskState(StateKind.UNKNOWN)
         return name, state
 
-    def _below(self, kids: tuple[FutureNode, ...]) -> int:
-        """_RUNS | _LIVE: a coroutine runs / is live in these subtrees (``_convert`` made them)."""
+    def _flags(self, n: Node, memo: dict[int, int]) -> int:
+        """_RUNS | _LIVE: a coroutine runs / is live (not finished) in ``n``'s subtree (its own
+        state counts for a coroutine; a leaf's does not)."""
         got = 0
-        for k in kids:
-            got |= self.below[id(k)]
+        for c in n.children:
+            got |= self._flags(c, memo)
+        if n.kind == "coroutine":
+            if n.status == "running" or id(n) in self.running:
+                got |= _RUNS | _LIVE
+            elif n.status not in ("completed", "panicked"):
+                got |= _LIVE
+        memo[id(n)] = got
         return got
 
-    def _next_on_path(self, n: FutureNode) -> FutureNode | None:
-        """The child the logical stack goes on with: a running one, else the first one with a
-        pending coroutine (through combinators)."""
-        best = None
-        for c in n.children:
-            below = self.below[id(c)]
-            if below & _RUNS:
-                return c
-            if best is None and below & _LIVE:
-                best = c
-        return best
-
-    def _stack(self, root: FutureNode) -> tuple[Frame, ...]:
-        """The logical stack: the running path, else the first pending coroutine path."""
-        path: list[FutureNode] = []
-        node: FutureNode | None = root
+    def stack_of(self, tree: Node) -> tuple[Frame, ...]:
+        """The logical stack (``TaskParts.stack_of``): the running path, else the first path of
+        pending coroutines (through combinators); innermost first."""
+        memo: dict[int, int] = {}
+        path: list[Node] = []
+        node: Node | None = tree
         while node is not None:
             if node.kind == "coroutine":
                 path.append(node)
-            node = self._next_on_path(node)
+            kids = node.children
+            if len(kids) == 1 and kids[0].kind == "coroutine" and kids[0].status not in ("completed", "panicked"):
+                node = kids[0]  # (one live child: the path goes on there, whatever runs below it)
+                continue
+            best = None
+            for c in kids:  # the child the stack goes on with
+                below = memo.get(id(c))
+                if below is None:
+                    below = self._flags(c, memo)
+                if below & _RUNS:
+                    best = c
+                    break
+                if best is None and below & _LIVE:
+                    best = c
+            node = best
         frames = []
         res = resume_fns(self.inv)
         for level, n in enumerate(reversed(path)):
-            running = n.state is not None and n.state.kind is StateKind.RUNNING
+            name, state, value = self._coroutine(n)
+            running = state.kind is StateKind.RUNNING
             copies = res.get(n.type_name, [])
             inlined = not copies
-            if running and n.state is not None and n.state.thread is not None:  # inlined here: no frame of its own
-                pcs = list(self.frame_pcs.get(n.state.thread, ()))
-                stop_pc = self.inp.pcs.get(n.state.thread)
+            if running and state.thread is not None:  # inlined here: no frame of its own
+                pcs = list(self.frame_pcs.get(state.thread, ()))
+                stop_pc = self.inp.pcs.get(state.thread)
                 if stop_pc is not None:
                     pcs.append(stop_pc - self.inp.bias)
                 if pcs:
                     inlined = not any(lo <= pc < hi for pc in pcs for lo, hi in copies)
-            frames.append(Frame(level, n.name, n.addr, n.type_name, n.state.loc if n.state else None,
-                                level == 0 and running, copies[0][0] + self.inp.bias if copies else None, inlined,
-                                n.state_value, n.id))
+            frames.append(Frame(level, name, n.addr, n.type_name, state.loc, level == 0 and running,
+                                copies[0][0] + self.inp.bias if copies else None, inlined, value,
+                                self.engine_ids.get((n.addr, n.type_name))))
         return tuple(frames)
 
 
+_UNKNOWN = TaskState(StateKind.UNKNOWN)
 _RUNS, _LIVE = 1, 2  # ... runs / is live (not finished)
 
 

@@ -10,7 +10,8 @@ beyond the ``found_by`` words and the evidence strings it carries.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from proxy.analysis.model import SourceLoc
 from proxy.graph.model import StateKind, TaskState  # one vocabulary of states (the engine's too)
@@ -112,22 +113,93 @@ class WaitGraph:
     findings: tuple[Finding, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+class TaskParts(Protocol):
+    """What makes a task's heavier values on demand (``proxy.snapshot.build``'s builder): its
+    pending-future tree and logical stack (pure: from the merged tree), and the snapshot's
+    wait-for graph (it may read memory: made again until every read is answered)."""
+
+    def tree_of(self, raw: Any) -> FutureNode: ...
+
+    def stack_of(self, raw: Any) -> tuple[Frame, ...]: ...
+
+    def graph(self) -> tuple[WaitGraph, Mapping[int, tuple[tuple[Hold, ...], tuple[Wait, ...]]]]: ...
+
+    def coroutines(self) -> Mapping[int, tuple[int, FutureNode]]: ...
+
+
 class Task:
-    id: int
-    addr: int
-    type_name: str
-    name: str
-    state: TaskState
-    tree: FutureNode
-    stack: tuple[Frame, ...] = ()
-    stats: PollStats | None = None
-    found_by: tuple[str, ...] = ()
-    parent: int | None = None
-    holds: tuple[Hold, ...] = ()
-    waits: tuple[Wait, ...] = ()
-    header: str = ""  # what the task line says of it besides its state ("on the stack of thread 7")
-    spawned_at: SourceLoc | None = None
+    """One task of the stop. Its identity, name and state are made with the snapshot; its tree,
+    logical stack and what it holds and waits on are made when first asked (``TaskParts``): at
+    100,000 tasks, ``tasks --group`` needs every task's line but no tree, ``tree TASK`` one
+    tree, ``deadlocks`` the wait-for graph. A value once made is kept; nothing else changes."""
+
+    __slots__ = ("id", "addr", "type_name", "name", "state", "stats", "found_by", "parent", "header", "spawned_at",
+                 "_tree", "_stack", "_holds", "_waits", "_parts", "_raw")
+
+    def __init__(self, id: int, addr: int, type_name: str, name: str, state: TaskState,  # noqa: A002
+                 tree: FutureNode | None = None, stack: tuple[Frame, ...] | None = None,
+                 stats: PollStats | None = None, found_by: tuple[str, ...] = (), parent: int | None = None,
+                 holds: tuple[Hold, ...] | None = None, waits: tuple[Wait, ...] | None = None, header: str = "",
+                 spawned_at: SourceLoc | None = None, *, parts: TaskParts | None = None, raw: Any = None) -> None:
+        if tree is None and parts is None:
+            raise TypeError("a Task needs its tree or the parts that make it")
+        s = object.__setattr__
+        s(self, "id", id)
+        s(self, "addr", addr)
+        s(self, "type_name", type_name)
+        s(self, "name", name)
+        s(self, "state", state)
+        s(self, "stats", stats)
+        s(self, "found_by", found_by)
+        s(self, "parent", parent)
+        s(self, "header", header)
+        s(self, "spawned_at", spawned_at)
+        s(self, "_parts", parts)
+        s(self, "_raw", raw)
+        s(self, "_tree", tree)
+        s(self, "_stack", stack if stack is not None or parts is not None else ())
+        s(self, "_holds", holds if holds is not None or parts is not None else ())
+        s(self, "_waits", waits if waits is not None or parts is not None else ())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Task is frozen ({name})")
+
+    def __repr__(self) -> str:
+        return f"Task({self.label} {self.name} {self.state})"
+
+    @property
+    def tree(self) -> FutureNode:
+        """The pending-future tree (the root is the task's outermost future)."""
+        got = self._tree
+        if got is None:
+            assert self._parts is not None
+            got = self._parts.tree_of(self._raw)
+            object.__setattr__(self, "_tree", got)
+        return got
+
+    @property
+    def stack(self) -> tuple[Frame, ...]:
+        """The logical stack, innermost first (what ``bt`` and task threads show)."""
+        got = self._stack
+        if got is None:
+            assert self._parts is not None
+            got = self._parts.stack_of(self._raw)
+            object.__setattr__(self, "_stack", got)
+        return got
+
+    @property
+    def holds(self) -> tuple[Hold, ...]:
+        if self._holds is not None:
+            return self._holds
+        assert self._parts is not None
+        return self._parts.graph()[1].get(self.id, ((), ()))[0]
+
+    @property
+    def waits(self) -> tuple[Wait, ...]:
+        if self._waits is not None:
+            return self._waits
+        assert self._parts is not None
+        return self._parts.graph()[1].get(self.id, ((), ()))[1]
 
     @property
     def label(self) -> str:
@@ -158,10 +230,18 @@ class Task:
         return (n for n in self.tree.iter() if n.kind == "coroutine")
 
     def with_graph(self, holds: tuple[Hold, ...], waits: tuple[Wait, ...]) -> Task:
-        """This task with what it holds and waits on (``dataclasses.replace`` costs a third of
-        the wait-for graph's loop at 100,000 tasks)."""
-        return Task(self.id, self.addr, self.type_name, self.name, self.state, self.tree, self.stack, self.stats,
-                    self.found_by, self.parent, holds, waits, self.header, self.spawned_at)
+        """This task with what it holds and waits on."""
+        return self.replace(holds=holds, waits=waits)
+
+    def replace(self, **kw: Any) -> Task:
+        """A copy with some values changed (its parts shared: what is not given is made as before)."""
+        values: dict[str, Any] = {k: getattr(self, k) for k in _TASK_VALUES}
+        values.update(tree=self._tree, stack=self._stack, holds=self._holds, waits=self._waits)
+        values.update(kw)
+        return Task(**values, parts=self._parts, raw=self._raw)
+
+
+_TASK_VALUES = ("id", "addr", "type_name", "name", "state", "stats", "found_by", "parent", "header", "spawned_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,17 +258,56 @@ class HistoryEdge:
     last_seq: int
 
 
-@dataclass(frozen=True, slots=True)
 class Snapshot:
-    stop: int
-    tasks: tuple[Task, ...]
-    finished: int = 0  # finished coroutine instances since the start (observed), not listed
-    threads: Mapping[int, int | None] = field(default_factory=dict)  # LWP -> task running on it
-    waits: WaitGraph = WaitGraph()
-    notes: tuple[str, ...] = ()
-    complete: bool = True
-    edges: tuple[HistoryEdge, ...] = ()
-    coroutines: Mapping[int, tuple[int, FutureNode]] = field(default_factory=dict)  # id -> (task, node)
+    """The stop's async state. ``waits`` (the wait-for graph) and ``coroutines`` are made when
+    first asked, by the parts that made the tasks (``TaskParts``)."""
+
+    __slots__ = ("stop", "tasks", "finished", "threads", "notes", "complete", "edges", "_waits", "_coroutines",
+                 "_parts")
+
+    def __init__(self, stop: int, tasks: tuple[Task, ...], finished: int = 0,
+                 threads: Mapping[int, int | None] | None = None, waits: WaitGraph | None = None,
+                 notes: tuple[str, ...] = (), complete: bool = True, edges: tuple[HistoryEdge, ...] = (),
+                 coroutines: Mapping[int, tuple[int, FutureNode]] | None = None, *,
+                 parts: TaskParts | None = None) -> None:
+        s = object.__setattr__
+        s(self, "stop", stop)
+        s(self, "tasks", tasks)
+        s(self, "finished", finished)  # finished coroutine instances since the start (observed), not listed
+        s(self, "threads", threads if threads is not None else {})  # LWP -> task running on it
+        s(self, "notes", notes)
+        s(self, "complete", complete)
+        s(self, "edges", edges)
+        s(self, "_parts", parts)
+        s(self, "_waits", waits if waits is not None or parts is not None else WaitGraph())
+        s(self, "_coroutines", coroutines if coroutines is not None or parts is not None else {})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Snapshot is frozen ({name})")
+
+    @property
+    def waits(self) -> WaitGraph:
+        if self._waits is not None:
+            return self._waits
+        assert self._parts is not None
+        return self._parts.graph()[0]
+
+    @property
+    def coroutines(self) -> Mapping[int, tuple[int, FutureNode]]:
+        """Observed coroutine id -> (its task's id, its node)."""
+        got = self._coroutines
+        if got is None:
+            assert self._parts is not None
+            got = self._parts.coroutines()
+            object.__setattr__(self, "_coroutines", got)
+        return got
+
+    def bind(self, read: Any) -> None:
+        """The command pass now asking: what is made on demand reads memory through ``read``
+        (the session's read of this pass; None: not read yet, it reads and asks again)."""
+        bind = getattr(self._parts, "bind", None)
+        if bind is not None:
+            bind(read)
 
     def live(self) -> list[Task]:
         return [t for t in self.tasks if t.live]

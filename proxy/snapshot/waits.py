@@ -47,6 +47,14 @@ STAGE_SPAN = 0x60
 
 
 def analyse(tasks: list[Task], r: Any, inv: Inventory | None, bias: int) -> tuple[WaitGraph, list[Task]]:
+    """The graph, and the tasks with what each holds and waits on."""
+    graph, per_task = wait_graph(tasks, r, inv, bias)
+    return graph, [t.with_graph(*per_task[t.id]) if t.id in per_task else t for t in tasks]
+
+
+def wait_graph(tasks: list[Task], r: Any, inv: Inventory | None, bias: int,
+               ) -> tuple[WaitGraph, dict[int, tuple[tuple[Hold, ...], tuple[Wait, ...]]]]:
+    """The graph, and task id -> (what it holds, what it waits on) for the tasks in it."""
     holds: dict[int, list[Hold]] = {}
     for t in tasks:
         if not t.live:
@@ -83,14 +91,10 @@ def analyse(tasks: list[Task], r: Any, inv: Inventory | None, bias: int) -> tupl
         if ws and not others and all(w.wakers is not None and not w.external for w in ws):
             blocked[t.id] = {k for w in ws for k in (w.wakers or ()) if k != t.id}  # waking itself: no waker
     findings = _findings(tasks, blocked, waits, holders)
-    out = []
-    for t in tasks:
-        if t.id in waits or t.id in holds:
-            t = t.with_graph(tuple(holds.get(t.id, ())), tuple(waits.get(t.id, ())))
-        out.append(t)
+    per_task = {tid: (tuple(holds.get(tid, ())), tuple(waits.get(tid, ()))) for tid in set(waits) | set(holds)}
     graph = WaitGraph(tuple(h for hs in holds.values() for h in hs), tuple(w for ws in waits.values() for w in ws),
                       tuple(findings))
-    return graph, out
+    return graph, per_task
 
 
 def _frontier(n: FutureNode, parent: FutureNode | None):  # type: ignore[no-untyped-def]
