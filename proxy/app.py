@@ -170,13 +170,46 @@ def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | No
     if store is None:
         store = _SNAPSHOTS[session] = SnapshotStore()
     key = _snapshot_key(session, engine, src)
-    build = _snapshot_builder(session, read, engine, src, key[0] or 0)
+    capped = _CAPPED.get(session)
+    adapters = None
+    if capped is not None and capped[0] == key and read is not None and store.held(key) is None:  # type: ignore[attr-defined]
+        # task threads built their capped snapshot at this stop: the full one reads none of
+        # that memory again (each block as it got it) and takes the runtime's tasks it found
+        read = _reusing(read, capped[1])
+        listing = _LISTINGS.get(session)
+        adapters = getattr(listing, "uncapped", None) if getattr(listing, "key", None) == key else None
+    build = _snapshot_builder(session, read, engine, src, key[0] or 0, adapters=adapters)
     missed = session.monitor_missed or (lambda: False)
     if read is None:
         return build()
     snap = store.get(key, build, missed)  # type: ignore[attr-defined]
     snap.bind(read)  # what it makes on demand (trees, the wait-for graph) reads through this pass
+    if store.held(key) is snap:  # type: ignore[attr-defined]
+        _CAPPED.pop(session, None)
     return snap
+
+
+# The memory a capped task-threads build read at a stop (snapshot key -> {(addr, size): bytes}),
+# for the full build of the same stop (a monitor command after the IDE listed the threads).
+_CAPPED: weakref.WeakKeyDictionary[Session, tuple[Any, dict[tuple[int, int], bytes]]] = weakref.WeakKeyDictionary()
+
+
+def _remembering(read: Callable[[int, int], bytes | None], kept: dict[tuple[int, int], bytes],
+                 ) -> Callable[[int, int], bytes | None]:
+    def remember(addr: int, size: int) -> bytes | None:
+        data = read(addr, size)
+        if data is not None:
+            kept[(addr, size)] = data
+        return data
+    return remember
+
+
+def _reusing(read: Callable[[int, int], bytes | None], kept: dict[tuple[int, int], bytes],
+             ) -> Callable[[int, int], bytes | None]:
+    def reuse(addr: int, size: int) -> bytes | None:
+        data = kept.get((addr, size))
+        return data if data is not None else read(addr, size)
+    return reuse
 
 
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
@@ -294,7 +327,11 @@ def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> 
         listing = _LISTINGS.get(session)
         if not isinstance(listing, Listing) or listing.key != key or listing.keep != keep:
             listing = _LISTINGS[session] = Listing(key, keep)
-        snap = _snapshot_builder(session, read, engine, src, key[0] or 0, adapters=listing.adapters)()
+        capped = _CAPPED.get(session)
+        if capped is None or capped[0] != key:
+            capped = _CAPPED[session] = (key, {})
+        snap = _snapshot_builder(session, _remembering(read, capped[1]), engine, src, key[0] or 0,
+                                 adapters=listing.adapters)()
         unread = listing.unread
     if snap is None or (session.monitor_missed is not None and session.monitor_missed()):
         return [], None, 0, 0  # memory still to read: the session reads it and asks again
@@ -339,8 +376,10 @@ def _threads_command(session: Session, args: tuple[str, ...]) -> str:
 
 def monitor(text: str, session: Session, read: Callable[[int, int], bytes | None]) -> str:
     from proxy.commands.monitor import run_monitor
+    from proxy.snapshot.build import paused_gc
 
-    return run_monitor(text, _context(session, read))
+    with paused_gc():  # the snapshot's trees and stacks are made on demand by the command
+        return run_monitor(text, _context(session, read))
 
 
 def qxfer(obj: str, annex: str, session: Session,
@@ -363,8 +402,11 @@ def qxfer(obj: str, annex: str, session: Session,
         docs = _DOCS[session] = (snap, {})
     doc = docs[1].get((obj, annex))
     if doc is None:
-        doc = osdata_table(annex, snap) if obj == "osdata" else graph_document(snap, session.engine,
-                                                                                _proxy_stats(session))
+        from proxy.snapshot.build import paused_gc
+
+        with paused_gc():  # every task's tree and stack, made on demand
+            doc = osdata_table(annex, snap) if obj == "osdata" else graph_document(snap, session.engine,
+                                                                                    _proxy_stats(session))
         docs[1][(obj, annex)] = doc
     return doc
 

@@ -90,7 +90,7 @@ class BuildState:
         self._states: dict[tuple[Any, ...], tuple[str, TaskState]] = {}  # see _convert
         self._found: dict[str, tuple[str, ...]] = {}  # Root.origin -> Task.found_by
         self.mutex_holders: dict[int, tuple[Any, Any]] = {}  # Mutex address -> (Root, Node) of the task holding it
-        self.tasks: tuple[Any, ...] = ()  # the snapshot's tasks, once built
+        self._snap: Any = None  # weakref to the snapshot built
         self._graph: tuple[Any, Any, bool, Any] | None = None  # (graph, per task, complete, the read it used)
         self._bound: Any = read  # the read of the command pass now asking
 

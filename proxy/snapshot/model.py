@@ -30,7 +30,11 @@ class Resource:
         return f"{self.kind} 0x{self.addr:x}"
 
 
-@dataclass(frozen=True, slots=True)
+# _MANY: FutureNode and Frame are made per coroutine of every task (700,000 of them at 100,000
+# tasks): a frozen dataclass's __init__ (object.__setattr__ per field) costs 4.5x a plain one, so
+# these two are plain slotted classes, read-only by convention (nothing assigns to them after
+# they are made), compared by identity.
+@dataclass(slots=True, eq=False)  # read-only by convention: see _MANY
 class FutureNode:
     """One pending future of a task's tree."""
 
@@ -55,7 +59,7 @@ class FutureNode:
             stack.extend(reversed(n.children))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)  # read-only by convention: see _MANY
 class Frame:
     """One frame of a task's logical stack (innermost first)."""
 
@@ -263,7 +267,7 @@ class Snapshot:
     first asked, by the parts that made the tasks (``TaskParts``)."""
 
     __slots__ = ("stop", "tasks", "finished", "threads", "notes", "complete", "edges", "_waits", "_coroutines",
-                 "_parts")
+                 "_parts", "__weakref__")
 
     def __init__(self, stop: int, tasks: tuple[Task, ...], finished: int = 0,
                  threads: Mapping[int, int | None] | None = None, waits: WaitGraph | None = None,

@@ -37,6 +37,20 @@ class Listing:
         self.unread = 0
         return [self._capped(i, a) for i, a in enumerate(adapters)]
 
+    def uncapped(self, adapters: list[Callable[[Any], list[Any] | None]]) -> list[Callable[[Any], list[Any] | None]]:
+        """The adapters for the full snapshot of the same stop: every task each one found
+        (its discovery not made again), or its own discovery when it found none yet."""
+        return [self._all(i, a) for i, a in enumerate(adapters)]
+
+    def _all(self, i: int, discover: Callable[[Any], list[Any] | None]) -> Callable[[Any], list[Any] | None]:
+        def found(r: Any) -> list[Any] | None:
+            got = self._found.get(i)
+            if got is None:
+                return discover(r)
+            r.task_names.update(got[1])
+            return got[0]
+        return found
+
     def _capped(self, i: int, discover: Callable[[Any], list[Any] | None]) -> Callable[[Any], list[Any] | None]:
         def capped(r: Any) -> list[Any] | None:
             got = self._found.get(i)
