@@ -423,7 +423,6 @@ class DieReader:
         self._abbrev_cache: dict[int, dict[int, _Abbrev]] = {}
         self._plan_cache: dict[Any, Any] = {}
         self._str_cache: dict[int, str] = {}
-        self._heads: dict[int, int] = {}  # .debug_str offset -> first byte (string_heads)
         self._info_np: Any = None
         self._tag_tables: dict[int, tuple[dict[int, _Abbrev], Any]] = {}
 
@@ -858,27 +857,15 @@ class Dies:
 
         return np.frombuffer(self._offs, dtype=np.uint32)
 
-    def string_heads(self, strps: Any) -> Any:
-        """The first byte of each .debug_str string at offsets ``strps`` (numpy; 0 past
-        the end): a scan's first sieve on names, without decoding them."""
-        import numpy as np
-
-        sec = self._reader.str
-        if sec.__class__ is bytes:
-            arr = np.frombuffer(sec, dtype=np.uint8)
-            out = np.zeros(strps.size, dtype=np.uint8)
-            ok = strps < arr.size
-            out[ok] = arr[strps[ok].astype(np.int64)]
-            return out
-        heads = self._reader._heads
-        got = []
-        for v in strps.tolist():
-            h = heads.get(v)
-            if h is None:
-                b = sec[v:v + 1]
-                h = heads[v] = b[0] if b else 0
-            got.append(h)
-        return np.array(got, dtype=np.uint8)
+    def string_prefix(self, strp: int, n: int) -> str:
+        """The first ``n`` bytes (or fewer: up to its end) of the .debug_str string at
+        offset ``strp``, in one read: a scan judges ~10^5 names by how they start."""
+        got = self._reader._str_cache.get(strp)
+        if got is not None:
+            return got
+        raw = self._reader.str[strp:strp + n]
+        end = raw.find(b"\0")
+        return (raw if end < 0 else raw[:end]).decode("utf-8", "replace")
 
     def string_at(self, strp: int) -> str:
         """The .debug_str string at offset ``strp`` (not kept: a scan judges ~10^5 names)."""

@@ -42,6 +42,7 @@ class DwarfView:
         self._aranges: Any = None
         self._aranges_tried = False
         self._prefetch: Any = None  # unitwalk.Prefetch while a second process walks units
+        self._held: dict[int, str] = {}  # a unit walked ahead of the scan -> its error
 
     @staticmethod
     def open(elf: ElfImage, warnings: list[str], keep_tags: frozenset[int] | None = None) -> DwarfView | None:
@@ -103,7 +104,7 @@ class DwarfView:
         if isinstance(self.elf.data, FileBytes):
             todo = [o for o in offsets if o not in self._units]
             self._prefetch = Prefetch.start(self.elf.data.fd, self.elf.sections, self.reader, todo,
-                                            self.keep_tags)
+                                            self.keep_tags, self._walk_ahead)
 
     def end_prefetch(self) -> None:
         if self._prefetch is not None:
@@ -114,17 +115,32 @@ class DwarfView:
         u = self._units.get(offset)
         if u is None:
             walked = self._prefetch.take(offset) if self._prefetch is not None else None
-            try:
-                if walked is not None:
-                    u = self.reader.unit_from_walk(offset, self.keep_tags, walked)
-                else:
-                    u = self.reader.read_unit(offset, self.keep_tags)
-            except D.DwarfFormatError as e:
-                self.warnings.append(str(e))
-                self._units[offset] = u = D.Unit(offset, 0, 8, {}, -1, offset)
-                return None
-            self._units[offset] = u
+            u = self._units.get(offset)  # walked here meanwhile (Prefetch.take)
+            if u is None:
+                u = self._read(offset, walked)
+        if self._held and offset in self._held:  # its error, said in the order units are asked for
+            self.warnings.append(self._held.pop(offset))
         return u if u.top >= 0 else None
+
+    def _walk_ahead(self, offset: int) -> None:
+        """Walk a unit the scan will ask for later (``Prefetch``): its error waits till then."""
+        if offset not in self._units:
+            n = len(self.warnings)
+            self._read(offset, None)
+            if len(self.warnings) > n:
+                self._held[offset] = self.warnings.pop()
+
+    def _read(self, offset: int, walked: tuple[Any, ...] | None) -> D.Unit:
+        try:
+            if walked is not None:
+                u = self.reader.unit_from_walk(offset, self.keep_tags, walked)
+            else:
+                u = self.reader.read_unit(offset, self.keep_tags)
+        except D.DwarfFormatError as e:
+            self.warnings.append(str(e))
+            u = D.Unit(offset, 0, 8, {}, -1, offset)
+        self._units[offset] = u
+        return u
 
     def trim(self) -> None:
         """Bound the memory of a long scan: decoded DIEs are dropped (the units' compact

@@ -82,11 +82,11 @@ _KINDS = {
 # the DIEs a unit's scan looks at (the others are decoded only when a reference leads to them)
 DYN_HOPS = 8  # type hops collected below a future met only through a vtable (``_future_poll``)
 _SCAN_TAGS = frozenset({D.TAG_STRUCTURE, D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE})
-# the first bytes of the names _struct_name_ok can accept
-_STRUCT_HEADS = np.frombuffer(("{" + "".join(sorted({p[0] for p in RUNTIME_CELL_PREFIXES}))).encode(), dtype=np.uint8)
+# the bytes of a name that decide _struct_name_ok: "{async_gen_block_env#" and 26 digits
+_STRUCT_PREFIX = 48
 # a function's name (or its origin's) that _task_poll, _classify or _inlined can act on
 _FN_PREFIXES = ("{", "poll", "run<")
-_FN_HEADS = np.frombuffer("".join(sorted({p[0] for p in _FN_PREFIXES})).encode(), dtype=np.uint8)
+_FN_PREFIX = max(len(p) for p in _FN_PREFIXES)
 _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
 
 
@@ -184,6 +184,7 @@ class _Collector:
         self._tname: dict[int, str] = {}
         self._origin_oks: dict[int, bool] = {}  # reference -> _origin_ok
         self._fn_strps: dict[int, bool] = {}  # .debug_str offset -> _fn_name_ok
+        self._struct_strps: dict[int, bool] = {}  # .debug_str offset -> _struct_name_ok
         self.types = TypeCollector(
             self, lambda t: self._is_env(t) and bool(ASYNC_ENV_RE.match(t.get(D.AT_NAME) or "")))
 
@@ -233,8 +234,7 @@ class _Collector:
             if isinstance(vals, str) or (vals is not None and form != D.FORM_STRP):
                 picked += [int(i) for i in idx if self._struct_name_ok(dies.peek(int(i), D.AT_NAME))]
             elif vals is not None:
-                head = np.isin(dies.string_heads(vals), _STRUCT_HEADS)  # "{async_", "Cell<", ...
-                picked += self._judged(idx[head], vals[head], lambda v: self._struct_name_ok(dies.string_at(v)))
+                picked += self._judged(idx, vals, lambda v: self._struct_strp_ok(dies, v))
         for idx, vals, _ in dies.column(D.TAG_SUBPROGRAM, D.AT_LOW_PC):
             if isinstance(vals, str):
                 live = np.array([int(i) for i in idx if dies.peek(int(i), D.AT_LOW_PC)], dtype=np.int64)
@@ -289,10 +289,8 @@ class _Collector:
             # stops at a reference it cannot follow): judged by the slow path instead
             hop = plain & (has_ao | has_sp)
             done = plain & ~has_ao & ~has_sp
-            # a name whose first byte cannot start _FN_PREFIXES is judged without reading it
-            head_ok = has_name[done] & np.isin(dies.string_heads(name[done]), _FN_HEADS)
-            for r0, strp, maybe in zip(start[done].tolist(), name[done].tolist(), head_ok.tolist()):
-                self._origin_oks[r0] = maybe and self._fn_name_ok(dies, strp)
+            for r0, strp, named in zip(start[done].tolist(), name[done].tolist(), has_name[done].tolist()):
+                self._origin_oks[r0] = named and self._fn_name_ok(dies, strp)
             start, cur = start[hop], nxt[hop]
 
     def _struct_name_ok(self, name: str | None) -> bool:
@@ -307,10 +305,18 @@ class _Collector:
 
     def _fn_name_ok(self, dies: D.Dies, strp: int) -> bool:
         """Does the .debug_str string at ``strp`` start with one of _FN_PREFIXES (each
-        string read once over all units)?"""
+        string judged once over all units, from its first bytes)?"""
         ok = self._fn_strps.get(strp)
         if ok is None:
-            ok = self._fn_strps[strp] = dies.string_at(strp).startswith(_FN_PREFIXES)
+            ok = self._fn_strps[strp] = dies.string_prefix(strp, _FN_PREFIX).startswith(_FN_PREFIXES)
+        return ok
+
+    def _struct_strp_ok(self, dies: D.Dies, strp: int) -> bool:
+        """``_struct_name_ok`` of the .debug_str string at ``strp``, from its first bytes
+        (each string judged once over all units)."""
+        ok = self._struct_strps.get(strp)
+        if ok is None:
+            ok = self._struct_strps[strp] = self._struct_name_ok(dies.string_prefix(strp, _STRUCT_PREFIX))
         return ok
 
     def _may_be_coroutine_fn(self, dies: D.Dies, i: int) -> bool:

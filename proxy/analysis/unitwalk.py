@@ -1,28 +1,29 @@
-"""The units' DIE walks in a second process, while this one scans the units already walked.
+"""The units' DIE walks shared with a second process, while this one scans the units walked.
 
 Theory of operation: a cold analysis of a big debug build spends a third of its time
 walking the selected units' DIEs into ``dies.walk``'s four arrays, and most of the rest
 scanning them (names, origins, layouts). The walk needs nothing but ``.debug_info``,
 ``.debug_abbrev`` and the unit list, so a lean child (``python -S -E``: the standard
-library and ``dies.py``, about 13 MB) walks the units in the order the scan asks for
-them, reading each unit with ``pread`` from the same open file, and writes each unit's
-arrays down a pipe; the scan takes unit k while the child walks unit k+1. On two cores
-the walk then costs no wall time of its own, and the arrays cross the pipe once (16
-bytes a kept DIE: they would be in this process anyway).
+library and ``dies.py``, about 13 MB) walks the units from the first on, in the order
+the scan asks for them, reading each with ``pread`` from the same open file, and writes
+each unit's arrays down a pipe (1 MB: it can run a few units ahead). The scan takes the
+units from the pipe; when the next one is not there yet, this process walks the last
+unit nobody has started itself (and tells the child to stop before it), so neither
+process waits for the other while there is work: on two cores the walk then costs
+little wall time, and a loaded machine's share goes where the work is.
 
 Anything unusual falls back to walking here: no child (cannot start), a child that
 dies, a unit the child could not walk (this process walks it again and reports the
-same error it would have), a unit asked for out of order is read from the pipe after
-the ones before it (they are asked for next). ``ASYNCRSP_WALK_PROCESS=0`` turns the
-child off.
+same error it would have). ``ASYNCRSP_WALK_PROCESS=0`` turns the child off.
 
 Child protocol. stdin: ``<QQQQI`` (.debug_info's and .debug_abbrev's file offset and
 size, number of kept tags or 0xFFFFFFFF for all), the kept tags (``<I`` each), ``<I``
 number of units, then per unit ``<IIBII`` (unit offset, abbreviation table offset,
-address size, unit DIE offset, end). stdout, per unit in that order: ``<IIi`` (unit
-offset, kept DIEs n, status: 0 ok, else not walked) and, when ok, the four arrays
-(4n bytes each; DIE offsets relative to the unit's); after the last one, ``<IIi``
-(0xFFFFFFFF, the child's peak resident set in kB, 0).
+address size, unit DIE offset, end); later, any number of ``<I``: walk no unit from
+this index on. stdout, per unit walked, in order: ``<IIi`` (unit offset, kept DIEs n,
+status: 0 ok, else not walked) and, when ok, the four arrays (4n bytes each; DIE
+offsets relative to the unit's); at the end ``<IIi`` (0xFFFFFFFF, the child's peak
+resident set in kB, 0).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from . import dies as D
@@ -43,16 +45,40 @@ MIN_BYTES = 4 << 20  # fewer bytes of units to walk: the child's start (~50 ms) 
 
 def child_main(fd: int) -> None:
     """The child: walk the units of the job on stdin, reply on stdout."""
-    inp = sys.stdin.buffer
+    import select
+
+    inp = sys.stdin.buffer.raw  # type: ignore[attr-defined]
     out = sys.stdout.buffer
-    info_off, _info_size, abbrev_off, abbrev_size, nkeep = _JOB.unpack(inp.read(_JOB.size))
-    keep = None if nkeep == 0xFFFFFFFF else frozenset(struct.unpack(f"<{nkeep}I", inp.read(4 * nkeep)))
-    (nunits,) = struct.unpack("<I", inp.read(4))
-    units = [_UNIT.unpack(inp.read(_UNIT.size)) for _ in range(nunits)]
+
+    def need(n: int) -> bytes:
+        got = b""
+        while len(got) < n:
+            more = inp.read(n - len(got))
+            if not more:
+                raise EOFError
+            got += more
+        return got
+
+    info_off, _info_size, abbrev_off, abbrev_size, nkeep = _JOB.unpack(need(_JOB.size))
+    keep = None if nkeep == 0xFFFFFFFF else frozenset(struct.unpack(f"<{nkeep}I", need(4 * nkeep)))
+    (nunits,) = struct.unpack("<I", need(4))
+    units = [_UNIT.unpack(need(_UNIT.size)) for _ in range(nunits)]
     abbrev = os.pread(fd, abbrev_size, abbrev_off)
     tables: dict[tuple[int, int], Any] = {}
+    limit, pending, listening = nunits, b"", True
     try:
-        for unit_off, table_off, addr_size, pos, end in units:
+        for i, (unit_off, table_off, addr_size, pos, end) in enumerate(units):
+            while listening and select.select([inp], [], [], 0)[0]:  # the parent took units from the end
+                more = inp.read(4096)
+                if not more:
+                    listening = False
+                    break
+                pending += more
+                while len(pending) >= 4:
+                    limit = min(limit, struct.unpack_from("<I", pending)[0])
+                    pending = pending[4:]
+            if i >= limit:
+                break
             try:
                 skips = tables.get((table_off, addr_size))
                 if skips is None:
@@ -95,19 +121,24 @@ last_peak_kb = 0
 
 
 class Prefetch:
-    """The child walking ``units`` (in the order they will be asked for)."""
+    """The child walking ``units`` from the first on, this process from the last back."""
 
-    def __init__(self, proc: Any, units: list[int]) -> None:
+    def __init__(self, proc: Any, units: list[int], walk_here: Callable[[int], object]) -> None:
         self._proc = proc
         self._order = list(units)
-        self._left = set(units)  # not replied yet
-        self._next = 0  # index in _order of the next reply
+        self._index = {u: i for i, u in enumerate(units)}
+        self._got = 0  # replies read: the child's walks of _order[:_got]
+        self._limit = len(units)  # _order[_limit:] are this process's (stolen)
         self._ready: dict[int, tuple[Any, ...] | None] = {}
+        self._walk_here = walk_here
+        self._alive = True
+        self.stolen = 0  # units walked here
 
     @staticmethod
     def start(fd: int, sections: dict[str, tuple[int, int, int]], reader: D.DieReader, units: list[int],
-              keep_tags: frozenset[int] | None) -> Prefetch | None:
-        """A child walking ``units``, or None (turned off, not worth it, cannot start)."""
+              keep_tags: frozenset[int] | None, walk_here: Callable[[int], object]) -> Prefetch | None:
+        """A child walking ``units``, or None (turned off, not worth it, cannot start).
+        ``walk_here(offset)`` walks a unit in this process (and keeps it)."""
         if os.environ.get("ASYNCRSP_WALK_PROCESS", "1") == "0":
             return None
         info, abbrev = sections.get(".debug_info"), sections.get(".debug_abbrev")
@@ -138,80 +169,117 @@ class Prefetch:
             job += _UNIT.pack(*j)
         try:
             proc = subprocess.Popen([sys.executable, "-S", "-E", "-c", code], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(fd,))
-            assert proc.stdin is not None
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(fd,),
+                                    bufsize=0)
+            try:  # room for a few units' arrays: the child walks on while this process scans
+                import fcntl
+
+                fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+            except (OSError, AttributeError):
+                pass
             proc.stdin.write(job)
-            proc.stdin.close()
         except (OSError, ValueError):
             return None
-        return Prefetch(proc, [j[0] for j in jobs])
+        return Prefetch(proc, [j[0] for j in jobs], walk_here)
 
     def take(self, off: int) -> tuple[Any, ...] | None:
-        """The walk of the unit at ``off`` (four arrays), or None: walk it here."""
-        if off in self._ready:
-            return self._ready.pop(off)
-        if off not in self._left:
+        """The walk of the unit at ``off`` (four arrays), or None: walk it here (or it has
+        been: ``walk_here`` kept it)."""
+        i = self._index.get(off)
+        if i is None or i >= self._limit:
             return None
-        while self._next < len(self._order):
-            uo = self._order[self._next]
-            got = self._read_one(uo)
-            if got is False:
+        while self._alive and self._got <= i:
+            if not self._waiting() and self._limit - 1 > max(self._got, i):
+                self._steal()  # nothing from the child yet: walk the last unit here meanwhile
+                continue
+            if not self._read_one():
                 self.close()
                 return None
-            self._next += 1
-            self._left.discard(uo)
-            if uo == off:
-                return got  # type: ignore[return-value]
-            self._ready[uo] = got  # type: ignore[assignment]
-        return None
+        return self._ready.pop(off, None)
 
-    def _read_one(self, uo: int) -> tuple[Any, ...] | None | bool:
-        """The next reply (None: the child could not walk it), or False (the child failed)."""
+    def _waiting(self) -> bool:
+        import select
+
+        return bool(select.select([self._proc.stdout], [], [], 0)[0])
+
+    def _steal(self) -> None:
+        self._limit -= 1
+        self.stolen += 1
+        try:
+            self._proc.stdin.write(struct.pack("<I", self._limit))
+        except OSError:
+            pass
+        self._walk_here(self._order[self._limit])
+
+    def _read_one(self) -> bool:
+        """Read the next reply into _ready (None: the child could not walk it); False:
+        the child failed."""
         import numpy as np
         from array import array
 
-        pipe = self._proc.stdout
         try:
-            head = pipe.read(_REPLY.size)
-            if len(head) != _REPLY.size:
-                return False
+            head = self._need(_REPLY.size)
             got_off, n, status = _REPLY.unpack(head)
-            if got_off != uo:
+            if self._got >= len(self._order) or got_off != self._order[self._got]:
                 return False
-            if status != 0:
-                return None
-            raw = pipe.read(16 * n)
-        except (OSError, ValueError):
+            raw = self._need(16 * n) if status == 0 else b""
+        except (OSError, ValueError, EOFError):
             return False
-        if len(raw) != 16 * n:
-            return False
+        k = self._got
+        self._got += 1
+        if k >= self._limit:
+            return True  # walked here meanwhile
+        if status != 0:
+            self._ready[got_off] = None
+            return True
         offs = array("I")
-        offs.frombytes((np.frombuffer(raw, dtype="<u4", count=n) + np.uint32(uo)).astype("<u4").tobytes())
+        offs.frombytes((np.frombuffer(raw, dtype="<u4", count=n) + np.uint32(got_off)).astype("<u4").tobytes())
         codes, pars, ends = array("I"), array("i"), array("I")
         codes.frombytes(raw[4 * n:8 * n])
         pars.frombytes(raw[8 * n:12 * n])
         ends.frombytes(raw[12 * n:])
-        return offs, codes, pars, ends
+        self._ready[got_off] = (offs, codes, pars, ends)
+        return True
+
+    def _need(self, n: int) -> bytes:
+        pipe = self._proc.stdout
+        parts, left = [], n
+        while left:
+            more = pipe.read(left)
+            if not more:
+                raise EOFError
+            parts.append(more)
+            left -= len(more)
+        return b"".join(parts)
 
     def close(self) -> None:
-        """Stop the child (it may still be walking units nobody will ask for)."""
+        """Stop the child (after its current unit) and keep its peak (``last_peak_kb``)."""
         global last_peak_kb
-        if self._next == len(self._order) and self._proc.stdout is not None:
-            try:
-                head = self._proc.stdout.read(_REPLY.size)
-                if len(head) == _REPLY.size and _REPLY.unpack(head)[0] == _TRAILER:
-                    last_peak_kb = _REPLY.unpack(head)[1]
-            except (OSError, ValueError):
-                pass
-        self._next = len(self._order)
-        self._left.clear()
+        if not self._alive:
+            return
+        self._alive = False
         self._ready.clear()
         proc = self._proc
+        try:
+            proc.stdin.write(struct.pack("<I", 0))
+            proc.stdin.close()
+        except OSError:  # it has ended
+            pass
+        try:
+            while True:  # what it walked past our last need, then its peak
+                head = self._need(_REPLY.size)
+                got_off, n, status = _REPLY.unpack(head)
+                if got_off == _TRAILER:
+                    last_peak_kb = n
+                    break
+                if status == 0:
+                    self._need(16 * n)
+        except (OSError, ValueError, EOFError):
+            pass
         if proc.poll() is None:
             proc.kill()
         try:
-            if proc.stdout is not None:
-                proc.stdout.close()
+            proc.stdout.close()
         except OSError:
             pass
         proc.wait()

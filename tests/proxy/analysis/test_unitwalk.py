@@ -1,6 +1,7 @@
 """The units' walks made by a second process (proxy.analysis.unitwalk) against the
-same walks made here: the same four arrays for every unit, and the same units when the
-child is killed half-way (the rest are walked here)."""
+same walks made here: the same four arrays for every unit, when the child walks them,
+when this process takes units from the end (the child seen as never ready), and when
+the child is killed half-way (the rest are walked here)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ def _arrays(unit: D.Unit) -> tuple[list[int], ...]:
     return tuple(list(a) for a in (d._offs, d._codes, d._pars, d._ends))
 
 
-@pytest.mark.parametrize("kill_after", [None, 2])
-def test_child_walks_match(kill_after: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("way", ["child", "steal", "kill"])
+def test_child_walks_match(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    kill_after = 2 if way == "kill" else None
     monkeypatch.setattr(unitwalk, "MIN_BYTES", 0)  # a small binary's units too
+    # "steal": the child never seen ready (this process walks from the end what it can);
+    # else: always (this process waits for each reply)
+    monkeypatch.setattr(unitwalk.Prefetch, "_waiting", lambda self: way != "steal")
     monkeypatch.setenv("ASYNCRSP_WALK_PROCESS", "1")
     elf = open_elf(corpus_binary("debug", "nested"))
     here, there = DwarfView.open(elf, []), DwarfView.open(elf, [])
@@ -38,6 +43,8 @@ def test_child_walks_match(kill_after: int | None, monkeypatch: pytest.MonkeyPat
         assert b is not None
         assert _arrays(a) == _arrays(b)
         assert dict(a.top_die.attrs) == dict(b.top_die.attrs)
+    stolen = there._prefetch.stolen
     there.end_prefetch()
+    assert (stolen > 0) == (way == "steal")
     if kill_after is None:
         assert 0 < unitwalk.last_peak_kb < 200_000  # the child's own peak, reported at its end
