@@ -12,10 +12,18 @@ At each stop it sends what such an IDE sends on its own:
   other threads' stacks only when the user expands them: microsoft/vscode#3650, #68648),
 * `-stack-list-variables --simple-values` in its frame 0 (the variables pane).
 
-Two stops are timed: the first (`-target-select remote`, which includes loading the
-program's debug info for reflection, once per session) and a later one
+Three stops are timed: the first (`-target-select remote`, which includes loading the
+program's debug info for reflection, once per session) and two later ones
 (`-exec-continue`, then `-exec-interrupt`: from the interrupt to the last reply; gdb
-lists the threads before it reports `*stopped`).
+lists the threads before it reports `*stopped`). The first resume opens the program
+for the capture, so the first later stop always builds its tasks anew; the next one
+may reuse them (proxy/threads/listing.py LastStop: when no byte they were read from
+changed); the bench says in how many runs it did.
+
+`--floor` also times the same stops with as many real threads (the C program
+`many_threads`), attached through gdbserver alone and through asyncrsp: what gdb
+itself pays for listing that many threads (its `Hg`/`g` per thread and the frame it
+prints for each), which nothing in the proxy can remove.
 Two more figures show what a user's clicks cost with task threads: one task thread's
 stack and variables, and every thread's stack (`thread apply all bt` in an IDE).
 
@@ -33,6 +41,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,7 +107,30 @@ def ide_stop(mi: MI, thread: int) -> tuple[int, int]:
     return len(re.findall(r'\{id="\d+"', info)), frames
 
 
-def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = True) -> dict[str, float]:
+def split(log: Path, stop: int) -> tuple[float, float, float, float]:
+    """(total, gdb, proxy, stub) seconds of the ``stop``-th interrupted stop (1: the later
+    one) in a --log-packets file, from the client's interrupt to gdb's first read of a task
+    thread's stack (the click after the stop): gdb's time is from each reply the proxy sent
+    it to its next packet, the stub's from each packet sent to the stub to its answer."""
+    lines = log.read_text(errors="replace").splitlines()
+    starts = [i for i, ln in enumerate(lines) if " c> b'\\x03'" in ln]
+    i = starts[stop - 1]
+    end = next((j for j in range(i, len(lines)) if "m5a5a" in lines[j] or (j > i and " c> b'\\x03'" in lines[j])),
+               len(lines))
+    ev = [(float(ln.split()[0]), ln.split()[1]) for ln in lines[i:end]]
+    gdb = proxy = stub = 0.0
+    for (t0, d0), (t1, d1) in zip(ev, ev[1:]):
+        if d0 == "c<" and d1 == "c>":
+            gdb += t1 - t0
+        elif d0 == "s<":
+            stub += t1 - t0
+        else:
+            proxy += t1 - t0
+    return ev[-1][0] - ev[0][0], gdb, proxy, stub
+
+
+def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = True,
+             log: Path | None = None) -> dict[str, float]:
     # its own process group: gdbserver interrupts an attached program with kill(-pid, SIGINT)
     p = subprocess.Popen([str(prog), *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
                          start_new_session=True)
@@ -115,7 +147,7 @@ def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = Tr
         while "Listening" not in gs.stderr.readline():
             pass
         if proxied:
-            extra = ["--task-threads"] if task_threads else []
+            extra = (["--task-threads"] if task_threads else []) + (["--log-packets", str(log)] if log else [])
             proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{pport}",
                                       "--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter",
                                       *extra], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -134,15 +166,20 @@ def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = Tr
         thread = int(m.group(1)) if m else 1
         out["threads"], out["frames"] = ide_stop(mi, thread)
         out["first"] = time.perf_counter() - t0
-        mi.cmd("-exec-continue")
-        time.sleep(0.3)
-        t1 = time.perf_counter()  # gdb reads the threads before it reports *stopped: count from the interrupt
-        mi.cmd("-exec-interrupt")
-        got = "".join(mi.wait_for(re.compile(r"^\*stopped")))
-        m = re.search(r'thread-id="(\d+)"', got)
-        thread = int(m.group(1)) if m else 1
-        ide_stop(mi, thread)
-        out["later"] = time.perf_counter() - t1
+        for k in ("later", "next"):
+            mi.cmd("-exec-continue")
+            time.sleep(0.3)
+            t1 = time.perf_counter()  # gdb reads the threads before it reports *stopped: count from the interrupt
+            mi.cmd("-exec-interrupt")
+            got = "".join(mi.wait_for(re.compile(r"^\*stopped")))
+            m = re.search(r'thread-id="(\d+)"', got)
+            thread = int(m.group(1)) if m else 1
+            ide_stop(mi, thread)
+            out[k] = time.perf_counter() - t1
+        if task_threads:
+            stats = mi.cmd('-interpreter-exec console "monitor async stats"')
+            m = re.search(r"reused the previous stop's tasks[^:]*: (\d+)", stats)
+            out["reused"] = int(m.group(1)) if m else 0
         if task_threads:
             info = mi.cmd("-thread-info")
             ids = [int(x) for x in re.findall(r'\{id="(\d+)",target-id="[^"]*",(?:details="[^"]*",)?name="task #', info)]
@@ -185,6 +222,10 @@ def main() -> None:
             n = int(with_tt[-1]["threads"])
             floor.append(run_once(threads_prog, [str(n)], False, proxied=False))
             floor_proxy.append(run_once(threads_prog, [str(n)], False))
+    if a.floor:
+        log = Path(tempfile.mkdtemp()) / "packets.log"
+        run_once(prog, [str(a.tasks), "mt"], True, log=log)
+        parts = [split(log, k) for k in (1, 2)]
 
     def med(rs: list[dict[str, float]], k: str) -> float:
         return statistics.median(r[k] for r in rs)
@@ -193,20 +234,29 @@ def main() -> None:
           f" --tokio-adapter; an IDE's stop over gdb/MI (-thread-info, the stopped thread's"
           f" -stack-list-frames and -stack-list-variables); medians of {a.runs}")
     for label, rs in (("without task threads", without), ("with --task-threads", with_tt)):
-        print(f"  {label:22} later stop {med(rs, 'later'):6.3f} s, first stop (connect) {med(rs, 'first'):6.3f} s;"
+        print(f"  {label:22} later stop {med(rs, 'later'):6.3f} s, the next {med(rs, 'next'):6.3f} s,"
+              f" first stop (connect) {med(rs, 'first'):6.3f} s;"
               f" {med(rs, 'threads'):.0f} threads; every thread's stack {med(rs, 'all_stacks'):.3f} s")
+    print(f"  with: the next stop reused the later stop's tasks (nothing they were read from changed) in"
+          f" {sum(1 for r in with_tt if r.get('reused'))} of {len(with_tt)} runs")
     print(f"  with: one task thread's stack ({med(with_tt, 'task_frames'):.0f} frames) and variables"
           f" {med(with_tt, 'one_task'):.3f} s")
-    for k, label in (("later", "later stop"), ("first", "first stop")):
+    for k, label in (("later", "later stop"), ("next", "the next stop"), ("first", "first stop")):
         ratio = med(with_tt, k) / med(without, k)
         print(f"  ratio with / without, {label}: {ratio:.2f}  (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
     if floor:
+        print("where a stop with task threads goes (one more run, its packets logged with times; the log slows"
+              " the proxy): from the interrupt to the first task stack read")
+        for (total, gdb_s, proxy_s, stub_s), label in zip(parts, ("later stop", "the next")):
+            print(f"  {label:10} {total:6.3f} s: gdb {gdb_s:6.3f} s ({gdb_s / total:.0%}), asyncrsp {proxy_s:6.3f} s,"
+                  f" gdbserver {stub_s:6.3f} s")
         print(f"the floor: many_threads {med(floor, 'threads'):.0f} (as many real threads as the task threads"
               f" run listed), the same IDE stop")
         for label, rs in (("gdbserver alone", floor), ("through asyncrsp", floor_proxy)):
-            print(f"  {label:22} later stop {med(rs, 'later'):6.3f} s, first stop (connect) {med(rs, 'first'):6.3f} s;"
+            print(f"  {label:22} later stop {med(rs, 'later'):6.3f} s, the next {med(rs, 'next'):6.3f} s,"
+                  f" first stop (connect) {med(rs, 'first'):6.3f} s;"
                   f" {med(rs, 'threads'):.0f} threads; every thread's stack {med(rs, 'all_stacks'):.3f} s")
-        for k, label in (("later", "later stop"), ("first", "first stop")):
+        for k, label in (("later", "later stop"), ("next", "the next stop"), ("first", "first stop")):
             print(f"  task threads / real threads through gdbserver alone, {label}:"
                   f" {med(with_tt, k) / med(floor, k):.2f}; through asyncrsp: {med(with_tt, k) / med(floor_proxy, k):.2f}")
 

@@ -62,7 +62,10 @@ def _rss_mb() -> str:
 def _proxy_lines(session: Session) -> list[str]:
     """What `monitor async stats` prints of the proxy: its memory, then the
     session's and the capture's lines as they wrote them."""
-    return [f"proxy RSS: {_rss_mb()}", *session.stats_lines()]
+    last = _LAST.get(session)
+    reused = [f"task threads: stops that reused the previous stop's tasks (nothing they were read from"
+              f" changed): {last.reused}"] if last is not None and getattr(last, "reused", 0) else []
+    return [f"proxy RSS: {_rss_mb()}", *session.stats_lines(), *reused]
 
 
 def _proxy_stats(session: Session) -> dict[str, object]:
@@ -307,7 +310,7 @@ def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> 
     stop's full snapshot when it is built, else one with the runtime's tasks cut to the cap
     (proxy.threads.listing). Also: how many tasks were cut."""
     from proxy.threads.adapter import TaskSource
-    from proxy.threads.listing import SLACK, Listing
+    from proxy.threads.listing import SLACK, LastStop, Listing
 
     engine = session.engine
     src = _reflect_source(session, engine)
@@ -320,25 +323,53 @@ def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> 
     if snap is not None:
         snap.bind(read)
     unread = 0
+    last: LastStop | None = None
+    missed = session.monitor_missed or (lambda: False)
     if snap is None and (view is None or view.pattern):  # a filter looks at every task
         snap = _snapshot_of(session, read)
     elif snap is None:
+        raw = session.monitor_threads() if session.monitor_threads is not None else {}
+        if raw is None:  # the threads' registers first: the session reads them and asks again
+            return [], None, 0, 0
         keep = view.cap + SLACK
+        got = _LAST.get(session)
+        last = got if isinstance(got, LastStop) else _LAST.setdefault(session, LastStop())
+        fingerprint = _task_inputs(session, engine, src, keep, raw)
+        same = last.same(fingerprint, read)
+        if same is not None:
+            return same  # type: ignore[no-any-return]
         listing = _LISTINGS.get(session)
         if not isinstance(listing, Listing) or listing.key != key or listing.keep != keep:
             listing = _LISTINGS[session] = Listing(key, keep)
         capped = _CAPPED.get(session)
         if capped is None or capped[0] != key:
             capped = _CAPPED[session] = (key, {})
-        snap = _snapshot_builder(session, _remembering(read, capped[1]), engine, src, key[0] or 0,
-                                 adapters=listing.adapters)()
+        recording = last.recording(listing, _remembering(read, capped[1]))
+        snap = _snapshot_builder(session, recording, engine, src, key[0] or 0, adapters=listing.adapters)()
         unread = listing.unread
-    if snap is None or (session.monitor_missed is not None and session.monitor_missed()):
+    if snap is None or missed():
         return [], None, 0, 0  # memory still to read: the session reads it and asks again
     ts = _TASKS.get(session)
     if not isinstance(ts, TaskSource) or ts.src is not src:
         ts = _TASKS[session] = TaskSource(src)
-    return (*ts.from_snapshot(snap), unread)  # type: ignore[return-value]
+    result = (*ts.from_snapshot(snap), unread)
+    if last is not None and not missed():
+        last.keep(fingerprint, recording, result)
+    return result  # type: ignore[return-value]
+
+
+_LAST: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
+
+
+def _task_inputs(session: Session, engine: Any, src: Any, keep: int, raw: dict[int, bytes]) -> tuple[Any, ...]:
+    """What a capped task-threads build depends on besides the bytes it reads
+    (proxy.threads.listing.LastStop): the engine's position, the mode, the threads'
+    registers and the stop's pcs, the cap, and the ranges the runtime adapters scan
+    (/proc/PID/maps of a local program: a new arena holds tasks the last scan never read)."""
+    discovery = getattr(src.discover, "__self__", None)  # proxy.reflect.adapters.Discovery
+    ranges = discovery.ranges() if discovery is not None and hasattr(discovery, "ranges") else ()
+    return (id(engine), engine.cursor_seq if engine is not None else None, session.mode, id(src), keep,
+            tuple(sorted(raw.items())), tuple(sorted(session.stop_pcs().items())), tuple(ranges))
 
 
 def _threads_command(session: Session, args: tuple[str, ...]) -> str:

@@ -10,7 +10,7 @@ For a program that is proven to be a process of this host (proxy/identity.py:
 the stub's auxv and AT_RANDOM bytes against /proc, the build-id; the same
 checks the uprobes capture and the heap-scanning runtime adapters rely on),
 the proxy reads those bytes itself: read only, one ``pread`` per block, all in
-the first pass. The program is stopped by its stub (all-stop), so the bytes
+the first pass (gdbserver itself reads memory with a ``pread`` of the same file). The program is stopped by its stub (all-stop), so the bytes
 are the ones ``m`` would return, with one exception: **code**. gdbserver keeps
 its breakpoints (the client's ``Z0``, its own thread-event and shared-library
 breakpoints, the proxy's hidden probes) inserted while the program is stopped
@@ -76,13 +76,16 @@ class LocalMemory:
 
 
 def spans_of(pid: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(readable non-executable mappings, every mapping) of ``pid``, sorted, adjacent ones
-    merged. ``[vvar]``/``[vsyscall]`` are not data: the kernel's pages, not the program's."""
+    """(non-executable mappings, every mapping) of ``pid``, sorted, adjacent ones merged.
+    A ``---p`` guard page is read here too: gdbserver reads memory with the same
+    ``pread`` of /proc/PID/mem (its ``m`` gets what this gets; a stack scan that reaches a
+    thread's guard page cost one more pass of the read loop when it was left to the stub).
+    ``[vvar]``/``[vsyscall]`` are not data: the kernel's pages, not the program's."""
     data: list[tuple[int, int]] = []
     mapped: list[tuple[int, int]] = []
     for m in read_maps(pid):
         _add(mapped, m.start, m.end)
-        if m.perms[:1] == "r" and "x" not in m.perms and m.path not in ("[vvar]", "[vvar_vclock]", "[vsyscall]"):
+        if "x" not in m.perms and m.path not in ("[vvar]", "[vvar_vclock]", "[vsyscall]"):
             _add(data, m.start, m.end)
     return data, mapped
 

@@ -28,12 +28,46 @@ class Budget(Exception):
     """The walk touched more memory than allowed."""
 
 
+class Recording:
+    """A ``read`` whose BlockReader notes every read it answers, ``(addr, size) -> bytes or
+    None`` in ``reads``: all a walk depended on (proxy/threads/listing.py LastStop compares
+    them at the next stop). Field by field, not by block: a block holds other bytes too
+    (a thread's TLS at the top of its stack page changes whenever it runs)."""
+
+    def __init__(self, read: ReadMemory) -> None:
+        self._read = read
+        self.reads: dict[tuple[int, int], bytes | None] = {}
+        # blocks a runtime adapter's heap scan read (adapters.scan): only where the words it
+        # looks for lie counts, not the rest of the heap (it changes whenever the program runs)
+        self.scanned: dict[tuple[int, int], tuple[tuple[bytes, ...], tuple[int, ...] | None]] = {}
+
+    def __call__(self, addr: int, size: int) -> bytes | None:
+        return self._read(addr, size)
+
+    def using(self, read: ReadMemory) -> None:
+        """Read through ``read`` from now on (the next pass of the session's read loop)."""
+        self._read = read
+
+
 class BlockReader:
     def __init__(self, read: ReadMemory, budget: int = 64 << 20) -> None:
         self._read = read
         self._blocks: dict[int, bytes | None] = {}
         self.budget = budget
         self.missing = False  # a read returned None this pass (maybe read next pass); callers may reset it
+        self.recording = read if isinstance(read, Recording) else None
+        if self.recording is not None:  # only then: the plain read stays one call (the hot path)
+            self.read = self._recorded(self.recording.reads)  # type: ignore[method-assign]
+
+    def _recorded(self, reads: dict[tuple[int, int], bytes | None]) -> ReadMemory:
+        plain = self.read
+
+        def read(addr: int, size: int) -> bytes | None:
+            data = plain(addr, size)
+            reads[(addr, size)] = data
+            return data
+
+        return read
 
     def read(self, addr: int, size: int) -> bytes | None:
         if size < 0 or addr <= 0 or addr + size > MAX_ADDR or size > 1 << 20:
@@ -91,3 +125,15 @@ class BlockReader:
 
 
 _UNREAD = object()
+
+
+def word_hits(data: bytes, words: tuple[bytes, ...]) -> tuple[int, ...]:
+    """The 8-aligned offsets in ``data`` where any of the 8-byte ``words`` lies, sorted."""
+    out = []
+    for pat in words:
+        at = data.find(pat)
+        while at >= 0:
+            if at & 7 == 0:
+                out.append(at)
+            at = data.find(pat, at + 1)
+    return tuple(sorted(out))

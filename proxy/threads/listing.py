@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from proxy.reflect.memory import BlockReader, Recording, word_hits
+
 # Slack over the cap: tasks running on a real thread, or held inside another task's
 # tree, are read but not listed as task threads of their own.
 SLACK = 16
@@ -31,6 +33,7 @@ class Listing:
         self.key = key
         self.keep = keep
         self.unread = 0  # tasks the adapters found past ``keep``
+        self.recording: Recording | None = None  # what this stop's builds read (LastStop)
         self._found: dict[int, tuple[list[Any], dict[int, str]]] = {}
 
     def adapters(self, adapters: list[Callable[[Any], list[Any] | None]]) -> list[Callable[[Any], list[Any] | None]]:
@@ -69,3 +72,56 @@ class Listing:
             self.unread += max(0, len(roots) - self.keep)
             return roots[:self.keep]
         return capped
+
+
+class LastStop:
+    """The previous stop's task threads, reused while nothing they were built from changed.
+
+    A later stop of an IDE session often finds the program as it left it: thousands of
+    tasks parked, the same few running. Building the capped snapshot again (walks, waits,
+    conversion, logical stacks: ~0.3 s for 1,040 tasks) then gives the same answer. The
+    build is a function of the bytes it read, the threads' registers and pcs, the heap's
+    ranges and the engine's position; ``fingerprint`` holds all but the bytes, ``reads``
+    the bytes (every field the last complete build's reflector read, with what it got:
+    ``Recording``; of the blocks a runtime adapter scanned, only where the task-header
+    words lie: the rest of the heap changes whenever the program runs). At the next stop the same fields are read again, through the same
+    block cache, and compared (for a local program: preads of /proc/PID/mem, ~1,700
+    blocks for 10,000 tasks' heap): one byte different, or anything else, and the
+    snapshot is built again. A range the stub is asked for again costs no
+    more than the rebuild that would read it.
+    """
+
+    def __init__(self) -> None:
+        self.fingerprint: Hashable | None = None
+        self.reads: dict[tuple[int, int], bytes | None] = {}
+        self.scanned: dict[tuple[int, int], tuple[tuple[bytes, ...], tuple[int, ...] | None]] = {}
+        self.result: Any = None
+        self.reused = 0  # stops answered from the previous one (tests, stats)
+
+    def recording(self, listing: Listing, read: Callable[[int, int], bytes | None]) -> Recording:
+        """``read`` for this pass's build, noting what its reflector reads (proxy.reflect.memory).
+        One record for all the passes of a stop (``listing``'s): the heap scan and the task
+        headers are read in the pass that completes the scan, later passes reuse them."""
+        if listing.recording is None:
+            listing.recording = Recording(read)
+        listing.recording.using(read)
+        return listing.recording
+
+    def same(self, fingerprint: Hashable, read: Callable[[int, int], bytes | None]) -> Any:
+        """The previous result when nothing it was built from changed, else None."""
+        if self.result is None or fingerprint != self.fingerprint:
+            return None
+        mem = BlockReader(read)  # the same block reads the build made, each block read once
+        for (addr, size), data in self.reads.items():
+            if mem.read(addr, size) != data:
+                return None
+        for (addr, size), (words, hits) in self.scanned.items():
+            data = mem.read(addr, size)
+            if (word_hits(data, words) if data is not None else None) != hits:
+                return None
+        self.reused += 1
+        return self.result
+
+    def keep(self, fingerprint: Hashable, recording: Recording, result: Any) -> None:
+        self.fingerprint, self.reads, self.scanned, self.result = \
+            fingerprint, recording.reads, recording.scanned, result

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from proxy.analysis.model import Inventory
 
-from ..memory import BLOCK
+from ..memory import BLOCK, word_hits
 from ..tree import Root
 from ..walker import Reflector
 
@@ -61,10 +61,17 @@ def scan(r: Reflector, ranges: list[tuple[int, int]], adapters: list[RuntimeAdap
     hits: list[dict[int, Any]] = [{} for _ in adapters]
     scanned = 0
     runs: list[tuple[int, list[bytes]]] = []  # (start, blocks read back to back from it)
+    rec = getattr(r.mem, "recording", None)
+    pats = tuple(words)
     for lo, hi in ranges:
         run: list[bytes] = []
         for base in range(lo, hi, BLOCK):
-            data = r.mem.read(base, min(BLOCK, hi - base))
+            key = (base, min(BLOCK, hi - base))
+            fresh = rec is not None and key not in rec.reads
+            data = r.mem.read(*key)
+            if fresh:  # what this scan depends on in the block: where the words lie (LastStop)
+                rec.reads.pop(key, None)
+                rec.scanned[key] = (pats, word_hits(data, pats) if data is not None else None)
             if data is None:
                 run = []
                 continue
