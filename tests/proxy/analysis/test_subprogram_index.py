@@ -21,7 +21,7 @@ def test_subprograms_from_arrays_match_the_walk(config: str) -> None:
     assert view is not None
     sm = SourceMap(elf, [], view)
     seen = 0
-    for uo in view.unit_offsets[::3]:
+    for uo in view.unit_offsets:
         unit = view.unit(uo)
         if unit is None:
             continue
@@ -29,4 +29,4 @@ def test_subprograms_from_arrays_match_the_walk(config: str) -> None:
         walked = [(lo, hi, order, d.offset) for lo, hi, order, d in sm._subprograms_walked(unit)]
         assert fast == walked, f"unit {uo:#x}"
         seen += len(fast)
-    assert seen > 50
+    assert seen > 20
