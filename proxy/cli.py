@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import shlex
 import shutil
 import sys
@@ -78,10 +79,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _adapters(text: str) -> str:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names in (["auto"], ["off"]):
+        return ",".join(names)  # argparse checks the default too: no import of the adapters for it
     from proxy.reflect.adapters import NAMES
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if names in (["auto"], ["off"]) or (names and all(n in NAMES for n in names)):
+    if names and all(n in NAMES for n in names):
         return ",".join(names)
     raise argparse.ArgumentTypeError(f"{text!r}: want auto, off, or adapter names from {', '.join(NAMES)}")
 
@@ -185,10 +188,19 @@ def _serve(args: argparse.Namespace) -> int:
         sock = listen_socket(host, port)
         sockname = sock.getsockname()
         print(f"asyncrsp: listening on {sockname[0]}:{sockname[1]}", file=sys.stderr, flush=True)
-        import trio
+        # No garbage collection while the session's modules load (module
+        # objects are not garbage; the collector walking them again and again
+        # cost ~15% of the import time, which every proxy start pays), and
+        # what they made is frozen out of later collections.
+        gc.disable()
+        try:
+            import trio
 
-        from proxy.app import make_session
-        from proxy.shell.serve import ServeOptions, serve
+            from proxy.app import make_session
+            from proxy.shell.serve import ServeOptions, serve
+        finally:
+            gc.freeze()
+            gc.enable()
 
         # `run` starts gdbserver --once on a pipe: one client.
         opts = ServeOptions(host, port, upstream, log_packets=log,
