@@ -48,6 +48,10 @@ from rsp.framing import escape_binary
 SESSION_ENDING = (b"k", b"D", b"vKill", b"R", b"!", b"vRun")
 
 
+# Seconds a resume may run before the client interrupts it (see _resume).
+RESUME_PATIENCE = float(os.environ.get("FUZZ_RESUME_PATIENCE", "0.3"))
+
+
 class Hang(Exception):
     pass
 
@@ -78,6 +82,10 @@ class Link:
     def __init__(self, address: str, timeout: float) -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        # As gdb does (ser-tcp.c): without it, the ack after a reply and the
+        # next packet are two small writes, and Nagle holds the second until
+        # the peer's delayed ACK (about 40 ms a packet here).
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(timeout)
         self.timeout = timeout
         self.buf = b""
@@ -106,12 +114,20 @@ class Link:
     def send(self, body: bytes) -> None:
         self.send_raw(b"$%b#%02x" % (body, sum(body) & 0xFF))
 
-    def read_packet(self, patience: float | None = None, ack: bool = True) -> bytes:
-        """The next packet's body (acks and junk before it skipped); acked."""
+    def read_packet(self, patience: float | None = None, ack: bool = True, on_nak=None) -> bytes:  # type: ignore[no-untyped-def]
+        """The next packet's body (acks and junk before it skipped); acked.
+        `on_nak` is called for each NAK ('-') read before the packet: the peer
+        wants the last frame again (RSP's retransmit rule)."""
         deadline = time.monotonic() + (patience or self.timeout)
         self.sock.settimeout(patience or self.timeout)
         while True:
             start = self.buf.find(b"$")
+            prefix = self.buf if start < 0 else self.buf[:start]
+            if on_nak is not None and b"-" in prefix:
+                self.buf = self.buf[len(prefix):]
+                for _ in range(prefix.count(b"-")):
+                    on_nak()
+                continue
             if start >= 0:
                 end = self.buf.find(b"#", start)
                 if end >= 0 and len(self.buf) >= end + 3:
@@ -529,7 +545,11 @@ class Fuzzer:
         t = self.thread or b"-1"
         # a thread resumed alone (s, vCont;s:T) may wait on a stopped one forever:
         # the others continue (vCont;s:T;c), as gdb does; a stop that does not
-        # come in a few seconds is interrupted, as a user would
+        # come soon is interrupted, as a user would. A `c` or `C` after an
+        # `Hc` of one thread resumes that thread alone (gdbserver's myresume):
+        # a worker then parks and no stop comes. That is about one resume in
+        # 40; waiting 5 s for each was most of a run's time (6 ms is a
+        # resume's usual time to `combine` here), hence RESUME_PATIENCE.
         choices = [b"c", b"vCont;c", b"vCont;c:-1", b"C00", b"vCont;s:%b;c" % t, b"vCont;S00:%b;c" % t,
                    b"vCont;C00:%b;c" % t]
         if self.g_block:
@@ -563,7 +583,7 @@ class Fuzzer:
         deadline = time.monotonic() + 3 * L.timeout
         while True:
             try:
-                rep = L.read_packet(patience=5.0 if not interrupted else None)
+                rep = L.read_packet(patience=RESUME_PATIENCE if not interrupted else None)
             except Hang:
                 if interrupted or time.monotonic() > deadline:
                     raise
@@ -588,7 +608,7 @@ class Fuzzer:
         k = rng.randrange(5)
         if k == 0:  # a bad checksum (hex or not): NAKed, nothing else
             body = b"qC"
-            cs = rng.choice((b"zz", b"00", b"g1", b"#"))
+            cs = rng.choice((b"zz", b"00", b"g1", b"#0"))  # each a whole (bad) frame
             L.send_raw(b"$%b#%b" % (body, cs))
         elif k == 1:  # a frame cut short, then junk
             L.send_raw(b"$m%x,4" % self._addr())
@@ -607,18 +627,39 @@ class Fuzzer:
         self._resync()
 
     def _resync(self) -> None:
-        """After framing faults: a qC until its reply comes whole."""
+        """After framing faults: a qC until its reply comes whole, then a
+        packet with a reply of its own kind (vMustReplyEmpty: empty) read up
+        to: every reply the faults caused is then behind.
+
+        In ack mode the stub (or proxy) NAKs a bad frame, and a frame cut
+        short swallows the next one up to its '#': the qC is NAKed and sent
+        again, as a real client does. A client that waited for a reply to a
+        NAKed frame would wait out its whole timeout (this made the fuzz
+        spend 30 s per cut frame in ack mode)."""
         L = self.link
-        for _ in range(5):
+        naks = 0
+
+        def again() -> None:
+            nonlocal naks
+            naks += 1
+            if naks > 8:
+                raise Hang("every qC after a framing fault NAKed")
             L.send(b"qC")
-            try:
-                rep = L.read_packet()
-            except Hang:
-                continue
-            if rep.startswith(b"QC"):
-                L.drain_acks(0.01)
+
+        L.send(b"qC")
+        for _ in range(16):
+            if L.read_packet(on_nak=None if L.no_ack else again).startswith(b"QC"):
+                break
+            # the reply to a fault's frame (in no-ack mode a bad frame is
+            # answered: the proxy frames it anew, the shield may refuse it)
+            L.send(b"qC")
+        else:
+            raise Hang("no reply to qC after a framing fault")
+        L.send(b"vMustReplyEmpty")
+        for _ in range(16):
+            if L.read_packet() == b"":
                 return
-        raise Hang("no reply to qC after a framing fault")
+        raise Hang("no empty reply to vMustReplyEmpty after a framing fault")
 
     def _expect(self, ok) -> None:  # type: ignore[no-untyped-def]
         for _ in range(4):
