@@ -165,3 +165,76 @@ def test_a_sigkilled_proxy_leaves_the_program_whole(capture: str) -> None:
             assert "its keeper did" in px.stderr_text(), px.stderr_text()
     out, _ = bench.communicate(timeout=120)
     assert bench.returncode == 0 and b"check=ok" in out, (bench.returncode, out)
+
+
+def _libc_exit(pid: int) -> int:
+    """libc's `_exit` in the running program (where the fast tracepoints' exit guard goes)."""
+    from proxy.analysis.elf import open_elf
+
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 6 and os.path.basename(f[5]).startswith("libc.so") and int(f[2], 16) == 0:
+            sym = next(s for s in open_elf(f[5]).symbols_named("_exit") if s.is_func)
+            return int(f[0].split("-")[0], 16) + sym.addr
+    raise AssertionError(f"no libc in {pid}'s maps")
+
+
+def _loop_line() -> int:
+    src = REPO / "integration" / "programs" / "probe_count.c"
+    return next(i for i, ln in enumerate(src.read_text().splitlines(), 1) if "+= probed(" in ln)
+
+
+@pytest.mark.timeout(180)
+def test_a_sigkilled_proxy_takes_the_fast_tracepoints_guards_out() -> None:
+    """Fast tracepoints (gdbserver's in-process agent) come with the proxy's
+    own Z0 guards on pthread_create and libc's `_exit` (proxy/capture/
+    tracepoints.py: gdbserver 13.1 asserts or dies without them). They are
+    outside the session's breakpoint table, and `QTStop` leaves them in: a
+    keeper that only stopped the experiment left the int3 at `_exit`, and
+    the program died of SIGTRAP at its end. The keeper's plan lists them."""
+    import signal
+    import subprocess
+
+    from integration.harness import programs as cprogs
+    from integration.harness.fuzzclient import stray_int3
+    from integration.harness.stubs import INPROC_AGENT
+
+    require_tool("gdb", "gdbserver")
+    if not os.path.exists(INPROC_AGENT):
+        pytest.skip(f"no {INPROC_AGENT} (gdbserver's in-process agent)")
+    prog = cprogs.build("probe_count", nopie=True)
+    n = 1_000_000_000  # about 2 s alone: it runs while gdbserver attaches, and after the keeper left
+    # its own process group (gdbserver's 0x03 is a kill of the group), the agent preloaded
+    bench = subprocess.Popen([str(prog), str(n), "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={**os.environ, "LD_PRELOAD": INPROC_AGENT}, start_new_session=True)
+    try:
+        time.sleep(0.2)  # the loader has run the agent's constructor (its jump pads)
+        exit_at = _libc_exit(bench.pid)
+        original = _code_byte(bench.pid, exit_at)
+        with start_stub("gdbserver", prog, attach=bench.pid) as stub:
+            with start_proxy(stub.address, extra=["--capture", "tracepoints", "--trace-probe", "^probed$",
+                                                  "--inproc"]) as px:
+                # attached: the switch to fast tracepoints comes at the client's first stop
+                gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-iex", "set sysroot /",
+                                        "-ex", f"target remote {px.address}",
+                                        "-ex", f"break probe_count.c:{_loop_line()}", "-ex", "continue",
+                                        "-ex", "delete", "-ex", "continue", str(prog)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                deadline = time.monotonic() + 60
+                while _code_byte(bench.pid, exit_at) != 0xCC:  # the exit guard is in
+                    assert time.monotonic() < deadline, px.stderr_text()
+                    assert bench.poll() is None, "the program ended before the guards were planted"
+                    time.sleep(0.05)
+                os.killpg(px.proc.pid, signal.SIGKILL)
+                stub.wait(timeout=60)  # the keeper detached: gdbserver --once ends
+                gdb.wait(timeout=30)
+                assert _code_byte(bench.pid, exit_at) == original
+                assert not stray_int3(bench.pid, prog, 0)  # no tracepoint left either (non-PIE)
+                px.stderr.join(10)
+                assert "its keeper did" in px.stderr_text(), px.stderr_text()
+        out, _ = bench.communicate(timeout=120)
+        assert bench.returncode == 0 and f"calls={n}".encode() in out, (bench.returncode, out)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()

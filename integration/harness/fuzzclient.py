@@ -253,6 +253,13 @@ def dangerous(body: bytes) -> bool:
     return body.startswith(_DANGER_PREFIXES)
 
 
+def _refused(body: bytes, g_size: int | None = None) -> str | None:
+    """The shield's answer as the proxy asks it: the proxy offers QNonStop
+    (a mutant `QNonStop:0` -> `QNonStop:1` is a valid mode change, taken;
+    seed 1000 sent it as one that must be refused)."""
+    return refuse(body, g_size=g_size, non_stop_offered=True)
+
+
 class Fuzzer:
     def __init__(self, link: Link, rng: random.Random, prog: Path, straight: bool) -> None:
         self.link = link
@@ -346,7 +353,7 @@ class Fuzzer:
                 continue
             m = _escape_body(m)  # what goes on the wire
             if dangerous(m):
-                why = refuse(m, g_size=len(self.g_block) if self.g_block else None)
+                why = _refused(m, g_size=len(self.g_block) if self.g_block else None)
                 if why is None:
                     continue  # the shield would let it through: it may do what it says; not sent
                 self.fig.mutants += 1
@@ -560,7 +567,7 @@ class Fuzzer:
         if rng.random() < 0.2:
             # a mutant of a resume: sent only when the shield refuses it
             m = _escape_body(self._mutate(body))
-            if dangerous(m) and refuse(m) is not None and not m.startswith(SESSION_ENDING) and b"\x03" not in m:
+            if dangerous(m) and _refused(m) is not None and not m.startswith(SESSION_ENDING) and b"\x03" not in m:
                 self.fig.mutants += 1
                 self.fig.refused_expected += 1
                 self.fig.packets += 1

@@ -135,6 +135,13 @@ class CaptureBase:
         the old experiment pending). Must return None when nothing is due."""
         return None
 
+    def held_breakpoints(self) -> tuple[bytes, ...]:
+        """The `z` packets of breakpoints this backend planted itself, outside
+        the session's breakpoint table (tracepoints: the fast tracepoints'
+        guards): the keeper's leave plan takes them out too. Cheap: asked
+        after every packet."""
+        return ()
+
     def relocate_request(self, body: bytes) -> tuple[tuple[bytes, ...], bytes]:
         """The stub's ``qRelocInsn:FROM;TO`` in the middle of one of this
         backend's exchanges (gdbserver's fast tracepoints, during ``QTStart``):

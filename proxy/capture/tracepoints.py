@@ -331,6 +331,12 @@ class TracepointCapture(CaptureBase):
         self._read_off = 0
         bodies = [QTINIT, *self.program.packets(), build_qtbuffer_size(self.buffer_size), QTSTART]
         entry = self._fast_switch_point()
+        if entry is not None and (yield from self._pads_allocated()):
+            # Attached to a program past its entry: the Z0 there would never
+            # be hit (the fast tracepoints never came, with an attached
+            # program that had the agent preloaded). The switch comes at the
+            # client's next stop (before_resume).
+            entry = None
         if entry is not None:
             (ok,) = yield Exchange((b"Z0,%x,1" % entry,))
             self._entry_bp = entry if ok == b"OK" else None
@@ -424,6 +430,14 @@ class TracepointCapture(CaptureBase):
             return None
         return t.inventory.entry + t.bias
 
+    def _pads_allocated(self) -> Generator[Exchange, list[bytes], bool]:
+        """The agent's jump pads exist (its constructor has run)."""
+        if not self._ipa_seen or self._pad_symbol is None:
+            return False
+        (rep,) = yield Exchange((b"m%x,8" % self._pad_symbol,))
+        pad = memory_bytes(rep)
+        return bool(pad and int.from_bytes(pad, "little"))
+
     def before_resume(self) -> Procedure | None:
         """A client that stops after the agent is ready (attached to a running
         program): switch at its stop, when the pads exist. A guard the
@@ -444,9 +458,7 @@ class TracepointCapture(CaptureBase):
             self.fast_note = ("the client did not resolve the in-process agent's symbols (qSymbol): "
                               "gdbserver cannot use it")
             return
-        (rep,) = yield Exchange((b"m%x,8" % self._pad_symbol,))
-        pad = memory_bytes(rep)
-        if not pad or not int.from_bytes(pad, "little"):
+        if not (yield from self._pads_allocated()):
             self.fast_note = "the in-process agent's jump pads are not allocated (its constructor has not run)"
             return
         lwps = yield from self._live_lwps()
@@ -507,6 +519,11 @@ class TracepointCapture(CaptureBase):
                 refused = f"the stub refused the proxy's breakpoint where the program starts threads ({a:#x}: {r[:20]!r})"
         if refused:
             yield from self._leave_fast("thread", refused)
+
+    def held_breakpoints(self) -> tuple[bytes, ...]:
+        # A guard at a client breakpoint's address is one breakpoint in
+        # gdbserver: the client's `z` in the plan takes it out (the same packet).
+        return tuple(b"z0,%x,1" % a for a in sorted(self._guards))
 
     def _libc_exit(self) -> Generator[Exchange, list[bytes], int | None]:
         """libc's ``_exit`` at run time (from gdbserver's library list), or None."""
@@ -964,7 +981,7 @@ class TracepointCapture(CaptureBase):
 
     # ------------------------------------------------- the client's traffic
     def client_request(self, body: bytes) -> Verdict | None:
-        if body.startswith(b"qSymbol:") and self._fast_program is not None and not self._ipa_seen:
+        if body.startswith(b"qSymbol:") and not self._ipa_seen:  # kept before the plan too (a replay)
             value, _, name = body[len(b"qSymbol:"):].rpartition(b":")
             try:
                 resolved = bool(value) and bytes.fromhex(name.decode()).startswith(b"gdb_agent_")

@@ -266,6 +266,10 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             return
         if not handed_over and self._shielded(body):
             return None
+        if body.startswith(b"qSymbol:") and len(self._client_symbols) < 256:
+            value, _, name = body[8:].rpartition(b":")
+            if value:
+                self._client_symbols[name] = body
         if self.capture is not None and not handed_over:
             verdict = self._capture_call("client_request", body)
             if isinstance(verdict, Reply):

@@ -28,7 +28,8 @@ class CaptureLifecycle(SessionBase):
     def leave_plan_key(self) -> tuple[object, ...]:
         """Changes whenever `leave_plan` may (cheap: asked after every packet)."""
         return (self.bps.version, self._capture_installed, self._main_pid, self._left, self._program_exited,
-                self.identity.host_pid, self._planted, id(self.capture))
+                self.identity.host_pid, self._planted, id(self.capture),
+                self.capture.held_breakpoints() if self.capture is not None else ())
 
     def leave_plan(self) -> dict[str, object]:
         """What must leave the program if the proxy dies without leaving
@@ -41,8 +42,14 @@ class CaptureLifecycle(SessionBase):
         keys = sorted(set(self.bps.client) | self.bps.proxy)
         pid = self._main_pid
         multi = feature_on(self.stub_features, "multiprocess")
+        zs = [z_packet(False, k) for k in keys]
+        # The capture's own (fast tracepoints' guards on pthread_create and
+        # libc's _exit): gdbserver's QTStop leaves them in, and the program
+        # left with one dies of SIGTRAP at its exit.
+        held = self.capture.held_breakpoints() if self.capture is not None else ()
+        zs += [z for z in held if z not in zs]
         return {
-            "z": [z_packet(False, k).decode() for k in keys],
+            "z": [z.decode() for z in zs],
             # From the plant on, not from the end of the install: a proxy killed
             # while QTStart was on its way left the tracepoints in (fault
             # campaign, tracepoints, the proxy killed 0.41 s in: SIGTRAP).
@@ -89,6 +96,7 @@ class CaptureLifecycle(SessionBase):
         self._program_exited = False
         self._left = False
         self._main_pid = None
+        self._client_symbols = {}  # the new process's libraries are looked up anew
         self.identity = UNDECIDED  # another process: proven again before any host-side action
         self._entry = None
         self.load_bias = None
@@ -190,11 +198,11 @@ class CaptureLifecycle(SessionBase):
                 # each session's start on a plain C program).
                 name = "breakpoints"
             try:
-                self.capture = self.config.make_capture(name, self.mode, self.target)
+                self._new_capture(name, self.mode)
             except ValueError as err:
                 self.capture_notice = f"capture {self.capture_name}: {err}; using breakpoints"
                 self._emit(Notice(self.capture_notice))
-                self.capture = self.config.make_capture("breakpoints", self.mode, self.target)
+                self._new_capture("breakpoints", self.mode)
         self._count_probes = probes
         yield from self._plant_probes(probes)
         self._emit(Notice(f"planted {len(self.probes)} probe(s)"))
@@ -314,8 +322,16 @@ class CaptureLifecycle(SessionBase):
         if not self._planted:
             return  # the first resume plants and installs it
         if mode != "off":
-            self.capture = self.config.make_capture(name, mode, self.target)
+            self._new_capture(name, mode)
             yield from self._install_capture()
+
+    def _new_capture(self, name: str, mode: str) -> None:
+        """Make the backend and hand it the client's symbol answers so far
+        (tracepoints: the agent's, for fast tracepoints in a program gdb
+        attached to; they came before the first resume made the backend)."""
+        self.capture = self.config.make_capture(name, mode, self.target)
+        for body in self._client_symbols.values():
+            self._capture_call("client_request", body)
 
     def _keep_residue(self) -> None:
         """The backend is being dropped: what it left in the stub stays hidden."""

@@ -180,6 +180,10 @@ class SessionBase:
         self._interrupted_for_leave = False
         self._planted = False
         self._residues: list[Residue] = []  # dropped backends that still hide something (tracepoints)
+        # The client's resolved qSymbol answers, by symbol: a backend made after
+        # them gets them too (`_new_capture`). gdb resolves gdbserver's lookups at
+        # connect, before any backend exists, for a program it attaches to.
+        self._client_symbols: dict[bytes, bytes] = {}
         self._reloc_failed = False  # a write of a relocated instruction was refused (qRelocInsn)
         self._plant_failed: str | None = None
         self._program_exited = False
