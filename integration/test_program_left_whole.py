@@ -179,6 +179,14 @@ def _libc_exit(pid: int) -> int:
     raise AssertionError(f"no libc in {pid}'s maps")
 
 
+def _no_core() -> None:
+    # gdb 13.1 in batch mode may dump core when its remote connection drops
+    # mid-`continue` (an 85 MB core file in the working directory)
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def _loop_line() -> int:
     src = REPO / "integration" / "programs" / "probe_count.c"
     return next(i for i, ln in enumerate(src.read_text().splitlines(), 1) if "+= probed(" in ln)
@@ -219,7 +227,8 @@ def test_a_sigkilled_proxy_takes_the_fast_tracepoints_guards_out() -> None:
                                         "-ex", f"target remote {px.address}",
                                         "-ex", f"break probe_count.c:{_loop_line()}", "-ex", "continue",
                                         "-ex", "delete", "-ex", "continue", str(prog)],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       preexec_fn=_no_core)
                 deadline = time.monotonic() + 60
                 while _code_byte(bench.pid, exit_at) != 0xCC:  # the exit guard is in
                     assert time.monotonic() < deadline, px.stderr_text()
