@@ -44,6 +44,7 @@ class SuspendPoints:
             if f.layout_name is not None:
                 self._by_layout.setdefault(f.layout_name, f)
         self._memo: dict[tuple[str, int], tuple[int, int] | None] = {}
+        self._code: dict[str, list[tuple[int, int]]] = {}
 
     def pc(self, layout_name: str, state_value: int) -> tuple[int, int] | None:
         """(pc for the innermost frame, return address for an outer one), link-time."""
@@ -54,6 +55,17 @@ class SuspendPoints:
 
     def resume_fn(self, layout_name: str) -> ResumeFn | None:
         return self._by_layout.get(layout_name)
+
+    def code_ranges(self, layout_name: str) -> list[tuple[int, int]]:
+        """Every range of the coroutine's resume code, link-time: its out-of-line function
+        and each copy a release build inlined into another function."""
+        got = self._code.get(layout_name)
+        if got is None:
+            fn = self._by_layout.get(layout_name)
+            got = [(fn.low_pc, fn.high_pc)] if fn is not None else []
+            got += [r for c in self.inv.inlined if c.layout_name == layout_name for r in c.ranges]
+            self._code[layout_name] = got
+        return got
 
     def _ranges(self, layout_name: str) -> list[tuple[int, int]]:
         """Where the coroutine's resume code is: its out-of-line function, else the ranges
@@ -107,9 +119,12 @@ def task_frames(coroutines: list[tuple[str, int, int, str]], points: SuspendPoin
     ``self`` is the outer coroutine's."""
     frames: list[TaskFrame] = []
     for layout, state, addr, name in coroutines:
-        fn = points.resume_fn(layout)
-        if frames and fn is not None and fn.low_pc <= frames[-1].pc - bias - (1 if len(frames) > 1 else 0) < fn.high_pc:
-            frames[-1] = TaskFrame(frames[-1].pc, addr, name)  # the inner one runs inlined in it
+        at = frames[-1].pc - bias - (1 if len(frames) > 1 else 0) if frames else None
+        if at is not None and any(lo <= at < hi for lo, hi in points.code_ranges(layout)):
+            # the inner one runs inlined in it: in its out-of-line resume function, or in a
+            # copy of its resume code inlined elsewhere (tk_dump release: baz inlined into buz,
+            # buz into tokio's MaybeDone::poll<buz>; a frame of its own showed buz twice)
+            frames[-1] = TaskFrame(frames[-1].pc, addr, name)
             continue
         got = points.pc(layout, state)
         if got is None:
