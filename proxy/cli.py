@@ -12,7 +12,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from proxy.shell.listen import ServeError, listen_socket, parse_listen
+from proxy.shell.listen import ServeError, inherited_socket, listen_socket, parse_listen
 from proxy.shell.upstream import UpstreamError, UpstreamSpec
 
 if TYPE_CHECKING:
@@ -26,7 +26,8 @@ DEFAULT_LISTEN = "127.0.0.1:2345"
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                   help=f"where the client connects (default {DEFAULT_LISTEN}; port 0 picks a free one)")
+                   help=f"where the client connects (default {DEFAULT_LISTEN}; port 0 picks a free one), or fd:N: "
+                        "a listening socket inherited as descriptor N")
     p.add_argument("--probe", action="append", default=[], metavar="REGEX",
                    help="plant a hidden entry breakpoint on every function whose name matches (repeatable; "
                         "with --capture uprobes a uprobe counts it instead, without stopping the program)")
@@ -152,10 +153,11 @@ INPROC_AGENT = "/usr/lib/libinproctrace.so"  # gdbserver's in-process agent (Deb
 
 
 def _serve(args: argparse.Namespace) -> int:
-    host, port = parse_listen(args.listen)
+    given = inherited_socket(args.listen)
+    host, port = given.getsockname()[:2] if given is not None else parse_listen(args.listen)
     elf = getattr(args, "elf", None)
     if args.core is not None:
-        upstream = _core_upstream(args, elf)
+        upstream = _core_upstream(args, elf, host, port)
         elf = None  # the image already maps it
     elif args.command == "run":
         prog = [a for a in args.program if a != "--"] if args.program[:1] == ["--"] else list(args.program)
@@ -185,7 +187,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ServeError(f"--elf {elf}: no such file")
     log = open(args.log_packets, "w", buffering=1) if args.log_packets else None  # noqa: SIM115
     try:
-        sock = listen_socket(host, port)
+        sock = given if given is not None else listen_socket(host, port)
         sockname = sock.getsockname()
         print(f"asyncrsp: listening on {sockname[0]}:{sockname[1]}", file=sys.stderr, flush=True)
         # No garbage collection while the session's modules load (module
@@ -218,7 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
             log.close()
 
 
-def _core_upstream(args: argparse.Namespace, elf: str | None) -> UpstreamSpec:
+def _core_upstream(args: argparse.Namespace, elf: str | None, host: str, port: int) -> UpstreamSpec:
     """`--core FILE`: open the core now (a bad core is one line before anything listens)."""
     from proxy.corefile import CoreError, open_core
 
@@ -230,7 +232,6 @@ def _core_upstream(args: argparse.Namespace, elf: str | None) -> UpstreamSpec:
     except CoreError as err:
         raise ServeError(str(err)) from None
     if args.command == "run":
-        host, port = parse_listen(args.listen)
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
         print(f"asyncrsp: connect with:  gdb -ex 'target remote {shown}:{port}' {shlex.quote(image.exec_file or '')}",
               file=sys.stderr, flush=True)

@@ -165,7 +165,10 @@ def zygote(path: str) -> None:
     print("ready", flush=True)
     while True:
         conn, _ = srv.accept()
-        req = json.loads(conn.makefile().readline())
+        msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 1)
+        req = json.loads(msg)
+        # the listening socket the wrapper bound, under this process's number for it
+        req["argv"] = [f"fd:{fds[0]}" if a.startswith("fd:") else a for a in req["argv"]]
         if os.fork() == 0:
             srv.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -186,6 +189,8 @@ def zygote(path: str) -> None:
                 sys.stderr.flush()
                 os._exit(code or 0)
         conn.close()
+        for fd in fds:
+            os.close(fd)
 
 
 def _end_proxies(run_dir: Path) -> int:

@@ -10,7 +10,6 @@ import os
 import re
 import socket
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,60 +54,56 @@ def wrap(run_dir: str, proxy_args: list[str], gdbserver: str, args: list[str]) -
     log = os.path.join(run_dir, f"proxy-{os.getpid()}.log")
     if os.environ.get("GDB_TESTSUITE_PACKETS"):  # for diagnosis: every byte each proxy exchanged
         extra += ["--log-packets", os.path.join(run_dir, f"packets-{os.getpid()}.log")]
+    # The port the testsuite asked for is bound here and handed to the proxy
+    # (`--listen fd:N`): gdbserver starts at once, and a client that connects
+    # before the proxy has loaded waits in the listen backlog.
+    try:
+        sock = socket.socket(socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(m.group("port"))))
+        sock.listen(128)
+    except OSError:
+        print("Can't bind address: Address already in use.", flush=True)
+        sys.exit(1)
     env = dict(os.environ, PYTHONPATH=ROOT)
     # PYTHONDONTWRITEBYTECODE (set in some sandboxes) would make each of the
     # 93 proxies compile the modules changed since the last bytecode again.
     for k in ("LD_LIBRARY_PATH", "TCLLIBPATH", "PYTHONDONTWRITEBYTECODE"):
         env.pop(k, None)
-    argv = [os.environ.get("GDB_TESTSUITE_PYTHON", sys.executable), "-m", "proxy.cli", "serve", "--listen", f"{host}:{m.group('port')}",
+    listen = f"fd:{sock.fileno()}"
+    argv = [os.environ.get("GDB_TESTSUITE_PYTHON", sys.executable), "-m", "proxy.cli", "serve", "--listen", listen,
             "--upstream", f"127.0.0.1:{private}", *extra]
     with open(log, "w") as fh:
         fh.write("gdbserver " + " ".join(args) + "\n")
     zygote = os.environ.get("GDB_TESTSUITE_ZYGOTE")
     if zygote:
-        pid = _from_zygote(zygote, argv[3:], log)  # without "python -m proxy.cli"
+        pid = _from_zygote(zygote, argv[3:], log, sock)  # without "python -m proxy.cli"
     else:
-        pid = _spawn_proxy(argv, log, env)
+        pid = _spawn_proxy(argv, log, env, sock)
+    sock.close()
     with open(os.path.join(run_dir, "proxies"), "a") as fh:
         fh.write(f"{pid}\n")
-
-    def alive() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-    deadline = time.monotonic() + 60
-    while True:
-        with open(log, errors="replace") as fh:
-            text = fh.read()
-        if "listening on" in text:
-            break
-        if not alive() or time.monotonic() > deadline:
-            if "is busy" in text:
-                print("Can't bind address: Address already in use.", flush=True)
-            else:
-                print(f"asyncrsp did not start: {text.strip().splitlines()[-1:]}", flush=True)
-            sys.exit(1)
-        time.sleep(0.01)
     args = [*args[:i], f"127.0.0.1:{private}", *args[i + 1:]]
     os.execv(gdbserver, [gdbserver, *args])
 
 
-def _spawn_proxy(argv: list[str], log: str, env: dict[str, str]) -> int:
-    import subprocess
-
+def _spawn_proxy(argv: list[str], log: str, env: dict[str, str], sock: socket.socket) -> int:
     # The proxy must not be gdbserver's child (this process becomes gdbserver):
     # gdbserver waits for any child (waitpid -1) and would reap it. A child
-    # starts it in its own session and exits; init adopts it.
+    # starts it in its own session and exits; init adopts it. posix_spawn,
+    # not subprocess: this runs at each of the testsuite's gdbserver starts.
     r, w = os.pipe()
     child = os.fork()
     if child == 0:
-        os.setsid()
-        with open(log, "a") as fh:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, env=env)
-        os.write(w, b"%d" % p.pid)
+        os.set_inheritable(sock.fileno(), True)
+        pid = os.posix_spawn(argv[0], argv, env, setsid=True, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_APPEND, 0),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+            (os.POSIX_SPAWN_CLOSE, r),
+            (os.POSIX_SPAWN_CLOSE, w),
+        ])
+        os.write(w, b"%d" % pid)
         os._exit(0)
     os.close(w)
     os.waitpid(child, 0)
@@ -117,10 +112,11 @@ def _spawn_proxy(argv: list[str], log: str, env: dict[str, str]) -> int:
     return pid
 
 
-def _from_zygote(path: str, args: list[str], log: str) -> int:
+def _from_zygote(path: str, args: list[str], log: str, sock: socket.socket) -> int:
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(path)
-        s.sendall(json.dumps({"argv": args, "cwd": os.getcwd(), "log": log}).encode() + b"\n")
+        socket.send_fds(s, [json.dumps({"argv": args, "cwd": os.getcwd(), "log": log}).encode() + b"\n"],
+                        [sock.fileno()])
         return int(s.makefile().readline())
 
 

@@ -21,6 +21,32 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def inherited_socket(text: str) -> socket.socket | None:
+    """`--listen fd:N`: a listening TCP socket this process inherited as
+    descriptor N (a supervisor's socket activation, or a wrapper that binds
+    the port itself and starts the stub at once, without waiting for the
+    proxy's start-up); None for HOST:PORT."""
+    if not text.startswith("fd:"):
+        return None
+    if not text[3:].isdigit():
+        raise ServeError(f"--listen '{text}': expected fd:N with N a descriptor number")
+    fd = int(text[3:])
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as err:
+        raise ServeError(f"--listen fd:{fd}: not an open socket ({err.strerror or err})") from None
+    try:
+        listening = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+        stream = sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6)
+    except OSError:
+        listening, stream = 0, False
+    if not (listening and stream):
+        sock.detach()  # not ours to close
+        raise ServeError(f"--listen fd:{fd}: not a listening TCP socket")
+    sock.set_inheritable(False)
+    return sock
+
+
 def listen_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on the first address `host` resolves to (as
     trio.open_tcp_listeners: SO_REUSEADDR, v6 sockets v6 only)."""
