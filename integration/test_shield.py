@@ -50,7 +50,14 @@ def _bench() -> Path:
     return got
 
 
-@pytest.mark.parametrize("packet", [b"m1,zz", b"vCont;t"])
+# Valid packets that resume no thread gdbserver has: in all-stop it then waits
+# with nothing resumed and aborts (wait_1: Assertion `target_options &
+# TARGET_WNOHANG' failed). The proxy asks the stub (`T`) whether a named
+# thread is there (core._named_threads).
+NO_THREAD_RESUMES = [b"vCont;c:p1.1", b"vCont;s:p1.1;c:p1.2", b"vCont;c:p1.-1"]
+
+
+@pytest.mark.parametrize("packet", [b"m1,zz", b"vCont;t", b"vCont;c:p1.1"])
 def test_straight_one_malformed_packet_kills_gdbserver_and_the_program(packet: bytes) -> None:
     require_tool("gdbserver")
     with start_stub("gdbserver", _bench(), ["50", "mt"]) as stub:
@@ -77,7 +84,7 @@ def test_through_the_proxy_the_same_packets_get_e01_and_the_program_finishes() -
             peer = RawPeer.connect(px.address)
             peer.request(SUPPORTED)
             peer.request(b"?")
-            for packet in KILLERS:
+            for packet in [*KILLERS, *NO_THREAD_RESUMES]:
                 assert peer.request(packet) == b"E01", packet
             qc = peer.request(b"qC")
             assert qc.startswith(b"QCp"), qc

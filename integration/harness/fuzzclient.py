@@ -564,6 +564,18 @@ class Fuzzer:
             choices.append(b"vCont;r%x,%x:%b;c" % (pc, pc + 1, t))
         body = rng.choice(choices)
         self.fig.families["resume"] += 1
+        if rng.random() < 0.03:
+            # valid, but resuming no thread the stub has: gdbserver 13.1 aborts
+            # on it in all-stop; the proxy asks the stub and answers E01
+            nobody = rng.choice((b"vCont;c:p1.1", b"vCont;s:p1.1;c:p1.2", b"vCont;c:p1.-1",
+                                 b"vCont;C00:p%x.1" % self.pid))
+            self.fig.refused_expected += 1
+            self.fig.packets += 1
+            if L.request(nobody) == b"E01":
+                self.fig.refused_ok += 1
+            elif not self.straight:
+                self.fig.unshielded.append(nobody)
+            return
         if rng.random() < 0.2:
             # a mutant of a resume: sent only when the shield refuses it
             m = _escape_body(self._mutate(body))

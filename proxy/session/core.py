@@ -47,6 +47,7 @@ from rsp.packets.qsupported import (
 )
 from rsp.packets.resume import Resume, parse_resume
 from rsp.packets.stop import StopReply, is_stop_reply, parse_stop_reply
+from rsp.threads import ThreadId
 
 from .actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from .breakpoints import BpKey
@@ -445,6 +446,11 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             return self._reply(new)
         if verdict == "forward":
             resume, body, raw = parse_resume(new) or resume, new, None
+        if resume is not self._resume_checked:
+            named = self._named_threads(resume)
+            if named is not None:
+                self._start_proc(self._proc_named_then_resume(resume, body, raw, named))
+                return
         self._interrupt_forwarded = False
         self._interrupt_pending, self._interrupt_at_resume = self._interrupt_at_resume, False
         if not self._planted and (self.config.resolve_probes is not None or self.capture is not None
@@ -464,6 +470,54 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         self._stopped = None
         self._forward(body, raw, resume=True)
 
+    def _named_threads(self, resume: Resume) -> list[ThreadId] | None:
+        """The threads a vCont names when it names no wildcard (then they must
+        be asked for), or None. gdbserver 13.1 in all-stop, given a vCont
+        that resumes no thread it has (`vCont;c:p1.1`, `vCont;c:1`,
+        `vCont;s:p1.1;c:p1.2`, `vCont;c:p1.-1`: valid packets), waits with
+        nothing resumed and aborts (`wait_1: Assertion 'target_options &
+        TARGET_WNOHANG' failed`), killing the program it started."""
+        if self.non_stop or resume.legacy is not None or resume.reverse:
+            return None
+        named: list[ThreadId] = []
+        for action in resume.actions:
+            t = action.thread
+            if t is None:
+                return None  # the default action: every thread
+            if t.tid in (ThreadId.ALL, ThreadId.ANY):
+                if t.pid is None or t.pid in (ThreadId.ALL, ThreadId.ANY) or t.pid == self._main_pid:
+                    return None  # all threads (of the program)
+                if self._main_pid is None:
+                    return None  # which process is the program's: not known here
+                continue  # another process's threads: none the stub has here
+            named.append(t)
+        if self._stopped is None:
+            return None  # no stop seen (a client that never asked `?`): not asked (known limit)
+        stopped = self._stopped.thread
+        if stopped is not None and any(t.matches(stopped) for t in named):
+            return None  # the thread of the stop the client saw: there (gdb's `vCont;s:T`)
+        return named
+
+    def _proc_named_then_resume(self, resume: Resume, body: bytes, raw: bytes | None,
+                                named: list[ThreadId]) -> Procedure:
+        """Ask the stub whether each named thread is alive (`T`); forward the
+        resume only when one is."""
+        multi = feature_on(self.stub_features, "multiprocess")
+        replies = (yield Exchange(tuple(b"T" + t.format(multi) for t in named))) if named else []
+        self._proc = None
+        if b"OK" not in replies:
+            self._refuse("a vCont that resumes no thread the stub has (gdbserver 13.1 aborts on it)")
+            return
+        self._resume_checked = resume
+        self._resume_after_proc(resume, body, raw)
+
+    def _refuse(self, why: str) -> None:
+        self.stats.shielded += 1
+        if self.stats.shielded == 1:
+            self._emit(Notice(f"a client packet was answered E01 and not forwarded ({why}); counted in stats"))
+        self.shield_last = why
+        self._reply(ERROR_REPLY)
+
     def _shielded(self, body: bytes) -> bool:
         """A packet the stub must not get (shield.py): answered E01 here."""
         why = refuse(body, non_stop=self.non_stop, g_size=self._g_size,
@@ -471,11 +525,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         if why is None:
             self._g_asked = body[:1] == b"g"
             return False
-        self.stats.shielded += 1
-        if self.stats.shielded == 1:
-            self._emit(Notice(f"a client packet was answered E01 and not forwarded ({why}); counted in stats"))
-        self.shield_last = why
-        self._reply(ERROR_REPLY)
+        self._refuse(why)
         return True
 
     def _stub_packet_size(self) -> int | None:

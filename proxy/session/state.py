@@ -208,6 +208,7 @@ class SessionBase:
         self._emulate = False  # decided from the stub's qSupported reply
         self._no_emulation = False  # this hit's thread is not the stub's selected one (hidden.py)
         self._main_pid: int | None = None  # the program's process (fork children are others)
+        self._resume_checked: object = None  # the resume whose named threads the stub has (core._named_threads)
         self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
         # non-stop mode (nonstop.py)
         self.non_stop = False
