@@ -26,6 +26,9 @@ most:
 * ``uprobes-sampled`` the same with --sample N (`--sample`, 64): one root poll
                     in N per coroutine instance recorded, poll counts and busy
                     times exact (folded in the kernel);
+* ``uprobes-sliced`` the same with --sample-time PCT (`--sample-time`, 10):
+                    the probes in for PCT% of the time in 50 ms slices, out
+                    (the program bare) for the rest; figures from the slices;
 * ``uprobes-entry`` the same with --mode entry (exits inferred);
 * ``tracepoints``   gdb -> asyncrsp --capture tracepoints -> gdbserver;
 * ``breakpoints``   gdb -> asyncrsp --capture breakpoints -> gdbserver.
@@ -87,9 +90,10 @@ CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
+            "uprobes-sliced": ["--capture", "uprobes", "--sample-time", "10"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-sampled", "uprobes-entry", "tracepoints", "breakpoints"]
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-sampled", "uprobes-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
 
 
 @dataclass
@@ -304,7 +308,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     lost = re.search(r"events lost: (\d+)", text)
                     run.lost = int(lost.group(1)) if lost else 0
                     run.top = parse_top(text, server.conn_fn)
-                    sampled = re.search(r"^sampl.*$", text, re.M)
+                    sampled = re.search(r"^(?:sampl|time-sliced).*$", text, re.M)
                     if sampled:
                         run.extra["sampling"] = sampled.group(0)
                 return run
@@ -469,10 +473,12 @@ def main() -> int:
     ap.add_argument("--config", choices=["release", "debug"], default="release")
     ap.add_argument("--only", nargs="+", choices=ORDER + SPLIT, help="ways of watching (default: all that apply)")
     ap.add_argument("--sample", type=int, default=64, help="uprobes-sampled: --sample N (64)")
+    ap.add_argument("--sample-time", type=int, default=10, help="uprobes-sliced: --sample-time PCT (10)")
     ap.add_argument("--split", action="store_true", help="where uprobe capture's cost goes (no gdb)")
     args = ap.parse_args()
     wrk = ensure_wrk()
     CAPTURES["uprobes-sampled"][-1] = str(args.sample)
+    CAPTURES["uprobes-sliced"][-1] = str(args.sample_time)
     server = Server(args.server, args.config)
     hows = [h for h in (args.only or (SPLIT if args.split else ORDER))
             if h != "console" or server.console_prog is not None]

@@ -27,6 +27,7 @@ from proxy.analysis.model import CoroutineKind, Era, Inventory, ResumeFn
 from proxy.capture.uprobes.capture import UprobeCapture
 from proxy.graph.catalog import Catalog
 from proxy.graph.engine import Engine
+from proxy.graph.events import PollEnter
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
@@ -68,11 +69,11 @@ def spawn_stopped(argv: list[str]) -> int:
 
 
 def run_captured(prog: Path, args: list[str], inv: Inventory, *, stalled: bool = False,
-                 **kw: object) -> tuple[UprobeCapture, Engine, int]:
+                 eng: Engine | None = None, **kw: object) -> tuple[UprobeCapture, Engine, int]:
     """Run `prog` to its exit under uprobe capture alone; (capture, engine, exit status).
     `stalled`: the consumer reads nothing until the program has exited."""
     bias = 0x555555554000 if inv.pie else 0
-    eng = Engine(Catalog(inv, bias), keep_log=False)
+    eng = eng if eng is not None else Engine(Catalog(inv, bias), keep_log=False)
     pid = spawn_stopped([str(prog), *map(str, args)])
     target = SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias, engine=eng,
                              note=None, extra={})
@@ -779,3 +780,68 @@ def test_task_root_exits_in_tokios_harness_count_every_poll_once() -> None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         cap.uninstall()
+
+
+def test_time_slices_take_the_probes_out_and_keep_the_graph_sound() -> None:
+    """--sample-time: the probes are in for a slice, then out (the links closed:
+    the program's memory holds the file's bytes again), again and again. The
+    coroutines the sliced run takes for roots (tasks) are roots in the fully
+    recorded run of the same program too: a slice that began inside a task's
+    poll fed nothing of it. Entries without exits at a slice end are dropped,
+    never paired with a later exit."""
+    prog = _binary("release", "tokio_bench")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+
+    def watched(fed_at_root: set[int]) -> Engine:
+        """An engine that notes the site of every entry fed on a thread with no poll open."""
+        e = Engine(Catalog(inv, bias), keep_log=False)
+        feed = e.feed
+
+        def watched_feed(ev: Any) -> None:
+            if isinstance(ev, PollEnter) and e.current_scope(ev.thread) is None:
+                fed_at_root.add(ev.site)
+            feed(ev)
+
+        e.feed = watched_feed  # type: ignore[method-assign]
+        return e
+
+    full_roots: set[int] = set()
+    _full, _feng, code = run_captured(prog, [1000, "ct"], inv, unwind_share=0.0, eng=watched(full_roots))
+    assert code == 0
+    fed_at_root: set[int] = set()
+    eng = watched(fed_at_root)
+    pid = spawn_stopped([str(prog), "300000", "ct"])
+    cap = UprobeCapture(unwind_share=0.0, slice_duty=0.25, slice_on_s=0.002)
+    cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias,  # type: ignore[arg-type]
+                             engine=eng, note=None, extra={}))
+    assert cap.install() is None and cap.attached, cap.note
+    assert cap.plan_ is not None
+    site = cap.plan_.sites[0]
+    out_bytes: list[bytes] = []
+    os.kill(pid, signal.SIGCONT)
+    status = 0
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        cap.poll()
+        if cap._sliced_out and cap._closing is not None and not out_bytes:
+            cap._closing.join()
+            try:
+                with open(f"/proc/{pid}/mem", "rb") as mem:
+                    mem.seek(site.addr)
+                    out_bytes.append(mem.read(len(site.original)))
+            except OSError:
+                pass
+        time.sleep(0.002)
+    cap.sync()
+    lines = cap.stats_lines()
+    cap.uninstall()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert cap.slices >= 2, lines
+    assert out_bytes == [site.original], (out_bytes, site.original)
+    assert fed_at_root and fed_at_root <= full_roots, (fed_at_root - full_roots, full_roots)
+    assert cap.slice_skipped > 0, lines  # slices began inside polls: their events were not fed
+    assert any(ln.startswith("time-sliced: probes in 25%") and "not exact" in ln for ln in lines), lines
+    assert eng.timing.sampled and eng.timing.sampled.startswith("time-sliced")

@@ -66,6 +66,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="uprobe capture: record one root poll in N of each coroutine instance (new ones "
                         "always); poll counts and busy times stay exact (counted in the kernel), the "
                         "graph and the poll histograms see the recorded polls only (default 1: all)")
+    p.add_argument("--sample-time", type=_percent, metavar="PCT",
+                   help="uprobe capture: time slices, the probes in for PCT%% of the running time (50 ms at a "
+                        "time) and out for the rest (the program runs bare); counts, busy times and the graph "
+                        "come from the slices only, and stats and top say so (default 100: always in)")
     p.add_argument("--only", metavar="REGEX", help="capture only resume functions whose name matches")
     p.add_argument("--exclude", metavar="REGEX", help="do not capture resume functions whose name matches")
     where = p.add_mutually_exclusive_group()
@@ -88,6 +92,16 @@ def _adapters(text: str) -> str:
     if names and all(n in NAMES for n in names):
         return ",".join(names)
     raise argparse.ArgumentTypeError(f"{text!r}: want auto, off, or adapter names from {', '.join(NAMES)}")
+
+
+def _percent(text: str) -> int:
+    try:
+        v = int(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 1 <= v <= 100:
+        raise argparse.ArgumentTypeError(f"a percentage from 1 to 100, not {v}")
+    return v
 
 
 def _trace_buffer_size(text: str) -> int:

@@ -24,6 +24,9 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
     sample = opts.get("sample")
     if isinstance(sample, int) and sample > 1:
         kw["sample_every"] = sample
+    share = opts.get("sample_time")
+    if isinstance(share, (int, float)) and 0 < share < 100:
+        kw["slice_duty"] = share / 100.0  # type: ignore[assignment]
     return UprobeCapture(only=only, exclude=exclude, entry_only=mode == "entry", **kw)
 
 

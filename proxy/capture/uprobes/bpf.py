@@ -108,6 +108,7 @@ class _Libbpf:
             "bpf_map_update_elem": (i, [i, vp, vp, u64]),
             "bpf_map_lookup_elem": (i, [i, vp, vp]),
             "bpf_map_get_next_key": (i, [i, vp, vp]),
+            "bpf_map_delete_elem": (i, [i, vp]),
             "libbpf_num_possible_cpus": (i, []),
             "libbpf_set_print": (vp, [vp]),
         }
@@ -162,7 +163,7 @@ class Program:
         self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
-            for name in ("events", "sites", "config", "counters", "scopes", "site_hits", "instances")
+            for name in ("events", "sites", "config", "counters", "scopes", "site_hits", "instances", "threads")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -229,6 +230,20 @@ class Program:
                 out[(self_ptr, fn)] = INST_STATS.unpack(val.raw)
         return out
 
+    def clear(self, name: str, key_size: int) -> int:
+        """Delete every entry of a hash map (`scopes`, `threads`): how many were there."""
+        fd = self.fds[name]
+        lib = self._lib.lib
+        key = ctypes.create_string_buffer(key_size)
+        keys: list[bytes] = []
+        prev = None
+        while lib.bpf_map_get_next_key(fd, prev, key) == 0 and len(keys) < 1 << 20:
+            keys.append(key.raw)
+            prev = ctypes.create_string_buffer(key.raw, key_size)
+        for k in keys:
+            lib.bpf_map_delete_elem(fd, ctypes.create_string_buffer(k, key_size))
+        return len(keys)
+
     def set_sites(self, sites: list[SiteSpec]) -> None:
         for i, s in enumerate(sites):
             self._update("sites", i, s.pack())
@@ -287,6 +302,17 @@ class Program:
         if link in self.links:
             self.links.remove(link)
             os.close(link)
+
+    def detach_later(self, link: int) -> "threading.Thread":
+        """Close one link in a thread (the close waits ~30 ms for the kernel): join it
+        before relying on the int3s being out."""
+        import threading
+
+        if link in self.links:
+            self.links.remove(link)
+        th = threading.Thread(target=os.close, args=(link,), name="uprobe-detach", daemon=True)
+        th.start()
+        return th
 
     def detach_all(self) -> None:
         for link in list(self.links):

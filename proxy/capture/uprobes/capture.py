@@ -98,6 +98,8 @@ class UprobeCapture(CaptureBase):
         move_entries: bool = True,
         sample_every: int = 1,
         move_exits: bool = True,
+        slice_duty: float = 1.0,
+        slice_on_s: float = 0.05,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -157,6 +159,24 @@ class UprobeCapture(CaptureBase):
         self.children_cleaned = 0  # forked children whose copies of the probes were taken out
         self.attach_retries = 0  # links re-created because the first one did not arm the probes
         self.attach_retries_max = 2
+        # time-sliced capture (`--sample-time PCT`, `slice_duty` < 1): see _slice_step
+        self.slice_duty = min(max(float(slice_duty), 0.01), 1.0)
+        self.slice_on_s = slice_on_s
+        self._link: int | None = None
+        self._offsets: list[int] = []
+        self._sliced_out = False  # the links are closed for the off part of a slice
+        self._closing: Any = None  # the thread closing the last slice's link
+        self._last_in = 0.0  # how long the last slice had the probes in
+        self._slice_t0 = 0.0
+        self.slice_in_s = 0.0  # time with the probes in (while the capture was polled)
+        self.slice_out_s = 0.0
+        self.slices = 0
+        self.slice_attach_s: list[float] = []  # what each re-attach and detach took
+        self.slice_detach_s: list[float] = []
+        self._settled: set[int] | None = None  # threads whose events are fed (None: all)
+        self._root_rets: set[int] = set()  # return addresses of polls seen at the root of a thread
+        self._nested_rets: set[int] = set()  # ... and of polls seen inside another poll
+        self.slice_skipped = 0  # events dropped because their thread's root poll began outside the slice
 
     # ------------------------------------------------------------------ availability
     @staticmethod
@@ -349,6 +369,8 @@ class UprobeCapture(CaptureBase):
                     self.notices.append(f"uprobes: the kernel did not write the probes into process "
                                         f"{self._pid} (checked in /proc/{self._pid}/mem): nothing is captured")
             self.attach_s = time.perf_counter() - t0
+            self._link, self._offsets = link, offsets
+            self._slice_t0 = time.monotonic()
         except B.BpfError as err:
             prog.close()
             self.note = str(err)
@@ -383,7 +405,126 @@ class UprobeCapture(CaptureBase):
 
     @property
     def attached(self) -> bool:
-        return self._prog is not None and bool(self._prog.links)
+        """The probes are the capture's: in, or out for the off part of a time slice
+        (a client Z0 at a site must still become a Z1: the next slice puts the
+        int3 back, and the kernel would take a breakpoint byte there for its own)."""
+        return self._prog is not None and (bool(self._prog.links) or self._sliced_out)
+
+    # ------------------------------------------------------------------ time slices
+    # `--sample-time PCT`: the probes are in for `slice_on_s` (50 ms; as long as
+    # the shell's next poll comes), then out (the links closed: the kernel takes
+    # the int3s out, the program runs bare) for as long as makes the duty PCT%
+    # of that. Closing the link is what removes the int3s; a disabled program
+    # would still trap. Closing waits for the kernel (~30 ms: a thread does it,
+    # off the proxy's loop; the probes record until it returns). The first
+    # slice lasts until a task's poll was seen whole (the roots below are
+    # learnt). Before the next slice attaches, the close done:
+    # * the ring is folded (the records written before the close), then every
+    #   poll still open in the engine is dropped (its exit comes after the
+    #   slice: resync_thread with no frames) and the kernel's scope and thread
+    #   tables are cleared, so an entry without its exit never pairs with a
+    #   later exit at the same (thread, sp);
+    # * in the next slice a thread's events are fed only from its first entry
+    #   called from where only root polls (tasks) were seen called from, its
+    #   return address (_root_ok): a slice that begins in the middle of a
+    #   task's poll would otherwise make the inner coroutines look like tasks
+    #   of their own. tokio_bench polls one async fn both as a spawned task
+    #   and inside its main future, at times at the same stack pointer: the
+    #   function or the sp is not enough (integration/test_uprobes.py). The first slice starts at install, the program
+    #   stopped: every thread is fed from the start and the roots are learnt.
+    def _slice_step(self) -> None:
+        prog = self._prog
+        if self.slice_duty >= 1.0 or prog is None or not self._offsets:
+            return
+        now = time.monotonic()
+        spent = now - self._slice_t0
+        if not self._sliced_out:
+            if spent < self.slice_on_s or (self.slices == 0 and not self._root_rets - self._nested_rets):
+                return  # the first slice lasts until a task's poll was seen whole
+            t0 = time.perf_counter()
+            if self._link is not None:
+                self._closing = prog.detach_later(self._link)
+                self._link = None
+            self.slice_detach_s.append(time.perf_counter() - t0)
+            self._sliced_out = True
+            self.slice_in_s += spent
+            self._last_in = spent
+            self._slice_t0 = now
+            return
+        # the duty of what the last slice lasted (the first may last long, idle: at most 2 slices' worth)
+        if spent < min(self._last_in, 2 * self.slice_on_s) * (1.0 - self.slice_duty) / self.slice_duty:
+            return
+        if self._closing is not None:
+            self._closing.join()  # the last slice's link is closed (it takes ~30 ms, off the loop)
+            self._closing = None
+        self._fold(budget_s=None)  # everything the last slice wrote (until its link was closed)
+        self._end_slice(prog)
+        t0 = time.perf_counter()
+        try:
+            self._link = prog.attach(self._path or "", self._offsets, self._pid)
+        except B.BpfError as err:
+            self.notices.append(f"uprobes: time slice {self.slices + 1} could not attach: {err}")
+            self._offsets = []  # no more slices: the capture is out
+            self._sliced_out = False
+            return
+        self.slice_attach_s.append(time.perf_counter() - t0)
+        self._sliced_out = False
+        self.slice_out_s += spent
+        self._slice_t0 = now
+        self.slices += 1
+
+    def _end_slice(self, prog: B.Program) -> None:
+        engine = self.engine
+        if engine is not None:
+            for t in engine.threads():
+                engine.resync_thread(t, [])
+        prog.clear("scopes", 16)
+        prog.clear("threads", 4)
+        self._settled = set()
+        self._resync.clear()
+
+    def _root_ok(self, ev: PollEnter) -> bool:
+        """An entry that starts a root poll for sure: called from a place (its
+        return address) where root polls were seen and never a poll nested in
+        another. A runtime polls its tasks from its own code; a coroutine polls
+        another from inside its resume function or a combinator it calls."""
+        ret = ev.return_addr
+        return ret in self._root_rets and ret not in self._nested_rets
+
+    def _feed_sliced(self, ev: Any, engine: Engine) -> bool:
+        """Whether `ev` is fed (time slices): see _slice_step. Learns the root sites."""
+        t = getattr(ev, "thread", None)
+        if t is None:
+            return True
+        settled = self._settled
+        enter = type(ev) is PollEnter
+        if settled is not None and t not in settled:
+            if not (enter and self._root_ok(ev)):
+                self.slice_skipped += 1
+                return False
+            settled.add(t)
+        if enter:
+            if engine.current_scope(t) is None:
+                self._root_rets.add(ev.return_addr)
+            else:
+                self._nested_rets.add(ev.return_addr)
+        return True
+
+    def slice_line(self) -> str | None:
+        if self.slice_duty >= 1.0:
+            return None
+        total = self.slice_in_s + self.slice_out_s
+        share = self.slice_in_s / total if total > 0 else 1.0
+        cost = ""
+        if self.slice_attach_s:
+            cost = (f"; attach {1e3 * sum(self.slice_attach_s) / len(self.slice_attach_s):.2f} ms, detach "
+                    f"{1e3 * sum(self.slice_detach_s) / max(len(self.slice_detach_s), 1):.2f} ms a slice")
+        return (f"time-sliced: probes in {self.slice_duty:.0%} of the time, {self.slice_on_s * 1e3:.0f} ms at a "
+                f"time ({self.slices} slices after the first; in {self.slice_in_s:.1f} s of {total:.1f} s = "
+                f"{share:.1%}); POLLS, BUSY, the histograms and the graph's edges come from the slices only "
+                f"(not exact: about {share:.1%} of the polls); events dropped at slice starts (their thread's "
+                f"root poll began outside the slice): {self.slice_skipped:,}{cost}")
+
 
     def uninstall(self) -> Procedure | None:
         """Close the links (the kernel restores the bytes), fold what is left, and give
@@ -408,7 +549,11 @@ class UprobeCapture(CaptureBase):
         if self._prog is None:
             return
         t0 = time.perf_counter()
+        if self._closing is not None:
+            self._closing.join()
+            self._closing = None
         self._prog.detach_all()
+        self._link, self._offsets, self._sliced_out = None, [], False
         self.detach_s = time.perf_counter() - t0
         if self._count:
             self._final_hits = self._read_hits()  # no more hits: the links are closed
@@ -433,12 +578,23 @@ class UprobeCapture(CaptureBase):
         the program runs): the loop then spun, and each poll gave the unwinder
         its share again, so unwinding (and the stack slices it asks for, 8 KiB
         each, copied on the program's own time) took the consumer's whole CPU."""
+        self._slice_step()
         return self._fold(budget_s=self.poll_budget_s)
 
     def sync(self) -> Procedure | None:
+        if self._sliced_out and self._prog is not None:
+            # a stop between two slices: the polls the engine holds open ended unseen
+            if self._closing is not None:
+                self._closing.join()
+                self._closing = None
+            self._fold(budget_s=None)
+            self._end_slice(self._prog)
         self._fold(budget_s=None)
         if self.sample_every > 1:
             self._apply_kernel_totals()
+        line = self.slice_line()
+        if line is not None and self.engine is not None:
+            self.engine.timing.sampled = line
         return None
 
     def _credit(self, tot: InstanceTotals, engine: Engine) -> None:
@@ -592,12 +748,15 @@ class UprobeCapture(CaptureBase):
         decode, feed = dec.decode_at, engine.feed
         q = self._unwind_q
         resync = self._resync
+        sliced = self.slice_duty < 1.0
         for off, n in spans:
             ev = decode(buf, off, n)
             if ev is None:
                 continue
             if type(ev) is InstanceTotals:
                 self._credit(ev, engine)
+                continue
+            if sliced and not self._feed_sliced(ev, engine):
                 continue
             self.events += 1
             if type(ev) is PollEnter:
@@ -811,6 +970,9 @@ class UprobeCapture(CaptureBase):
                 lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
                              f"{unseen:,} polls of instances the graph never saw (not in top)"
                              + (f"; instance totals lost (ring full): {c['stats lost']}" if c.get("stats lost") else ""))
+        sl = self.slice_line()
+        if sl is not None:
+            lines.append(sl)
         if self.decoder is not None and self.decoder.stats.bad:
             lines.append(f"bad uprobe records: {self.decoder.stats.bad}")
         if self._hw_converted:
