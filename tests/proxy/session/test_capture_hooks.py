@@ -291,3 +291,21 @@ def test_count_probes_taken_by_the_capture() -> None:
     assert SITE in s.probes and s.stats.probe_stats.total == 7
     rec.hits = 100  # gone: its counts were folded once, at the uninstall
     assert "probe hits: 7" in s.stats_lines()
+
+
+def test_the_keepers_plan_lists_the_captures_own_breakpoints() -> None:
+    """proxy/shell/keeper.py takes out what the plan lists: the backend's own
+    breakpoints too (tracepoints' fast-tracepoint guards), and the plan is
+    written again when they change."""
+    rec = Recorder()
+    held: list[bytes] = []
+    rec.held_breakpoints = lambda: tuple(held)  # type: ignore[method-assign]
+    s = running(rec)
+    key = s.leave_plan_key()
+    held.append(b"z0,7ffff7e4c1a0,1")
+    assert s.leave_plan_key() != key
+    assert s.leave_plan()["z"] == ["z0,7ffff7e4c1a0,1"]
+    stub(s, stop_at(0x1000, reason=b""))
+    client(s, b"Z0,7ffff7e4c1a0,1")  # the client's at the same address: one breakpoint, one z
+    stub(s, b"OK")
+    assert s.leave_plan()["z"] == ["z0,7ffff7e4c1a0,1"]
