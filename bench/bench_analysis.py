@@ -160,13 +160,13 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
             except OSError:
                 pass
             for pid in pids:
+                try:  # the command line first: a child read between its vfork and its exec
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:  # shows the proxy's memory
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
                 kb = hwm(pid)
-                if kb:
-                    try:
-                        with open(f"/proc/{pid}/cmdline", "rb") as f:
-                            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                    except OSError:
-                        cmd = peaks.get(pid, ("", 0))[0]
+                if kb and (pid == root or "unitwalk" in cmd):
                     peaks[pid] = (cmd, max(kb, peaks.get(pid, ("", 0))[1]))
             time.sleep(0.01)
 

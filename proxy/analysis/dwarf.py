@@ -56,9 +56,35 @@ class DwarfView:
 
     # -- pyelftools for line programs and aranges ------------------------------------
     def pyelf(self) -> DWARFInfo:
+        """pyelftools' DWARF reader (line programs), over the file's sections where they
+        lie: ``ELFFile.get_dwarf_info`` would copy every debug section first (~80 MB for
+        an 80 MB debug build, for a few line programs)."""
         if self._pyelf is None:
-            self._pyelf = ELFFile(self.elf.stream()).get_dwarf_info(relocate_dwarf_sections=False)
+            self._pyelf = self._pyelf_in_place()
+            if self._pyelf is None:
+                self._pyelf = ELFFile(self.elf.stream()).get_dwarf_info(relocate_dwarf_sections=False)
         return self._pyelf
+
+    def _pyelf_in_place(self) -> DWARFInfo | None:
+        from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig
+
+        from .elf import _BufferStream
+
+        def sec(name: str) -> Any:
+            s = self.elf.sections.get(name)
+            data = self.elf.section_window(name) if s is not None else None
+            if s is None or data is None:
+                return None
+            return DebugSectionDescriptor(stream=_BufferStream(data), name=name, global_offset=s[1], size=s[2],
+                                          address=s[0])
+
+        names = ("info", "aranges", "abbrev", "frame", None, "str", "loc", "ranges", "line", "pubtypes",
+                 "pubnames", "addr", "str_offsets", "line_str", "loclists", "rnglists", "sup", None, "types")
+        try:
+            return DWARFInfo(DwarfConfig(little_endian=True, machine_arch="x64", default_address_size=8),
+                             *(sec(f".debug_{n}") if n else None for n in names))
+        except (TypeError, *_PYELF_ERRORS):  # another pyelftools: its own way
+            return None
 
     def has_aranges(self) -> bool:
         return self._get_aranges() is not None

@@ -130,11 +130,45 @@ class StackFinder:
         self.chains = {}
         self.chain_pcs = {}
         self.frame_pcs = {}
+        unwound: dict[int, list[UnwoundFrame] | str] = {}
         for tid, regs in sorted(threads.items()):
             try:
-                frames = self._unwind(r, regs)
+                unwound[tid] = self._unwind(r, regs)
             except Exception as e:  # noqa: BLE001 - corrupt CFI must not end the command
-                self.notes.append(f"thread {tid}: unwinding failed ({type(e).__name__})")
+                unwound[tid] = f"thread {tid}: unwinding failed ({type(e).__name__})"
+        self._prefetch(unwound)
+        try:
+            self._find(r, threads, unwound, out)
+        finally:
+            if self.dwarf is not None:
+                self.dwarf.end_prefetch()
+        if self._use_cache:
+            self.save_facts()
+        return list(out.values())
+
+    def _prefetch(self, unwound: dict[int, list[UnwoundFrame] | str]) -> None:
+        """Have the units behind the frames whose facts are unknown walked by a second
+        process while this one reads the first ones (``DwarfView.prefetch``)."""
+        if self.dwarf is None:
+            return
+        units: dict[int, None] = {}
+        for frames in unwound.values():
+            for i, frame in enumerate(frames if isinstance(frames, list) else ()):
+                pc = frame.pc - self.bias - (1 if i else 0)
+                if pc in self._facts:
+                    continue
+                uo = self.dwarf.unit_offset_at(pc)
+                if uo is not None and uo not in units and not self._sysroot_unit(uo):
+                    units[uo] = None
+        if len(units) > 1:
+            self.dwarf.prefetch(list(units))
+
+    def _find(self, r: Reflector, threads: dict[int, dict[str, int]], unwound: dict[int, list[UnwoundFrame] | str],
+              out: dict[tuple[int, str], Found]) -> None:
+        for tid, regs in sorted(threads.items()):
+            frames = unwound[tid]
+            if isinstance(frames, str):
+                self.notes.append(frames)
                 continue
             # the stack's extent: the outermost sane CFA (a last frame unwound through a
             # garbage rbp chain can say anything)
@@ -169,9 +203,6 @@ class StackFinder:
                     out.setdefault((hits[0], layout), Found(hits[0], layout, tid, fname, "scan"))
                 elif hits:
                     self.notes.append(f"thread {tid}: {len(hits)} candidates for {layout} in {fname}; none taken")
-        if self._use_cache:
-            self.save_facts()
-        return list(out.values())
 
     def _unwind(self, r: Reflector, regs: dict[str, int]) -> list[UnwoundFrame]:
         """The thread's frames. A thread stopped outside the program (in libc's ``syscall``
