@@ -103,17 +103,29 @@ class TokioAdapter:
         return self.roots(r, hits[0])
 
     def roots(self, r: Reflector, hits: dict[int, str]) -> list[Root]:
+        return self.roots_upto(r, hits, None)[0]
+
+    def roots_upto(self, r: Reflector, hits: dict[int, str], keep: int | None) -> tuple[list[Root], int]:
+        """The first ``keep`` tasks by header address (all: None), and how many more there
+        are: past ``keep`` only each cell's stage is read (is the task still pending?), no
+        root is made (task threads list 1,024 of 10,000 tasks: proxy/threads/listing.py)."""
         roots = []
+        more = 0
         plans: dict[str, _CellPlan | None] = {}
         for header, cell in sorted(hits.items()):
             if cell not in plans:
                 plans[cell] = _plan(r, cell)
             plan = plans[cell]
-            root = plan.root(r, header) if plan is not None else None
+            if plan is None:
+                continue
+            if keep is not None and len(roots) >= keep:
+                more += plan.pending(r, header)
+                continue
+            root = plan.root(r, header)
             if root is not None:
                 roots.append(root)
                 r.task_names[header] = f"{root.label} {coroutine_path(root.type_name)}"
-        return roots
+        return roots, more
 
 
 class _CellPlan:
@@ -129,15 +141,23 @@ class _CellPlan:
         self.discr, self.size = stage + enum.discr.offset, enum.discr.size
         self.futures: dict[int, tuple[int, str] | None] = {}  # discriminant -> (offset, type) of Running
 
-    def root(self, r: Reflector, header: int) -> Root | None:
+    def pending(self, r: Reflector, header: int) -> bool:
+        """The task at ``header`` still runs its future (what ``root`` would make a root of)."""
+        return self._running(r, header) is not None
+
+    def _running(self, r: Reflector, header: int) -> tuple[int, str] | None:
         value = r.mem.u(header + self.discr, self.size)
         if value is None:
             return None
         fut = self.futures.get(value, _UNSET)
         if fut is _UNSET:
             fut = self.futures[value] = self._future(r, value)
+        return fut  # type: ignore[no-any-return]
+
+    def root(self, r: Reflector, header: int) -> Root | None:
+        fut = self._running(r, header)
         if fut is None:
-            return None  # finished or consumed: not pending
+            return None  # unreadable, finished or consumed: not pending
         tid = r.mem.word(header + self.tid) if self.tid is not None else None
         label = f"tokio#{tid}" if tid is not None else ""
         at = spawn_location(r, header + self.core[0], self.core[1]) if self.core is not None else None

@@ -34,7 +34,8 @@ class Listing:
         self.keep = keep
         self.unread = 0  # tasks the adapters found past ``keep``
         self.recording: Recording | None = None  # what this stop's builds read (LastStop)
-        self._found: dict[int, tuple[list[Any], dict[int, str]]] = {}
+        # adapter -> (roots, task names, tasks counted but not made past ``keep``)
+        self._found: dict[int, tuple[list[Any], dict[int, str], int]] = {}
 
     def adapters(self, adapters: list[Callable[[Any], list[Any] | None]]) -> list[Callable[[Any], list[Any] | None]]:
         self.unread = 0
@@ -48,7 +49,7 @@ class Listing:
     def _all(self, i: int, discover: Callable[[Any], list[Any] | None]) -> Callable[[Any], list[Any] | None]:
         def found(r: Any) -> list[Any] | None:
             got = self._found.get(i)
-            if got is None:
+            if got is None or got[2]:  # none found yet, or the capped one made only the first
                 return discover(r)
             r.task_names.update(got[1])
             return got[0]
@@ -59,17 +60,21 @@ class Listing:
             got = self._found.get(i)
             if got is None:
                 before, r.mem.missing = r.mem.missing, False
-                roots = discover(r)
+                # a runtime discovery (proxy.reflect.adapters.Discovery) makes only the tasks
+                # kept and counts the rest; any other adapter gives all and is cut here
+                owner = getattr(discover, "__self__", None)
+                counts = hasattr(owner, "past")
+                roots = discover(r, keep=self.keep) if counts else discover(r)  # type: ignore[call-arg]
                 complete = not r.mem.missing
                 r.mem.missing = before or r.mem.missing
                 if roots is None:
                     return None
-                got = (roots, dict(r.task_names))
+                got = (roots, dict(r.task_names), owner.past if counts else 0)  # type: ignore[union-attr]
                 if complete:
                     self._found[i] = got
-            roots, names = got
+            roots, names, past = got
             r.task_names.update(names)
-            self.unread += max(0, len(roots) - self.keep)
+            self.unread += max(0, len(roots) - self.keep) + past
             return roots[:self.keep]
         return capped
 

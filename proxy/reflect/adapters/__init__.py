@@ -103,12 +103,16 @@ class Discovery:
         self.ranges = ranges
         self.notes = notes + [f"{a.name} adapter off: {a.note}" for a in adapters if a.note is not None]
         self.scanned = 0  # bytes, last discovery
+        self.past = 0  # tasks counted, not made, past a discovery's ``keep``
 
     @property
     def note(self) -> str | None:
         return "; ".join(self.notes) or None
 
-    def discover(self, r: Reflector) -> list[Root] | None:
+    def discover(self, r: Reflector, keep: int | None = None) -> list[Root] | None:
+        """Every task the adapters find; ``keep``: an adapter that can (``roots_upto``) makes
+        only its first ``keep`` and counts the rest in ``self.past``."""
+        self.past = 0
         if not self.adapters:
             return None
         hits, self.scanned = scan(r, self.ranges(), self.adapters)
@@ -116,7 +120,13 @@ class Discovery:
             return None  # it and runs the command again): its tasks are made in the pass that has it
         roots: list[Root] = []
         for a, h in zip(self.adapters, hits):
-            roots += a.roots(r, h)
+            upto = getattr(a, "roots_upto", None)
+            if keep is not None and upto is not None:
+                got, more = upto(r, h, keep)
+                roots += got
+                self.past += more
+            else:
+                roots += a.roots(r, h)
         return roots
 
 

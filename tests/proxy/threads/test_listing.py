@@ -138,3 +138,29 @@ def test_the_heap_scan_counts_only_where_the_header_words_lie() -> None:
     assert last.same(("fp",), read) == ["tasks"]
     heap[0x1800:0x1808] = vt.to_bytes(8, "little")  # a new task header
     assert last.same(("fp",), read) is None
+
+
+def test_a_runtime_discovery_makes_only_the_tasks_kept_and_counts_the_rest() -> None:
+    """proxy.reflect.adapters.Discovery takes ``keep``: its adapters make the first tasks and
+    count the others (no root, no name made for 9,000 tasks nobody lists); the full snapshot
+    of the same stop then discovers them all."""
+
+    class Discovery:
+        past = 0
+
+        def __init__(self) -> None:
+            self.asked: list[int | None] = []
+
+        def discover(self, r: Any, keep: int | None = None) -> list[int]:
+            self.asked.append(keep)
+            self.past = 0 if keep is None else 10 - keep
+            return list(range(10 if keep is None else keep))
+
+    d = Discovery()
+    lst = Listing(("stop", 1), keep=4)
+    (capped,) = lst.adapters([d.discover])
+    assert capped(reflector()) == [0, 1, 2, 3] and lst.unread == 6 and d.asked == [4]
+    (capped,) = lst.adapters([d.discover])
+    assert capped(reflector()) == [0, 1, 2, 3] and lst.unread == 6 and d.asked == [4]  # once per stop
+    (full,) = lst.uncapped([d.discover])
+    assert full(reflector()) == list(range(10)) and d.asked == [4, None]
