@@ -126,9 +126,10 @@ class _Builder(EngineView, Merge, Convert):
         for t in tasks if self.running else ():  # (else no coroutine runs on a thread)
             raw = t._raw  # noqa: SLF001 - this builder's own merged tree
             for n in raw.iter() if raw is not None else ():
-                thread = self.running.get(id(n)) if n.kind == "coroutine" else None
-                if thread is not None:
-                    threads.setdefault(thread, t.id)
+                if id(n) in self.running:
+                    self.kept.append(n)  # (``running`` is keyed by id: these stay while it is used)
+                    if n.kind == "coroutine":
+                        threads.setdefault(self.running[id(n)], t.id)
         complete = (eng is None or eng.complete) and not (self.r is not None and self.r.mem.missing)
         snap = Snapshot(
             stop=stop, tasks=tuple(tasks), finished=eng.finished_count() if eng is not None else 0,

@@ -91,6 +91,7 @@ class BuildState:
         self._found: dict[str, tuple[str, ...]] = {}  # Root.origin -> Task.found_by
         self.mutex_holders: dict[int, tuple[Any, Any]] = {}  # Mutex address -> (Root, Node) of the task holding it
         self._snap: Any = None  # weakref to the snapshot built
+        self.kept: list[Any] = []  # the nodes ``running`` names (a task lets its merged tree go once converted)
         self._graph: tuple[Any, Any, bool, Any] | None = None  # (graph, per task, complete, the read it used)
         self._bound: Any = read  # the read of the command pass now asking
 

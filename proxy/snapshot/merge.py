@@ -52,8 +52,9 @@ class Merge(BuildState):
             if key not in roots:
                 earlier.seen.pop(key, None)
         for key, root in earlier.seen.items():  # rule 7
-            roots.setdefault(key, Root(root.addr, root.type_name, root.label, "seen before", root.thread,
-                                       header="seen at an earlier stop"))
+            if key not in roots:  # (most were found again: no Root made for them)
+                roots[key] = Root(root.addr, root.type_name, root.label, "seen before", root.thread,
+                                  header="seen at an earlier stop")
         lifted: dict[Key, Root] = {}
         for root in roots.values():  # rule 2
             addr, tname, hops = lift(r, root.addr, root.type_name)

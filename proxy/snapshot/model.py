@@ -179,6 +179,9 @@ class Task:
             assert self._parts is not None
             got = self._parts.tree_of(self._raw)
             object.__setattr__(self, "_tree", got)
+            if self._stack is None:
+                object.__setattr__(self, "_stack", self._parts.stack_of(self._raw))
+            object.__setattr__(self, "_raw", None)  # (both made: the parts' tree is let go, peak memory)
         return got
 
     @property

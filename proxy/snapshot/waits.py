@@ -125,6 +125,7 @@ class _Context:
         self.guards: dict[tuple[int, Resource], str] = {}
         self.wanted: set[int] = set()  # the words whose holders ``_holders`` may ask for
         self._spans: dict[tuple[str, int | None], tuple[tuple[int, int], ...]] = {}  # plans.local_spans, here
+        self._plans: dict[tuple[tuple[int, str, int | None], ...], Any] = {}  # task shape -> merged spans (words)
         self._evs: dict[tuple[Any, ...], str] = {}  # see wait
         self._pats: list[tuple[int, bytes]] | None = None  # the wanted words as bytes (few: searched with find)
         self._said: dict[tuple[Any, ...], tuple[str, tuple[int, ...] | None, bool]] = {}
@@ -266,31 +267,84 @@ class _Context:
         return self._index
 
     def words(self, t: Task) -> set[int]:
-        """The ``wanted`` pointer-sized words in the live locals of every coroutine of a task."""
+        """The ``wanted`` pointer-sized words in the live locals of every coroutine of a task.
+        A task's coroutines are mostly stored inline in one another: their locals' spans are
+        merged into a few ranges (one plan per task shape: the coroutines' types, states and
+        offsets), each read and searched once; a hit counts where it lies in a span, aligned
+        to the span's start, as if each span were searched alone."""
         got: set[int] = set()
-        if self.inv is not None and self.r is not None and self.wanted:
-            read, wanted = self.r.mem.read, self.wanted
-            few = self._patterns if len(self._patterns) <= 8 else None  # a few words: searched in C
-            spans = self._spans
-            for n in t.coroutines():
-                key = (n.type_name, n.state_value)
-                plan = spans.get(key)
-                if plan is None:
-                    plan = spans[key] = local_spans(self.inv, n.type_name, n.state_value)
-                for off, size in plan:
-                    data = read(n.addr + off, size)
-                    if not data:
-                        continue
-                    if few is None:
-                        got.update(wanted.intersection(memoryview(data).cast("Q")))
-                        continue
-                    for w, pat in few:
-                        at = data.find(pat)
-                        while at >= 0 and at & 7:
-                            at = data.find(pat, at + 1)
-                        if at >= 0:
-                            got.add(w)
+        if self.inv is None or self.r is None or not self.wanted:
+            return got
+        read, wanted = self.r.mem.read, self.wanted
+        few = self._patterns if len(self._patterns) <= 8 else None  # a few words: searched in C
+        base = t.addr
+        shape = tuple([(n.addr - base, n.type_name, n.state_value) for n in t.coroutines()])
+        plan = self._plans.get(shape)
+        if plan is None:
+            plan = self._plans[shape] = self._plan(shape)
+        for start, size, spans in plan:
+            data = read(base + start, size)
+            if data is None or len(data) < size:  # (a part unreadable: each span alone, as it can be)
+                for lo, hi in spans:
+                    part = read(base + start + lo, hi - lo)
+                    if part:
+                        self._search(part, ((0, len(part)),), few, wanted, got)
+                continue
+            self._search(data, spans, few, wanted, got)
         return got
+
+    @staticmethod
+    def _search(data: bytes, spans: tuple[tuple[int, int], ...], few: list[tuple[int, bytes]] | None,
+                wanted: set[int], got: set[int]) -> None:
+        if few is None:
+            view = memoryview(data)
+            for lo, hi in spans:
+                got.update(wanted.intersection(view[lo:hi].cast("Q")))
+            return
+        for w, pat in few:
+            if w in got:
+                continue
+            at = data.find(pat)
+            while at >= 0:
+                if any(lo <= at and at + 8 <= hi and not (at - lo) & 7 for lo, hi in spans):
+                    got.add(w)
+                    break
+                at = data.find(pat, at + 1)
+
+    def _plan(self, shape: tuple[tuple[int, str, int | None], ...]
+              ) -> tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...]:
+        """(start, size, spans relative to start) of the merged ranges of a task shape's locals."""
+        assert self.inv is not None
+        spans = sorted((rel + off, rel + off + size) for rel, layout, value in shape
+                       for off, size in self._local_spans(layout, value) if size > 0)
+        out: list[tuple[int, int, tuple[tuple[int, int], ...]]] = []
+        group: list[tuple[int, int]] = []
+        end = 0
+        for lo, hi in spans:
+            if group and (lo > end or end - group[0][0] + (hi - end) > 1 << 16):
+                out.append(_merged(group))
+                group = []
+            if not group:
+                end = hi
+            group.append((lo, hi))
+            end = max(end, hi)
+        if group:
+            out.append(_merged(group))
+        return tuple(out)
+
+    def _local_spans(self, layout: str, value: int | None) -> tuple[tuple[int, int], ...]:
+        key = (layout, value)
+        got = self._spans.get(key)
+        if got is None:
+            assert self.inv is not None
+            got = self._spans[key] = local_spans(self.inv, layout, value)
+        return got
+
+
+def _merged(group: list[tuple[int, int]]) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    start = group[0][0]
+    end = max(hi for _, hi in group)
+    return start, end - start, tuple((lo - start, hi - start) for lo, hi in group)
 
 
 _ARC_DATA = 16  # an Arc's data follows its strong and weak counts
