@@ -135,7 +135,9 @@ class Task:
     """One task of the stop. Its identity, name and state are made with the snapshot; its tree,
     logical stack and what it holds and waits on are made when first asked (``TaskParts``): at
     100,000 tasks, ``tasks --group`` needs every task's line but no tree, ``tree TASK`` one
-    tree, ``deadlocks`` the wait-for graph. A value once made is kept; nothing else changes."""
+    tree, ``deadlocks`` the wait-for graph. A value once made is kept; nothing else changes.
+    Read-only by convention, like ``FutureNode`` (see _MANY): nothing assigns to a task's
+    values after it is made (``replace`` makes a copy)."""
 
     __slots__ = ("id", "addr", "type_name", "name", "state", "stats", "found_by", "parent", "header", "spawned_at",
                  "_tree", "_stack", "_holds", "_waits", "_parts", "_raw")
@@ -147,26 +149,22 @@ class Task:
                  spawned_at: SourceLoc | None = None, *, parts: TaskParts | None = None, raw: Any = None) -> None:
         if tree is None and parts is None:
             raise TypeError("a Task needs its tree or the parts that make it")
-        s = object.__setattr__
-        s(self, "id", id)
-        s(self, "addr", addr)
-        s(self, "type_name", type_name)
-        s(self, "name", name)
-        s(self, "state", state)
-        s(self, "stats", stats)
-        s(self, "found_by", found_by)
-        s(self, "parent", parent)
-        s(self, "header", header)
-        s(self, "spawned_at", spawned_at)
-        s(self, "_parts", parts)
-        s(self, "_raw", raw)
-        s(self, "_tree", tree)
-        s(self, "_stack", stack if stack is not None or parts is not None else ())
-        s(self, "_holds", holds if holds is not None or parts is not None else ())
-        s(self, "_waits", waits if waits is not None or parts is not None else ())
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Task is frozen ({name})")
+        self.id = id
+        self.addr = addr
+        self.type_name = type_name
+        self.name = name
+        self.state = state
+        self.stats = stats
+        self.found_by = found_by
+        self.parent = parent
+        self.header = header
+        self.spawned_at = spawned_at
+        self._parts = parts
+        self._raw = raw
+        self._tree = tree
+        self._stack = stack if stack is not None or parts is not None else ()
+        self._holds = holds if holds is not None or parts is not None else ()
+        self._waits = waits if waits is not None or parts is not None else ()
 
     def __repr__(self) -> str:
         return f"Task({self.label} {self.name} {self.state})"
@@ -178,10 +176,10 @@ class Task:
         if got is None:
             assert self._parts is not None
             got = self._parts.tree_of(self._raw)
-            object.__setattr__(self, "_tree", got)
+            self._tree = got
             if self._stack is None:
-                object.__setattr__(self, "_stack", self._parts.stack_of(self._raw))
-            object.__setattr__(self, "_raw", None)  # (both made: the parts' tree is let go, peak memory)
+                self._stack = self._parts.stack_of(self._raw)
+            self._raw = None  # (both made: the parts' tree is let go, peak memory)
         return got
 
     @property
@@ -190,8 +188,7 @@ class Task:
         got = self._stack
         if got is None:
             assert self._parts is not None
-            got = self._parts.stack_of(self._raw)
-            object.__setattr__(self, "_stack", got)
+            got = self._stack = self._parts.stack_of(self._raw)
         return got
 
     @property
@@ -267,7 +264,7 @@ class HistoryEdge:
 
 class Snapshot:
     """The stop's async state. ``waits`` (the wait-for graph) and ``coroutines`` are made when
-    first asked, by the parts that made the tasks (``TaskParts``)."""
+    first asked, by the parts that made the tasks (``TaskParts``). Read-only by convention."""
 
     __slots__ = ("stop", "tasks", "finished", "threads", "notes", "complete", "edges", "_waits", "_coroutines",
                  "_parts", "__weakref__")
@@ -277,20 +274,16 @@ class Snapshot:
                  notes: tuple[str, ...] = (), complete: bool = True, edges: tuple[HistoryEdge, ...] = (),
                  coroutines: Mapping[int, tuple[int, FutureNode]] | None = None, *,
                  parts: TaskParts | None = None) -> None:
-        s = object.__setattr__
-        s(self, "stop", stop)
-        s(self, "tasks", tasks)
-        s(self, "finished", finished)  # finished coroutine instances since the start (observed), not listed
-        s(self, "threads", threads if threads is not None else {})  # LWP -> task running on it
-        s(self, "notes", notes)
-        s(self, "complete", complete)
-        s(self, "edges", edges)
-        s(self, "_parts", parts)
-        s(self, "_waits", waits if waits is not None or parts is not None else WaitGraph())
-        s(self, "_coroutines", coroutines if coroutines is not None or parts is not None else {})
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Snapshot is frozen ({name})")
+        self.stop = stop
+        self.tasks = tasks
+        self.finished = finished  # finished coroutine instances since the start (observed), not listed
+        self.threads = threads if threads is not None else {}  # LWP -> task running on it
+        self.notes = notes
+        self.complete = complete
+        self.edges = edges
+        self._parts = parts
+        self._waits = waits if waits is not None or parts is not None else WaitGraph()
+        self._coroutines = coroutines if coroutines is not None or parts is not None else {}
 
     @property
     def waits(self) -> WaitGraph:
@@ -305,8 +298,7 @@ class Snapshot:
         got = self._coroutines
         if got is None:
             assert self._parts is not None
-            got = self._parts.coroutines()
-            object.__setattr__(self, "_coroutines", got)
+            got = self._coroutines = self._parts.coroutines()
         return got
 
     def bind(self, read: Any) -> None:
