@@ -142,11 +142,13 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
     procs: list[subprocess.Popen[bytes]] = []
     peaks: dict[int, tuple[str, int]] = {}
     stop = threading.Event()
+    # BENCH_PROXY_TIMELINE=1: the proxy's resident set every 0.25 s of the answer, printed
+    timeline: list[tuple[float, int]] | None = [] if os.environ.get("BENCH_PROXY_TIMELINE") else None
 
-    def hwm(pid: int) -> int:
+    def hwm(pid: int, what: str = "VmHWM:") -> int:
         try:
             with open(f"/proc/{pid}/status") as f:
-                return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+                return next(int(line.split()[1]) for line in f if line.startswith(what))
         except (OSError, StopIteration, ValueError):
             return 0
 
@@ -168,6 +170,8 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
                 kb = hwm(pid)
                 if kb and (pid == root or "unitwalk" in cmd):
                     peaks[pid] = (cmd, max(kb, peaks.get(pid, ("", 0))[1]))
+                if pid == root and timeline is not None:
+                    timeline.append((time.perf_counter(), hwm(pid, "VmRSS:")))
             time.sleep(0.01)
 
     with tempfile.TemporaryDirectory() as cache:
@@ -227,6 +231,13 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
                 p.kill()
                 p.wait()
     tree = text.decode(errors="replace")
+    if timeline:
+        marks, last = [], -1.0
+        for t, kb in timeline:
+            if t - t0 >= last + 0.25:
+                marks.append(f"{t - t0:+.2f}s {kb / 1024:.0f}")
+                last = t - t0
+        print("proxy RSS (MB) from the command on:", ", ".join(marks))
     own = max((kb for pid, (cmd, kb) in peaks.items() if pid == proxy.pid), default=0)
     walker = max((kb for cmd, kb in peaks.values() if "unitwalk" in cmd), default=0)
     return {"mode": "proxy", "seconds": dt, "peak_mb": (own + walker) / 1024, "self_mb": round(own / 1024, 1),

@@ -317,8 +317,8 @@ class DwarfView:
 
 
 class _Sections:
-    """The ``.debug*`` sections by name, each copied out of the mapped file when first
-    asked for (a debug build's .debug_loc or .debug_line may never be)."""
+    """The ``.debug*`` sections by name, each copied out of the file when first asked for
+    (a debug build's .debug_loc or .debug_line may never be), one copy per image."""
 
     def __init__(self, elf: ElfImage) -> None:
         self._elf = elf
@@ -332,7 +332,7 @@ class _Sections:
             if name == ".debug_str":  # ~30 MB of which a scan reads scattered names: read where asked
                 got = self._elf.section_window(name) or b""
             else:
-                got = self._elf.section_data(name) or b""
+                got = self._elf.debug_section(name) or b""
             self._got[name] = got  # type: ignore[assignment]
         return got
 

@@ -72,6 +72,7 @@ class ElfImage:
     symbols: list[Symbol]  # sorted by address
     warnings: list[str] = field(default_factory=list)
     _addrs: list[int] = field(default_factory=list)
+    _copies: dict[str, bytes] = field(default_factory=dict)  # debug_section
 
     # -- sections and bytes --------------------------------------------------
     def section_data(self, name: str) -> bytes | None:
@@ -80,6 +81,20 @@ class ElfImage:
             return None
         self.check()
         return self.data[s[1] : s[1] + s[2]]
+
+    def debug_section(self, name: str) -> bytes | None:
+        """A DWARF section's bytes, copied once for every reader of this image (the
+        inventory, stack discovery and line lookups each keep a ``DwarfView``: a debug
+        build's .debug_info is 23 MB)."""
+        got = self._copies.get(name)
+        if got is None:
+            got = self.section_data(name)
+            if got is None:
+                return None
+            self._copies[name] = got
+        else:
+            self.check()
+        return got
 
     def section_window(self, name: str) -> bytes | Window | None:
         """A section's bytes without copying them out of the file (``Window``: strings

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elftools.dwarf.callframe import CIE, FDE, CallFrameInfo
+from elftools.dwarf.structs import DWARFStructs
 from elftools.elf.elffile import ELFFile
 
 from .elf import ElfImage
@@ -65,7 +66,7 @@ class Unwinder:
         self.elf = elf
         self.bias = bias
         self._pyelf = ELFFile(elf.stream())
-        self._dwarf = self._pyelf.get_dwarf_info(relocate_dwarf_sections=False)
+        self._dwarf_info: Any = None  # _dwarf: made only when .eh_frame_hdr does not answer
         self._hdr = _eh_frame_hdr_table(elf)
         self._all: list[tuple[int, int, FDE]] | None = None
         self._starts: list[int] = []
@@ -94,6 +95,15 @@ class Unwinder:
                 self._cache[offset] = None
         return self._cache[offset]
 
+    @property
+    def _dwarf(self) -> Any:
+        """pyelftools' DWARFInfo, for the linear search of every CFI entry: it copies
+        every debug section (+70 MB on an 80 MB debug build), so only when the
+        ``.eh_frame_hdr`` table does not answer."""
+        if self._dwarf_info is None:
+            self._dwarf_info = self._pyelf.get_dwarf_info(relocate_dwarf_sections=False)
+        return self._dwarf_info
+
     def _eh_cfi(self) -> CallFrameInfo:
         return self._cfi_cached()
 
@@ -108,7 +118,8 @@ class Unwinder:
             )
             self._cfi_obj = CallFrameInfo(
                 stream=desc.stream, size=desc.size, address=desc.address,
-                base_structs=self._dwarf.structs, for_eh_frame=True,
+                # what DWARFInfo.structs would be (32-bit DWARF, little-endian, 8-byte addresses)
+                base_structs=DWARFStructs(little_endian=True, dwarf_format=32, address_size=8), for_eh_frame=True,
             )
         return self._cfi_obj
 
