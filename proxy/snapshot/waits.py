@@ -56,10 +56,12 @@ def wait_graph(tasks: list[Task], r: Any, inv: Inventory | None, bias: int,
                ) -> tuple[WaitGraph, dict[int, tuple[tuple[Hold, ...], tuple[Wait, ...]]]]:
     """The graph, and task id -> (what it holds, what it waits on) for the tasks in it."""
     holds: dict[int, list[Hold]] = {}
+    coros: dict[int, list[FutureNode]] = {}  # live task -> its coroutines (the holds here, the locals' words)
     for t in tasks:
         if not t.live:
             continue
-        for n in t.coroutines():
+        cs = coros[t.id] = _coroutines(t.tree)
+        for n in cs:
             for res in n.holds:
                 at = f" at {n.state.loc}" if n.state is not None and n.state.loc is not None else ""
                 holds.setdefault(t.id, []).append(Hold(t.id, res, f"a live guard in {n.name}{at}"))
@@ -68,6 +70,7 @@ def wait_graph(tasks: list[Task], r: Any, inv: Inventory | None, bias: int,
         for h in hs:
             holders.setdefault(h.resource, []).append(tid)
     ctx = _Context(tasks, r, inv, bias, holders)
+    ctx.coros = coros
     ctx.guards = {(h.task, h.resource): h.evidence for hs in holds.values() for h in hs}
     waits: dict[int, list[Wait]] = {}
     blocked: dict[int, set[int]] = {}  # task -> the tasks that can wake it
@@ -95,6 +98,19 @@ def wait_graph(tasks: list[Task], r: Any, inv: Inventory | None, bias: int,
     graph = WaitGraph(tuple(h for hs in holds.values() for h in hs), tuple(w for ws in waits.values() for w in ws),
                       tuple(findings))
     return graph, per_task
+
+
+def _coroutines(root: FutureNode) -> list[FutureNode]:
+    """The coroutines of a tree, preorder (one loop, no generator per node)."""
+    out = []
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.kind == "coroutine":
+            out.append(n)
+        if n.children:
+            stack.extend(reversed(n.children))
+    return out
 
 
 def _frontier(n: FutureNode, parent: FutureNode | None):  # type: ignore[no-untyped-def]
@@ -126,6 +142,7 @@ class _Context:
         self.wanted: set[int] = set()  # the words whose holders ``_holders`` may ask for
         self._spans: dict[tuple[str, int | None], tuple[tuple[int, int], ...]] = {}  # plans.local_spans, here
         self._plans: dict[tuple[tuple[int, str, int | None], ...], Any] = {}  # task shape -> merged spans (words)
+        self.coros: dict[int, list[FutureNode]] = {}  # live task id -> its coroutines, preorder
         self._evs: dict[tuple[Any, ...], str] = {}  # see wait
         self._pats: list[tuple[int, bytes]] | None = None  # the wanted words as bytes (few: searched with find)
         self._said: dict[tuple[Any, ...], tuple[str, tuple[int, ...] | None, bool]] = {}
@@ -276,9 +293,11 @@ class _Context:
         if self.inv is None or self.r is None or not self.wanted:
             return got
         read, wanted = self.r.mem.read, self.wanted
-        few = self._patterns if len(self._patterns) <= 8 else None  # a few words: searched in C
+        pats = self._patterns
+        few = pats if len(pats) <= 8 else None  # a few words: searched in C
         base = t.addr
-        shape = tuple([(n.addr - base, n.type_name, n.state_value) for n in t.coroutines()])
+        cs = self.coros.get(t.id)
+        shape = tuple([(n.addr - base, n.type_name, n.state_value) for n in (cs if cs is not None else t.coroutines())])
         plan = self._plans.get(shape)
         if plan is None:
             plan = self._plans[shape] = self._plan(shape)
