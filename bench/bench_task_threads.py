@@ -130,7 +130,7 @@ def split(log: Path, stop: int) -> tuple[float, float, float, float]:
 
 
 def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = True,
-             log: Path | None = None) -> dict[str, float]:
+             log: Path | None = None, cap: int | None = None) -> dict[str, float]:
     # its own process group: gdbserver interrupts an attached program with kill(-pid, SIGINT)
     p = subprocess.Popen([str(prog), *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
                          start_new_session=True)
@@ -166,6 +166,8 @@ def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = Tr
         thread = int(m.group(1)) if m else 1
         out["threads"], out["frames"] = ide_stop(mi, thread)
         out["first"] = time.perf_counter() - t0
+        if cap is not None:  # the stops after this one list `cap` task threads
+            mi.cmd(f'-interpreter-exec console "monitor async threads {cap}"')
         for k in ("later", "next"):
             mi.cmd("-exec-continue")
             time.sleep(0.3)
@@ -208,16 +210,20 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=10_000)
     ap.add_argument("--config", default="release")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--cap", type=int, default=0,
+                    help="also time the later stops with `monitor async threads CAP` sent after the first stop")
     ap.add_argument("--floor", action="store_true",
                     help="also time the same stop with as many real threads (C program many_threads), attached"
                          " through gdbserver alone and through asyncrsp: what gdb itself pays for that many threads")
     a = ap.parse_args()
     prog = build.binary(a.config, "many_tasks")
     threads_prog = programs.build("many_threads")
-    with_tt, without, floor, floor_proxy = [], [], [], []
+    with_tt, without, floor, floor_proxy, capped = [], [], [], [], []
     for _ in range(a.runs):  # interleaved: the same load for all
         without.append(run_once(prog, [str(a.tasks), "mt"], False))
         with_tt.append(run_once(prog, [str(a.tasks), "mt"], True))
+        if a.cap:
+            capped.append(run_once(prog, [str(a.tasks), "mt"], True, cap=a.cap))
         if a.floor:
             n = int(with_tt[-1]["threads"])
             floor.append(run_once(threads_prog, [str(n)], False, proxied=False))
@@ -244,6 +250,10 @@ def main() -> None:
     for k, label in (("later", "later stop"), ("next", "the next stop"), ("first", "first stop")):
         ratio = med(with_tt, k) / med(without, k)
         print(f"  ratio with / without, {label}: {ratio:.2f}  (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
+    if capped:
+        print(f"  with `monitor async threads {a.cap}`: later stop {med(capped, 'later'):6.3f} s"
+              f" ({med(capped, 'later') / med(without, 'later'):.2f}x without), the next {med(capped, 'next'):6.3f} s"
+              f" ({med(capped, 'next') / med(without, 'next'):.2f}x without)")
     if floor:
         print("where a stop with task threads goes (one more run, its packets logged with times; the log slows"
               " the proxy): from the interrupt to the first task stack read")
