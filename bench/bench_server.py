@@ -23,12 +23,16 @@ most:
 * ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
                     watched;
 * ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-tasks`` the same with --mode tasks: after 0.5 s only the resume
+                    functions polled as tasks' roots stay probed, their
+                    counts and times folded in the kernel (exact);
 * ``uprobes-sampled`` the same with --sample N (`--sample`, 64): one root poll
                     in N per coroutine instance recorded, poll counts and busy
                     times exact (folded in the kernel);
 * ``uprobes-sliced`` the same with --sample-time PCT (`--sample-time`, 10):
                     the probes in for PCT% of the time in 50 ms slices, out
                     (the program bare) for the rest; figures from the slices;
+* ``uprobes-tasks-sliced`` --mode tasks inside --sample-time slices;
 * ``uprobes-entry`` the same with --mode entry (exits inferred);
 * ``tracepoints``   gdb -> asyncrsp --capture tracepoints -> gdbserver;
 * ``breakpoints``   gdb -> asyncrsp --capture breakpoints -> gdbserver.
@@ -91,9 +95,12 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
             "uprobes-sliced": ["--capture", "uprobes", "--sample-time", "10"],
+            "uprobes-tasks": ["--capture", "uprobes", "--mode", "tasks"],
+            "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-sampled", "uprobes-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-tasks", "uprobes-sampled", "uprobes-sliced",
+         "uprobes-tasks-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
 
 
 @dataclass
@@ -308,9 +315,8 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     lost = re.search(r"events lost: (\d+)", text)
                     run.lost = int(lost.group(1)) if lost else 0
                     run.top = parse_top(text, server.conn_fn)
-                    sampled = re.search(r"^(?:sampl|time-sliced).*$", text, re.M)
-                    if sampled:
-                        run.extra["sampling"] = sampled.group(0)
+                    for line in re.findall(r"^(?:sampl|time-sliced|tasks mode).*$", text, re.M):
+                        run.extra[line.split(":")[0]] = line
                 return run
             finally:
                 kill_tree(gdb)
@@ -479,6 +485,7 @@ def main() -> int:
     wrk = ensure_wrk()
     CAPTURES["uprobes-sampled"][-1] = str(args.sample)
     CAPTURES["uprobes-sliced"][-1] = str(args.sample_time)
+    CAPTURES["uprobes-tasks-sliced"][-1] = str(args.sample_time)
     server = Server(args.server, args.config)
     hows = [h for h in (args.only or (SPLIT if args.split else ORDER))
             if h != "console" or server.console_prog is not None]

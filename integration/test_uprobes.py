@@ -845,3 +845,32 @@ def test_time_slices_take_the_probes_out_and_keep_the_graph_sound() -> None:
     assert cap.slice_skipped > 0, lines  # slices began inside polls: their events were not fed
     assert any(ln.startswith("time-sliced: probes in 25%") and "not exact" in ln for ln in lines), lines
     assert eng.timing.sampled and eng.timing.sampled.startswith("time-sliced")
+
+
+def test_tasks_mode_keeps_the_tasks_probes_and_counts_them_exactly() -> None:
+    """--mode tasks: the resume functions seen polled only inside other polls are
+    taken out of the link (swapped for a new one, no poll unseen in between);
+    the ones polled at a thread's root (tasks) stay, and the kernel counts
+    every one of their polls: the same deterministic current-thread run gives
+    them the same counts as a run with every function probed."""
+    prog = _binary("release", "tokio_bench")
+    inv = build_inventory(str(prog))
+    ref, _e, code = run_captured(prog, [4000, "ct"], inv, unwind_share=0.0, sample_every=16)
+    assert code == 0
+    cap, _eng, code = run_captured(prog, [4000, "ct"], inv, unwind_share=0.0, sample_every=16, tasks_only=True,
+                                   learn_s=0.05, learn_entries=100)
+    assert code == 0
+    lines = cap.stats_lines()
+    assert cap.swaps >= 1 and cap.tasks_left_out, lines
+    assert any(ln.startswith("tasks mode: ") and "left out" in ln for ln in lines), lines
+    kept = {st.spec.fn for st in cap._kept_sites() if st.spec.kind == 0}
+    left = {st.spec.fn for st in cap._att_sites if st.spec.kind == 0} - kept
+    assert kept and left, (kept, left)
+
+    def polls(c: UprobeCapture, fn: int) -> int:
+        return c.polls_by_fn.get(fn, 0) + c.live_polls_by_fn.get(fn, 0)
+
+    for fn in kept:
+        assert polls(cap, fn) == polls(ref, fn), (fn, polls(cap, fn), polls(ref, fn))
+    for fn in left:
+        assert polls(cap, fn) < polls(ref, fn), (fn, polls(cap, fn), polls(ref, fn))

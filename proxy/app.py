@@ -276,7 +276,7 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
 
 
 def _mode_command(session: Session, args: tuple[str, ...]) -> str:
-    """`monitor async mode [full|entry|off]`: show, or switch after this command."""
+    """`monitor async mode [full|tasks|entry|off]`: show, or switch after this command."""
     from proxy import capture as capture_backends
 
     if not args:
@@ -316,6 +316,9 @@ def _capture_command(session: Session, args: tuple[str, ...]) -> str:
 # What each mode gives up (stats, `monitor async mode`, README).
 MODE_LOSES = {
     "full": "entries and exits observed: exact Ready/Pending and poll times",
+    "tasks": "tasks' polls only (uprobes, after 0.5 s of learning which resume functions are tasks' roots): "
+             "exact per-task poll counts and busy times counted in the kernel; the polls of the coroutines "
+             "inside a task are not seen, its await tree is read from memory at each stop",
     "entry": "entries only: exits inferred from the next entry on the thread (stack pointer), "
              "so Ready/Pending lag by one poll and poll durations are unknown",
     "off": "nothing planted, zero overhead while running: tasks/edges/bt hold only what was seen before;"

@@ -32,8 +32,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="plant a hidden entry breakpoint on every function whose name matches (repeatable; "
                         "with --capture uprobes a uprobe counts it instead, without stopping the program)")
     p.add_argument("--log-packets", metavar="FILE", help="write every byte exchanged to FILE")
-    p.add_argument("--mode", choices=("full", "entry", "off"), default="full",
+    p.add_argument("--mode", choices=("full", "tasks", "entry", "off"), default="full",
                    help="poll capture: full = entry and exit breakpoints on every resume function; "
+                        "tasks (uprobes; others: full) = after 0.5 s, only the resume functions polled as "
+                        "tasks' roots, counted exactly in the kernel, the await trees read at stops; "
                         "entry = entries only (exits inferred); off = plant nothing")
     p.add_argument("--capture", default="auto", choices=("auto", "uprobes", "tracepoints", "breakpoints"),
                    help="how poll events are captured: uprobes (in the kernel; the program's own host, root), "

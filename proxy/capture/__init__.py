@@ -22,7 +22,7 @@ BACKENDS: dict[str, str] = {
 }
 # Cheapest first: uprobes (in the kernel), tracepoints (in gdbserver), breakpoints (any stub).
 AUTO_ORDER = ("uprobes", "tracepoints", "breakpoints")
-MODES = ("full", "entry", "off")
+MODES = ("full", "tasks", "entry", "off")
 
 
 def names() -> list[str]:

@@ -24,10 +24,13 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
     sample = opts.get("sample")
     if isinstance(sample, int) and sample > 1:
         kw["sample_every"] = sample
+    elif mode == "tasks":
+        kw["sample_every"] = 64  # the kernel folds the counts: one root poll in 64 recorded
     share = opts.get("sample_time")
     if isinstance(share, (int, float)) and 0 < share < 100:
         kw["slice_duty"] = share / 100.0  # type: ignore[assignment]
-    return UprobeCapture(only=only, exclude=exclude, entry_only=mode == "entry", **kw)
+    return UprobeCapture(only=only, exclude=exclude, entry_only=mode == "entry",
+                         tasks_only=mode == "tasks", **kw)
 
 
 __all__ = ["UprobeCapture", "available", "make"]

@@ -41,7 +41,8 @@ PAGE = mmap.PAGESIZE
 
 # struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, sp_adjust, fn
 SITE = struct.Struct("<BBBBiIiI")
-CONFIG = struct.Struct("<IIqII")  # tgid, stack_max, stack credits, sample_every, pad
+CONFIG = struct.Struct("<IIqII")  # tgid, stack_max, stack credits, sample_every, flags
+CFG_DEDUPE = 1  # drop a hit that repeats the thread's last (ip, sp): two links on one site
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 INST_STATS = struct.Struct("<QQQQ")  # struct inst_stats: polls, raw ns, hits, recorded polls
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS = 0, 1, 2, 3, 4
@@ -50,7 +51,7 @@ CHUNK = 256
 STACK_MAX = 16384
 
 COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries",
-            "skipped", "stats lost")
+            "skipped", "stats lost", "duplicates")
 
 
 class BpfError(Exception):
@@ -206,11 +207,20 @@ class Program:
         `sample_every` N > 1: one root poll in N of each coroutine instance is recorded."""
         stack_max = max(0, min(STACK_MAX, stack_max // CHUNK * CHUNK))
         self._config = (tgid, stack_max, max(sample_every, 1))
+        self._credits = credits
+        self._flags = 0
         self._update("config", 0, CONFIG.pack(tgid, stack_max, credits, max(sample_every, 1), 0))
 
     def set_credits(self, credits: int) -> None:
         tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))
-        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits, every, 0))
+        self._credits = credits
+        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits, every, getattr(self, "_flags", 0)))
+
+    def set_dedupe(self, on: bool) -> None:
+        """While two links hold the same sites (a swap): each hit counted once."""
+        tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))
+        self._flags = CFG_DEDUPE if on else 0
+        self._update("config", 0, CONFIG.pack(tgid, stack_max, getattr(self, "_credits", 0), every, self._flags))
 
     def instances(self) -> dict[tuple[int, int], tuple[int, int, int, int]]:
         """Every coroutine instance's totals folded in the kernel:
@@ -276,14 +286,15 @@ class Program:
         return out
 
     # -- links
-    def attach(self, binary: str, offsets: list[int], pid: int) -> int:
-        """One uprobe_multi link on `binary` at file offsets, cookie = index, pid-filtered."""
+    def attach(self, binary: str, offsets: list[int], pid: int, cookies: list[int] | None = None) -> int:
+        """One uprobe_multi link on `binary` at file offsets, cookie = the site's index in
+        the table (by default the offset's index), pid-filtered."""
         n = len(offsets)
         if n == 0:
             raise BpfError("no probe sites to attach")
         path = ctypes.create_string_buffer(os.fsencode(binary))
         offs = (ctypes.c_uint64 * n)(*offsets)
-        cookies = (ctypes.c_uint64 * n)(*range(n))
+        cookies = (ctypes.c_uint64 * n)(*(range(n) if cookies is None else cookies))  # type: ignore[assignment]
         attr = ctypes.create_string_buffer(128)
         struct.pack_into("<IIIIQQQQIII", attr, 0, self.prog_fd, 0, BPF_TRACE_UPROBE_MULTI, 0,
                          ctypes.addressof(path), ctypes.addressof(offs), 0,

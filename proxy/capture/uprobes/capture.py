@@ -100,6 +100,9 @@ class UprobeCapture(CaptureBase):
         move_exits: bool = True,
         slice_duty: float = 1.0,
         slice_on_s: float = 0.05,
+        tasks_only: bool = False,
+        learn_s: float = 0.5,
+        learn_entries: int = 300,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -118,6 +121,8 @@ class UprobeCapture(CaptureBase):
         self._fn_site: dict[int, int] = {}  # resume function index -> runtime low_pc (the engine's site)
         self._kernel_totals: tuple[int, int, int, int] | None = None  # instances, polls, recorded, unseen polls
         self.closed_polls = 0  # polls of the instances whose totals came closed (InstanceTotals)
+        self.polls_by_fn: dict[int, int] = {}  # resume function index -> polls of its closed instances
+        self.live_polls_by_fn: dict[int, int] = {}  # ... of its live instances (the kernel's map, at sync)
         self.inventory: Inventory | None = None
         self.plan_: SitePlan | None = None
         self.decoder: Decoder | None = None
@@ -177,6 +182,20 @@ class UprobeCapture(CaptureBase):
         self._root_rets: set[int] = set()  # return addresses of polls seen at the root of a thread
         self._nested_rets: set[int] = set()  # ... and of polls seen inside another poll
         self.slice_skipped = 0  # events dropped because their thread's root poll began outside the slice
+        self._cookie_list: list[int] | None = None  # the attached offsets' cookies (None: their indices)
+        # `--mode tasks`: see _tasks_step
+        self.tasks_only = tasks_only
+        self.learn_s = learn_s
+        self._learning = tasks_only
+        self._learn_t0 = 0.0
+        self._att_sites: list[Site] = []
+        self._root_fns: set[int] = set()  # resume functions (runtime low_pc) polled at a thread's root
+        self._nested_fns: set[int] = set()  # ... polled inside another poll
+        self._swap: Any = None  # the thread closing the learning link (both links in until then)
+        self.tasks_left_out: list[str] = []  # resume functions no longer probed (seen only inside polls)
+        self.learn_entries = learn_entries  # polls seen (recorded) before a swap
+        self._learn_entries = 0
+        self.swaps = 0
 
     # ------------------------------------------------------------------ availability
     @staticmethod
@@ -370,7 +389,8 @@ class UprobeCapture(CaptureBase):
                                         f"{self._pid} (checked in /proc/{self._pid}/mem): nothing is captured")
             self.attach_s = time.perf_counter() - t0
             self._link, self._offsets = link, offsets
-            self._slice_t0 = time.monotonic()
+            self._slice_t0 = self._learn_t0 = time.monotonic()
+            self._att_sites = sites
         except B.BpfError as err:
             prog.close()
             self.note = str(err)
@@ -461,7 +481,7 @@ class UprobeCapture(CaptureBase):
         self._end_slice(prog)
         t0 = time.perf_counter()
         try:
-            self._link = prog.attach(self._path or "", self._offsets, self._pid)
+            self._link = prog.attach(self._path or "", self._offsets, self._pid, self._cookie_list)
         except B.BpfError as err:
             self.notices.append(f"uprobes: time slice {self.slices + 1} could not attach: {err}")
             self._offsets = []  # no more slices: the capture is out
@@ -472,6 +492,74 @@ class UprobeCapture(CaptureBase):
         self.slice_out_s += spent
         self._slice_t0 = now
         self.slices += 1
+
+    # ------------------------------------------------------------------ task-level probes
+    # `--mode tasks`: every resume function is probed at first, and the engine's
+    # scopes say which are polled at the root of a thread (tasks: their runtime
+    # polls them) and which only inside another poll. Each time `learn_s` (0.5 s)
+    # passed and `learn_entries` (300) more polls were recorded, the link is swapped
+    # for one without the latter (when there are new ones): a request through axum then traps 4 times (its connection task's
+    # entry and exit, twice), not 10. The new link is attached before the old one
+    # is closed, so no poll goes unseen; meanwhile a hit at a site both hold runs
+    # the BPF program twice, and the second run is dropped (CFG_DEDUPE, same ip
+    # and sp on the thread). Functions never polled while learning stay probed
+    # (a later task kind); polls nested in a task's poll then come only from the
+    # coroutines still probed, and the await tree under a task is read from
+    # memory at each stop (reflection), as in `--mode off`. The kernel keeps
+    # every probed poll's count and time per instance (sampling's fold), so the
+    # tasks' POLLS and BUSY in `top` stay exact.
+    def _tasks_step(self) -> None:
+        prog = self._prog
+        if self._swap is not None and not self._swap.is_alive():
+            self._swap.join()
+            self._swap = None
+            if prog is not None:
+                prog.set_dedupe(False)
+        if not self._learning or prog is None or self._link is None or self._sliced_out or self._swap is not None:
+            return
+        if time.monotonic() - self._learn_t0 < self.learn_s or self._learn_entries < self.learn_entries:
+            return
+        nested_only = self._nested_fns - self._root_fns
+        keep = [(i, st) for i, st in zip(self._cookie_list or range(len(self._att_sites)), self._kept_sites())
+                if st.spec.kind == B.KIND_COUNT or st.info.site not in nested_only]
+        self._learn_t0, self._learn_entries = time.monotonic(), 0
+        if len(keep) == len(self._offsets) or not keep:
+            return
+        offsets, cookies = [st.file_offset for _, st in keep], [i for i, _ in keep]
+        prog.set_dedupe(True)
+        try:
+            link = prog.attach(self._path or "", offsets, self._pid, cookies)
+        except B.BpfError as err:
+            prog.set_dedupe(False)
+            self._learning = False
+            self.notices.append(f"uprobes: task-level probes could not be attached, all stay: {err}")
+            return
+        old, self._link = self._link, link
+        self._offsets, self._cookie_list = offsets, cookies
+        self._swap = prog.detach_later(old)
+        self.swaps += 1
+        names = {st.info.site: st.name for st in self._att_sites if st.spec.kind == B.KIND_ENTRY}
+        self.tasks_left_out = sorted(names.get(f, hex(f)) for f in nested_only)
+
+    def _kept_sites(self) -> list[Site]:
+        """The sites the current link holds, in its order."""
+        if self._cookie_list is None:
+            return list(self._att_sites)
+        return [self._att_sites[i] for i in self._cookie_list]
+
+    def tasks_line(self) -> str | None:
+        if not self.tasks_only:
+            return None
+        if not self.swaps:
+            return (f"tasks mode: learning which resume functions are tasks' roots ({len(self._root_fns)} so far, "
+                    f"{len(self._nested_fns - self._root_fns)} only inside other polls); every one is probed")
+        n_fn = len({st.info.site for st in self._att_sites if st.spec.kind == B.KIND_ENTRY})
+        return (f"tasks mode: {n_fn - len(self.tasks_left_out)} of {n_fn} resume functions probed "
+                f"({self.swaps} swaps, each after {self.learn_s:g} s and {self.learn_entries} polls seen); "
+                f"{len(self.tasks_left_out)} seen only inside other polls are "
+                "left out (their polls after that are not seen: the await tree under a task comes from memory "
+                "at each stop)" + (f": {', '.join(n[:60] for n in self.tasks_left_out[:4])}"
+                                   + (" ..." if len(self.tasks_left_out) > 4 else "") if self.tasks_left_out else ""))
 
     def _end_slice(self, prog: B.Program) -> None:
         engine = self.engine
@@ -549,9 +637,10 @@ class UprobeCapture(CaptureBase):
         if self._prog is None:
             return
         t0 = time.perf_counter()
-        if self._closing is not None:
-            self._closing.join()
-            self._closing = None
+        for th in (self._closing, self._swap):
+            if th is not None:
+                th.join()
+        self._closing = self._swap = None
         self._prog.detach_all()
         self._link, self._offsets, self._sliced_out = None, [], False
         self.detach_s = time.perf_counter() - t0
@@ -579,6 +668,7 @@ class UprobeCapture(CaptureBase):
         its share again, so unwinding (and the stack slices it asks for, 8 KiB
         each, copied on the program's own time) took the consumer's whole CPU."""
         self._slice_step()
+        self._tasks_step()
         return self._fold(budget_s=self.poll_budget_s)
 
     def sync(self) -> Procedure | None:
@@ -601,6 +691,7 @@ class UprobeCapture(CaptureBase):
         """An instance's exact totals (closed: its address starts a new life) to
         the engine's node for it, when sampling (otherwise every poll was recorded)."""
         self.closed_polls += tot.polls
+        self.polls_by_fn[tot.fn] = self.polls_by_fn.get(tot.fn, 0) + tot.polls
         if self.sample_every <= 1:
             return
         site = self._fn_site.get(tot.fn)
@@ -626,6 +717,9 @@ class UprobeCapture(CaptureBase):
             elif n:
                 engine.timing.set_totals(node, n, raw, hits)
         self._kernel_totals = (len(totals), polls, recorded, unseen)
+        self.live_polls_by_fn = {}
+        for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
+            self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
         engine.timing.sampled = (
             f"sampled: one root poll in {self.sample_every} per coroutine instance recorded "
             f"({recorded:,} of {polls:,} polls of the live instances); POLLS and BUSY are exact "
@@ -758,6 +852,9 @@ class UprobeCapture(CaptureBase):
                 continue
             if sliced and not self._feed_sliced(ev, engine):
                 continue
+            if self._learning and type(ev) is PollEnter:
+                self._learn_entries += 1
+                (self._root_fns if engine.current_scope(ev.thread) is None else self._nested_fns).add(ev.site)
             self.events += 1
             if type(ev) is PollEnter:
                 # the unwinder samples: entries drained without their stack are skipped
@@ -973,6 +1070,11 @@ class UprobeCapture(CaptureBase):
         sl = self.slice_line()
         if sl is not None:
             lines.append(sl)
+        tl = self.tasks_line()
+        if tl is not None:
+            lines.append(tl)
+        if c.get("duplicates"):
+            lines.append(f"hits run twice while a link was swapped (dropped): {c['duplicates']}")
         if self.decoder is not None and self.decoder.stats.bad:
             lines.append(f"bad uprobe records: {self.decoder.stats.bad}")
         if self._hw_converted:

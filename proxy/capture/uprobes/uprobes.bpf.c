@@ -75,6 +75,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define C_RETRIES 6
 #define C_SKIPPED 7 /* hits not recorded (sampling) */
 #define C_STATS_LOST 8 /* KIND_STATS records the ring had no room for */
+#define C_DUPLICATES 9 /* hits run twice (two links on one site, cfg DEDUPE): the second dropped */
 #define N_COUNTERS 10
 
 struct site {
@@ -93,8 +94,16 @@ struct config {
 	__u32 stack_max;   /* bytes of stack at entries, a multiple of CHUNK */
 	__s64 credits;     /* stack slices the proxy still wants: each entry takes one */
 	__u32 sample_every; /* 0/1: record every poll; N: one root poll in N per instance */
-	__u32 pad;
+	__u32 flags;        /* CFG_DEDUPE */
 };
+
+/* While the proxy swaps one link for another on a subset of its sites (the new
+ * one attached before the old one is closed, so no poll goes unseen), a hit at a
+ * site both links hold runs this program twice, with the same ip and sp. With
+ * exits probed a thread never hits the same (ip, sp) twice in a row otherwise:
+ * an entry's next poll at the same sp comes after its exit, an exit's after an
+ * entry. (Not in entry-only mode: the flag is only set during a swap.) */
+#define CFG_DEDUPE 1
 
 /* the poll in progress at (tid, entry sp) */
 struct scope_val {
@@ -110,6 +119,8 @@ struct thread_state {
 	__u64 root_sp;  /* entry sp of the root poll in progress */
 	__u32 depth;    /* polls in progress on this thread */
 	__u32 recording; /* the root poll in progress is recorded */
+	__u64 last_ip;  /* the thread's last hit (CFG_DEDUPE) */
+	__u64 last_sp;
 };
 
 struct inst_key {
@@ -358,6 +369,16 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		count(C_OTHER_PID);
 		return 0;
 	}
+	struct thread_state *th = thread_of((__u32)id);
+	if (th) {
+		__u64 ip = PT_REGS_IP(ctx), rsp = PT_REGS_SP(ctx);
+		if (cfg->flags & CFG_DEDUPE && th->last_ip == ip && th->last_sp == rsp) {
+			count(C_DUPLICATES);
+			return 0;
+		}
+		th->last_ip = ip;
+		th->last_sp = rsp;
+	}
 	__u64 *sh = bpf_map_lookup_elem(&site_hits, &cookie);
 	if (sh)
 		*sh += 1;
@@ -371,7 +392,6 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	}
 	__u64 sp = PT_REGS_SP(ctx);
 	struct scope_key key = {.tid = (__u32)id};
-	struct thread_state *th = thread_of((__u32)id);
 	if (th)
 		th->hits += 1;
 
