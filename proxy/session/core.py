@@ -452,7 +452,17 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._start_proc(self._proc_named_then_resume(resume, body, raw, named))
                 return
         self._interrupt_forwarded = False
-        self._interrupt_pending, self._interrupt_at_resume = self._interrupt_at_resume, False
+        # A Ctrl-C that came while the program was stopped waits for a resume
+        # that runs the program. gdb's own step over its breakpoint (at a
+        # shared-library event it handles by itself: z0, vCont;s, Z0, vCont;c)
+        # comes first: the Ctrl-C goes with the continue after it. Taken by
+        # the step, it was dropped there, and the program ran on without the
+        # stop the client waited for (reconnect-ctrl-c.exp under load, when
+        # the Ctrl-C fell into that window).
+        carry = self._interrupt_at_resume and not resume.is_step
+        self._interrupt_pending = carry
+        if carry:
+            self._interrupt_at_resume = False
         if not self._planted and (self.config.resolve_probes is not None or self.capture is not None
                                   or self.config.make_capture is not None):
             self._start_proc(self._proc_plant_then_resume(resume, body, raw))

@@ -288,7 +288,11 @@ def test_no_crossing_no_extra_resume_at_the_detach() -> None:
     assert bodies(d.client(b"D;3a4d"), ToStubRaw) == [frame(b"D;3a4d")]
 
 
-def test_interrupt_while_stopped_is_not_sent_after_a_step() -> None:
+def test_interrupt_while_stopped_is_not_sent_after_a_step_but_after_the_continue() -> None:
+    """gdb's Ctrl-C while it handles a shared-library event by itself: it
+    steps over its breakpoint (z0, vCont;s, Z0) and continues. The step ends
+    by itself; the Ctrl-C goes with the continue (reconnect-ctrl-c.exp under
+    load: dropped at the step, the program ran on and the client waited)."""
     d = Driver()
     d.start_running()
     d.stub(stop_at(0x7FFFF7FCC060))
@@ -296,6 +300,11 @@ def test_interrupt_while_stopped_is_not_sent_after_a_step() -> None:
     d.s.client_interrupt()
     acts = d.client(b"vCont;s:" + THREAD)
     assert acts == [ToStubRaw(frame(b"vCont;s:" + THREAD))]
+    d.stub(stop_at(0x7FFFF7FCC064, reason=b""))
+    acts = d.client(b"vCont;c:p3a4d.-1")
+    assert acts == [ToStubRaw(frame(b"vCont;c:p3a4d.-1")), ToStubRaw(b"\x03")]
+    (reported,) = bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToClientRaw)
+    assert reported.startswith(b"$T02")
 
 
 def g_block(pc: int) -> bytes:
