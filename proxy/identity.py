@@ -172,25 +172,13 @@ def file_build_id(path: str) -> bytes | None:
                     off, = struct.unpack_from("<I", ph, 4)
                     size, = struct.unpack_from("<I", ph, 16)
                 fh.seek(off)
-                found = _build_id_note(fh.read(min(size, 1 << 16)))
+                from proxy.analysis.elf import note_build_id
+
+                found = note_build_id(fh.read(min(size, 1 << 16)))
                 if found is not None:
                     return found
     except (OSError, struct.error, ValueError, OverflowError):
         return None
-    return None
-
-
-def _build_id_note(notes: bytes) -> bytes | None:
-    pos = 0
-    while pos + 12 <= len(notes):
-        namesz, descsz, kind = struct.unpack_from("<III", notes, pos)
-        name_at = pos + 12
-        desc_at = name_at + ((namesz + 3) & ~3)
-        if desc_at + descsz > len(notes):
-            return None
-        if kind == 3 and notes[name_at:name_at + namesz].rstrip(b"\0") == b"GNU":  # NT_GNU_BUILD_ID
-            return notes[desc_at:desc_at + descsz]
-        pos = desc_at + ((descsz + 3) & ~3)
     return None
 
 

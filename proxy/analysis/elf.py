@@ -23,6 +23,7 @@ import stat
 import struct
 import weakref
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -317,18 +318,46 @@ def _build_id(data: bytes | FileBytes, table: list[_Section], sections: dict[str
     for sec in table:
         if sec.type != _SHT_NOTE or sec.name not in sections:
             continue
-        note = bytes(data[sec.offset : sec.offset + sec.size])
-        pad = 7 if sec.align == 8 else 3  # notes are 4-aligned, or 8 in an 8-aligned section
-        at = 0
-        while at + 12 <= len(note):
-            namesz, descsz, kind = struct.unpack_from("<III", note, at)
-            name_at = at + 12
-            desc_at = (name_at + namesz + pad) & ~pad
-            at = (desc_at + descsz + pad) & ~pad
-            if at > len(note) + 3:
-                break  # a note that runs past its section: the section is corrupt
-            if kind == _NT_GNU_BUILD_ID and note[name_at : name_at + namesz].rstrip(b"\0") == b"GNU":
-                return note[desc_at : desc_at + descsz].hex()
+        found = note_build_id(bytes(data[sec.offset : sec.offset + sec.size]), 8 if sec.align == 8 else 4)
+        if found is not None:
+            return found.hex()
+    return None
+
+
+class NoteOverrun(ValueError):
+    """An ELF note that runs past the end of its section or segment."""
+
+    def __init__(self, kind: int) -> None:
+        super().__init__(f"note {kind:#x} runs past its section")
+        self.kind = kind
+
+
+def iter_notes(data: bytes, align: int = 4) -> Iterator[tuple[bytes, int, bytes]]:
+    """(owner, type, descriptor) of each note in an ELF note section or PT_NOTE segment
+    (the owner without its NULs; fields padded to 4 bytes, or 8 in an 8-aligned note
+    section); ``NoteOverrun`` at a note that runs past the end. The one reader of notes:
+    build-ids of files (here, ``proxy.identity``) and a core's notes (``proxy.corefile``)."""
+    pad = align - 1
+    pos = 0
+    while pos + 12 <= len(data):
+        namesz, descsz, kind = struct.unpack_from("<III", data, pos)
+        name_at = pos + 12
+        desc_at = (name_at + namesz + pad) & ~pad
+        if desc_at + descsz > len(data):
+            raise NoteOverrun(kind)
+        yield data[name_at : name_at + namesz].rstrip(b"\0"), kind, data[desc_at : desc_at + descsz]
+        pos = (desc_at + descsz + pad) & ~pad
+
+
+def note_build_id(data: bytes, align: int = 4) -> bytes | None:
+    """The GNU build-id (NT_GNU_BUILD_ID of owner "GNU") among these notes, or None
+    (also when a note before it runs past the end: the notes are corrupt)."""
+    try:
+        for owner, kind, desc in iter_notes(data, align):
+            if kind == _NT_GNU_BUILD_ID and owner == b"GNU":
+                return desc
+    except NoteOverrun:
+        pass
     return None
 
 

@@ -130,6 +130,42 @@ def analyse(elf: ElfImage) -> Inventory:
 # -- unit selection -------------------------------------------------------------------------
 
 
+def _in_sorted(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """np.isin against a sorted table (isin sorts both arrays at every call)."""
+    if not table.size:
+        return np.zeros(x.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(table, x), table.size - 1)
+    return table[pos] == x  # type: ignore[no-any-return]
+
+
+def _symbol_may_be_named(name: str) -> bool:
+    """Could the function of this symbol have a DWARF name starting with _FN_PREFIXES?
+    A legacy Rust symbol (``_ZN`` length-prefixed path components, ``17h<hash>E``) names
+    it in its last component: ``{`` escaped as ``$u7b$`` (``{{closure}}``: closures and
+    every coroutine), ``poll...``, ``run`` (generics are not in it). Any other symbol
+    (v0 ``_R``, C): yes, the DWARF is asked."""
+    if not name.startswith("_ZN") or not name.endswith("E"):
+        return True
+    if "u7b" not in name and "poll" not in name and "3run" not in name:
+        return False  # no component can be one of them
+    pos, last, prev = 3, "", ""
+    end = len(name) - 1
+    while pos < end:
+        j = pos
+        while j < end and name[j].isdigit():
+            j += 1
+        if j == pos:
+            return True  # not the plain form
+        n = int(name[pos:j])
+        prev, last = last, name[j:j + n]
+        pos = j + n
+    if len(last) == 17 and last.startswith("h"):  # the hash: the name is the component before it
+        last = prev
+    return last.startswith(("$u7b$", "_$u7b$", "{", "poll")) or last == "run"
+
+
+
+
 _FUTURE_POLL = "future..future..Future$GT$4poll"
 _FUTURE_OBJ_DROP = "future_obj..UnsafeFutureObj$LT$T$GT$$u20$for$u20$alloc..boxed..Box$LT$F$GT$$GT$4drop"
 
@@ -185,6 +221,7 @@ class _Collector:
         self._origin_oks: dict[int, bool] = {}  # reference -> _origin_ok
         self._fn_strps: dict[int, bool] = {}  # .debug_str offset -> _fn_name_ok
         self._struct_strps: dict[int, bool] = {}  # .debug_str offset -> _struct_name_ok
+        self._sym_addrs: tuple[np.ndarray, np.ndarray] | None = None  # _may_be_named
         self.types = TypeCollector(
             self, lambda t: self._is_env(t) and bool(ASYNC_ENV_RE.match(t.get(D.AT_NAME) or "")))
 
@@ -241,7 +278,7 @@ class _Collector:
             elif vals is None:
                 continue
             else:
-                live = idx[vals != 0]
+                live = idx[(vals != 0) & self._may_be_named(vals)]
             picked += [int(i) for i in live if self._may_be_coroutine_fn(dies, int(i))]
         for idx, vals, _ in dies.column(D.TAG_INLINED_SUBROUTINE, D.AT_ABSTRACT_ORIGIN):
             if isinstance(vals, str) or vals is None or self._has(dies, int(idx[0]), D.AT_NAME):
@@ -252,6 +289,23 @@ class _Collector:
         picked.sort()
         for i in picked:
             self._scan_die(unit, dies.at(i), found)
+
+    def _may_be_named(self, addrs: np.ndarray) -> np.ndarray:
+        """Could the subprograms at these addresses have a name ``_may_be_coroutine_fn``
+        accepts, by the symbols there (one with such a last path component, or none at
+        all: then the DWARF is asked)? A debug build's units hold ~45,000 subprograms
+        with code, a few thousand of them closures or polls."""
+        if self._sym_addrs is None:
+            maybe: set[int] = set()
+            every: set[int] = set()
+            for sym in self.elf.symbols:
+                if sym.is_func:
+                    every.add(sym.addr)
+                    if _symbol_may_be_named(sym.name):
+                        maybe.add(sym.addr)
+            self._sym_addrs = (np.array(sorted(maybe), dtype=np.uint64), np.array(sorted(every), dtype=np.uint64))
+        maybe_a, every_a = self._sym_addrs
+        return _in_sorted(addrs, maybe_a) | ~_in_sorted(addrs, every_a)
 
     @staticmethod
     def _has(dies: D.Dies, i: int, attr: int) -> bool:

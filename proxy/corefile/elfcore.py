@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from proxy.analysis.elf import Segment  # the one segment type (vaddr, memsz, offset, filesz, flags)
+from proxy.analysis.elf import NoteOverrun, Segment, iter_notes  # one segment type, one note reader
 
 ET_CORE = 4
 EM_X86_64 = 62
@@ -162,16 +162,10 @@ def parse_core(buf: bytes | memoryview, name: str = "core") -> CoreFile:
 
 
 def _iter_notes(data: bytes, name: str):  # type: ignore[no-untyped-def]
-    pos = 0
-    while pos + 12 <= len(data):
-        namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
-        pos += 12
-        owner = data[pos:pos + namesz].rstrip(b"\0")
-        pos += (namesz + 3) & ~3
-        if pos + descsz > len(data):
-            raise CoreError(f"{name}: corrupt: note {ntype:#x} runs past its segment")
-        yield owner, ntype, data[pos:pos + descsz]
-        pos += (descsz + 3) & ~3
+    try:
+        yield from iter_notes(data)
+    except NoteOverrun as e:
+        raise CoreError(f"{name}: corrupt: note {e.kind:#x} runs past its segment") from e
 
 
 def _parse_notes(core: CoreFile, data: bytes, name: str) -> None:
