@@ -75,7 +75,8 @@ class Queries(SessionBase):
         """Call ``answer(read)`` until it asked for no memory it did not have (at most
         MONITOR_PASSES times): between passes, read what it missed, and every thread's
         registers when it asked for them (``monitor_threads``). ``monitor_missed()`` says,
-        during a pass, whether a read of this pass was not answered yet."""
+        during a pass, whether a read of this pass was not answered yet; ``monitor_peek`` reads
+        what is known without asking the stub (None: not known; nothing is asked for)."""
         yield from self._before_reflection()
         cache: dict[tuple[int, int], bytes | None] = {}
         # a proven local program's data pages straight from /proc/PID/mem (proxy/reflect/
@@ -97,7 +98,8 @@ class Queries(SessionBase):
             for _ in range(MONITOR_PASSES):
                 missing = []
 
-                def read(addr: int, size: int) -> bytes | None:
+                def peek(addr: int, size: int) -> bytes | None:
+                    """What is known without the stub (read, or local); None: not known."""
                     key = (addr, size)
                     if key in cache:
                         return cache[key]
@@ -108,8 +110,15 @@ class Queries(SessionBase):
                         if data is not None or local.unmapped(addr):
                             cache[key] = data
                             return data
-                    missing.append(key)
                     return None
+
+                def read(addr: int, size: int) -> bytes | None:
+                    data = peek(addr, size)
+                    if data is None and (addr, size) not in cache and 0 < size <= 1 << 16 and addr >= 0:
+                        missing.append((addr, size))
+                    return data
+
+                self.monitor_peek = peek
 
                 out = answer(read)
                 if wants_threads and threads is None:
@@ -124,6 +133,7 @@ class Queries(SessionBase):
         finally:
             self.monitor_threads = None
             self.monitor_missed = None
+            self.monitor_peek = None
             if local is not None:
                 self.stats.local_read_bytes += local.bytes_read
                 local.close()

@@ -165,6 +165,7 @@ class SessionBase:
         self._stub_g: bytes | None = None
         self.monitor_threads: Callable[[], dict[int, bytes] | None] | None = None
         self.monitor_missed: Callable[[], bool] | None = None  # during a pass: a read was not answered yet
+        self.monitor_peek: Callable[[int, int], bytes | None] | None = None  # during a pass: read, never ask
         self._resume: Resume | None = None  # the client's outstanding resume
         self._interrupt_pending = False
         self._interrupt_forwarded = False

@@ -67,3 +67,24 @@ def test_without_a_local_reader_every_read_is_an_m_packet() -> None:
     acts = d.client(b"qRcmd," + b"async tree".hex().encode())
     assert bodies(acts, ToStub) == [b"m7000,4", b"m10,4"]
     assert not any("/proc/PID/mem" in line for line in d.s.stats_lines())
+
+
+def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
+    """monitor_peek (task threads compare the last stop's bytes with it): a remote program's
+    bytes not read yet are None, and nothing is asked for them."""
+    seen: list[object] = []
+
+    def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
+        assert s.monitor_peek is not None and s.monitor_missed is not None
+        seen.append((s.monitor_peek(DATA, 4), s.monitor_peek(CODE, 4), s.monitor_missed()))
+        read(CODE, 4)
+        return "ok\n"
+
+    d = Driver(probes=[], monitor=monitor, local_memory=lambda s: _Local())
+    d.client(b"?")
+    d.stub(stop_at(0x1000, reason=b""))
+    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
+    assert bodies(acts, ToStub) == [b"m5000,4"]  # the read's, not the peek's
+    d.stub(b"90909090")
+    assert seen == [(b"****", None, False), (b"****", b"\x90" * 4, False)]
+    assert d.s.monitor_peek is None  # only during a pass
