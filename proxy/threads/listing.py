@@ -89,11 +89,11 @@ class LastStop:
     ranges and the engine's position; ``fingerprint`` holds all but the bytes, ``reads``
     the bytes (every field the last complete build's reflector read, with what it got:
     ``Recording``; of the blocks a runtime adapter scanned, only where the task-header
-    words lie: the rest of the heap changes whenever the program runs). At the next stop the same fields are read again, through the same
-    block cache, and compared (for a local program: preads of /proc/PID/mem, ~1,700
-    blocks for 10,000 tasks' heap): one byte different, or anything else, and the
-    snapshot is built again. A range the stub is asked for again costs no
-    more than the rebuild that would read it.
+    words lie: the rest of the heap changes whenever the program runs). At the next stop
+    the same fields are read again, through the same block cache, and compared (for a
+    local program: preads of /proc/PID/mem, ~1,700 blocks for 10,000 tasks' heap): one
+    byte different, or anything else, and the snapshot is built again. The comparison never asks the stub (``Session.monitor_peek``):
+    bytes not known without it (a remote program's) count as changed.
     """
 
     def __init__(self) -> None:
