@@ -110,13 +110,18 @@ def ide_stop(mi: MI, thread: int) -> tuple[int, int]:
 def split(log: Path, stop: int) -> tuple[float, float, float, float]:
     """(total, gdb, proxy, stub) seconds of the ``stop``-th interrupted stop (1: the later
     one) in a --log-packets file, from the client's interrupt to gdb's first read of a task
-    thread's stack (the click after the stop): gdb's time is from each reply the proxy sent
-    it to its next packet, the stub's from each packet sent to the stub to its answer."""
+    thread's stack (the click after the stop); stop 0: from the connection to the first
+    resume. gdb's time is from each reply the proxy sent it to its next packet, the stub's
+    from each packet sent to the stub to its answer."""
     lines = log.read_text(errors="replace").splitlines()
-    starts = [i for i, ln in enumerate(lines) if " c> b'\\x03'" in ln]
-    i = starts[stop - 1]
-    end = next((j for j in range(i, len(lines)) if "m5a5a" in lines[j] or (j > i and " c> b'\\x03'" in lines[j])),
-               len(lines))
+    if stop == 0:  # the first: from the connection to the client's first resume
+        i = 0
+        end = next((j for j, ln in enumerate(lines) if " c> b'$vCont;c" in ln or " c> b'$c#" in ln), len(lines))
+    else:
+        starts = [i for i, ln in enumerate(lines) if " c> b'\\x03'" in ln]
+        i = starts[stop - 1]
+        end = next((j for j in range(i, len(lines)) if "m5a5a" in lines[j] or (j > i and " c> b'\\x03'" in lines[j])),
+                   len(lines))
     ev = [(float(ln.split()[0]), ln.split()[1]) for ln in lines[i:end]]
     gdb = proxy = stub = 0.0
     for (t0, d0), (t1, d1) in zip(ev, ev[1:]):
@@ -231,7 +236,7 @@ def main() -> None:
     if a.floor:
         log = Path(tempfile.mkdtemp()) / "packets.log"
         run_once(prog, [str(a.tasks), "mt"], True, log=log)
-        parts = [split(log, k) for k in (1, 2)]
+        parts = [split(log, k) for k in (0, 1, 2)]
 
     def med(rs: list[dict[str, float]], k: str) -> float:
         return statistics.median(r[k] for r in rs)
@@ -256,8 +261,9 @@ def main() -> None:
               f" ({med(capped, 'next') / med(without, 'next'):.2f}x without)")
     if floor:
         print("where a stop with task threads goes (one more run, its packets logged with times; the log slows"
-              " the proxy): from the interrupt to the first task stack read")
-        for (total, gdb_s, proxy_s, stub_s), label in zip(parts, ("later stop", "the next")):
+              " the proxy): the first from the connection to the first resume, the later ones from the interrupt to"
+              " the first task stack read")
+        for (total, gdb_s, proxy_s, stub_s), label in zip(parts, ("first stop", "later stop", "the next")):
             print(f"  {label:10} {total:6.3f} s: gdb {gdb_s:6.3f} s ({gdb_s / total:.0%}), asyncrsp {proxy_s:6.3f} s,"
                   f" gdbserver {stub_s:6.3f} s")
         print(f"the floor: many_threads {med(floor, 'threads'):.0f} (as many real threads as the task threads"
