@@ -55,7 +55,11 @@ frozen values of one task), ``waits`` (the wait-for graph); this module runs
 them in order. At scale (100,000 tasks) the costs are one walk per task and
 one conversion per node: every per-layout fact is made once (``plans``), and
 a pass of the session's read loop that still misses memory stops before any
-task is walked.
+task is walked. The rules run once, here, for every task (the task list needs
+them: rule 3 decides what is a task, rule 7 what is gone); what a command asks
+of a task beyond its identity, name and state (its tree, its logical stack,
+the wait-for graph) is made from their result when first asked, and kept: the
+builder stays with the snapshot as its ``TaskParts``.
 """
 
 from __future__ import annotations
