@@ -74,7 +74,7 @@ def wait_graph(tasks: list[Task], r: Any, inv: Inventory | None, bias: int,
     ctx.guards = {(h.task, h.resource): h.evidence for hs in holds.values() for h in hs}
     waits: dict[int, list[Wait]] = {}
     blocked: dict[int, set[int]] = {}  # task -> the tasks that can wake it
-    frontiers = [(t, list(_frontier(t.tree, None))) for t in tasks
+    frontiers = [(t, _frontier(t.tree)) for t in tasks
                  if t.live and t.state.kind is not StateKind.RUNNING]
     for _, front in frontiers:  # the words whose holders are asked for: the shared resources waited on
         for leaf, _parent in front:
@@ -113,15 +113,25 @@ def _coroutines(root: FutureNode) -> list[FutureNode]:
     return out
 
 
-def _frontier(n: FutureNode, parent: FutureNode | None):  # type: ignore[no-untyped-def]
-    """(leaf, nearest coroutine above it) of the pending frontier."""
-    if n.state is not None and n.state.kind in (StateKind.FINISHED, StateKind.PANICKED):
-        return
-    if n.waits is not None or not n.children:
-        yield n, parent
-        return
-    for c in n.children:
-        yield from _frontier(c, n if n.kind == "coroutine" else parent)
+def _frontier(root: FutureNode) -> list[tuple[FutureNode, FutureNode | None]]:
+    """(leaf, nearest coroutine above it) of the pending frontier, left to right: going down,
+    a finished subtree is skipped, and the first node that waits on a resource, or has no
+    children, is a leaf of it."""
+    out: list[tuple[FutureNode, FutureNode | None]] = []
+    stack: list[tuple[FutureNode, FutureNode | None]] = [(root, None)]
+    while stack:  # (one loop, not a generator per level: it visits every node of every task)
+        n, parent = stack.pop()
+        if n.state is not None and n.state.kind in _DONE:
+            continue
+        if n.waits is not None or not n.children:
+            out.append((n, parent))
+            continue
+        above = n if n.kind == "coroutine" else parent
+        stack.extend([(c, above) for c in reversed(n.children)])
+    return out
+
+
+_DONE = (StateKind.FINISHED, StateKind.PANICKED)
 
 
 def _never(n: FutureNode) -> bool:
