@@ -10,13 +10,15 @@ the testsuite starts:
             the real gdbserver on a private port behind it
   probe     the same with `--probe .` (a hidden probe on every function)
 
-The wrapper starts the proxy first (so it listens before gdbserver prints
-"Listening on", which is what the testsuite waits for), then becomes the
-real gdbserver (exec): the testsuite's kill, close and `exp_pid` reach the
-real stub, and the proxy learns of it as a client would, from the closed
-link. A stub on stdio (`target remote | gdbserver - prog`) and runs without
-a port (--selftest, --version) are passed to gdbserver as they are. Every
-proxy the wrapper started is ended after its run, and its log kept.
+The wrapper binds the port the testsuite asked for (so it listens before
+gdbserver prints "Listening on", which is what the testsuite waits for),
+hands the socket to the proxy (`serve --listen fd:N`), and becomes the real
+gdbserver at once (exec): the testsuite's kill, close and `exp_pid` reach
+the real stub, and the proxy learns of it as a client would, from the
+closed link. A stub on stdio (`target remote | gdbserver - prog`) and runs
+without a port (--selftest, --version) are passed to gdbserver as they are.
+Every proxy the wrapper started is ended after its run, and its log kept;
+so is every other process the run left behind (`reap`).
 """
 
 from __future__ import annotations
