@@ -74,6 +74,7 @@ class ElfImage:
     warnings: list[str] = field(default_factory=list)
     _addrs: list[int] = field(default_factory=list)
     _copies: dict[str, bytes] = field(default_factory=dict)  # debug_section
+    _windows: dict[str, Window] = field(default_factory=dict)  # section_window
 
     # -- sections and bytes --------------------------------------------------
     def section_data(self, name: str) -> bytes | None:
@@ -105,7 +106,10 @@ class ElfImage:
             return None
         if not isinstance(self.data, FileBytes):
             return self.data[s[1] : s[1] + s[2]]
-        return Window(self.data, s[1], s[2])
+        win = self._windows.get(name)
+        if win is None:  # one per section and image: its recent blocks serve every reader
+            win = self._windows[name] = Window(self.data, s[1], s[2])
+        return win
 
     def check(self) -> None:
         """Raise ``AnalysisError`` when the file changed on disk since it was opened (a
@@ -534,7 +538,7 @@ class Window:
 
 _BLOCK_BITS = 16
 _BLOCK = 1 << _BLOCK_BITS
-_BLOCKS_KEPT = 64  # 4 MB
+_BLOCKS_KEPT = 32  # 2 MB
 
 
 class _BufferStream(io.RawIOBase):

@@ -122,7 +122,13 @@ def analyse(elf: ElfImage) -> Inventory:
             " build with debug info (debug=2) for layouts"
         )
         return inv
-    _Collector(elf, dwarf, inv).run()
+    coll = _Collector(elf, dwarf, inv)
+    coll.run()
+    # the type collector and the collector refer to each other: without this the units'
+    # arrays and every cache would wait for a full garbage collection, under whatever the
+    # session reads next (a first `monitor async tree`: the stack frames' DWARF)
+    coll.types = None  # type: ignore[assignment]
+    del coll
     inv.future_obj_drops = sorted(s.addr for s in elf.symbols if s.is_func and _FUTURE_OBJ_DROP in s.name)
     return inv
 

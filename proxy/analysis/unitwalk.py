@@ -4,7 +4,7 @@ Theory of operation: a cold analysis of a big debug build spends a third of its 
 walking the selected units' DIEs into ``dies.walk``'s four arrays, and most of the rest
 scanning them (names, origins, layouts). The walk needs nothing but ``.debug_info``,
 ``.debug_abbrev`` and the unit list, so a lean child (``python -S -E``: the standard
-library and ``dies.py``, about 13 MB) walks the units from the first on, in the order
+library's ``array`` and ``dwarfwalk.py``, about 9 MB) walks the units from the first on, in the order
 the scan asks for them, reading each with ``pread`` from the same open file, and writes
 each unit's arrays down a pipe (1 MB: it can run a few units ahead). The scan takes the
 units from the pipe; when the next one is not there yet, this process walks the last
@@ -31,10 +31,14 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from collections.abc import Callable
-from typing import Any
+from . import dwarfwalk as W  # the child imports nothing heavier (not even typing)
 
-from . import dies as D
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from .dies import DieReader
 
 _JOB = struct.Struct("<QQQQI")
 _UNIT = struct.Struct("<IIBII")
@@ -82,12 +86,12 @@ def child_main(fd: int) -> None:
             try:
                 skips = tables.get((table_off, addr_size))
                 if skips is None:
-                    skips = tables[(table_off, addr_size)] = D.skip_table(
-                        D.parse_abbrevs(abbrev, table_off), addr_size, keep)
+                    skips = tables[(table_off, addr_size)] = W.skip_table(
+                        W.parse_abbrevs(abbrev, table_off), addr_size, keep)
                 buf = os.pread(fd, end - unit_off, info_off + unit_off)
                 if len(buf) != end - unit_off:
                     raise ValueError("short read")
-                walked = D.walk(buf, pos - unit_off, end - unit_off, skips, unit_off)
+                walked = W.walk(buf, pos - unit_off, end - unit_off, skips, unit_off)
             except Exception:  # noqa: BLE001 - the parent walks it again and says why
                 out.write(_REPLY.pack(unit_off, 0, 1))
                 out.flush()
@@ -135,7 +139,7 @@ class Prefetch:
         self.stolen = 0  # units walked here
 
     @staticmethod
-    def start(fd: int, sections: dict[str, tuple[int, int, int]], reader: D.DieReader, units: list[int],
+    def start(fd: int, sections: dict[str, tuple[int, int, int]], reader: DieReader, units: list[int],
               keep_tags: frozenset[int] | None, walk_here: Callable[[int], object]) -> Prefetch | None:
         """A child walking ``units``, or None (turned off, not worth it, cannot start).
         ``walk_here(offset)`` walks a unit in this process (and keeps it)."""
@@ -149,7 +153,7 @@ class Prefetch:
         for off in units:
             try:
                 table_off, addr_size, pos, end = reader.unit_job(off)
-            except D.DwarfFormatError:
+            except W.DwarfFormatError:
                 continue  # read here, where the error is reported
             jobs.append((off, table_off, addr_size, pos, end))
             total += end - off
