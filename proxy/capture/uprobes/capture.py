@@ -172,6 +172,7 @@ class UprobeCapture(CaptureBase):
         self._sliced_out = False  # the links are closed for the off part of a slice
         self._closing: Any = None  # the thread closing the last slice's link
         self._last_in = 0.0  # how long the last slice had the probes in
+        self._stopped_at: float | None = None  # the program stopped (sync) and not resumed yet
         self._slice_t0 = 0.0
         self.slice_in_s = 0.0  # time with the probes in (while the capture was polled)
         self.first_slice_s = 0.0  # the first slice: until a task's poll was seen whole
@@ -455,7 +456,7 @@ class UprobeCapture(CaptureBase):
     #   stopped: every thread is fed from the start and the roots are learnt.
     def _slice_step(self) -> None:
         prog = self._prog
-        if self.slice_duty >= 1.0 or prog is None or not self._offsets:
+        if self.slice_duty >= 1.0 or prog is None or not self._offsets or self._stopped_at is not None:
             return
         now = time.monotonic()
         spent = now - self._slice_t0
@@ -679,7 +680,16 @@ class UprobeCapture(CaptureBase):
         self._tasks_step()
         return self._fold(budget_s=self.poll_budget_s)
 
+    def before_resume(self) -> Procedure | None:
+        """Time slices count the program's running time only: a stop's length is taken out."""
+        if self._stopped_at is not None:
+            self._slice_t0 += time.monotonic() - self._stopped_at
+            self._stopped_at = None
+        return None
+
     def sync(self) -> Procedure | None:
+        if self.slice_duty < 1.0 and self._stopped_at is None:
+            self._stopped_at = time.monotonic()
         if self._sliced_out and self._prog is not None:
             # a stop between two slices: the polls the engine holds open ended unseen
             if self._closing is not None:
