@@ -462,14 +462,19 @@ class CaptureLifecycle(SessionBase):
         # made it a real SIGINT that waits in the kernel, and a detach delivers
         # it (the program died after a detach that answered OK: fuzz-client
         # seeds 200/300). Consumed below like the capture's own stray interrupt.
-        stray = self._capture_interrupt or (then is not None and self._sigint_waiting())
+        # Also at a hang-up: the client's own Ctrl-C that crossed a hidden stop
+        # left its SIGINT waiting, and the program died of it once gdbserver
+        # detached (fault campaign, breakpoints, the client killed: 2 of 12
+        # programs dead of SIGINT).
+        stray = self._capture_interrupt or self._sigint_waiting()
         if then is None and (self._interrupted_for_leave or stray):
             # The client hung up while the program ran: the proxy's own
             # interrupt stopped it with SIGINT. Tell the stub to pass no
             # signal, or an attached program dies of it once detached.
             bodies = (b"QProgramSignals:",) + bodies
         last = self._last_stop
-        if then is not None and stray:
+        consumed = False
+        if stray:
             # The capture's own interrupt crossed the stop the client saw: its
             # SIGINT is pending. Run until it arrives, passing no signal, or a
             # detached program dies of it.
@@ -482,7 +487,9 @@ class CaptureLifecycle(SessionBase):
             self._capture_interrupt = False
             self._sigint_crossed = False
             bodies = ()
-        if then is None and (self._interrupted_for_leave or stray) and last is not None and last.signal != SIGINT:
+            consumed = True
+        if not consumed and then is None and self._interrupted_for_leave and last is not None \
+                and last.signal != SIGINT:
             # Our 0x03 crossed a stop reply already on its way: gdbserver,
             # stopped, turned it into a SIGINT queued for the program, which
             # would kill it once detached. Let it run until that SIGINT stops

@@ -278,6 +278,31 @@ def test_a_crossed_sigint_consumed_with_the_probes_coming_out() -> None:
     assert bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToStubRaw) == [frame(b"D;3a4d")]
 
 
+def test_a_crossed_sigint_consumed_when_the_client_hangs_up() -> None:
+    """The same crossing, then the client is killed while the program is
+    stopped: the proxy leaves without a detach packet of the client's, and
+    gdbserver detaches when the link closes - delivering the waiting SIGINT
+    (fault campaign, breakpoint capture, the client killed: 2 of 12 attached
+    programs died of SIGINT). The proxy runs the program until the SIGINT
+    stops it, passing no signal, before it goes."""
+    from proxy.identity import Identity
+
+    pending = [True]
+    d = Driver(sigint_pending=lambda pid: pending[0])
+    d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
+    d.start_running()
+    d.s.client_interrupt()
+    assert d.s.take_actions() == [ToStubRaw(b"\x03")]
+    d.stub(stop_at(0x1234))  # a client breakpoint won: not the SIGINT
+    d.s.client_closed()
+    assert bodies(d.s.take_actions(), ToStub) == [b"QProgramSignals:"]
+    assert bodies(d.stub(b"OK"), ToStub) == [b"QProgramSignals:", f"z0,{PROBE:x},1".encode(), b"vCont;c"]
+    d.stub(b"OK")
+    assert d.stub(b"OK") == []
+    pending[0] = False
+    assert any(isinstance(a, Close) for a in d.stub(stop_at(0x1000, reason=b"", sig=b"02")))
+
+
 def test_no_crossing_no_extra_resume_at_the_detach() -> None:
     from proxy.identity import Identity
 
