@@ -258,19 +258,26 @@ def test_a_sigint_that_crossed_a_stop_is_consumed_before_the_detach() -> None:
     assert bodies(d.stub(stop_at(0x1000, reason=b"", sig=b"02")), ToStubRaw) == [frame(b"D;3a4d")]
 
 
-def test_a_crossed_sigint_consumed_with_the_probes_coming_out() -> None:
-    """As above with a probe planted: its z0 goes with the resume that consumes
-    the SIGINT, and the stop is the last of the replies (the session fuzzer
-    found the core expecting one reply there: 'too many values to unpack')."""
+def _crossed_with_a_probe(pending: list[bool]) -> Driver:
+    """A probe planted, the client's 0x03 sent, and a client breakpoint's stop
+    came instead of its SIGINT (which now waits in the kernel while `pending`)."""
     from proxy.identity import Identity
 
-    pending = [True]
     d = Driver(sigint_pending=lambda pid: pending[0])
     d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
     d.start_running()
     d.s.client_interrupt()
     assert d.s.take_actions() == [ToStubRaw(b"\x03")]
-    d.stub(stop_at(0x1234))  # a client breakpoint won: not the SIGINT
+    d.stub(stop_at(0x1234))
+    return d
+
+
+def test_a_crossed_sigint_consumed_with_the_probes_coming_out() -> None:
+    """As above with a probe planted: its z0 goes with the resume that consumes
+    the SIGINT, and the stop is the last of the replies (the session fuzzer
+    found the core expecting one reply there: 'too many values to unpack')."""
+    pending = [True]
+    d = _crossed_with_a_probe(pending)
     assert bodies(d.client(b"D;3a4d"), ToStub) == [b"QProgramSignals:"]
     assert bodies(d.stub(b"OK"), ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;c"]
     assert d.stub(b"OK") == []
@@ -285,15 +292,8 @@ def test_a_crossed_sigint_consumed_when_the_client_hangs_up() -> None:
     (fault campaign, breakpoint capture, the client killed: 2 of 12 attached
     programs died of SIGINT). The proxy runs the program until the SIGINT
     stops it, passing no signal, before it goes."""
-    from proxy.identity import Identity
-
     pending = [True]
-    d = Driver(sigint_pending=lambda pid: pending[0])
-    d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
-    d.start_running()
-    d.s.client_interrupt()
-    assert d.s.take_actions() == [ToStubRaw(b"\x03")]
-    d.stub(stop_at(0x1234))  # a client breakpoint won: not the SIGINT
+    d = _crossed_with_a_probe(pending)
     d.s.client_closed()
     assert bodies(d.s.take_actions(), ToStub) == [b"QProgramSignals:"]
     assert bodies(d.stub(b"OK"), ToStub) == [b"QProgramSignals:", f"z0,{PROBE:x},1".encode(), b"vCont;c"]
