@@ -739,7 +739,7 @@ class UprobeCapture(CaptureBase):
         for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
             self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
         engine.timing.sampled = (
-            f"sampled: one root poll in {self.sample_every} per coroutine instance recorded "
+            f"sampled: one root poll in {self.sample_every} per coroutine instance recorded, at random "
             f"({recorded:,} of {polls:,} polls of the live instances); POLLS and BUSY are exact "
             "(counted in the kernel), LONGEST and histograms from the recorded polls")
 
@@ -1076,7 +1076,7 @@ class UprobeCapture(CaptureBase):
         elif self.lost:
             lines.append(f"uprobe events dropped: {self.lost}")
         if self.sample_every > 1:
-            lines.append(f"sampling: one root poll in {self.sample_every} per coroutine instance recorded, "
+            lines.append(f"sampling: one root poll in {self.sample_every} per coroutine instance recorded (at random), "
                          f"with the polls nested in it, and every new instance's first; hits not recorded: "
                          f"{c.get('skipped', 0):,}; the graph's edges and states and the poll histograms "
                          "come from the recorded polls only")

@@ -28,8 +28,8 @@
  * (self, resume function): polls, raw ns (exit ts - entry ts), and the hits on
  * its thread from its entry to its exit (1 + those inside: what the proxy's
  * timing subtracts the per-event cost for). With `sample_every` N > 1 only one
- * root poll (no enclosing scope on the thread) in N of each instance is
- * recorded, with every poll nested in it; the first poll of a new instance
+ * root poll (no enclosing scope on the thread) in N of each instance, at
+ * random, is recorded, with every poll nested in it; the first poll of a new instance
  * (not in `instances`, or entered Unresumed) always is. The other polls write
  * no record: their counts and times are exact in `instances`, which the proxy
  * reads at each stop. When an instance's address starts a new life (entered
@@ -473,7 +473,10 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			__u32 n = cfg->sample_every;
 			th->depth = 0;
 			th->root_sp = esp;
-			th->recording = n <= 1 || fresh || !st || st->polls % n == 0;
+			/* at random, not every Nth: a task whose polls repeat a cycle (an axum
+			 * connection: 2 polls a request) would otherwise be sampled in one phase
+			 * of it only, and what runs in the other never recorded */
+			th->recording = n <= 1 || fresh || !st || bpf_get_prandom_u32() % n == 0;
 		}
 		th->depth += 1;
 		recording = th->recording;
