@@ -507,7 +507,10 @@ class Window:
             start = k << _BLOCK_BITS
             got = self._buf.read(self._base + start, min(_BLOCK, self._size - start))
             if len(self._blocks) >= _BLOCKS_KEPT:
-                del self._blocks[next(iter(self._blocks))]
+                try:  # the oldest (another thread may be evicting too: either way is fine)
+                    del self._blocks[next(iter(self._blocks))]
+                except (KeyError, RuntimeError, StopIteration):
+                    pass
         self._blocks[k] = got  # the most recent last
         return got
 
