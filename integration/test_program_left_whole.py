@@ -154,6 +154,7 @@ def test_a_sigkilled_proxy_leaves_the_program_whole(capture: str) -> None:
             peer.send_packet(b"vCont;c")
             assert peer.read_ack() == b"+"
             time.sleep(1.0)
+            assert _keepers_of(px.proc.pid) == 1  # the keeper runs, named as itself (a fork shares the cmdline)
             os.killpg(px.proc.pid, signal.SIGKILL)
             stub.wait(timeout=120)  # the keeper detached (or gdbserver's own exit did): gdbserver --once ends
             try:
@@ -165,6 +166,25 @@ def test_a_sigkilled_proxy_leaves_the_program_whole(capture: str) -> None:
             assert "its keeper did" in px.stderr_text(), px.stderr_text()
     out, _ = bench.communicate(timeout=120)
     assert bench.returncode == 0 and b"check=ok" in out, (bench.returncode, out)
+
+
+def _keepers_of(parent: int) -> int:
+    """How many children of `parent` call themselves asyncrsp-keeper (/proc/PID/comm)."""
+    import os
+
+    n = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/comm") as f:
+                comm = f.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        n += ppid == parent and comm == "asyncrsp-keeper"
+    return n
 
 
 def _libc_exit(pid: int) -> int:

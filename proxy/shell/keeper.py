@@ -78,6 +78,10 @@ class Keeper:
             try:
                 gc.disable()  # the proxy's objects are not this process's to finalize
                 os.setsid()  # a kill of the proxy's process group leaves it
+                # its own name in ps/top/pkill (comm): a fork shares the proxy's command line, and
+                # `pkill asyncrsp` should not take the keeper with the proxy it outlives
+                with open("/proc/self/comm", "w") as comm:
+                    comm.write("asyncrsp-keeper")
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
                     signal.signal(sig, signal.SIG_DFL)
                 signal.set_wakeup_fd(-1)
