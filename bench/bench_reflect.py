@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
+from integration.harness.stubs import free_port  # noqa: E402
 
 from proxy.analysis.elf import open_elf  # noqa: E402
 from proxy.reflect import framecache  # noqa: E402
@@ -61,12 +61,6 @@ print("RESULT tree=%.3f tree_again=%.3f read=%.3f bytes=%d threads=%.3f tasks=%d
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_once(prog: Path, tasks: int, profile: str | None = None) -> dict[str, float]:
     p = subprocess.Popen([str(prog), str(tasks), "mt"], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
     try:
@@ -74,7 +68,7 @@ def run_once(prog: Path, tasks: int, profile: str | None = None) -> dict[str, fl
         line = p.stdout.readline()
         assert "ready" in line, line
         ranges = heap_ranges(p.pid)
-        gport, pport = _port(), _port()
+        gport, pport = free_port(), free_port()
         gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert gs.stderr is not None

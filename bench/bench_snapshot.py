@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
+from integration.harness.stubs import free_port  # noqa: E402
 
 from proxy.reflect.tokio_adapter import heap_ranges  # noqa: E402
 
@@ -91,12 +91,6 @@ print("RESULT " + " ".join("%s=%s" % kv for kv in res.items()))
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _hwm_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -112,7 +106,7 @@ def run_once(prog: Path, tasks: int, show: bool, profile: str | None = None) -> 
         line = p.stdout.readline()
         assert "ready" in line, line
         ranges = heap_ranges(p.pid, limit=1 << 40)
-        gport, pport = _port(), _port()
+        gport, pport = free_port(), free_port()
         gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert gs.stderr is not None

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,13 +49,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
+from integration.harness.stubs import free_port  # noqa: E402
 from integration.harness import programs  # noqa: E402
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class MI:
@@ -144,7 +138,7 @@ def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = Tr
         assert p.stdout is not None
         line = p.stdout.readline()
         assert "ready" in line, line
-        gport, pport = _port(), _port()
+        gport, pport = free_port(), free_port()
         gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         procs.append(gs)
