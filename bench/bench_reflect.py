@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
-from integration.harness.stubs import free_port  # noqa: E402
+from bench.attach import attached  # noqa: E402
 
 from proxy.analysis.elf import open_elf  # noqa: E402
 from proxy.reflect import framecache  # noqa: E402
@@ -68,26 +68,14 @@ def run_once(prog: Path, tasks: int, profile: str | None = None) -> dict[str, fl
         line = p.stdout.readline()
         assert "ready" in line, line
         ranges = heap_ranges(p.pid)
-        gport, pport = free_port(), free_port()
-        gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        assert gs.stderr is not None
-        while "Listening" not in gs.stderr.readline():
-            pass
-        prof = ["-m", "cProfile", "-o", f"{profile}.{p.pid}", "-m", "proxy"] if profile else ["-m", "proxy"]
-        proxy = subprocess.Popen([sys.executable, *prof, "serve", "--listen", f"127.0.0.1:{pport}",
-                                  "--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter"],
-                                 cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        assert proxy.stderr is not None and "listening" in proxy.stderr.readline()
-        script = Path("/tmp") / f"bench_reflect_{p.pid}.py"
-        script.write_text(f"RANGES = {ranges!r}\n" + GDB_SCRIPT)
-        out = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set pagination off",
-                              "-ex", f"target remote 127.0.0.1:{pport}", "-ex", f"source {script}",
-                              "-ex", "detach", str(prog)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600).stdout
-        script.unlink()
-        for proc in (proxy, gs):
-            proc.wait(timeout=30)
+        with attached(p.pid, ["--mode", "off", "--tokio-adapter"], profile) as at:
+            script = Path("/tmp") / f"bench_reflect_{p.pid}.py"
+            script.write_text(f"RANGES = {ranges!r}\n" + GDB_SCRIPT)
+            out = subprocess.run(["gdb", "-nx", "-batch", "-ex", "set pagination off",
+                                  "-ex", f"target remote {at.address}", "-ex", f"source {script}",
+                                  "-ex", "detach", str(prog)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600).stdout
+            script.unlink()
         m = re.search(r"RESULT (.*)", out)
         if not m:
             raise SystemExit(f"no result:\n{out[-3000:]}")

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
-from integration.harness.stubs import free_port  # noqa: E402
+from bench.attach import attached  # noqa: E402
 
 from proxy.reflect.tokio_adapter import heap_ranges  # noqa: E402
 
@@ -106,34 +106,22 @@ def run_once(prog: Path, tasks: int, show: bool, profile: str | None = None) -> 
         line = p.stdout.readline()
         assert "ready" in line, line
         ranges = heap_ranges(p.pid, limit=1 << 40)
-        gport, pport = free_port(), free_port()
-        gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        assert gs.stderr is not None
-        while "Listening" not in gs.stderr.readline():
-            pass
-        prof = ["-m", "cProfile", "-o", f"{profile}.{p.pid}", "-m", "proxy"] if profile else ["-m", "proxy"]
-        proxy = subprocess.Popen([sys.executable, *prof, "serve", "--listen", f"127.0.0.1:{pport}",
-                                  "--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter"],
-                                 cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        assert proxy.stderr is not None and "listening" in proxy.stderr.readline()
-        script = Path("/tmp") / f"bench_snapshot_{p.pid}.py"
-        script.write_text(f"RANGES = {ranges!r}\nPROXY = {proxy.pid}\n" + GDB_SCRIPT)
         hwm = -1.0
-        gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 600",
-                                "-ex", f"target remote 127.0.0.1:{pport}", "-ex", f"source {script}",
-                                "-ex", "detach", str(prog)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        while gdb.poll() is None:  # the proxy's peak, sampled until gdb detaches (its VmHWM is kept)
-            try:
-                hwm = max(hwm, _hwm_mb(proxy.pid))
-            except OSError:
-                break
-            time.sleep(0.2)
-        out = gdb.communicate(timeout=600)[0]
-        script.unlink()
-        for proc in (proxy, gs):
-            proc.wait(timeout=60)
+        with attached(p.pid, ["--mode", "off", "--tokio-adapter"], profile) as at:
+            script = Path("/tmp") / f"bench_snapshot_{p.pid}.py"
+            script.write_text(f"RANGES = {ranges!r}\nPROXY = {at.proxy_pid}\n" + GDB_SCRIPT)
+            gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 600",
+                                    "-ex", f"target remote {at.address}", "-ex", f"source {script}",
+                                    "-ex", "detach", str(prog)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            while gdb.poll() is None:  # the proxy's peak, sampled until gdb detaches (its VmHWM is kept)
+                try:
+                    hwm = max(hwm, _hwm_mb(at.proxy_pid))
+                except OSError:
+                    break
+                time.sleep(0.2)
+            out = gdb.communicate(timeout=600)[0]
+            script.unlink()
         m = re.search(r"RESULT (.*)", out)
         if not m:
             raise SystemExit(f"no result:\n{out[-3000:]}")

@@ -49,15 +49,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
 import build  # noqa: E402
-from integration.harness.stubs import free_port  # noqa: E402
-from integration.harness import programs  # noqa: E402
+from bench.attach import attached  # noqa: E402
+from integration.harness import debuggers, programs  # noqa: E402
+
+
+GDB = debuggers.HOST  # whose gdb (--gdb); gdbserver and the proxy are always the host's
 
 
 class MI:
     """gdb --interpreter=mi2 driven like an IDE's debug adapter."""
 
     def __init__(self, prog: Path) -> None:
-        self.p = subprocess.Popen(["gdb", "-nx", "-q", "--interpreter=mi2", str(prog)], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen(GDB.argv("gdb", "-nx", "-q", "--interpreter=mi2", str(prog)),
+                                  stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
         self.token = 100
         self.wait_for(re.compile(r"^\(gdb\)"))
@@ -133,75 +137,62 @@ def run_once(prog: Path, args: list[str], task_threads: bool, proxied: bool = Tr
     # its own process group: gdbserver interrupts an attached program with kill(-pid, SIGINT)
     p = subprocess.Popen([str(prog), *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
                          start_new_session=True)
-    procs: list[subprocess.Popen[str]] = []
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
         assert "ready" in line, line
-        gport, pport = free_port(), free_port()
-        gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(p.pid)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        procs.append(gs)
-        assert gs.stderr is not None
-        while "Listening" not in gs.stderr.readline():
-            pass
-        if proxied:
-            extra = (["--task-threads"] if task_threads else []) + (["--log-packets", str(log)] if log else [])
-            proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{pport}",
-                                      "--upstream", f"127.0.0.1:{gport}", "--mode", "off", "--tokio-adapter",
-                                      *extra], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-            procs.append(proxy)
-            assert proxy.stderr is not None and "listening" in proxy.stderr.readline()
-        else:
-            pport = gport
-        mi = MI(prog)
-        out: dict[str, float] = {}
-        mi.cmd("-gdb-set pagination off")
-        mi.cmd("-gdb-set mi-async on")  # -exec-interrupt while the program runs, as IDEs do
-        mi.cmd("-gdb-set remotetimeout 600")
-        t0 = time.perf_counter()
-        stopped = mi.cmd(f"-target-select remote 127.0.0.1:{pport}")
-        m = re.search(r'thread-id="(\d+)"', stopped)
-        thread = int(m.group(1)) if m else 1
-        out["threads"], out["frames"] = ide_stop(mi, thread)
-        out["first"] = time.perf_counter() - t0
-        if cap is not None:  # the stops after this one list `cap` task threads
-            mi.cmd(f'-interpreter-exec console "monitor async threads {cap}"')
-        for k in ("later", "next"):
-            mi.cmd("-exec-continue")
-            time.sleep(0.3)
-            t1 = time.perf_counter()  # gdb reads the threads before it reports *stopped: count from the interrupt
-            mi.cmd("-exec-interrupt")
-            got = "".join(mi.wait_for(re.compile(r"^\*stopped")))
-            m = re.search(r'thread-id="(\d+)"', got)
-            thread = int(m.group(1)) if m else 1
-            ide_stop(mi, thread)
-            out[k] = time.perf_counter() - t1
-        if task_threads:
-            stats = mi.cmd('-interpreter-exec console "monitor async stats"')
-            m = re.search(r"reused the previous stop's tasks[^:]*: (\d+)", stats)
-            out["reused"] = int(m.group(1)) if m else 0
-        if task_threads:
-            info = mi.cmd("-thread-info")
-            ids = [int(x) for x in re.findall(r'\{id="(\d+)",target-id="[^"]*",(?:details="[^"]*",)?name="task #', info)]
-            t2 = time.perf_counter()
-            out["task_frames"] = mi.cmd(f"-stack-list-frames --thread {ids[0]}").count("frame={")
-            mi.cmd(f"-stack-list-variables --thread {ids[0]} --frame 0 --simple-values")
-            out["one_task"] = time.perf_counter() - t2
-        info = mi.cmd("-thread-info")
-        t3 = time.perf_counter()
-        for n in re.findall(r'\{id="(\d+)"', info):
-            mi.cmd(f"-stack-list-frames --thread {n}")
-        out["all_stacks"] = time.perf_counter() - t3
-        mi.close()
-        for proc in procs:
-            proc.wait(timeout=60)
-        return out
+        extra = (["--mode", "off", "--tokio-adapter"] + (["--task-threads"] if task_threads else [])
+                 + (["--log-packets", str(log)] if log else []))
+        with attached(p.pid, extra, proxied=proxied) as at:
+            return ide_session(prog, at.address, task_threads, cap)
     finally:
-        for proc in (*procs, p):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+        p.kill()
+        p.wait()
+
+
+def ide_session(prog: Path, address: str, task_threads: bool, cap: int | None) -> dict[str, float]:
+    """gdb over MI as an IDE drives it: the stops timed, then a detach."""
+    mi = MI(prog)
+    out: dict[str, float] = {}
+    mi.cmd("-gdb-set pagination off")
+    mi.cmd("-gdb-set mi-async on")  # -exec-interrupt while the program runs, as IDEs do
+    mi.cmd("-gdb-set remotetimeout 600")
+    t0 = time.perf_counter()
+    stopped = mi.cmd(f"-target-select remote {address}")
+    m = re.search(r'thread-id="(\d+)"', stopped)
+    thread = int(m.group(1)) if m else 1
+    out["threads"], out["frames"] = ide_stop(mi, thread)
+    out["first"] = time.perf_counter() - t0
+    if cap is not None:  # the stops after this one list `cap` task threads
+        mi.cmd(f'-interpreter-exec console "monitor async threads {cap}"')
+    for k in ("later", "next"):
+        mi.cmd("-exec-continue")
+        time.sleep(0.3)
+        t1 = time.perf_counter()  # gdb reads the threads before it reports *stopped: count from the interrupt
+        mi.cmd("-exec-interrupt")
+        got = "".join(mi.wait_for(re.compile(r"^\*stopped")))
+        m = re.search(r'thread-id="(\d+)"', got)
+        thread = int(m.group(1)) if m else 1
+        ide_stop(mi, thread)
+        out[k] = time.perf_counter() - t1
+    if task_threads:
+        stats = mi.cmd('-interpreter-exec console "monitor async stats"')
+        m = re.search(r"reused the previous stop's tasks[^:]*: (\d+)", stats)
+        out["reused"] = int(m.group(1)) if m else 0
+    if task_threads:
+        info = mi.cmd("-thread-info")
+        ids = [int(x) for x in re.findall(r'\{id="(\d+)",target-id="[^"]*",(?:details="[^"]*",)?name="task #', info)]
+        t2 = time.perf_counter()
+        out["task_frames"] = mi.cmd(f"-stack-list-frames --thread {ids[0]}").count("frame={")
+        mi.cmd(f"-stack-list-variables --thread {ids[0]} --frame 0 --simple-values")
+        out["one_task"] = time.perf_counter() - t2
+    info = mi.cmd("-thread-info")
+    t3 = time.perf_counter()
+    for n in re.findall(r'\{id="(\d+)"', info):
+        mi.cmd(f"-stack-list-frames --thread {n}")
+    out["all_stacks"] = time.perf_counter() - t3
+    mi.close()
+    return out
 
 
 def main() -> None:
@@ -214,7 +205,14 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true",
                     help="also time the same stop with as many real threads (C program many_threads), attached"
                          " through gdbserver alone and through asyncrsp: what gdb itself pays for that many threads")
+    ap.add_argument("--gdb", choices=sorted(debuggers.SETS), default="host",
+                    help="whose gdb drives the stops: the host's (13) or a newer one from scripts/debuggers-chroot"
+                         " (trixie: 16, sid: 18); gdbserver and the proxy stay the host's")
     a = ap.parse_args()
+    global GDB
+    GDB = debuggers.SETS[a.gdb]
+    if why := GDB.missing():
+        raise SystemExit(f"bench_task_threads: --gdb {a.gdb}: {why}")
     prog = build.binary(a.config, "many_tasks")
     threads_prog = programs.build("many_threads")
     with_tt, without, floor, floor_proxy, capped = [], [], [], [], []
@@ -235,7 +233,8 @@ def main() -> None:
     def med(rs: list[dict[str, float]], k: str) -> float:
         return statistics.median(r[k] for r in rs)
 
-    print(f"many_tasks {a.tasks} mt ({a.config}), gdbserver --attach on loopback, asyncrsp --mode off"
+    print(f"gdb {GDB.gdb} ({GDB.name});"
+          f" many_tasks {a.tasks} mt ({a.config}), gdbserver --attach on loopback, asyncrsp --mode off"
           f" --tokio-adapter; an IDE's stop over gdb/MI (-thread-info, the stopped thread's"
           f" -stack-list-frames and -stack-list-variables); medians of {a.runs}")
     for label, rs in (("without task threads", without), ("with --task-threads", with_tt)):
@@ -260,6 +259,11 @@ def main() -> None:
         for (total, gdb_s, proxy_s, stub_s), label in zip(parts, ("first stop", "later stop", "the next")):
             print(f"  {label:10} {total:6.3f} s: gdb {gdb_s:6.3f} s ({gdb_s / total:.0%}), asyncrsp {proxy_s:6.3f} s,"
                   f" gdbserver {stub_s:6.3f} s")
+        # What no proxy change can go under: gdb's and gdbserver's own time in the stop with task
+        # threads, against the whole stop without them (the logged run is slower, so this is rough).
+        for (total, gdb_s, proxy_s, stub_s), k in zip(parts[1:], ("later", "next")):
+            print(f"  {k} stop with asyncrsp's own time at zero: >= {(gdb_s + stub_s) / med(without, k):.1f}x"
+                  f" the stop without task threads")
         print(f"the floor: many_threads {med(floor, 'threads'):.0f} (as many real threads as the task threads"
               f" run listed), the same IDE stop")
         for label, rs in (("gdbserver alone", floor), ("through asyncrsp", floor_proxy)):

@@ -338,16 +338,19 @@ class ProxyProc:
         self.stderr.join()
 
 
-def proxy_argv(upstream: str, probes: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
-    argv = [venv_python(), "-m", "proxy", "serve", "--listen", "127.0.0.1:0", "--upstream", upstream]
+def proxy_argv(upstream: str, probes: Sequence[str] = (), extra: Sequence[str] = (),
+               interp: Sequence[str] = ()) -> list[str]:
+    """`interp`: words between the interpreter and ``-m proxy`` (``-m cProfile -o FILE``)."""
+    argv = [venv_python(), *interp, "-m", "proxy", "serve", "--listen", "127.0.0.1:0", "--upstream", upstream]
     for p in probes:
         argv += ["--probe", p]
     return argv + list(extra)
 
 
-def spawn_proxy(upstream: str, probes: Sequence[str] = (), extra: Sequence[str] = ()) -> ProxyProc:
+def spawn_proxy(upstream: str, probes: Sequence[str] = (), extra: Sequence[str] = (),
+                interp: Sequence[str] = ()) -> ProxyProc:
     """Start the proxy and wait for its ready line; caller must ``close()``."""
-    proc = subprocess.Popen(proxy_argv(upstream, probes, extra), stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(proxy_argv(upstream, probes, extra, interp), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True, cwd=REPO)
     err = OutputPump(proc.stderr)
@@ -361,9 +364,9 @@ def spawn_proxy(upstream: str, probes: Sequence[str] = (), extra: Sequence[str] 
 
 @contextlib.contextmanager
 def start_proxy(upstream: str, probes: Sequence[str] = (),
-                extra: Sequence[str] = ()) -> Iterator[ProxyProc]:
+                extra: Sequence[str] = (), interp: Sequence[str] = ()) -> Iterator[ProxyProc]:
     """``with start_proxy(stub.address, probes=["^probed$"]) as px: ...``"""
-    px = spawn_proxy(upstream, probes, extra)
+    px = spawn_proxy(upstream, probes, extra, interp)
     try:
         yield px
     finally:
