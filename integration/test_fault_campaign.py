@@ -5,7 +5,9 @@ tokio benchmark, the proxy in front; the proxy SIGKILLed at a random moment
 int3s out and detaches - gdbserver 13.1 left the program to die when its
 client vanished; uprobes: taken out by the kernel with the proxy's links),
 then the client killed: the program runs to its normal exit with its right result
-and no int3 left in its code."""
+and no int3 left in its code. Then the stub killed: the proxy exits saying
+so (the program's fate is gdbserver's; a program gdbserver's death left
+stopped is not waited for, faults._left_stopped)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,16 @@ from integration.harness.tools import require_tool
     ("breakpoints", "client"),
 ])
 def test_a_killed_proxy_or_client_leaves_the_program_whole(backend: str, victim: str) -> None:
+    _one(backend, victim)
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_stub_ends_the_proxy_with_its_reason() -> None:
+    o = _one("breakpoints", "stub")
+    assert "session ended: stub disconnected" in o.proxy_said
+
+
+def _one(backend: str, victim: str) -> faults.Outcome:
     require_tool("gdbserver")
     import sys
 
@@ -41,3 +53,24 @@ def test_a_killed_proxy_or_client_leaves_the_program_whole(backend: str, victim:
             pytest.skip(why)
     o = faults.one(prog, backend, victim, random.Random(5))
     assert o.ok, faults.summary([o])
+    return o
+
+
+def test_a_program_left_stopped_is_told_from_a_running_one() -> None:
+    """A SIGKILLed gdbserver can leave its program group-stopped with no
+    tracer (a SIGSTOP of gdbserver's delivered once nobody traces it): a run
+    does not wait 120 s for it to end (faults._wait_exit_or_stop)."""
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not faults._left_stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert faults._wait_exit_or_stop(proc, 10, settle=0.2)
+        os.kill(proc.pid, signal.SIGCONT)
+        assert not faults._wait_exit_or_stop(proc, 0.5)
+    finally:
+        proc.kill()
+        proc.wait()

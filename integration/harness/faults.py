@@ -13,11 +13,17 @@ SIGKILLed:
 * the client: the proxy takes its probes out, says why it ends, and exits;
   the program runs to its normal exit, no int3 left;
 * the stub: the proxy says the stub is gone and exits (the program's fate is
-  gdbserver's: reported, not judged).
+  gdbserver's: reported, not judged). A SIGKILLed gdbserver can leave the
+  program group-stopped (state T, no tracer): a SIGSTOP gdbserver had sent
+  to stop a thread, or the one of its attach, is delivered once no tracer
+  takes it. A run does not wait for such a program (it never ends on its
+  own): its int3s are read while it is stopped, then a SIGCONT shows how it
+  would end (reported as `stopped`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -55,13 +61,51 @@ class Outcome:
     proxy_exit: int | None
     proxy_said: str
     note: str = ""
+    stopped: bool = False  # left group-stopped (T) with no tracer; its exit is the one after a SIGCONT
+    elapsed: float = 0.0
+
+    def line(self) -> str:
+        return (f"  {self.backend} {self.victim} at {self.delay:.2f} s: {'ok' if self.ok else 'FAILED'} "
+                f"(program exit {self.program_exit}{' check=ok' if self.program_ok else ''}, stray {self.stray}"
+                f"{', left stopped' if self.stopped else ''}; {self.elapsed:.1f} s){self.note}")
 
     @property
     def ok(self) -> bool:
         if self.victim == "stub":
             return self.proxy_exit is not None and "stub" in self.proxy_said
         clean_proxy = self.victim == "proxy" or (self.proxy_exit is not None and "Traceback" not in self.proxy_said)
-        return self.program_exit == 0 and self.program_ok and self.stray == 0 and clean_proxy
+        return (self.program_exit == 0 and self.program_ok and self.stray == 0 and clean_proxy
+                and not self.stopped)
+
+
+def _left_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` in a group stop (``T``, not a tracing stop
+    ``t``) and no tracer: nobody will ever resume it."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        if "\nTracerPid:\t0\n" not in status:
+            return False
+        states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return False
+    return bool(states) and all(s == "T" for s in states)
+
+
+def _wait_exit_or_stop(proc: subprocess.Popen[bytes], timeout: float, settle: float = 1.0) -> bool:
+    """Wait until ``proc`` exits (False) or stays left stopped for ``settle``
+    seconds (True); False on timeout too (the caller's wait tells)."""
+    deadline = time.monotonic() + timeout
+    since = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _left_stopped(proc.pid):
+            since = since or time.monotonic()
+            if time.monotonic() - since >= settle:
+                return True
+        else:
+            since = None
+        time.sleep(0.05)
+    return False
 
 
 def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 20000) -> Outcome:
@@ -122,11 +166,22 @@ def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: i
     except subprocess.TimeoutExpired:
         note += " gdbserver did not exit"
     stray = 0
-    if bench.poll() is None:
-        try:
-            stray = len(stray_int3(bench.pid, prog, _bias(bench.pid, prog)))
-        except (OSError, StopIteration):
-            pass
+
+    def read_stray() -> int:
+        if bench.poll() is None:
+            try:
+                return len(stray_int3(bench.pid, prog, _bias(bench.pid, prog)))
+            except (OSError, StopIteration):
+                pass
+        return 0
+
+    stray = read_stray()
+    stopped = _wait_exit_or_stop(bench, 120)
+    if stopped:
+        stray = max(stray, read_stray())
+        note += " left stopped (T, no tracer); exit after a SIGCONT"
+        with contextlib.suppress(OSError):
+            os.kill(bench.pid, signal.SIGCONT)
     try:
         code = bench.wait(timeout=120)
     except subprocess.TimeoutExpired:
@@ -139,7 +194,7 @@ def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: i
         said = px.stderr_text()
     kill_tree(gs)
     ok = "check=ok" in out.text()
-    return Outcome(backend, victim, delay, code, ok, stray, proxy_exit, said, note)
+    return Outcome(backend, victim, delay, code, ok, stray, proxy_exit, said, note, stopped)
 
 
 def campaign(prog: Path, backends: list[str], victims: list[str], runs: int, seed: int,
@@ -149,7 +204,9 @@ def campaign(prog: Path, backends: list[str], victims: list[str], runs: int, see
     for backend in backends:
         for victim in victims:
             for _ in range(runs):
+                t0 = time.monotonic()
                 o = one(prog, backend, victim, rng)
+                o.elapsed = time.monotonic() - t0
                 out.append(o)
                 if progress is not None:
                     progress(o)
@@ -164,8 +221,9 @@ def summary(outcomes: list[Outcome]) -> str:
         bad = [o for o in group if not o.ok]
         exits = sum(o.program_exit == 0 and o.program_ok for o in group)
         strays = sum(o.stray for o in group)
+        stopped = sum(o.stopped for o in group)
         lines.append(f"  {b:12s} {v:6s} kill: {len(group)} runs, {len(bad)} failed; program exit 0 with check=ok "
-                     f"in {exits}; stray int3 {strays}")
+                     f"in {exits}; stray int3 {strays}" + (f"; left stopped {stopped}" if stopped else ""))
         for o in bad[:3]:
             said = o.proxy_said.strip().splitlines()[-1:] if o.proxy_said else []
             lines.append(f"    FAILED at {o.delay:.2f} s: program exit {o.program_exit} ok={o.program_ok} "
@@ -188,8 +246,7 @@ def main(argv: list[str]) -> int:  # pragma: no cover - scripts/fault-campaign
     prog = build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")]
     t0 = time.monotonic()
     res = campaign(prog, a.backends.split(","), a.victims.split(","), a.runs, a.seed,
-                   progress=lambda o: print(f"  {o.backend} {o.victim} at {o.delay:.2f} s: "
-                                            f"{'ok' if o.ok else 'FAILED'}", flush=True))
+                   progress=lambda o: print(o.line(), flush=True))
     bad = sum(not o.ok for o in res)
     print(f"fault-campaign seed={a.seed}: {len(res)} runs in {time.monotonic() - t0:.0f} s, {bad} failed")
     print(summary(res))
