@@ -12,11 +12,9 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from proxy.shell.listen import ServeError, inherited_socket, listen_socket, parse_listen
-from proxy.shell.upstream import UpstreamError, UpstreamSpec
-
 if TYPE_CHECKING:
     from proxy.session.core import Session
+    from proxy.shell.upstream import UpstreamSpec
 
 # trio and the session (proxy.app, proxy.shell.serve) are imported after the
 # listening socket is open (_serve): the client may connect while they load.
@@ -32,6 +30,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="plant a hidden entry breakpoint on every function whose name matches (repeatable; "
                         "with --capture uprobes a uprobe counts it instead, without stopping the program)")
     p.add_argument("--log-packets", metavar="FILE", help="write every byte exchanged to FILE")
+    p.add_argument("--resident", metavar="SOCKET",
+                   help="run the session in the resident listening on SOCKET (`asyncrsp resident`): "
+                        "no interpreter start-up or imports; this process waits for it")
     p.add_argument("--mode", choices=("full", "tasks", "entry", "off"), default="full",
                    help="poll capture: full = entry and exit breakpoints on every resume function; "
                         "tasks (uprobes; others: full) = after 0.5 s, only the resume functions polled as "
@@ -141,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--core", metavar="FILE", help="read a core file instead of a process")
         c.add_argument("--elf", metavar="PROG", help="with --core: the program's file")
         c.add_argument("--json", action="store_true", help="machine-readable output")
+    d = sub.add_parser("resident", help="import the proxy once and run each `serve --resident SOCKET` "
+                                        "session as a fork of this process")
+    d.add_argument("--socket", required=True, metavar="PATH", help="the Unix socket the sessions are asked on")
     i = sub.add_parser("inspect", help="print the async structure of a program without running it")
     i.add_argument("program", metavar="PROGRAM")
     i.add_argument("--json", action="store_true", help="machine-readable output")
@@ -149,8 +153,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["serve"], ["run"]):
+        # Before argparse and the shell's modules: the resident's child parses
+        # the command line (its errors come out on this process's stderr).
+        from proxy.shell.resident import client_main, split_resident
+
+        path, rest = split_resident(argv)
+        if path is not None:
+            return client_main(path, rest)
     args = build_parser().parse_args(argv)
+    from proxy.shell.listen import ServeError
+    from proxy.shell.upstream import UpstreamError
+
     try:
+        if args.command == "resident":
+            from proxy.shell.resident import resident_main
+
+            return resident_main(args.socket)
         if args.command == "inspect":
             return _inspect(args)
         if args.command in ("ps", "tree"):
@@ -169,6 +189,9 @@ INPROC_AGENT = "/usr/lib/libinproctrace.so"  # gdbserver's in-process agent (Deb
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from proxy.shell.listen import ServeError, inherited_socket, listen_socket, parse_listen
+    from proxy.shell.upstream import UpstreamSpec
+
     given = inherited_socket(args.listen)
     host, port = given.getsockname()[:2] if given is not None else parse_listen(args.listen)
     elf = getattr(args, "elf", None)
@@ -239,6 +262,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _core_upstream(args: argparse.Namespace, elf: str | None, host: str, port: int) -> UpstreamSpec:
     """`--core FILE`: open the core now (a bad core is one line before anything listens)."""
     from proxy.corefile import CoreError, open_core
+    from proxy.shell.listen import ServeError
+    from proxy.shell.upstream import UpstreamSpec
 
     if args.command == "run":
         prog = [a for a in args.program if a != "--"]

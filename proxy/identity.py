@@ -225,12 +225,22 @@ def decide(stub_pid: int | None, stub_auxv: bytes | None, stub_random: bytes | N
     if not stub_auxv:
         return Identity(False, None, stub_pid, "remote: the stub sends no auxv to compare with this host's "
                         f"processes (--local if pid {stub_pid} here is the program)")
-    found = candidates(stub_pid, stub_auxv, host)
+    vec = parse_auxv(stub_auxv)
+    rnd = vec.get(AT_RANDOM)
+    if rnd is not None and stub_random and host.auxv(stub_pid) == stub_auxv \
+            and host.read_mem(stub_pid, rnd, RANDOM_BYTES) == stub_random:
+        # The reported pid itself has the stub's auxv and the kernel's random
+        # bytes of this exec: proved, without the scan of every host process
+        # for a pid-namespace stub (10-90 ms on a busy machine, at every
+        # session's first resume). Only the program's own fork relatives share
+        # those bytes, and one of them in a nested pid namespace under the very
+        # same pid number is not a case worth that cost.
+        found = [(stub_pid, f"pid {stub_pid}")]
+    else:
+        found = candidates(stub_pid, stub_auxv, host)
     if not found:
         return Identity(False, None, stub_pid, f"remote: no process of this host has the auxv of the stub's "
                         f"pid {stub_pid}")
-    vec = parse_auxv(stub_auxv)
-    rnd = vec.get(AT_RANDOM)
     proven: list[tuple[int, str]] = []
     unread = False
     for pid, how in found:

@@ -113,7 +113,8 @@ def ensure_testsuite() -> Path:
     for name in ("dejagnu", "expect", "tcl-expect", "tcl8.6", "libtcl8.6"):
         for deb in (apt / "cache" / "archives").glob(f"{name}_*.deb"):
             _run(["dpkg", "-x", str(deb), str(root)], log)
-    tarball = next((apt / "src").glob(f"gdb_{GDB_VERSION}.orig.tar.*"))
+    # gdb_13.1.orig.tar.xz, not its signature gdb_13.1.orig.tar.xz.asc (the glob finds both)
+    tarball = next(t for t in (apt / "src").glob(f"gdb_{GDB_VERSION}.orig.tar.*") if t.suffix != ".asc")
     top = f"gdb-{GDB_VERSION}"
     _run(["tar", "xf", str(tarball), "-C", str(CACHE), "--wildcards", f"{top}/gdb/testsuite/*",
           f"{top}/gdb/silent-rules.mk", f"{top}/gdb/disable-implicit-rules.mk", f"{top}/config*",
@@ -145,54 +146,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gdb_testsuite_wrap import wrap  # noqa: E402
 
 
-# -- --warm: proxies forked from one interpreter that imported the proxy once --
+# -- the proxies: forks of one `asyncrsp resident` (default), or --cold -------
 #
 # Each gdbserver start of the testsuite (93 in the subset) otherwise starts a
-# new Python that imports the proxy (~0.5 s on a quiet machine, 2 s at load
-# 12): that, not the protocol, is most of the proxy ways' extra time. --warm
-# measures the rest: the runner keeps one interpreter with the proxy imported,
-# and each wrapper has it fork a proxy (its own session, its own log).
+# new Python that imports the proxy (~0.2 s of CPU, 0.5 s and more of wall
+# time at load 7): gdb's `target remote` waits for it every time. The
+# runner starts `asyncrsp resident` for each proxy way (the product's own
+# mode for tools that start many sessions, see proxy/shell/resident.py) and
+# each wrapper has it fork the session. --cold measures a fresh interpreter
+# per gdbserver start instead.
 
-def zygote(path: str) -> None:
-    import proxy.app  # noqa: F401 - what every proxy needs, imported once
-    import proxy.capture.breakpoints  # noqa: F401
-    import proxy.capture.tracepoints  # noqa: F401
-    import proxy.capture.uprobes  # noqa: F401
-    import proxy.cli
-
-    srv = socket.socket(socket.AF_UNIX)
-    srv.bind(path)
-    srv.listen(16)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    print("ready", flush=True)
-    while True:
-        conn, _ = srv.accept()
-        msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 1)
-        req = json.loads(msg)
-        # the listening socket the wrapper bound, under this process's number for it
-        req["argv"] = [f"fd:{fds[0]}" if a.startswith("fd:") else a for a in req["argv"]]
-        if os.fork() == 0:
-            srv.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.setsid()
-            os.chdir(req["cwd"])
-            fd = os.open(req["log"], os.O_WRONLY | os.O_APPEND)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            conn.sendall(b"%d\n" % os.getpid())
-            conn.close()
-            code = 1
-            try:
-                code = proxy.cli.main(req["argv"])
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code or 0)
-        conn.close()
-        for fd in fds:
-            os.close(fd)
+def start_resident(run_dir: Path) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
+    path = str(run_dir / "resident.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "resident", "--socket", path],
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, start_new_session=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    if "resident on" not in line:
+        proc.kill()
+        sys.exit(f"gdb-testsuite: asyncrsp resident did not start: {line.strip()}{proc.stderr.read()}")
+    return proc, path
 
 
 def _end_proxies(run_dir: Path) -> int:
@@ -228,15 +202,15 @@ def _end_proxies(run_dir: Path) -> int:
 
 # -- running and reporting ------------------------------------------------------
 
-def label_of(way: str, capture: str | None, warm: bool = False) -> str:
+def label_of(way: str, capture: str | None, cold: bool = False) -> str:
     if way == "straight":
         return way
-    return way + (f"-{capture}" if capture else "") + ("-warm" if warm else "")
+    return way + (f"-{capture}" if capture else "") + ("-cold" if cold else "")
 
 
-def run_way(way: str, tests: list[str], capture: str | None, warm: bool) -> dict:
+def run_way(way: str, tests: list[str], capture: str | None, cold: bool) -> dict:
     obj = ensure_testsuite()
-    label = label_of(way, capture, warm)
+    label = label_of(way, capture, cold)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = CACHE / "runs" / label / stamp
     run_dir.mkdir(parents=True)
@@ -256,14 +230,9 @@ def run_way(way: str, tests: list[str], capture: str | None, warm: bool) -> dict
     cmd = ["runtest", f"--srcdir={src}", f"GDB={shutil.which('gdb') or '/usr/bin/gdb'}",
            f"GDBSERVER={server}", "--target_board=native-gdbserver", *tests]
     env = tool_env()
-    zyg = None
-    if warm and way != "straight":
-        path = str(run_dir / "zygote.sock")
-        zyg = subprocess.Popen([sys.executable, __file__, "--zygote", path], stdout=subprocess.PIPE,
-                               env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, start_new_session=True)
-        assert zyg.stdout is not None
-        zyg.stdout.readline()
-        env["GDB_TESTSUITE_ZYGOTE"] = path
+    resident = None
+    if not cold and way != "straight":
+        resident, env["GDB_TESTSUITE_RESIDENT"] = start_resident(run_dir)
     # Every process of the run carries the mark (the proxies too: they set up
     # sessions of their own); what is left when runtest ends is ended (reap).
     env[RUN_MARK] = str(run_dir)
@@ -273,9 +242,9 @@ def run_way(way: str, tests: list[str], capture: str | None, warm: bool) -> dict
         files = _run_timed(cmd, run_dir, env, t0)
         elapsed = time.monotonic() - t0
     finally:
-        if zyg is not None:
-            zyg.kill()
-            zyg.wait()
+        if resident is not None:
+            resident.terminate()  # the sessions still running go on (and are ended below)
+            resident.wait()
         left = _end_proxies(run_dir)
         stray = reap(str(run_dir))
     results = parse_sum(run_dir / "gdb.sum")
@@ -454,9 +423,6 @@ def stored(label: str, tests: list[str]) -> dict | None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--zygote"]:
-        zygote(argv[1])
-        return 0
     if argv[:1] == ["--as-gdbserver"]:
         run_dir, gdbserver, extra = Path(argv[1]), argv[2], json.loads(argv[3])
         wrap(str(run_dir), extra, gdbserver, argv[4:])
@@ -467,9 +433,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--part", metavar="N/K", help="run the N-th of K parts of the subset (each part < 10 min)")
     p.add_argument("--capture", choices=("uprobes", "tracepoints", "breakpoints"),
                    help="force a capture backend in the proxy ways")
-    p.add_argument("--warm", action="store_true",
-                   help="proxies forked from one interpreter that imported the proxy once "
-                        "(measures the proxy without its Python start-up, ~93 of them)")
+    p.add_argument("--cold", action="store_true",
+                   help="a fresh interpreter for each proxy (`asyncrsp serve`), instead of a fork of "
+                        "`asyncrsp resident` (the default): measures the Python start-up, ~93 of them")
     p.add_argument("--report", action="store_true", help="print the figures over every stored part, run nothing")
     p.add_argument("--files", type=int, default=0, metavar="N",
                    help="also print the N test files that took the most extra time against straight")
@@ -488,13 +454,13 @@ def main(argv: list[str]) -> int:
         return 0
     ways = a.way or list(WAYS)
     if a.report:
-        recs = [r for w in ways if (r := stored(label_of(w, a.capture, a.warm), tests)) is not None]
+        recs = [r for w in ways if (r := stored(label_of(w, a.capture, a.cold), tests)) is not None]
         report(recs, files=a.files)
         return 0
     recs = []
     for way in ways:
-        print(f"gdb-testsuite: {label_of(way, a.capture, a.warm)}: {len(tests)} test files ...", file=sys.stderr, flush=True)
-        recs.append(run_way(way, tests, a.capture, a.warm))
+        print(f"gdb-testsuite: {label_of(way, a.capture, a.cold)}: {len(tests)} test files ...", file=sys.stderr, flush=True)
+        recs.append(run_way(way, tests, a.capture, a.cold))
     report(recs, files=a.files)
     return 0
 

@@ -75,9 +75,9 @@ def wrap(run_dir: str, proxy_args: list[str], gdbserver: str, args: list[str]) -
             "--upstream", f"127.0.0.1:{private}", *extra]
     with open(log, "w") as fh:
         fh.write("gdbserver " + " ".join(args) + "\n")
-    zygote = os.environ.get("GDB_TESTSUITE_ZYGOTE")
-    if zygote:
-        pid = _from_zygote(zygote, argv[3:], log, sock)  # without "python -m proxy.cli"
+    resident = os.environ.get("GDB_TESTSUITE_RESIDENT")
+    if resident:
+        pid = _in_resident(resident, argv[3:], log, env, sock)  # without "python -m proxy.cli"
     else:
         pid = _spawn_proxy(argv, log, env, sock)
     sock.close()
@@ -112,12 +112,24 @@ def _spawn_proxy(argv: list[str], log: str, env: dict[str, str], sock: socket.so
     return pid
 
 
-def _from_zygote(path: str, args: list[str], log: str, sock: socket.socket) -> int:
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(path)
-        socket.send_fds(s, [json.dumps({"argv": args, "cwd": os.getcwd(), "log": log}).encode() + b"\n"],
-                        [sock.fileno()])
-        return int(s.makefile().readline())
+def _in_resident(path: str, args: list[str], log: str, env: dict[str, str], sock: socket.socket) -> int:
+    """The session in the runner's `asyncrsp resident` (a fork of one
+    interpreter that imported the proxy once): its stdin /dev/null, its
+    stdout and stderr the log, the listening socket under the number its
+    `--listen fd:N` names. The wrapper does not wait for it."""
+    sys.path.insert(0, ROOT)
+    from proxy.shell.resident import request  # standard library only
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(log, os.O_WRONLY | os.O_APPEND)
+    try:
+        pid, conn = request(path, args, fds=[null, out, out, sock.fileno()], targets=[0, 1, 2, sock.fileno()],
+                            env=env)
+    finally:
+        os.close(null)
+        os.close(out)
+    conn.close()
+    return pid
 
 
 if __name__ == "__main__":

@@ -72,6 +72,21 @@ def test_the_reported_pid_with_the_same_auxv_and_random_bytes_is_local() -> None
     assert "auxv and AT_RANDOM bytes equal" in got.reason
 
 
+def test_a_proved_reported_pid_needs_no_scan_of_every_process() -> None:
+    """The scan for a pid-namespace stub reads every host process's status
+    (10-90 ms on a busy machine, at each session's first resume): not made
+    when the reported pid itself has the stub's auxv and random bytes."""
+    host = FakeHost({100: Proc(PROG, (100,)), 101: Proc(PROG, (101,))})
+
+    def no_scan():  # type: ignore[no-untyped-def]
+        raise AssertionError("every process scanned")
+
+    host.pids = no_scan  # type: ignore[method-assign]
+    got = decide(100, PROG, b"R" * 16, None, host=host)
+    assert got.local and got.host_pid == 100
+    assert got.reason.startswith("pid 100, auxv and AT_RANDOM bytes equal")
+
+
 def test_a_pid_namespace_stub_is_found_through_nspid_not_the_reported_pid() -> None:
     # host pid 5 is another process (a kernel worker in the report: no auxv)
     host = FakeHost({5: Proc(b"", (5,)), 2189: Proc(PROG, (2189, 5), ns="pid:[2]")})

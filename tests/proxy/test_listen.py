@@ -47,13 +47,20 @@ def test_what_is_not_a_listening_tcp_socket_is_one_line() -> None:
     b.close()
 
 
-def test_serve_says_where_it_listens_on_an_inherited_socket() -> None:
+@pytest.mark.parametrize("via", ["itself", "resident"])
+def test_serve_says_where_it_listens_on_an_inherited_socket(via: str, tmp_path: Path,
+                                                              request: pytest.FixtureRequest) -> None:
+    """The same through `serve --resident` (the session forked by the
+    resident takes the caller's descriptors under the caller's numbers, its
+    stderr, its exit status and its working directory: the relative
+    --log-packets file lands there)."""
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--listen", f"fd:{srv.fileno()}",
-                             "--upstream", "127.0.0.1:1", "--once"], pass_fds=(srv.fileno(),),
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    extra = ["--resident", request.getfixturevalue("resident")] if via == "resident" else []
+    proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", *extra, "--listen", f"fd:{srv.fileno()}",
+                             "--upstream", "127.0.0.1:1", "--once", "--log-packets", "packets.log"],
+                            pass_fds=(srv.fileno(),), stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     srv.close()
     try:
         assert proc.stderr is not None
@@ -61,6 +68,7 @@ def test_serve_says_where_it_listens_on_an_inherited_socket() -> None:
         with socket.create_connection(("127.0.0.1", port)):  # no stub on port 1: one line, exit 2
             assert proc.wait(timeout=30) == 2
         assert "cannot reach the stub" in proc.stderr.read()
+        assert (tmp_path / "packets.log").exists()
     finally:
         proc.kill()
         proc.wait()
