@@ -176,6 +176,7 @@ def _end_proxies(run_dir: Path) -> int:
     if not f.exists():
         return 0
     pids = [int(line) for line in f.read_text().split()]
+    f.unlink()  # the next test file's proxies start a new list (no old pid, maybe reused, is signalled)
     deadline = time.monotonic() + 3  # the last ones see their stub go as runtest ends
 
     def alive(pid: int) -> bool:
@@ -208,50 +209,87 @@ def label_of(way: str, capture: str | None, cold: bool = False) -> str:
     return way + (f"-{capture}" if capture else "") + ("-cold" if cold else "")
 
 
-def run_way(way: str, tests: list[str], capture: str | None, cold: bool) -> dict:
-    obj = ensure_testsuite()
-    label = label_of(way, capture, cold)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = CACHE / "runs" / label / stamp
-    run_dir.mkdir(parents=True)
-    shutil.copy(obj / "site.exp", run_dir / "site.exp")
-    gdbserver = shutil.which("gdbserver") or "/usr/bin/gdbserver"
-    server = gdbserver
-    if way != "straight":
-        extra = list(WAYS[way]) + (["--capture", capture] if capture else [])
-        server = str(run_dir / "gdbserver-through-asyncrsp")
-        Path(server).write_text(
-            "#!/bin/sh\n"
-            f"GDB_TESTSUITE_PYTHON={shlex.quote(sys.executable)} exec {shlex.quote(sys.executable)} -S "
-            f"{shlex.quote(str(Path(__file__).with_name('gdb_testsuite_wrap.py')))} {shlex.quote(str(run_dir))}"
-            f" {shlex.quote(gdbserver)} {shlex.quote(json.dumps(extra))} \"$@\"\n")
-        os.chmod(server, 0o755)
-    src = CACHE / f"gdb-{GDB_VERSION}" / "gdb" / "testsuite"
-    cmd = ["runtest", f"--srcdir={src}", f"GDB={shutil.which('gdb') or '/usr/bin/gdb'}",
-           f"GDBSERVER={server}", "--target_board=native-gdbserver", *tests]
-    env = tool_env()
-    resident = None
-    if not cold and way != "straight":
-        resident, env["GDB_TESTSUITE_RESIDENT"] = start_resident(run_dir)
-    # Every process of the run carries the mark (the proxies too: they set up
-    # sessions of their own); what is left when runtest ends is ended (reap).
-    env[RUN_MARK] = str(run_dir)
-    t0 = time.monotonic()
-    files: dict[str, float] = {}
+class Way:
+    """One way's run: its directory under runs/, the GDBSERVER the testsuite
+    starts, the resident its proxies fork from. `run_file` runs one test file
+    in a directory of its own (runtest writes gdb.sum and gdb.log where it
+    runs); `record` sums them up."""
+
+    def __init__(self, way: str, tests: list[str], capture: str | None, cold: bool) -> None:
+        obj = ensure_testsuite()
+        self.label = label_of(way, capture, cold)
+        self.tests = tests
+        self.dir = CACHE / "runs" / self.label / time.strftime("%Y%m%d-%H%M%S")
+        self.dir.mkdir(parents=True)
+        self.site = obj / "site.exp"
+        gdbserver = shutil.which("gdbserver") or "/usr/bin/gdbserver"
+        server = gdbserver
+        if way != "straight":
+            extra = list(WAYS[way]) + (["--capture", capture] if capture else [])
+            server = str(self.dir / "gdbserver-through-asyncrsp")
+            Path(server).write_text(
+                "#!/bin/sh\n"
+                f"GDB_TESTSUITE_PYTHON={shlex.quote(sys.executable)} exec {shlex.quote(sys.executable)} -S "
+                f"{shlex.quote(str(Path(__file__).with_name('gdb_testsuite_wrap.py')))} {shlex.quote(str(self.dir))}"
+                f" {shlex.quote(gdbserver)} {shlex.quote(json.dumps(extra))} \"$@\"\n")
+            os.chmod(server, 0o755)
+        src = CACHE / f"gdb-{GDB_VERSION}" / "gdb" / "testsuite"
+        self.cmd = ["runtest", f"--srcdir={src}", f"GDB={shutil.which('gdb') or '/usr/bin/gdb'}",
+                    f"GDBSERVER={server}", "--target_board=native-gdbserver"]
+        self.env = tool_env()
+        self.resident = None
+        if not cold and way != "straight":
+            self.resident, self.env["GDB_TESTSUITE_RESIDENT"] = start_resident(self.dir)
+        # Every process of the run carries the mark (the proxies too: they set up
+        # sessions of their own); what is left when runtest ends is ended (reap).
+        self.env[RUN_MARK] = str(self.dir)
+        self.files: dict[str, float] = {}
+        self.results: list[list[str]] = []
+        self.left = self.stray = 0
+
+    def run_file(self, test: str) -> None:
+        where = self.dir / f"{len(self.files):02d}-{Path(test).stem}"
+        where.mkdir()
+        shutil.copy(self.site, where / "site.exp")
+        try:
+            self.files.update(_run_timed([*self.cmd, test], where, self.env, time.monotonic()))
+        finally:
+            self.left += _end_proxies(self.dir)
+            self.stray += reap(str(self.dir))
+        self.results += parse_sum(where / "gdb.sum")
+
+    def close(self) -> None:
+        if self.resident is not None:
+            self.resident.terminate()  # the sessions still running go on (reap ends them)
+            self.resident.wait()
+            self.resident = None
+
+    def record(self) -> dict:
+        rec = {"way": self.label, "tests": self.tests, "time": sum(self.files.values()), "dir": str(self.dir),
+               "proxies_left": self.left, "stray": self.stray, "files": self.files, "results": self.results}
+        (self.dir / "result.json").write_text(json.dumps(rec))
+        return rec
+
+
+def run_ways(ways: list[str], tests: list[str], capture: str | None, cold: bool) -> list[dict]:
+    """Run the test files, the ways taking turns file by file (the first way
+    moving on by one each file): a change of load on a shared machine then
+    hits every way alike, not the one that happened to run during it. A
+    way's time is the sum of its files' times (from runtest's "Running"
+    line to its end: runtest's own start-up is not counted)."""
+    runs = []
     try:
-        files = _run_timed(cmd, run_dir, env, t0)
-        elapsed = time.monotonic() - t0
+        for way in ways:
+            runs.append(Way(way, tests, capture, cold))
+        for i, test in enumerate(tests):
+            for k in range(len(runs)):
+                run = runs[(i + k) % len(runs)]
+                print(f"gdb-testsuite: {run.label}: {test}", file=sys.stderr, flush=True)
+                run.run_file(test)
     finally:
-        if resident is not None:
-            resident.terminate()  # the sessions still running go on (and are ended below)
-            resident.wait()
-        left = _end_proxies(run_dir)
-        stray = reap(str(run_dir))
-    results = parse_sum(run_dir / "gdb.sum")
-    rec = {"way": label, "tests": tests, "time": elapsed, "dir": str(run_dir), "proxies_left": left,
-           "stray": stray, "files": files, "results": results}
-    (run_dir / "result.json").write_text(json.dumps(rec))
-    return rec
+        for run in runs:
+            run.close()
+    return [run.record() for run in runs]
 
 
 _RUNNING = re.compile(rb"^Running (\S+/testsuite/(\S+\.exp)) \.\.\.$")
@@ -406,20 +444,23 @@ def report(recs: list[dict], out=sys.stdout, files: int = 0) -> None:
 
 
 def stored(label: str, tests: list[str]) -> dict | None:
-    """The newest stored result of each test for one way, merged (for --report)."""
-    best: dict[str, tuple[float, dict]] = {}
+    """The newest stored result of each of `tests` for one way, merged (for
+    --report). The time is the sum of those files' times."""
+    best: dict[str, dict] = {}
     for f in sorted((CACHE / "runs" / label).glob("*/result.json")):
         rec = json.loads(f.read_text())
         for t in rec["tests"]:
-            best[t] = (rec["time"] / max(1, len(rec["tests"])), rec)  # newest wins
+            if t in tests:
+                best[t] = rec  # newest wins
     if not best:
         return None
-    recs = {id(rec): rec for _, rec in best.values()}
-    results = [r for rec in recs.values() for r in rec["results"] if r[1] in tests and best.get(r[1], (0, None))[1] is rec]
+    results = [r for t, rec in best.items() for r in rec["results"] if r[1] == t]
+    files = {t: rec["files"][t] for t, rec in best.items() if t in rec.get("files", {})}
+    # a record without a file's time (none seen) counts its mean per file
+    spent = sum(files.get(t, rec["time"] / max(1, len(rec["tests"]))) for t, rec in best.items())
     missing = [t for t in tests if t not in best]
     return {"way": label + (f" ({len(missing)} tests not run)" if missing else ""),
-            "time": sum(rec["time"] for rec in recs.values()), "results": results,
-            "files": {t: rec["files"][t] for t, (_, rec) in best.items() if t in rec.get("files", {})}}
+            "time": spent, "results": results, "files": files}
 
 
 def main(argv: list[str]) -> int:
@@ -457,10 +498,9 @@ def main(argv: list[str]) -> int:
         recs = [r for w in ways if (r := stored(label_of(w, a.capture, a.cold), tests)) is not None]
         report(recs, files=a.files)
         return 0
-    recs = []
-    for way in ways:
-        print(f"gdb-testsuite: {label_of(way, a.capture, a.cold)}: {len(tests)} test files ...", file=sys.stderr, flush=True)
-        recs.append(run_way(way, tests, a.capture, a.cold))
+    print(f"gdb-testsuite: {len(tests)} test files, ways {', '.join(label_of(w, a.capture, a.cold) for w in ways)} "
+          "taking turns file by file", file=sys.stderr, flush=True)
+    recs = run_ways(ways, tests, a.capture, a.cold)
     report(recs, files=a.files)
     return 0
 
