@@ -62,7 +62,8 @@ class MI:
     def __init__(self, prog: Path) -> None:
         self.p = subprocess.Popen(GDB.argv("gdb", "-nx", "-q", "--interpreter=mi2", str(prog)),
                                   stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                  errors="replace")  # gdb 18 in a chroot may print non-UTF-8 bytes
         self.token = 100
         self.wait_for(re.compile(r"^\(gdb\)"))
 

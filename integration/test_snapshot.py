@@ -251,6 +251,10 @@ def test_deadlocks_attached_mode_off(config: str) -> None:
     tasks = section(out, "tasks")
     assert "BlockingTask<" not in tasks and "spawn_blocking(runtime worker)" in tasks, tasks
     assert "spawn_blocking(runtime worker) (running on the blocking pool)" in section(out, "tree"), section(out, "tree")
+    # ... and `tasks` says so in its STATE column ("running", no thread: tokio does not record which
+    # pool thread took it), not "unknown"
+    workers = [row for row in tasks.splitlines() if "spawn_blocking(runtime worker)" in row]
+    assert workers and all(re.match(r"#\d+\s+0x[0-9a-f]+\s+running\s", row) for row in workers), tasks
     # `locals` shows each guard as the Mutex it holds, the same address `waits` names
     waits = section(out, "waits")
     for name, tid in ids.items():

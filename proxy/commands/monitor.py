@@ -298,8 +298,7 @@ def _where(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
         index = "?" if st.suspend_index is None else str(st.suspend_index)
         return f"{head}: suspended at {loc}, suspend index {index}"
     if st.kind is StateKind.RUNNING:
-        at = f" at {st.loc}" if st.loc is not None else ""
-        return f"{head}: running on thread {st.thread}{at}"
+        return f"{head}: {st}"
     if st.kind is StateKind.UNRESUMED:
         return f"{head}: not yet polled" + (f" (declared at {st.loc})" if st.loc else "")
     return f"{head}: {st.kind.value}"

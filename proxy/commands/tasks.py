@@ -104,8 +104,7 @@ def render_tasks(snap: Snapshot, tasks: list[Task], *, limit: int = DEFAULT_LIMI
 
 def _state(t: Task) -> str:
     """The task's state without its line (AT says where its innermost coroutine is)."""
-    st = t.state
-    return f"running on thread {st.thread}" if st.kind is StateKind.RUNNING else st.kind.value
+    return t.state.word
 
 
 def _thread(t: Task) -> int | None:
@@ -124,7 +123,7 @@ def render_groups(snap: Snapshot, tasks: list[Task], *, limit: int = DEFAULT_LIM
                f.name if f is not None else None)
         key = keys.get(raw)
         if key is None:
-            kind = t.state.kind.value if t.state.kind is not StateKind.RUNNING else f"running on thread {t.state.thread}"
+            kind = t.state.word
             loc = str(t.location) if t.location is not None else "-"
             key = keys[raw] = (kind, loc, _innermost(t))
         groups.setdefault(key, []).append(t)

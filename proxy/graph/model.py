@@ -38,10 +38,18 @@ class TaskState:
     def live(self) -> bool:
         return self.kind not in (StateKind.FINISHED, StateKind.PANICKED)
 
+    @property
+    def word(self) -> str:
+        """The state without its line: "running on thread N" ("running" when no thread is known:
+        a blocking-pool closure that was started), "suspended", ..."""
+        if self.kind is StateKind.RUNNING and self.thread is not None:
+            return f"running on thread {self.thread}"
+        return self.kind.value
+
     def __str__(self) -> str:
         at = f" at {self.loc}" if self.loc is not None else ""
         if self.kind is StateKind.RUNNING:
-            return f"running on thread {self.thread}{at}"
+            return f"{self.word}{at}"
         if self.kind is StateKind.SUSPENDED:
             return f"suspended{at}"
         return self.kind.value

@@ -808,7 +808,10 @@ def blocking_task(r: Reflector, addr: int, type_name: str, depth: int, seen: fro
         variant = opt.variant_for(v) if v is not None else None
         started = variant.name == "None" if variant is not None else None
     detail = {True: "running on the blocking pool", False: "queued for the blocking pool"}.get(started, "")
-    return Node("leaf", f"tokio::task::spawn_blocking({what})", addr, type_name, detail=detail)
+    # The closure taken out means it runs: a BlockingTask that returned is dropped with its task.
+    # Which pool thread runs it is not in tokio's memory (a stack scan could tell; not done).
+    status = {True: "running", False: "not yet polled"}.get(started, "pending")
+    return Node("leaf", f"tokio::task::spawn_blocking({what})", addr, type_name, status=status, detail=detail)
 
 
 def pending(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:

@@ -44,7 +44,7 @@ class Convert(BuildState):
         if tree.kind == "coroutine":
             name, state, _ = self._coroutine(tree)
         else:  # the task's state is its future's
-            done = _LEAF_STATES.get(tree.status)
+            done = _TASK_LEAF_STATES.get(tree.status)
             name = tree.label if tree.kind == "leaf" else layout_name(self.inv, key[1])
             state = TaskState(done) if done else _UNKNOWN
         found = self._found.get(root.origin)
@@ -180,6 +180,9 @@ def _resource(kind: str, addr: int) -> Resource:
 
 _LEAF_STATES = {"completed": StateKind.FINISHED, "gone": StateKind.FINISHED, "panicked": StateKind.PANICKED,
                 "not yet polled": StateKind.UNRESUMED}
+# A task whose future is a leaf (a spawn_blocking closure) also runs or waits to run; in a
+# tree such a leaf's detail says it ("running on the blocking pool").
+_TASK_LEAF_STATES = {**_LEAF_STATES, "running": StateKind.RUNNING}
 _KINDS = {k.lower(): k for k in ("Mutex", "RwLock", "Semaphore", "Notify", "Barrier", "oneshot", "mpsc", "watch",
                                   "broadcast", "JoinHandle")}
 
