@@ -63,14 +63,17 @@ class Outcome:
     note: str = ""
     stopped: bool = False  # left group-stopped (T) with no tracer; its exit is the one after a SIGCONT
     elapsed: float = 0.0
+    straight: bool = False  # no proxy: a baseline, reported, never failed
 
     def line(self) -> str:
-        return (f"  {self.backend} {self.victim} at {self.delay:.2f} s: {'ok' if self.ok else 'FAILED'} "
+        return (f"  {self.backend} {self.victim}{' straight' if self.straight else ''} at {self.delay:.2f} s: {'ok' if self.ok else 'FAILED'} "
                 f"(program exit {self.program_exit}{' check=ok' if self.program_ok else ''}, stray {self.stray}"
                 f"{', left stopped' if self.stopped else ''}; {self.elapsed:.1f} s){self.note}")
 
     @property
     def ok(self) -> bool:
+        if self.straight:
+            return True
         if self.victim == "stub":
             return self.proxy_exit is not None and "stub" in self.proxy_said
         clean_proxy = self.victim == "proxy" or (self.proxy_exit is not None and "Traceback" not in self.proxy_said)
@@ -108,7 +111,57 @@ def _wait_exit_or_stop(proc: subprocess.Popen[bytes], timeout: float, settle: fl
     return False
 
 
-def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 20000) -> Outcome:
+def breakpoint_sites(prog: Path) -> list[int]:
+    """The file addresses where the breakpoint capture plants its probes
+    (proxy/capture/breakpoints.py `plan`: every resume function's entry, rets
+    and unwind exits)."""
+    from proxy.analysis.inventory import build_inventory
+
+    return sorted({a for fn in build_inventory(prog).resume_fns if fn.low_pc
+                   for a in (fn.low_pc, *fn.rets, *fn.other_exits)})
+
+
+def _straight(link: Link, backend: str, sites: list[int], bias: int, deadline: float) -> None:
+    """No proxy: the client plants `Z0`s (or plain trap tracepoints) at
+    `sites` itself and continues after each hit until `deadline` (a baseline
+    of what gdbserver's own death does to the program)."""
+    if backend == "tracepoints" and sites:
+        link.request(b"QTinit")
+        for n, a in enumerate(sites, 1):
+            link.request(b"QTDP:%x:%x:E:0:0" % (n, a + bias))
+        link.request(b"QTStart")
+    else:
+        for a in sites:
+            link.request(b"Z0,%x,1" % (a + bias))
+    link.send(b"vCont;c")
+    while time.monotonic() < deadline:
+        try:
+            stop = link.read_packet(patience=max(0.01, min(0.1, deadline - time.monotonic())))
+        except Hang:
+            continue
+        if stop[:1] in (b"T", b"S"):
+            link.send(b"vCont;c")
+
+
+def _run_until(link: Link, rng: random.Random, deadline: float) -> None:
+    """Let the program run through the proxy until `deadline`, with now and
+    then a stop, a graph question and a continue."""
+    link.send(b"vCont;c")
+    while time.monotonic() < deadline:
+        time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+        if rng.random() < 0.3 and time.monotonic() < deadline:
+            link.send_raw(b"\x03")
+            link.read_packet()
+            link.request(b"qRcmd," + b"async tasks".hex().encode())
+            link.send(b"vCont;c")
+
+
+def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 20000,
+        straight: bool = False) -> Outcome:
+    """One run. `straight`: no proxy (`victim` must be "stub"); the client
+    plants the breakpoint capture's sites itself, as `Z0`s ("breakpoints")
+    or as gdbserver's plain trap tracepoints ("tracepoints"), or nothing
+    ("none")."""
     # Its own process group, as a shell job has: gdbserver 13.1 interrupts
     # (0x03) with a kill of the program's process group, and an attached
     # program that leads none never stops ("Sending SIGINT to process group of
@@ -129,21 +182,17 @@ def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: i
         m = gout.wait_for(re.compile(rb"Listening on port (\d+)"), 15)
         if not m:
             raise RuntimeError(f"gdbserver did not attach: {gout.text()!r}")
-        px = spawn_proxy(f"127.0.0.1:{m.group(1).decode()}", extra=["--capture", backend])
-        link = Link(px.address, 30)
+        stub_address = f"127.0.0.1:{m.group(1).decode()}"
+        if not straight:
+            px = spawn_proxy(stub_address, extra=["--capture", backend])
+        link = Link(px.address if px is not None else stub_address, 30)
         link.request(b"qSupported:multiprocess+;swbreak+;hwbreak+;fork-events+;vContSupported+")
         link.request(b"?")
-        link.send(b"vCont;c")
-        t0 = time.monotonic()
-        deadline = t0 + delay
-        # now and then a stop, a graph question and a continue before the fault
-        while time.monotonic() < deadline:
-            time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
-            if rng.random() < 0.3 and time.monotonic() < deadline:
-                link.send_raw(b"\x03")
-                link.read_packet()
-                link.request(b"qRcmd," + b"async tasks".hex().encode())
-                link.send(b"vCont;c")
+        if straight:
+            sites = breakpoint_sites(prog) if backend != "none" else []
+            _straight(link, backend, sites, _bias(bench.pid, prog), time.monotonic() + delay)
+        else:
+            _run_until(link, rng, time.monotonic() + delay)
     except (Gone, Hang, RuntimeError, OSError) as err:
         note = f"before the fault: {err}"
     try:
@@ -194,18 +243,18 @@ def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: i
         said = px.stderr_text()
     kill_tree(gs)
     ok = "check=ok" in out.text()
-    return Outcome(backend, victim, delay, code, ok, stray, proxy_exit, said, note, stopped)
+    return Outcome(backend, victim, delay, code, ok, stray, proxy_exit, said, note, stopped, straight=straight)
 
 
 def campaign(prog: Path, backends: list[str], victims: list[str], runs: int, seed: int,
-             progress=None) -> list[Outcome]:  # type: ignore[no-untyped-def]
+             progress=None, straight: bool = False) -> list[Outcome]:  # type: ignore[no-untyped-def]
     rng = random.Random(seed)
     out = []
     for backend in backends:
         for victim in victims:
             for _ in range(runs):
                 t0 = time.monotonic()
-                o = one(prog, backend, victim, rng)
+                o = one(prog, backend, victim, rng, straight=straight)
                 o.elapsed = time.monotonic() - t0
                 out.append(o)
                 if progress is not None:
@@ -222,7 +271,8 @@ def summary(outcomes: list[Outcome]) -> str:
         exits = sum(o.program_exit == 0 and o.program_ok for o in group)
         strays = sum(o.stray for o in group)
         stopped = sum(o.stopped for o in group)
-        lines.append(f"  {b:12s} {v:6s} kill: {len(group)} runs, {len(bad)} failed; program exit 0 with check=ok "
+        where = " (straight, no proxy)" if group[0].straight else ""
+        lines.append(f"  {b:12s} {v:6s} kill{where}: {len(group)} runs, {len(bad)} failed; program exit 0 with check=ok "
                      f"in {exits}; stray int3 {strays}" + (f"; left stopped {stopped}" if stopped else ""))
         for o in bad[:3]:
             said = o.proxy_said.strip().splitlines()[-1:] if o.proxy_said else []
@@ -242,11 +292,20 @@ def main(argv: list[str]) -> int:  # pragma: no cover - scripts/fault-campaign
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--backends", default="breakpoints,tracepoints,uprobes")
     ap.add_argument("--victims", default="proxy,client,stub")
+    ap.add_argument("--straight", action="store_true",
+                    help="no proxy, the stub killed: the client plants the breakpoint capture's sites itself "
+                         "as Z0s (--backends breakpoints), as trap tracepoints (tracepoints) or nothing "
+                         "(none); a baseline")
     a = ap.parse_args(argv)
+    if a.straight:
+        a.victims = "stub"
+        if a.backends == ap.get_default("backends"):
+            a.backends = "none,breakpoints,tracepoints"
+
     prog = build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")]
     t0 = time.monotonic()
     res = campaign(prog, a.backends.split(","), a.victims.split(","), a.runs, a.seed,
-                   progress=lambda o: print(o.line(), flush=True))
+                   progress=lambda o: print(o.line(), flush=True), straight=a.straight)
     bad = sum(not o.ok for o in res)
     print(f"fault-campaign seed={a.seed}: {len(res)} runs in {time.monotonic() - t0:.0f} s, {bad} failed")
     print(summary(res))
