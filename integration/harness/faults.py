@@ -157,7 +157,7 @@ def _run_until(link: Link, rng: random.Random, deadline: float) -> None:
 
 
 def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: int = 20000,
-        straight: bool = False) -> Outcome:
+        straight: bool = False, proxy_args: tuple[str, ...] = ()) -> Outcome:
     """One run. `straight`: no proxy (`victim` must be "stub"); the client
     plants the breakpoint capture's sites itself, as `Z0`s ("breakpoints")
     or as gdbserver's plain trap tracepoints ("tracepoints"), or nothing
@@ -184,7 +184,7 @@ def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: i
             raise RuntimeError(f"gdbserver did not attach: {gout.text()!r}")
         stub_address = f"127.0.0.1:{m.group(1).decode()}"
         if not straight:
-            px = spawn_proxy(stub_address, extra=["--capture", backend])
+            px = spawn_proxy(stub_address, extra=["--capture", backend, *proxy_args])
         link = Link(px.address if px is not None else stub_address, 30)
         link.request(b"qSupported:multiprocess+;swbreak+;hwbreak+;fork-events+;vContSupported+")
         link.request(b"?")
@@ -247,14 +247,15 @@ def one(prog: Path, backend: str, victim: str, rng: random.Random, iterations: i
 
 
 def campaign(prog: Path, backends: list[str], victims: list[str], runs: int, seed: int,
-             progress=None, straight: bool = False) -> list[Outcome]:  # type: ignore[no-untyped-def]
+             progress=None, straight: bool = False,
+             proxy_args: tuple[str, ...] = ()) -> list[Outcome]:  # type: ignore[no-untyped-def]
     rng = random.Random(seed)
     out = []
     for backend in backends:
         for victim in victims:
             for _ in range(runs):
                 t0 = time.monotonic()
-                o = one(prog, backend, victim, rng, straight=straight)
+                o = one(prog, backend, victim, rng, straight=straight, proxy_args=proxy_args)
                 o.elapsed = time.monotonic() - t0
                 out.append(o)
                 if progress is not None:
@@ -296,6 +297,8 @@ def main(argv: list[str]) -> int:  # pragma: no cover - scripts/fault-campaign
                     help="no proxy, the stub killed: the client plants the breakpoint capture's sites itself "
                          "as Z0s (--backends breakpoints), as trap tracepoints (tracepoints) or nothing "
                          "(none); a baseline")
+    ap.add_argument("--proxy-arg", action="append", default=[],
+                    help="one more argument for the proxy (e.g. --proxy-arg=--remote); repeatable")
     a = ap.parse_args(argv)
     if a.straight:
         a.victims = "stub"
@@ -305,7 +308,8 @@ def main(argv: list[str]) -> int:  # pragma: no cover - scripts/fault-campaign
     prog = build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")]
     t0 = time.monotonic()
     res = campaign(prog, a.backends.split(","), a.victims.split(","), a.runs, a.seed,
-                   progress=lambda o: print(o.line(), flush=True), straight=a.straight)
+                   progress=lambda o: print(o.line(), flush=True), straight=a.straight,
+                   proxy_args=tuple(a.proxy_arg))
     bad = sum(not o.ok for o in res)
     print(f"fault-campaign seed={a.seed}: {len(res)} runs in {time.monotonic() - t0:.0f} s, {bad} failed")
     print(summary(res))

@@ -68,13 +68,14 @@ def sigint_pending(pid: int) -> bool:
     """A SIGINT waits in the kernel for local process `pid`: the process's
     shared pending set or one of its threads' (/proc/PID[/task/TID]/status,
     ShdPnd and SigPnd; SIGINT is bit 1). Raises OSError when it is gone."""
+    from proxy.session.wire import sigint_in_status
+
     paths = [f"/proc/{pid}/status"] + [f"/proc/{pid}/task/{t}/status" for t in os.listdir(f"/proc/{pid}/task")]
     for path in paths:
         try:
             text = open(path).read()
         except OSError:
             continue  # a thread that just exited
-        for line in text.splitlines():
-            if line.startswith(("ShdPnd:", "SigPnd:")) and int(line.split()[1], 16) & (1 << (2 - 1)):
-                return True
+        if sigint_in_status(text):
+            return True
     return False

@@ -226,7 +226,9 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 return
             self._emit(Close("client disconnected", keep_stub=True))
             return
-        if self._program_exited or not self._holds_program():
+        # A SIGINT that crossed a stop waits for the stub's detach at the
+        # link's close: consumed first (_proc_leave), probes or not.
+        if self._program_exited or not (self._holds_program() or (not self.running and self._sigint_waiting())):
             self._emit(Close("client disconnected"))
             return
         if self._proc is not None:

@@ -126,3 +126,29 @@ def auxv_entry(reply: bytes) -> int | None:
             break
     return None
 
+
+
+def sigint_in_status(text: str) -> bool:
+    """A SIGINT waits in a /proc/PID/status (ShdPnd: the process's shared
+    pending set; SigPnd: the thread's; SIGINT is bit 1)."""
+    for line in text.splitlines():
+        if line.startswith(("ShdPnd:", "SigPnd:")):
+            try:
+                if int(line.split()[1], 16) & (1 << (SIGINT - 1)):
+                    return True
+            except (IndexError, ValueError):
+                continue
+    return False
+
+
+def vfile_reply(reply: bytes) -> tuple[int, bytes] | None:
+    """A `vFile:` reply, `F<result>[,errno][;attachment]` (hex numbers, the
+    attachment binary-escaped): (result, attachment); None for an error
+    (`F-1,errno`), an empty reply (no vFile in the stub) or garbage."""
+    if reply[:1] != b"F" or reply[1:2] == b"-":
+        return None
+    head, _, data = reply[1:].partition(b";")
+    try:
+        return int(head.split(b",")[0], 16), unescape_binary(data)
+    except (ValueError, MalformedPacket):
+        return None

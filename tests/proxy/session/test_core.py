@@ -303,6 +303,77 @@ def test_a_crossed_sigint_consumed_when_the_client_hangs_up() -> None:
     assert any(isinstance(a, Close) for a in d.stub(stop_at(0x1000, reason=b"", sig=b"02")))
 
 
+def test_a_crossed_sigint_of_a_remote_program_read_through_the_stub() -> None:
+    """The same crossing, the program of another host (a container, `--remote`):
+    its /proc is the stub's, read with vFile. The client killed, the SIGINT
+    waiting (ShdPnd bit 1): consumed before the proxy goes (`fault-campaign
+    --victims client --backends breakpoints --proxy-arg=--remote`: 4 of 20
+    programs died of SIGINT when it was not)."""
+    from proxy.identity import Identity
+
+    d = Driver(sigint_pending=_remote_asked)
+    d.s.identity = Identity(False, None, 0x3a4d, "test: remote")
+    d.start_running()
+    d.s.client_interrupt()
+    assert d.s.take_actions() == [ToStubRaw(b"\x03")]
+    d.stub(stop_at(0x1234))  # a client breakpoint won: not the SIGINT
+    d.s.client_closed()
+    path = b"/proc/%d/status" % 0x3a4d
+    assert bodies(d.s.take_actions(), ToStub) == [b"vFile:open:" + path.hex().encode() + b",0,0"]
+    assert bodies(d.stub(b"F7"), ToStub) == [b"vFile:pread:7,1000,0", b"vFile:close:7"]
+    status = b"Name:\tbench\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000002\n"
+    assert d.stub(b"F%x;" % len(status) + status) == []
+    assert bodies(d.stub(b"F0"), ToStub) == [b"QProgramSignals:"]
+    assert bodies(d.stub(b"OK"), ToStub) == [b"QProgramSignals:", f"z0,{PROBE:x},1".encode(), b"vCont;c"]
+    d.stub(b"OK")
+    assert d.stub(b"OK") == []
+    assert any(isinstance(a, Close) for a in d.stub(stop_at(0x1000, reason=b"", sig=b"02")))
+
+
+def _crossed_without_probes(local: bool, sigint_pending) -> Driver:  # type: ignore[no-untyped-def]
+    """No probe; the client's 0x03 crossed a client breakpoint's stop."""
+    from proxy.identity import Identity
+
+    d = Driver(probes=[], sigint_pending=sigint_pending)
+    d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test") if local else Identity(False, None, 0x3a4d, "remote")
+    d.client(b"vCont;c:p3a4d.-1")
+    d.s.client_interrupt()
+    d.s.take_actions()
+    d.stub(stop_at(0x1234))
+    return d
+
+
+def _remote_asked(pid: int) -> bool:
+    pytest.fail("this host's /proc asked for a remote program")
+
+
+def test_a_crossed_sigint_consumed_at_a_hang_up_with_nothing_of_the_proxys_in() -> None:
+    """No probe, no capture: a hang-up after a crossing still consumes the
+    SIGINT (a `D` did already; a hang-up left it to gdbserver's detach)."""
+    pending = [True]
+    d = _crossed_without_probes(True, lambda pid: pending[0])
+    d.s.client_closed()
+    assert bodies(d.s.take_actions(), ToStub) == [b"QProgramSignals:"]
+    assert bodies(d.stub(b"OK"), ToStub) == [b"QProgramSignals:", b"vCont;c"]
+    d.stub(b"OK")
+    pending[0] = False
+    assert any(isinstance(a, Close) for a in d.stub(stop_at(0x1000, reason=b"", sig=b"02")))
+
+
+def test_no_sigint_waiting_in_a_remote_program_no_extra_resume() -> None:
+    d = _crossed_without_probes(False, _remote_asked)
+    assert bodies(d.client(b"D;3a4d"), ToStub)[0].startswith(b"vFile:open:")
+    d.stub(b"F7")
+    d.stub(b"F20;SigPnd:\t0000000000000000\nShdPnd:\t0\n")
+    assert bodies(d.stub(b"F0"), ToStubRaw) == [frame(b"D;3a4d")]
+
+
+def test_a_stub_without_vfile_leaves_as_before() -> None:
+    d = _crossed_without_probes(False, _remote_asked)
+    d.client(b"D;3a4d")
+    assert bodies(d.stub(b""), ToStubRaw) == [frame(b"D;3a4d")]
+
+
 def test_no_crossing_no_extra_resume_at_the_detach() -> None:
     from proxy.identity import Identity
 
