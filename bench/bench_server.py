@@ -23,6 +23,10 @@ most:
 * ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
                     watched;
 * ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-rets``  the same with --uprobe-rets: the exits of resume functions
+                    polled through a vtable stay on their single-stepped
+                    rets (as before their return sites were learned);
+                    ``uprobes-sampled-rets``: --sample N --uprobe-rets;
 * ``uprobes-tasks`` the same with --mode tasks: after 0.5 s only the resume
                     functions polled as tasks' roots stay probed, their
                     counts and times folded in the kernel (exact);
@@ -42,7 +46,14 @@ most:
 `integration/test_uprobes.run_captured`), rounds interleaved the same way:
 ``bare``; ``traps`` (every site planted, each only counting its hits: the
 kernel's cost of the probed instructions); ``traps-rets`` (the same with the
-exits on the functions' ``ret``s, not in their callers); ``records`` (the records written,
+exits on the functions' ``ret``s, not in their callers nor at learned return
+sites); ``empty`` (every site
+planted, the BPF program returning at once: the traps alone, the floor of
+any uprobe capture at these sites); ``empty-rets`` (the same with the exits of
+functions polled through a vtable on their rets, as with ``--uprobe-rets``);
+``empty-norets`` (the same without the
+exit probes that stand on a ``ret``, which the kernel single-steps: the
+difference is what those cost); ``records`` (the records written,
 nobody reading them: a 512 MiB ring); ``consumer`` (the proxy's consumer
 folding every record into an engine as the server runs; its CPU time per
 event is printed). Each with requests/s, the ratio to bare and the events.
@@ -92,6 +103,8 @@ WRK_REQUESTS = re.compile(r"(\d+) requests in")
 CONN_FN_AXUM = r"axum::serve::.*async_block"
 CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
+            "uprobes-rets": ["--capture", "uprobes", "--mode", "full", "--uprobe-rets"],
+            "uprobes-sampled-rets": ["--capture", "uprobes", "--sample", "64", "--uprobe-rets"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
             "uprobes-sliced": ["--capture", "uprobes", "--sample-time", "10"],
@@ -99,7 +112,8 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-tasks", "uprobes-sampled", "uprobes-sliced",
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
+         "uprobes-sampled-rets", "uprobes-sliced",
          "uprobes-tasks-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
 
 
@@ -326,7 +340,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                 px_cm.__exit__(None, None, None)
 
 
-SPLIT = ["bare", "traps-rets", "traps", "records", "consumer"]
+SPLIT = ["bare", "empty", "empty-rets", "empty-norets", "traps-rets", "traps", "records", "consumer"]
 
 
 def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
@@ -355,20 +369,33 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
             target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
                                      engine=Engine(Catalog(inv, bias)), note=None, extra={})
             cap = UprobeCapture(ring_bytes=(512 << 20) if how == "records" else 64 << 20,
-                                move_exits=how != "traps-rets")
+                                move_exits=how != "traps-rets", learn_returns=how not in ("traps-rets", "empty-rets"))
             cap.plan(target)  # type: ignore[arg-type]
+            if how == "empty-norets" and cap.plan_ is not None:
+                cap.plan_.sites = [st for st in cap.plan_.sites if not (
+                    st.spec.kind == B.KIND_EXIT and st.original[:1] in (b"\xc3", b"\xc2"))]
             cap.install()
             if not cap.attached:
                 run.note = f"not attached: {cap.note}"
                 return run
-            if how.startswith("traps"):
-                assert cap._prog is not None and cap.plan_ is not None
-                cap._prog.set_sites([B.SiteSpec(B.KIND_COUNT)] * len(cap.plan_.sites))
         os.kill(pid, signal.SIGCONT)
         deadline = time.monotonic() + 30
         while not port_listening(port) and time.monotonic() < deadline:
             time.sleep(0.01)
+        if cap is not None and cap._prog is not None:
+            # warm-up: the return sites of the polls made through vtables are learned
+            # and probed (capture.py _returns_step), as the proxy does in its first 0.5 s
+            for _ in range(50):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
+            cap._returns_step(force=True)
+            for th in cap._ret_closing:
+                th.join()  # the rets' link closed: the int3s are out
+            if how.startswith("traps"):
+                cap._prog.set_sites([B.SiteSpec(B.KIND_COUNT)] * len(cap._att_sites))
+            if how.startswith("empty"):
+                cap._prog.set_off(True)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        srv0 = cpu_s([pid])
         w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         while w.poll() is None:
@@ -376,9 +403,17 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
                 cap.poll()
             time.sleep(0.005)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-        m = WRK_RPS.search(w.stdout.read() if w.stdout else "")
+        srv1 = cpu_s([pid])
+        text = w.stdout.read() if w.stdout else ""
+        m = WRK_RPS.search(text)
         run.rps = float(m.group(1)) if m else float("nan")
         run.ok = m is not None
+        req = WRK_REQUESTS.search(text)
+        if req and int(req.group(1)):
+            # the server's CPU, and this process's (the consumer's, when it folds) per request
+            n_req = int(req.group(1))
+            own = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
+            run.cpu_us = ((srv1 - srv0) / n_req * 1e6, own / n_req * 1e6)
         if cap is not None and cap._prog is not None:
             c = cap._prog.counters()
             hits = sum(cap._prog.site_hits(list(range(len(cap.plan_.sites)))).values()) if cap.plan_ else 0
@@ -399,7 +434,7 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
 
 RUNNERS: dict[str, Callable[[Server, str, float, int, str], Run]] = {
     "bare": run_bare, "console": run_bare, "gdb": run_gdb, "traps": run_split, "traps-rets": run_split,
-    "records": run_split,
+    "empty": run_split, "empty-rets": run_split, "empty-norets": run_split, "records": run_split,
     "consumer": run_split,
     **{k: run_gdb for k in CAPTURES}}
 
@@ -484,6 +519,7 @@ def main() -> int:
     args = ap.parse_args()
     wrk = ensure_wrk()
     CAPTURES["uprobes-sampled"][-1] = str(args.sample)
+    CAPTURES["uprobes-sampled-rets"][-2] = str(args.sample)
     CAPTURES["uprobes-sliced"][-1] = str(args.sample_time)
     CAPTURES["uprobes-tasks-sliced"][-1] = str(args.sample_time)
     server = Server(args.server, args.config)

@@ -873,3 +873,31 @@ def test_tasks_mode_keeps_the_tasks_probes_and_counts_them_exactly() -> None:
         assert polls(cap, fn) == polls(ref, fn), (fn, polls(cap, fn), polls(ref, fn))
     for fn in left:
         assert polls(cap, fn) < polls(ref, fn), (fn, polls(cap, fn), polls(ref, fn))
+
+
+def test_exits_at_learned_return_sites_count_every_poll_once() -> None:
+    """A resume function polled through a vtable (its address in the program's
+    data: no direct caller to put its exit probes after) starts with its rets
+    probed while its entries note their return addresses; the proxy checks each
+    (a call ends there, then a straight window to an emulated instruction) and
+    probes it, and the rets' link is closed (capture.py ``_returns_step``). The
+    same current-thread run with its rets probed all along: the same entries,
+    entries = exits + the polls that returned to an address not probed yet
+    (counted at their entry), and nothing unmatched."""
+    prog = _binary("release", "tokio_bench")
+    inv = build_inventory(str(prog))
+    runs = []
+    for learn in (False, True):
+        cap, eng, code = run_captured(prog, [300, "ct"], inv, unwind_share=0.0, learn_returns=learn, learn_s=0.02)
+        assert code == 0 and cap.decoder is not None
+        d, st, c = cap.decoder.stats, eng.stats(), cap.counters()
+        uncovered = c.get("uncovered", 0)
+        assert d.bad == 0 and st.unmatched_exits == 0, (learn, d, st)
+        assert d.entries == d.exits + d.unwinds + uncovered and st.exits_missed <= uncovered, (learn, d, st, c)
+        assert bool(cap.retsites) == learn, cap.stats_lines()
+        if learn:
+            line = cap.returns_line() or ""
+            assert "with their exits at" in line and not cap._given_up, line
+            assert uncovered <= d.entries // 100, line  # learned early: at most the first step's stragglers
+        runs.append(d.entries)
+    assert runs[0] == runs[1]

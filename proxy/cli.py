@@ -69,6 +69,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="uprobe capture: record one root poll in N of each coroutine instance (new ones "
                         "always); poll counts and busy times stay exact (counted in the kernel), the "
                         "graph and the poll histograms see the recorded polls only (default 1: all)")
+    p.add_argument("--uprobe-rets", action="store_true",
+                   help="uprobe capture: keep the exits of resume functions polled through a vtable on their "
+                        "rets (single-stepped by the kernel) instead of probing the return sites their polls "
+                        "are seen to return to; for comparison")
     p.add_argument("--sample-time", type=_percent, metavar="PCT",
                    help="uprobe capture: time slices, the probes in for PCT%% of the running time (50 ms at a "
                         "time) and out for the rest (the program runs bare); counts, busy times and the graph "

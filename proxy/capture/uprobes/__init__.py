@@ -26,6 +26,8 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
         kw["sample_every"] = sample
     elif mode == "tasks":
         kw["sample_every"] = 64  # the kernel folds the counts: one root poll in 64 recorded
+    if opts.get("uprobe_rets"):
+        kw["learn_returns"] = False  # type: ignore[assignment]
     share = opts.get("sample_time")
     if isinstance(share, (int, float)) and 0 < share < 100:
         kw["slice_duty"] = share / 100.0  # type: ignore[assignment]

@@ -39,19 +39,24 @@ BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
 PAGE = mmap.PAGESIZE
 
-# struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, sp_adjust, fn
-SITE = struct.Struct("<BBBBiIiI")
+# struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, sp_adjust, fn, ret_back
+SITE = struct.Struct("<BBBBiIiII")
 CONFIG = struct.Struct("<IIqII")  # tgid, stack_max, stack credits, sample_every, flags
 CFG_DEDUPE = 1  # drop a hit that repeats the thread's last (ip, sp): two links on one site
+CFG_OFF = 2  # the program returns at once (the benchmark's floor: the traps alone)
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 INST_STATS = struct.Struct("<QQQQ")  # struct inst_stats: polls, raw ns, hits, recorded polls
-KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS = 0, 1, 2, 3, 4
+KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS, KIND_RETSITE = 0, 1, 2, 3, 4, 5
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
+# an entry site's cfa_reg: the function is polled through a vtable, its return addresses
+REG_LEARN = 8  # are learned (rets_seen), its exits are its rets
+REG_RETSITES = 9  # are probed return sites (retsites), its exits are there
+RET_KEY = struct.Struct("<QII")  # struct ret_key: return address, fn, pad
 CHUNK = 256
 STACK_MAX = 16384
 
 COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries",
-            "skipped", "stats lost", "duplicates")
+            "skipped", "stats lost", "duplicates", "uncovered", "retsite other")
 
 
 class BpfError(Exception):
@@ -70,10 +75,11 @@ class SiteSpec:
     cfa_off: int = 8  # a ret: CFA = rsp + 8, so the entry's sp = rsp
     sp_adjust: int = 0  # an entry probed after its prologue: the entry's sp = rsp + sp_adjust
     fn: int = 0  # the resume function's index: instances are keyed (self, fn)
+    ret_back: int = 0  # KIND_RETSITE: the return address is the probe's address - ret_back
 
     def pack(self) -> bytes:
         return SITE.pack(self.kind, self.self_reg, self.state_size, self.cfa_reg, self.cfa_off,
-                         self.state_off, self.sp_adjust, self.fn)
+                         self.state_off, self.sp_adjust, self.fn, self.ret_back)
 
 
 # ---- libbpf -------------------------------------------------------------------------------------
@@ -164,7 +170,8 @@ class Program:
         self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
-            for name in ("events", "sites", "config", "counters", "scopes", "site_hits", "instances", "threads")
+            for name in ("events", "sites", "config", "counters", "scopes", "site_hits", "instances", "threads",
+                         "retsites", "rets_seen")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -218,8 +225,15 @@ class Program:
 
     def set_dedupe(self, on: bool) -> None:
         """While two links hold the same sites (a swap): each hit counted once."""
+        self._set_flag(CFG_DEDUPE, on)
+
+    def set_off(self, on: bool) -> None:
+        """The program returns at once, counting nothing (a benchmark's floor)."""
+        self._set_flag(CFG_OFF, on)
+
+    def _set_flag(self, flag: int, on: bool) -> None:
         tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))
-        self._flags = CFG_DEDUPE if on else 0
+        self._flags = (getattr(self, "_flags", 0) & ~flag) | (flag if on else 0)
         self._update("config", 0, CONFIG.pack(tgid, stack_max, getattr(self, "_credits", 0), every, self._flags))
 
     def instances(self) -> dict[tuple[int, int], tuple[int, int, int, int]]:
@@ -254,9 +268,35 @@ class Program:
             lib.bpf_map_delete_elem(fd, ctypes.create_string_buffer(k, key_size))
         return len(keys)
 
-    def set_sites(self, sites: list[SiteSpec]) -> None:
-        for i, s in enumerate(sites):
+    def set_sites(self, sites: list[SiteSpec], first: int = 0) -> None:
+        for i, s in enumerate(sites, first):
             self._update("sites", i, s.pack())
+
+    def add_retsites(self, addrs: list[int]) -> None:
+        """Return addresses whose return site is probed (the polls returning there are covered)."""
+        fd = self.fds["retsites"]
+        one = ctypes.c_uint32(1)
+        for a in addrs:
+            k = ctypes.c_uint64(a)
+            if self._lib.lib.bpf_map_update_elem(fd, ctypes.byref(k), ctypes.byref(one), 0) != 0:
+                raise BpfError(f"cannot write the BPF map retsites: {_errno_text(ctypes.get_errno())}")
+
+    def rets_seen(self) -> dict[tuple[int, int], int]:
+        """(return address, fn) -> entries seen, of the functions whose return sites are learned."""
+        fd = self.fds["rets_seen"]
+        lib = self._lib.lib
+        key = ctypes.create_string_buffer(RET_KEY.size)
+        nxt = ctypes.create_string_buffer(RET_KEY.size)
+        val = ctypes.c_uint64()
+        out: dict[tuple[int, int], int] = {}
+        prev = None
+        while lib.bpf_map_get_next_key(fd, prev, nxt) == 0 and len(out) < 4096:
+            ctypes.memmove(key, nxt, RET_KEY.size)
+            prev = key
+            if lib.bpf_map_lookup_elem(fd, key, ctypes.byref(val)) == 0:
+                ret, fn, _ = RET_KEY.unpack(key.raw)
+                out[(ret, fn)] = val.value
+        return out
 
     def _update(self, name: str, key: int, value: bytes) -> None:
         k = ctypes.c_uint32(key)

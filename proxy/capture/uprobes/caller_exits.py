@@ -72,6 +72,9 @@ _DATA_SECTIONS = (".data.rel.ro", ".data", ".rodata", ".got", ".init_array", ".f
 _WRITES_RSP = {"push", "pop", "leave", "enter", "pushfq", "popfq", "call", "ret"}
 
 
+FUNCTION_POINTER = "its address is in the program's data (a function pointer)"
+
+
 @dataclass(frozen=True, slots=True)
 class CallerExit:
     addr: int  # link-time address of the emulated instruction after the call
@@ -135,7 +138,7 @@ def caller_exits(elf: ElfImage, fns: list[tuple[int, int]], polls: Iterable[int]
     caller_cache: dict[int, tuple[dict[int, object], set[int]]] = {}
     for lo, _hi in fns:
         if lo in absolute:
-            out[lo] = "its address is in the program's data (a function pointer)"
+            out[lo] = FUNCTION_POINTER
             continue
         sites: list[CallerExit] = []
         why = None
@@ -199,16 +202,32 @@ def _reference_at(elf: ElfImage, q: int, target: int,
     return None
 
 
+def return_site(elf: ElfImage, ret: int, polls: Iterable[int] = (),
+                cache: dict[int, tuple[dict[int, object], set[int]]] | None = None) -> CallerExit | str:
+    """The exit probe for the polls that return to `ret` (link-time), learned at
+    run time for a function polled through a vtable: the instruction ending at
+    `ret` is a call (any: direct or indirect), then the same window as after a
+    direct call. The probe serves every callee returning there (uprobes.bpf.c:
+    only a poll in progress at that sp whose entry read `ret` is ended by it)."""
+    cache = {} if cache is None else cache
+    found = _caller(elf, ret - 1, cache)
+    calls = [a for a, i in (found[1].items() if found else ())
+             if a + i.size == ret and _GRP_CALL in set(i.groups)]  # type: ignore[attr-defined]
+    if not calls:
+        return f"no call instruction of a known function ends at the return address 0x{ret:x}"
+    return _exit_after_call(elf, calls[0], cache, _CallCheck(elf, set(polls)), direct=False)
+
+
 def _exit_after_call(elf: ElfImage, call: int, cache: dict[int, tuple[dict[int, object], set[int]]],
-                     calls: _CallCheck | None = None) -> CallerExit | str:
+                     calls: _CallCheck | None = None, direct: bool = True) -> CallerExit | str:
     found = _caller(elf, call, cache)
     if found is None:
         return f"a reference at 0x{call + 1:x} outside any known function"
     _start, insns, landings = found
     i = insns.get(call)
-    if i is None or bytes(i.bytes)[:1] != b"\xe8":  # type: ignore[attr-defined]
+    if i is None or (direct and bytes(i.bytes)[:1] != b"\xe8"):  # type: ignore[attr-defined]
         return f"a reference at 0x{call + 1:x} that is not a direct call"
-    pc = call + 5
+    pc = call + i.size  # type: ignore[attr-defined]
     for _ in range(MAX_WINDOW):
         if pc in landings:
             return f"a branch lands at 0x{pc:x}, after the call at 0x{call:x}"

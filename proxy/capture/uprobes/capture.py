@@ -33,6 +33,16 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   life sends its totals in the stream first (``InstanceTotals``). What the
   recorded polls alone give (the graph's edges and states, the histograms,
   the longest poll) is a sample, and ``stats`` and ``top`` say so.
+* Return sites (``_returns_step``): a resume function polled through a
+  vtable starts with its exits on its rets (single-stepped by the kernel, a
+  link of their own) while the BPF side notes each poll's return address;
+  every ``learn_s`` the new ones are checked (``caller_exits.return_site``)
+  and probed on the emulated instruction after them, and once all of a
+  function's are, its entries check theirs and its rets' link is closed. A
+  poll returning elsewhere is counted at its entry (``uncovered`` in stats)
+  and its return site probed at the next step; a return address that fails
+  the check gives the function its rets back. Not under ``--mode tasks`` or
+  time slices (their links are swapped whole). ``--uprobe-rets`` turns it off.
 * The user's ``--probe`` functions (count probes): under ``--capture
   uprobes`` the session hands them over (``count_probes``) and they become
   uprobe sites that only count (``KIND_COUNT``, no record): the client's
@@ -44,6 +54,7 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import time
@@ -67,12 +78,14 @@ from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_rea
 
 from . import bpf as B
 from .decode import ENTRY_REC, Decoder, EntryCapture, InstanceTotals, entry_capture
-from .sites import Site, SitePlan, count_site, plan_sites
+from .caller_exits import return_site
+from .sites import Site, SitePlan, count_site, plan_sites, retsite_site
 from .unwind import StackUnwinder
 
 _COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
 BATCH = 2048  # records folded between two looks at the clock
 DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
+RETSITE_ROOM = 256  # room in the site table for learned return sites
 _MIN_KERNEL = (6, 6)  # uprobe_multi links
 
 
@@ -103,6 +116,7 @@ class UprobeCapture(CaptureBase):
         tasks_only: bool = False,
         learn_s: float = 0.5,
         learn_entries: int = 300,
+        learn_returns: bool = True,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -198,6 +212,17 @@ class UprobeCapture(CaptureBase):
         self.learn_entries = learn_entries  # polls seen (recorded) before a swap
         self._learn_entries = 0
         self.swaps = 0
+        # exits at learned return sites (functions polled through a vtable): see _returns_step
+        self.learn_returns = learn_returns
+        self._ret_links: dict[int, int] = {}  # fn index -> the link of its rets (while probed)
+        self._ret_closing: list[Any] = []  # threads closing rets' links
+        self._ret_fns: dict[int, list[int]] = {}  # fn index -> cookies of its entry sites
+        self._covered: set[int] = set()  # return addresses (runtime) whose return site is probed
+        self._given_up: dict[int, str] = {}  # fn index -> why its exits stay on its rets
+        self._returns_t0 = 0.0
+        self._site_cap = 0  # the BPF site table's size
+        self._final_counters: dict[str, int] = {}  # the kernel's counters when the links closed
+        self.retsites: list[Site] = []  # return-site probes added
 
     # ------------------------------------------------------------------ availability
     @staticmethod
@@ -243,7 +268,8 @@ class UprobeCapture(CaptureBase):
         cfa = _cfa_rule(self.unwinder)
         self.plan_ = plan_sites(self._elf, inv, bias, only=self.only, exclude=self.exclude,
                                 entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries,
-                                move_exits=self.move_exits)
+                                move_exits=self.move_exits,
+                                learn_returns=self.learn_returns and self.slice_duty >= 1.0 and not self.tasks_only)
         self._sites_by_addr = self.plan_.by_addr()
         self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
         if not inv.resume_fns:
@@ -356,7 +382,8 @@ class UprobeCapture(CaptureBase):
             self.notices.append(f"uprobes: {len(leave_out)} sites left unprobed: the client has "
                                 "software breakpoints there and no debug register is free")
         try:
-            prog = B.Program.open(ring_bytes=self.ring_bytes, max_sites=len(sites),
+            self._site_cap = len(sites) + RETSITE_ROOM
+            prog = B.Program.open(ring_bytes=self.ring_bytes, max_sites=self._site_cap,
                                   **({"path": self.object_path} if self.object_path else {}))
         except B.BpfError as err:
             self.note = str(err)
@@ -372,7 +399,12 @@ class UprobeCapture(CaptureBase):
                 self._path, replaced = running_file(self._pid, self._path)
                 if replaced:
                     self.notices.append(replaced)
-            link = prog.attach(self._path, offsets, self._pid)
+            # a vtable-polled function's rets: a link of their own (_returns_step closes it)
+            main = [i for i, s in enumerate(sites) if not s.group]
+            if len(main) < len(sites):
+                offsets = [sites[i].file_offset for i in main]
+                self._cookie_list = main
+            link = prog.attach(self._path, offsets, self._pid, self._cookie_list)
             # The kernel writes the int3s before the link is returned: check it did.
             # In 2 of 100 regsafety runs a link came back with no probe ever hit.
             # The cause found since: the corpus builder replaces binaries by rename
@@ -384,13 +416,19 @@ class UprobeCapture(CaptureBase):
                     break
                 self.attach_retries += 1
                 prog.detach(link)
-                link = prog.attach(self._path, offsets, self._pid)
+                link = prog.attach(self._path, offsets, self._pid, self._cookie_list)
             else:
                 if self._armed(sites) is False:
                     self.notices.append(f"uprobes: the kernel did not write the probes into process "
                                         f"{self._pid} (checked in /proc/{self._pid}/mem): nothing is captured")
+            for g in sorted({s.group for s in sites if s.group}):
+                mine = [i for i, s in enumerate(sites) if s.group == g]
+                self._ret_links[g - 1] = prog.attach(self._path, [sites[i].file_offset for i in mine], self._pid, mine)
+                self._ret_fns[g - 1] = [i for i, s in enumerate(sites)
+                                        if s.spec.kind == B.KIND_ENTRY and s.spec.fn == g - 1]
             self.attach_s = time.perf_counter() - t0
             self._link, self._offsets = link, offsets
+            self._returns_t0 = time.monotonic()
             self._slice_t0 = self._learn_t0 = time.monotonic()
             self._att_sites = sites
         except B.BpfError as err:
@@ -400,8 +438,8 @@ class UprobeCapture(CaptureBase):
         self._prog = prog
         self._ring = prog.ring()
         self._cookies = {s.addr: i for i, s in enumerate(sites)}
-        self._fn_site = {s.spec.fn: s.info.site for s in sites if s.spec.kind != B.KIND_COUNT}
-        self.decoder = Decoder([s.info for s in sites], first_seq=self._next_seq())
+        self._fn_site = {s.spec.fn: s.info.site for s in sites if s.spec.kind in (B.KIND_ENTRY, B.KIND_EXIT, B.KIND_UNWIND)}
+        self.decoder = Decoder([s.info for s in sites], first_seq=self._next_seq(), fn_sites=self._fn_site)
         self._mask = sorted((s.addr, s.original) for s in sites)
 
     def _armed(self, sites: list[Site]) -> bool | None:
@@ -547,6 +585,110 @@ class UprobeCapture(CaptureBase):
         names = {st.info.site: st.name for st in self._att_sites if st.spec.kind == B.KIND_ENTRY}
         self.tasks_left_out = sorted(names.get(f, hex(f)) for f in nested_only)
 
+    def _returns_step(self, force: bool = False) -> None:
+        """Exits at learned return sites. A resume function polled through a vtable
+        has no direct caller whose next instruction could hold its exit probe, so
+        its exits start on its single-stepped rets (a link of their own) while its
+        entries note each return address (``rets_seen``). Every ``learn_s``, each
+        new return address is checked (``return_site``: the instruction before it
+        is a call, then a straight window to an emulated instruction that no
+        branch lands in) and probed there; a function whose return addresses are
+        all probed then has its entries check theirs (REG_RETSITES) and its rets'
+        link is closed. A poll that returns to an address not probed yet is
+        counted at its entry (``uncovered`` in stats; its exit is not seen) and
+        its return site is probed at the next step. A return address that fails
+        the check gives the function its rets back for good."""
+        prog = self._prog
+        if prog is None or not self._ret_fns or self._elf is None or self._path is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._returns_t0 < self.learn_s:
+            return
+        self._returns_t0 = now
+        bias = int(getattr(self.target, "bias", 0) or 0)
+        starts = [fn.low_pc for fn in self.inventory.resume_fns] if self.inventory is not None else []
+        new: dict[int, Site] = {}  # return address (runtime) -> its probe
+        for (ret, fn), _n in sorted(prog.rets_seen().items()):
+            if ret in self._covered or ret in new or fn in self._given_up or fn not in self._ret_fns:
+                continue
+            got = return_site(self._elf, ret - bias, starts)
+            site = retsite_site(self._elf, got, ret - bias, bias) if not isinstance(got, str) else None
+            if site is None or site.addr in self._sites_by_addr or site.addr in self._client_sw:
+                why = got if isinstance(got, str) else f"its return site 0x{ret:x} is probed or watched already"
+                self._give_up(prog, fn, why)
+                continue
+            new[ret] = site
+        if new:
+            first = len(self._att_sites)
+            sites = list(new.values())
+            if first + len(sites) > self._site_cap:
+                return  # the site table is full: the rets stay
+            prog.set_sites([st.spec for st in sites], first)
+            try:
+                prog.attach(self._path, [st.file_offset for st in sites], self._pid,
+                            list(range(first, first + len(sites))))
+            except B.BpfError as err:
+                for fn in list(self._ret_fns):
+                    self._give_up(prog, fn, f"return sites could not be attached: {err}")
+                return
+            self._att_sites += sites
+            self.retsites += sites
+            if self.decoder is not None:
+                self.decoder.sites += [st.info for st in sites]
+            for i, st in enumerate(sites, first):
+                self._sites_by_addr[st.addr] = st
+                self._cookies[st.addr] = i
+            self._mask = sorted(self._mask + [(st.addr, st.original) for st in sites])
+            prog.add_retsites(list(new))
+            self._covered.update(new)
+        # functions whose every return address seen is probed: their rets go
+        seen = prog.rets_seen()
+        for fn, link in list(self._ret_links.items()):
+            if fn in self._given_up or not any(f == fn for _r, f in seen):
+                continue
+            if all(r in self._covered for r, f in seen if f == fn):
+                for c in self._ret_fns[fn]:
+                    prog.set_sites([dataclasses.replace(self._att_sites[c].spec, cfa_reg=B.REG_RETSITES)], c)
+                del self._ret_links[fn]
+                self._ret_closing.append(prog.detach_later(link))
+
+    def _give_up(self, prog: B.Program, fn: int, why: str) -> None:
+        """The function's exits stay on (or go back to) its rets: the rets' link
+        first, then its entries stop checking their return addresses (REG_LEARN:
+        none uncovered). If the rets cannot be probed again, the entries keep
+        checking: its polls are still counted, at their entries."""
+        self._given_up[fn] = why
+        if fn not in self._ret_links and self._path is not None:
+            mine = [i for i, st in enumerate(self._att_sites) if st.group == fn + 1]
+            try:
+                self._ret_links[fn] = prog.attach(self._path, [self._att_sites[i].file_offset for i in mine],
+                                                  self._pid, mine)
+            except B.BpfError as err:
+                self.notices.append(f"uprobes: the rets of {self._fn_name(fn)[:60]} could not be probed "
+                                    f"again ({err}): its polls are counted at their entries, exits not seen")
+                return
+        for c in self._ret_fns.get(fn, []):
+            prog.set_sites([self._att_sites[c].spec], c)
+
+    def returns_line(self) -> str | None:
+        if not self._ret_fns:
+            return None
+        c = self.counters()
+        moved = len(self._ret_fns) - len(self._ret_links)
+        line = (f"{len(self._ret_fns)} resume functions polled through a vtable: {moved} with their exits at "
+                f"{len(self.retsites)} return sites learned at run time (the emulated instruction after the "
+                f"return address; their rets no longer probed); polls that returned to an address not probed yet "
+                f"(counted at their entry, exit not seen): {c.get('uncovered', 0):,}; return-site hits of other "
+                f"calls: {c.get('retsite other', 0):,}")
+        if self._given_up:
+            line += "; exits left on the rets: " + "; ".join(
+                f"{self._fn_name(fn)[:50]} ({why})" for fn, why in self._given_up.items())
+        return line
+
+    def _fn_name(self, fn: int) -> str:
+        inv = self.inventory
+        return inv.resume_fns[fn].name if inv is not None and fn < len(inv.resume_fns) else f"#{fn}"
+
     def _kept_sites(self) -> list[Site]:
         """The sites the current link holds, in its order."""
         if self._cookie_list is None:
@@ -646,15 +788,18 @@ class UprobeCapture(CaptureBase):
         if self._prog is None:
             return
         t0 = time.perf_counter()
-        for th in (self._closing, self._swap):
+        for th in (self._closing, self._swap, *self._ret_closing):
             if th is not None:
                 th.join()
         self._closing = self._swap = None
+        self._ret_closing = []
+        self._ret_links = {}
         self._prog.detach_all()
         self._link, self._offsets, self._sliced_out = None, [], False
         self.detach_s = time.perf_counter() - t0
         if self._count:
             self._final_hits = self._read_hits()  # no more hits: the links are closed
+        self._final_counters = self._prog.counters()
         self._fold(budget_s=None)
         assert self._ring is not None
         self._ring.close()
@@ -678,6 +823,7 @@ class UprobeCapture(CaptureBase):
         each, copied on the program's own time) took the consumer's whole CPU."""
         self._slice_step()
         self._tasks_step()
+        self._returns_step()
         return self._fold(budget_s=self.poll_budget_s)
 
     def before_resume(self) -> Procedure | None:
@@ -1056,7 +1202,7 @@ class UprobeCapture(CaptureBase):
 
     # ------------------------------------------------------------------ stats
     def counters(self) -> dict[str, int]:
-        return self._prog.counters() if self._prog is not None else {}
+        return self._prog.counters() if self._prog is not None else dict(self._final_counters)
 
     def stats_lines(self) -> list[str]:
         n = len(self.plan_.sites) if self.plan_ is not None else 0
@@ -1091,6 +1237,9 @@ class UprobeCapture(CaptureBase):
         tl = self.tasks_line()
         if tl is not None:
             lines.append(tl)
+        rl = self.returns_line()
+        if rl is not None:
+            lines.append(rl)
         if c.get("duplicates"):
             lines.append(f"hits run twice while a link was swapped (dropped): {c['duplicates']}")
         if self.decoder is not None and self.decoder.stats.bad:

@@ -19,6 +19,9 @@ What the engine gets:
   ``Poll`` result: only a ``Poll<()>``-sized return has its discriminant in
   ``rax``, and nothing in the inventory says which do;
 * unwind exits (``call _Unwind_Resume``): ``panicked``;
+* exits at a learned return site (a function polled through a vtable): the
+  site serves every function polled from there, so its ``SiteInfo.site`` is 0
+  and the record names the function (index + 1 in the ``stack_len`` field);
 * an instance's totals folded in the kernel (``KIND_STATS``: its address
   starts a new life, the old one's polls, raw ns and hits go out first): an
   ``InstanceTotals``, not an event; the capture credits it to the engine's
@@ -102,8 +105,9 @@ _exit = slot_maker(PollExit)
 
 
 class Decoder:
-    def __init__(self, sites: list[SiteInfo], *, first_seq: int = 1) -> None:
+    def __init__(self, sites: list[SiteInfo], *, first_seq: int = 1, fn_sites: dict[int, int] | None = None) -> None:
         self.sites = sites
+        self.fn_sites = fn_sites if fn_sites is not None else {}  # fn index -> runtime low_pc (return sites)
         self.seq = first_seq - 1
         self.stats = DecodeStats()
 
@@ -126,7 +130,7 @@ class Decoder:
         if length < EXIT_REC.size:
             st.bad += 1
             return None
-        kind, flags, cookie, tid, _slen, ts, _ip, sp, self_ptr, ret, _rax, state = _unpack_exit(buf, off)
+        kind, flags, cookie, tid, slen, ts, _ip, sp, self_ptr, ret, _rax, state = _unpack_exit(buf, off)
         if kind == KIND_STATS:  # cookie = the function's index, ret/rax/state/ip = the totals
             st.closed += 1
             return InstanceTotals(self_ptr, cookie, ret, _rax, state, _ip)
@@ -145,7 +149,13 @@ class Decoder:
             self.seq += 1
             return _enter(self.seq, tid, info.site, self_ptr, sp, ret or None,
                           state if flags & F_STATE else None, ts)
+        site = info.site
         if kind == KIND_EXIT:
+            if not site:  # a return site: the record names its function
+                site = self.fn_sites.get(slen - 1, 0)
+                if not site:
+                    st.bad += 1
+                    return None
             st.exits += 1
         elif kind == KIND_UNWIND:
             st.unwinds += 1
@@ -157,7 +167,7 @@ class Decoder:
         if flags & F_STATE:
             st.exit_state_known += 1
         self.seq += 1
-        return _exit(self.seq, tid, info.site, sp,
+        return _exit(self.seq, tid, site, sp,
                      state if flags & F_STATE else None,
                      self_ptr if flags & F_SELF else None,
                      None, kind == KIND_UNWIND, ts)

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from proxy.analysis.elf import ElfImage
 from proxy.analysis.model import Inventory, ResumeFn
 
-from .bpf import KIND_COUNT, KIND_ENTRY, KIND_EXIT, KIND_UNWIND, REG_RBP, REG_RDI, REG_RSI, REG_RSP, SiteSpec
+from .bpf import (KIND_COUNT, KIND_ENTRY, KIND_EXIT, KIND_RETSITE, KIND_UNWIND, REG_LEARN, REG_RBP, REG_RDI,
+                  REG_RSI, REG_RSP, SiteSpec)
 from .decode import SiteInfo
-from .caller_exits import caller_exits
+from .caller_exits import FUNCTION_POINTER, CallerExit, caller_exits
 from .emulated import MovedEntry, moved_entries
 
 _DWARF_RSP, _DWARF_RBP = 7, 6
@@ -34,6 +35,9 @@ class Site:
     original: bytes  # the file's bytes of the whole instruction
     spec: SiteSpec
     info: SiteInfo
+    # 0: the main link; fn index + 1: the rets of a function polled through a
+    # vtable, in a link of their own (closed once its return sites are probed)
+    group: int = 0
 
 
 @dataclass(slots=True)
@@ -79,13 +83,18 @@ def plan_sites(
     cfa_at: "callable[[int], tuple[int, int] | None] | None" = None,  # type: ignore[valid-type]
     move_entries: bool = True,
     move_exits: bool = True,
+    learn_returns: bool = False,
 ) -> SitePlan:
     """``cfa_at(link pc) -> (DWARF cfa register, offset)`` gives unwind exits their entry sp.
     ``move_entries``: an entry probe stands on the first instruction the kernel
     emulates when the poll is still fully known there (emulated.py).
     ``move_exits``: a function's exit probes stand in its callers, on the first
     emulated instruction after each call, when every return goes there
-    (caller_exits.py); its ``ret``s are then not probed."""
+    (caller_exits.py); its ``ret``s are then not probed.
+    ``learn_returns``: a function polled through a vtable (its address in the
+    program's data) has its entries learn its return addresses (REG_LEARN) and
+    its rets in a group of their own, which the capture replaces by probes at
+    the learned return sites (``retsite_sites``)."""
     only_re = re.compile(only) if only else None
     exclude_re = re.compile(exclude) if exclude else None
     sites: list[Site] = []
@@ -94,7 +103,7 @@ def plan_sites(
     n_moved = 0
     n_dispatch = 0
 
-    def add(fn: ResumeFn, name: str, link: int, kind: int, spec: SiteSpec, adjust: int = 0) -> None:
+    def add(fn: ResumeFn, name: str, link: int, kind: int, spec: SiteSpec, adjust: int = 0, group: int = 0) -> None:
         off = file_offset(elf, link)
         if off is None:
             notes.append(f"{name}: 0x{link:x} is not in the file")
@@ -102,14 +111,17 @@ def plan_sites(
         n = insn_length(elf, link)
         original = elf.read(link, n) or b""
         sites.append(Site(name, link + bias, off, original, spec,
-                          SiteInfo(kind, fn.low_pc + bias, link + bias, adjust)))
+                          SiteInfo(kind, fn.low_pc + bias, link + bias, adjust), group))
 
     chosen = [fn for fn in inventory.resume_fns if fn.low_pc
               and (only_re is None or only_re.search(fn.name)) and not (exclude_re and exclude_re.search(fn.name))]
     in_callers: dict[int, list] = {}  # type: ignore[type-arg]
+    vtable: set[int] = set()  # polled through a vtable: return sites learned at run time
     if move_exits and not entry_only and chosen:
         starts = {fn.low_pc for fn in inventory.resume_fns}
         found = caller_exits(elf, [(fn.low_pc, fn.high_pc) for fn in chosen], polls=starts)
+        if learn_returns:
+            vtable = {lo for lo, got in found.items() if got == FUNCTION_POINTER}
         taken: set[int] = set()
         for lo, got in found.items():
             if isinstance(got, list) and got and not any(c.addr in starts or c.addr in taken for c in got):
@@ -138,9 +150,11 @@ def plan_sites(
                     n_dispatch += 1
                 elif moved[0].addr != fn.low_pc:
                     n_moved += 1
+        learn = fn.low_pc in vtable
         for e in entries:
-            add(fn, fn.name, e.addr, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size, sp_adjust=e.adjust,
-                                                            fn=fn_index),
+            add(fn, fn.name, e.addr, KIND_ENTRY, SiteSpec(KIND_ENTRY, self_reg, st_off, st_size,
+                                                            cfa_reg=REG_LEARN if learn else REG_RSP,
+                                                            sp_adjust=e.adjust, fn=fn_index),
                 e.adjust)
         if entry_only:
             continue
@@ -152,7 +166,8 @@ def plan_sites(
                     SiteSpec(KIND_EXIT, self_reg, st_off, st_size, REG_RSP, 0, -8, fn=fn_index), -8)
         else:
             for r in fn.rets:
-                add(fn, fn.name + " (ret)", r, KIND_EXIT, SiteSpec(KIND_EXIT, self_reg, st_off, st_size, fn=fn_index))
+                add(fn, fn.name + " (ret)", r, KIND_EXIT, SiteSpec(KIND_EXIT, self_reg, st_off, st_size, fn=fn_index),
+                    group=fn_index + 1 if learn else 0)
         for x in fn.other_exits:
             rule = cfa_at(x) if cfa_at is not None else None
             if rule is None or rule[0] not in (_DWARF_RSP, _DWARF_RBP):
@@ -172,6 +187,19 @@ def plan_sites(
     if skipped_unwind:
         notes.append(f"{skipped_unwind} unwind exits without a CFA rule on rsp/rbp: not probed")
     return SitePlan(sites, notes)
+
+
+def retsite_site(elf: ElfImage, exit_: CallerExit, ret: int, bias: int) -> Site | None:
+    """The probe after a learned return address `ret` (link-time; ``return_site``):
+    rsp there is the entry's sp + 8, as after a direct call; the function, the
+    state's layout and self come from the poll's scope (uprobes.bpf.c)."""
+    off = file_offset(elf, exit_.addr)
+    if off is None:
+        return None
+    original = elf.read(exit_.addr, insn_length(elf, exit_.addr)) or b""
+    return Site(f"return site 0x{ret:x}", exit_.addr + bias, off, original,
+                SiteSpec(KIND_RETSITE, cfa_reg=REG_RSP, cfa_off=0, sp_adjust=-8, ret_back=exit_.addr - ret),
+                SiteInfo(KIND_EXIT, 0, exit_.addr + bias, -8))
 
 
 def count_site(elf: ElfImage, name: str, addr: int, bias: int) -> Site | None:

@@ -37,6 +37,20 @@
  * record: self, fn (cookie field), polls (ret), raw ns (rax), hits (state),
  * recorded polls (ip).
  *
+ * Return sites (KIND_RETSITE): a resume function polled through a vtable has no
+ * direct caller whose next instruction could hold its exit probe; its polls'
+ * return addresses are learned at run time instead. Its entry sites say so
+ * (cfa_reg REG_LEARN: its exits are still its `ret`s, each entry's return
+ * address goes into `rets_seen`; REG_RETSITES: its exits are at the probed
+ * return sites in `retsites`, an entry whose return address is not one of them
+ * counts C_UNCOVERED, its poll counted at once, no scope: its exit is not
+ * seen). A return-site probe stands on the first emulated instruction after
+ * the return address (ret_back bytes before it) and fires after every return
+ * there, of any callee: it is an exit only when the thread has a poll in
+ * progress at (tid, rsp - 8) whose entry read that return address (the scope
+ * keeps it, and the state layout, since one site serves every function polled
+ * from there); any other hit counts C_RETSITE_OTHER and nothing else.
+ *
  * Build: proxy/capture/uprobes/build.py (clang -target bpf; no vmlinux.h, no
  * CO-RE: only the UAPI pt_regs, so the object is portable and committed).
  */
@@ -53,14 +67,19 @@ char LICENSE[] SEC("license") = "GPL";
 #define KIND_UNWIND 2
 #define KIND_COUNT 3
 #define KIND_STATS 4 /* records only: an instance's totals, closed */
+#define KIND_RETSITE 5 /* sites only: a learned return site (its records are KIND_EXIT) */
 
 #define REG_RDI 0
 #define REG_RSI 1
 #define REG_RSP 2
 #define REG_RBP 3
+/* an entry site's cfa_reg (unused at entries): the function's return addresses */
+#define REG_LEARN 8    /* are learned (rets_seen); its exits are its rets */
+#define REG_RETSITES 9 /* are probed return sites (retsites); its exits are there */
 
 #define F_SELF 1   /* self is valid */
 #define F_STATE 2  /* state is valid */
+#define F_UNCOVERED 4 /* an entry whose return site is not probed: its exit will not be seen */
 
 #define CHUNK 256
 #define MAX_CHUNKS 64 /* 16 KiB of stack at most */
@@ -76,7 +95,9 @@ char LICENSE[] SEC("license") = "GPL";
 #define C_SKIPPED 7 /* hits not recorded (sampling) */
 #define C_STATS_LOST 8 /* KIND_STATS records the ring had no room for */
 #define C_DUPLICATES 9 /* hits run twice (two links on one site, cfg DEDUPE): the second dropped */
-#define N_COUNTERS 10
+#define C_UNCOVERED 10 /* polls whose return address is not a probed return site (REG_RETSITES) */
+#define C_RETSITE_OTHER 11 /* return-site hits that end no poll of ours (another callee) */
+#define N_COUNTERS 12
 
 struct site {
 	__u8 kind;
@@ -87,6 +108,7 @@ struct site {
 	__u32 state_off;
 	__s32 sp_adjust;  /* the entry's sp = sp + sp_adjust (an entry moved past the prologue; an exit in the caller) */
 	__u32 fn;         /* the resume function's index (the key of `instances`) */
+	__u32 ret_back;   /* KIND_RETSITE: the return address is the probe's ip - ret_back */
 };
 
 struct config {
@@ -104,6 +126,9 @@ struct config {
  * an entry's next poll at the same sp comes after its exit, an exit's after an
  * entry. (Not in entry-only mode: the flag is only set during a swap.) */
 #define CFG_DEDUPE 1
+/* The program returns at once (bench_server.py --split's `empty` row: what the
+ * kernel's traps cost at these sites with a BPF program that does nothing). */
+#define CFG_OFF 2
 
 /* the poll in progress at (tid, entry sp) */
 struct scope_val {
@@ -112,6 +137,9 @@ struct scope_val {
 	__u64 hits;     /* the thread's hit count at the entry */
 	__u32 fn;
 	__u32 recorded; /* its entry went out as a record */
+	__u64 ret;      /* the return address (entries of REG_LEARN / REG_RETSITES sites) */
+	__u32 state_off; /* the entry site's layout: a return site serves several functions */
+	__u32 state_size;
 };
 
 struct thread_state {
@@ -134,6 +162,12 @@ struct inst_stats {
 	__u64 raw_ns;
 	__u64 hits;     /* sum over its polls of 1 + the hits inside on its thread */
 	__u64 recorded; /* polls whose records went out */
+};
+
+struct ret_key {
+	__u64 ret;
+	__u32 fn;
+	__u32 pad;
 };
 
 struct scope_key {
@@ -227,6 +261,23 @@ struct {
 	__type(value, struct inst_stats);
 } instances SEC(".maps");
 
+/* return addresses probed as return sites (runtime address -> 1) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u32);
+} retsites SEC(".maps");
+
+/* (return address, function) seen at entries of REG_LEARN / REG_RETSITES sites and
+ * not probed: what the proxy checks and probes next (value: entries seen) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ret_key);
+	__type(value, __u64);
+} rets_seen SEC(".maps");
+
 static __always_inline void count(__u32 which)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &which);
@@ -234,35 +285,41 @@ static __always_inline void count(__u32 which)
 		*c += 1;
 }
 
-static __always_inline __u64 read_state(__u64 self, const struct site *s, __u16 *flags)
+static __always_inline __u64 read_state_at(__u64 self, __u32 off, __u32 n, __u16 *flags)
 {
 	/* 16 bytes for a read of at most 15 (n & 15): the verifier cannot always
 	 * carry the n <= 8 bound to the call */
 	__u64 v[2] = {0, 0};
-	__u32 n = s->state_size;
 	if (!self || n == 0 || n > 8)
 		return 0;
 	barrier_var(n); /* keeps the mask below: clang drops it when it knows n <= 8 */
-	if (bpf_probe_read_user(v, n & 15, (void *)(self + s->state_off)) == 0)
+	if (bpf_probe_read_user(v, n & 15, (void *)(self + off)) == 0)
 		*flags |= F_STATE;
 	return v[0];
 }
 
-/* The fields every record has; `r` is a ring slot or the scratch record. */
+static __always_inline __u64 read_state(__u64 self, const struct site *s, __u16 *flags)
+{
+	return read_state_at(self, s->state_off, s->state_size, flags);
+}
+
+/* The fields every record has; `r` is a ring slot or the scratch record; `ts`
+ * the hit's one clock read (a read costs ~0.1 us in this VM). */
 static __always_inline void fill_head(struct rec *r, struct pt_regs *ctx, __u16 kind, __u32 cookie,
-				      __u64 id, __u64 sp)
+				      __u64 id, __u64 sp, __u64 ts)
 {
 	r->kind = kind;
 	r->flags = 0;
 	r->cookie = cookie;
 	r->tid = (__u32)id;
 	r->stack_len = 0;
-	r->ts = bpf_ktime_get_ns();
+	r->ts = ts;
 	r->ip = PT_REGS_IP(ctx);
 	r->sp = sp;
 	r->rax = ctx->rax;
 	r->ret = 0;
-	bpf_probe_read_user(&r->ret, 8, (void *)sp);
+	if (kind == KIND_ENTRY) /* exits have no return address at sp */
+		bpf_probe_read_user(&r->ret, 8, (void *)sp);
 }
 
 /* An entry's fields (self, state, callee-saved registers), and its scope. */
@@ -299,15 +356,16 @@ static __always_inline void exit_key(struct pt_regs *ctx, const struct site *s, 
 	key->sp = base + (__s64)s->cfa_off - 8;
 }
 
-/* An exit's fields: self and __state when its poll's scope was found. */
-static __always_inline void fill_exit(struct rec *r, const struct site *s, __u64 self)
+/* An exit's fields: self and __state when its poll's scope was found (the
+ * layout: the site's, or the scope's at a return site). */
+static __always_inline void fill_exit(struct rec *r, __u32 st_off, __u32 st_size, __u64 self)
 {
 	r->self = 0;
 	r->state = 0;
 	if (self) {
 		r->self = self;
 		r->flags = F_SELF;
-		r->state = read_state(self, s, &r->flags);
+		r->state = read_state_at(self, st_off, st_size, &r->flags);
 	}
 }
 
@@ -363,7 +421,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 cookie = (__u32)bpf_get_attach_cookie(ctx);
 	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg)
+	if (!cfg || cfg->flags & CFG_OFF)
 		return 0;
 	if (cfg->tgid && (__u32)(id >> 32) != cfg->tgid) {
 		count(C_OTHER_PID);
@@ -385,21 +443,37 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	struct site *s = bpf_map_lookup_elem(&sites, &cookie);
 	if (s && s->kind == KIND_COUNT)
 		return 0; /* counted, no record (not in hits = records + drops) */
+	__u64 sp = PT_REGS_SP(ctx);
+	struct scope_key key = {.tid = (__u32)id};
+	if (s && s->kind == KIND_RETSITE) {
+		/* ours only when a poll in progress at (tid, rsp - 8) read this return address */
+		key.sp = sp - 8;
+		struct scope_val *rs = bpf_map_lookup_elem(&scopes, &key);
+		if (!rs || rs->ret != PT_REGS_IP(ctx) - s->ret_back) {
+			count(C_RETSITE_OTHER);
+			return 0;
+		}
+	}
 	count(C_HITS);
 	if (!s) {
 		count(C_DROPS);
 		return 0;
 	}
-	__u64 sp = PT_REGS_SP(ctx);
-	struct scope_key key = {.tid = (__u32)id};
 	if (th)
 		th->hits += 1;
 
+	__u64 now = bpf_ktime_get_ns();
 	if (s->kind != KIND_ENTRY) {
 		exit_key(ctx, s, &key, sp);
 		struct scope_val *sc = bpf_map_lookup_elem(&scopes, &key);
 		__u64 self = 0;
 		__u32 recorded = th ? th->recording : 1;
+		__u32 st_off = s->state_off, st_size = s->state_size, rec_fn = 0;
+		if (sc && s->kind == KIND_RETSITE) {
+			st_off = sc->state_off;
+			st_size = sc->state_size;
+			rec_fn = sc->fn + 1; /* the record names its function: the site serves several */
+		}
 		if (sc) {
 			self = sc->self;
 			recorded = sc->recorded;
@@ -407,7 +481,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			struct inst_stats *st = bpf_map_lookup_elem(&instances, &ik);
 			if (st) {
 				st->polls += 1;
-				st->raw_ns += bpf_ktime_get_ns() - sc->ts;
+				st->raw_ns += now - sc->ts;
 				st->hits += th ? th->hits - sc->hits : 1;
 				st->recorded += recorded;
 			}
@@ -432,8 +506,9 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		}
 		/* sp_adjust: an exit probed in the caller after the call (-8: the return
 		 * address popped); the record carries the entry's sp */
-		fill_head(r, ctx, s->kind, cookie, id, sp + (__s64)s->sp_adjust);
-		fill_exit(r, s, self);
+		fill_head(r, ctx, s->kind == KIND_RETSITE ? KIND_EXIT : s->kind, cookie, id, sp + (__s64)s->sp_adjust, now);
+		r->stack_len = rec_fn;
+		fill_exit(r, st_off, st_size, self);
 		if (sc)
 			bpf_map_delete_elem(&scopes, &key);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
@@ -445,7 +520,28 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	__u64 self = entry_self(ctx, s);
 	__u16 flags = F_SELF;
 	__u64 state = read_state(self, s, &flags);
-	__u64 now = bpf_ktime_get_ns();
+
+	/* polled through a vtable: where does this poll return to? */
+	__u64 ret = 0;
+	int uncovered = 0;
+	if (s->cfa_reg == REG_LEARN || s->cfa_reg == REG_RETSITES) {
+		bpf_probe_read_user(&ret, 8, (void *)esp);
+		if (!bpf_map_lookup_elem(&retsites, &ret)) {
+			struct ret_key rk = {.ret = ret, .fn = s->fn};
+			__u64 *seen = bpf_map_lookup_elem(&rets_seen, &rk);
+			if (seen) {
+				__sync_fetch_and_add(seen, 1);
+			} else {
+				__u64 one = 1;
+				bpf_map_update_elem(&rets_seen, &rk, &one, BPF_NOEXIST);
+			}
+			if (s->cfa_reg == REG_RETSITES) {
+				uncovered = 1;
+				flags |= F_UNCOVERED;
+				count(C_UNCOVERED);
+			}
+		}
+	}
 
 	/* the instance's totals; a new one, or a new life at its address (entered
 	 * Unresumed after polls: the old one's totals go out first) */
@@ -453,9 +549,10 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	struct inst_stats *st = bpf_map_lookup_elem(&instances, &ik);
 	int fresh = 0;
 	if (!st) {
-		struct inst_stats zero = {};
+		struct inst_stats zero = {.polls = uncovered};
 		bpf_map_update_elem(&instances, &ik, &zero, BPF_ANY);
 		fresh = 1;
+		uncovered = 0; /* counted in the new entry */
 	} else if ((flags & F_STATE) && state == 0 && st->polls > 0) {
 		emit_stats(&ik, st, (__u32)id);
 		st->polls = 0;
@@ -464,6 +561,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		st->recorded = 0;
 		fresh = 1;
 	}
+	if (uncovered && st)
+		st->polls += 1; /* its exit will not be seen: the poll counts now */
 
 	/* a root poll: no poll in progress on the thread, or the stack is back at or
 	 * above the root's frame (its exit was missed) */
@@ -478,13 +577,17 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			 * of it only, and what runs in the other never recorded */
 			th->recording = n <= 1 || fresh || !st || bpf_get_prandom_u32() % n == 0;
 		}
-		th->depth += 1;
+		if (!(flags & F_UNCOVERED))
+			th->depth += 1;
 		recording = th->recording;
 	}
 	key.sp = esp;
 	struct scope_val sv = {.self = self, .ts = now, .hits = th ? th->hits : 0, .fn = s->fn,
-			       .recorded = recording};
-	if (bpf_map_update_elem(&scopes, &key, &sv, BPF_ANY))
+			       .recorded = recording, .ret = ret, .state_off = s->state_off,
+			       .state_size = s->state_size};
+	if (flags & F_UNCOVERED)
+		bpf_map_delete_elem(&scopes, &key); /* no exit will close it: no stale scope at this sp */
+	else if (bpf_map_update_elem(&scopes, &key, &sv, BPF_ANY))
 		count(C_SCOPE_FULL);
 	if (!recording) {
 		count(C_SKIPPED);
@@ -501,7 +604,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			count(C_DROPS);
 			return 0;
 		}
-		fill_head(r, ctx, KIND_ENTRY, cookie, id, esp);
+		fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now);
 		fill_entry(r, ctx, self, state, flags);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
@@ -515,7 +618,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		count(C_DROPS);
 		return 0;
 	}
-	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp);
+	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now);
 	fill_entry(r, ctx, self, state, flags);
 	__u32 want = cfg->stack_max;
 	__u32 got = 0;

@@ -61,6 +61,19 @@ def test_exit_without_its_entry_has_no_self_nor_state() -> None:
     assert d.stats.exit_self_known == 0
 
 
+def test_an_exit_at_a_return_site_names_its_function() -> None:
+    """A learned return site serves every function polled from there: its SiteInfo
+    has no function (0) and the record carries the function's index + 1."""
+    from proxy.capture.uprobes.decode import EXIT_REC
+
+    d = Decoder(SITES + [SiteInfo(KIND_EXIT, 0, 0x3008, -8)], fn_sites={0: 0x1000, 1: 0x2000})
+    rec = EXIT_REC.pack(KIND_EXIT, 3, 5, 7, 2, 300, 0x3008, 0x7f00, 0xaa0, 0, 0, 3)  # fn 1 + 1
+    x = d.decode(rec)
+    assert isinstance(x, PollExit) and (x.site, x.sp, x.self_ptr, x.state) == (0x2000, 0x7f00, 0xaa0, 3)
+    assert d.decode(EXIT_REC.pack(KIND_EXIT, 0, 5, 7, 9, 300, 0x3008, 0x7f00, 0, 0, 0, 0)) is None  # no fn 8
+    assert (d.stats.exits, d.stats.bad) == (1, 1)
+
+
 @pytest.mark.parametrize("rec", [
     b"",  # empty
     b"\0" * 40,  # short
