@@ -45,6 +45,7 @@ PRELOAD = (
     "proxy.capture.uprobes",
 )
 _MAX_REQUEST = 1 << 20  # command line and environment, one JSON line
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
 
 
 class ResidentError(Exception):
@@ -87,10 +88,13 @@ def wait_status(pid: int, conn: socket.socket) -> int:
         except OSError:
             pass
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
-    line = _readline(conn)
-    conn.close()
+    before = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        line = _readline(conn)
+    finally:
+        conn.close()
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     if line.startswith(b"exit "):
         return int(line[5:])
     return 1
@@ -280,11 +284,24 @@ def _start(conn: socket.socket, srv: socket.socket, r: int, w: int, waiting: dic
             os.close(fd)
         _answer(conn, b"error: the descriptors did not come with the request\n")
         return 0
-    pid = os.fork()
+    # The caller may signal the session as soon as it has the pid: the child
+    # must not take such a signal with the resident's handlers (SIGTERM would
+    # only set the resident's stop flag). Blocked across the fork, the child
+    # unblocks them once its own handlers are in place.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+        for fd in fds:
+            os.close(fd)
+        _answer(conn, b"error: fork failed\n")
+        return 0
     if pid == 0:  # pragma: no cover - the child; tests/test_resident.py runs it
         code = 1
         try:
             _become(fds, targets, req, keep=(srv, conn, *waiting.values()), pipe=(r, w))
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
             from proxy.cli import main
 
             code = main(argv)
@@ -300,6 +317,7 @@ def _start(conn: socket.socket, srv: socket.socket, r: int, w: int, waiting: dic
                 sys.stderr.flush()
             finally:
                 os._exit(code or 0)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
     for fd in fds:
         os.close(fd)
     conn.settimeout(None)

@@ -80,3 +80,18 @@ def test_a_resident_that_is_there_already_is_not_replaced(resident: str) -> None
                           env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "a resident already listens there" in proc.stderr
+
+
+def test_a_signal_at_once_after_the_pid_reaches_the_session_not_the_resident(resident: str) -> None:
+    """The caller may signal the session the moment it has its pid, before
+    the child has put its own handlers in place: the signals are blocked
+    across the fork, so the resident's (SIGTERM: stop the loop) never run in
+    the child. Seen: a session that lived on after such a SIGTERM."""
+    from proxy.shell.resident import wait_status
+
+    for _ in range(5):
+        pid, conn = request(resident, ["serve", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1"],
+                            fds=[0, 1, 2])
+        os.kill(pid, signal.SIGTERM)
+        conn.settimeout(30)
+        assert wait_status(pid, conn) == 128 + signal.SIGTERM
