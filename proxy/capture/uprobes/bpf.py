@@ -44,6 +44,7 @@ SITE = struct.Struct("<BBBBiIiII")
 CONFIG = struct.Struct("<IIqII")  # tgid, stack_max, stack credits, sample_every, flags
 CFG_DEDUPE = 1  # drop a hit that repeats the thread's last (ip, sp): two links on one site
 CFG_OFF = 2  # the program returns at once (the benchmark's floor: the traps alone)
+CFG_NOFOLD = 4  # every poll recorded: no instance totals in the kernel, no KIND_STATS records
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 INST_STATS = struct.Struct("<QQQQ")  # struct inst_stats: polls, raw ns, hits, recorded polls
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS, KIND_RETSITE = 0, 1, 2, 3, 4, 5
@@ -230,6 +231,10 @@ class Program:
     def set_off(self, on: bool) -> None:
         """The program returns at once, counting nothing (a benchmark's floor)."""
         self._set_flag(CFG_OFF, on)
+
+    def set_nofold(self, on: bool) -> None:
+        """Every poll is recorded: the kernel folds no instance totals (the engine counts)."""
+        self._set_flag(CFG_NOFOLD, on)
 
     def _set_flag(self, flag: int, on: bool) -> None:
         tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))

@@ -32,7 +32,9 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   knows (``PollTiming.set_totals``); an instance's address starting a new
   life sends its totals in the stream first (``InstanceTotals``). What the
   recorded polls alone give (the graph's edges and states, the histograms,
-  the longest poll) is a sample, and ``stats`` and ``top`` say so.
+  the longest poll) is a sample, and ``stats`` and ``top`` say so. Without
+  sampling the kernel folds nothing (``set_nofold``): the engine counts
+  every recorded poll itself.
 * Return sites (``_returns_step``): a resume function polled through a
   vtable starts with its exits on its rets (single-stepped by the kernel, a
   link of their own) while the BPF side notes each poll's return address;
@@ -390,6 +392,9 @@ class UprobeCapture(CaptureBase):
             return
         try:
             prog.set_config(self._pid, self.stack_bytes, self._credits_wanted(), self.sample_every)
+            # every poll recorded: the engine counts them, the kernel's instance totals
+            # (and a KIND_STATS record per new life: ~2 a request on the axum service) are not read
+            prog.set_nofold(self.sample_every <= 1)
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]

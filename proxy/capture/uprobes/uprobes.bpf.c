@@ -129,6 +129,10 @@ struct config {
 /* The program returns at once (bench_server.py --split's `empty` row: what the
  * kernel's traps cost at these sites with a BPF program that does nothing). */
 #define CFG_OFF 2
+/* Every poll is recorded (no sampling): the proxy's engine counts them, so no
+ * instance totals are folded here and no KIND_STATS record goes out (on the
+ * axum service 2 a request: a new life of the handler's futures). */
+#define CFG_NOFOLD 4
 
 /* the poll in progress at (tid, entry sp) */
 struct scope_val {
@@ -479,7 +483,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			recorded = sc->recorded;
 			struct inst_key ik = {.self = sc->self, .fn = sc->fn};
 			struct inst_stats *st = bpf_map_lookup_elem(&instances, &ik);
-			if (st) {
+			if (st && !(cfg->flags & CFG_NOFOLD)) {
 				st->polls += 1;
 				st->raw_ns += now - sc->ts;
 				st->hits += th ? th->hits - sc->hits : 1;
@@ -546,14 +550,16 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	/* the instance's totals; a new one, or a new life at its address (entered
 	 * Unresumed after polls: the old one's totals go out first) */
 	struct inst_key ik = {.self = self, .fn = s->fn};
-	struct inst_stats *st = bpf_map_lookup_elem(&instances, &ik);
+	struct inst_stats *st = 0;
 	int fresh = 0;
-	if (!st) {
+	if (!(cfg->flags & CFG_NOFOLD))
+		st = bpf_map_lookup_elem(&instances, &ik);
+	if (!st && !(cfg->flags & CFG_NOFOLD)) {
 		struct inst_stats zero = {.polls = uncovered};
 		bpf_map_update_elem(&instances, &ik, &zero, BPF_ANY);
 		fresh = 1;
 		uncovered = 0; /* counted in the new entry */
-	} else if ((flags & F_STATE) && state == 0 && st->polls > 0) {
+	} else if (st && (flags & F_STATE) && state == 0 && st->polls > 0) {
 		emit_stats(&ik, st, (__u32)id);
 		st->polls = 0;
 		st->raw_ns = 0;
