@@ -152,6 +152,11 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
         except (OSError, StopIteration, ValueError):
             return 0
 
+    def cpu(pid: int) -> float:  # the process's CPU time and its reaped children's (the walkers)
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
     def sample(root: int) -> None:  # the proxy and its children (the walker, the keeper)
         while not stop.is_set():
             pids = [root]
@@ -203,6 +208,7 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
             peer = RawPeer.connect(f"127.0.0.1:{pport}", timeout=600)
             peer.request(b"qSupported:multiprocess+;swbreak+;hwbreak+;qRelocInsn+;xmlRegisters=i386")
             peer.request(b"?")
+            cpu0 = cpu(proxy.pid)
             t0 = time.perf_counter()
             peer.send_packet(b"qRcmd," + b"async tree".hex().encode())
             text = b""
@@ -214,6 +220,7 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
                     continue
                 break
             dt = time.perf_counter() - t0
+            cpu_s = cpu(proxy.pid) - cpu0
             stop.set()
             watcher.join()
             try:
@@ -240,7 +247,8 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
         print("proxy RSS (MB) from the command on:", ", ".join(marks))
     own = max((kb for pid, (cmd, kb) in peaks.items() if pid == proxy.pid), default=0)
     walker = max((kb for cmd, kb in peaks.values() if "unitwalk" in cmd), default=0)
-    return {"mode": "proxy", "seconds": dt, "peak_mb": (own + walker) / 1024, "self_mb": round(own / 1024, 1),
+    return {"mode": "proxy", "seconds": dt, "peak_mb": (own + walker) / 1024, "cpu_s": round(cpu_s, 2),
+            "self_mb": round(own / 1024, 1),
             "walker_mb": round(walker / 1024, 1), "answer": reply.decode(errors="replace")[:20],
             "tasks": tree.count("task #"), "lines": tree.count("\n")}
 
@@ -299,7 +307,8 @@ def main(argv: list[str]) -> int:
         px = next((r for r in rows if r["mode"] == "proxy"), None)
         if px is not None:
             print(f"first `monitor async tree` through the proxy, cold, vs gdb's load (same run): time "
-                  f"{px['seconds'] / gdb['seconds']:.2f}x, peak RSS {px['peak_mb'] / gdb['peak_mb']:.2f}x")
+                  f"{px['seconds'] / gdb['seconds']:.2f}x, CPU {px['cpu_s'] / gdb['cpu_s']:.2f}x, "
+                  f"peak RSS {px['peak_mb'] / gdb['peak_mb']:.2f}x")
     try:
         import os
 

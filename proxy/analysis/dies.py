@@ -29,6 +29,7 @@ from .dwarfwalk import (  # noqa: F401 - the walk's part of the reader, re-expor
     _BLOCK1, _BLOCK2, _BLOCK4, _BLOCK_ULEB, _CSTR, _FIXED, _FORMS, _IMPLICIT, _INDIRECT, _SLEB, _ULEB,
     DwarfFormatError, _Abbrev, _sleb, _uleb, parse_abbrevs, skip_table, walk,
 )
+from .sieve import Sieve, peek_loc, read_at
 
 # DW_TAG_*
 TAG_ARRAY = 0x01
@@ -99,7 +100,6 @@ KEEP_ATTRS = frozenset(
 _STRING_ATTRS = frozenset({AT_NAME, AT_LINKAGE_NAME, AT_MIPS_LINKAGE_NAME, AT_COMP_DIR})
 
 FORM_STRP = 0x0E
-_BULK_MIN = 32  # Dies.column: fewer DIEs of one abbreviation are peeked one by one (numpy costs ~30 µs a call)
 
 _REF_FORMS = frozenset({0x11, 0x12, 0x13, 0x14, 0x15})  # unit-relative references
 _STRX_FORMS = frozenset({0x1A, 0x25, 0x26, 0x27, 0x28})
@@ -208,7 +208,6 @@ class DieReader:
         self._abbrev_cache: dict[int, dict[int, _Abbrev]] = {}
         self._plan_cache: dict[Any, Any] = {}
         self._str_cache: dict[int, str] = {}
-        self._info_np: Any = None
         self._tag_tables: dict[int, tuple[dict[int, _Abbrev], Any]] = {}
 
     def tag_table(self, abbrevs: dict[int, _Abbrev]) -> Any:
@@ -223,14 +222,6 @@ class DieReader:
             got = self._tag_tables[id(abbrevs)] = (abbrevs, table)
         return got[1]
 
-    def info_array(self) -> Any:
-        """.debug_info as a numpy byte array (no copy)."""
-        if self._info_np is None:
-            import numpy as np
-
-            self._info_np = np.frombuffer(self.info, dtype=np.uint8)
-        return self._info_np
-
     def iter_unit_offsets(self) -> list[int]:
         """Offsets of every unit header (cheap: headers only)."""
         out: list[int] = []
@@ -243,6 +234,16 @@ class DieReader:
             out.append(pos)
             pos += 4 + length
         return out
+
+    def string_prefix(self, strp: int, n: int) -> str:
+        """The first ``n`` bytes (or fewer: up to its end) of the .debug_str string at
+        offset ``strp``, in one read: a scan judges ~10^5 names by how they start."""
+        got = self._str_cache.get(strp)
+        if got is not None:
+            return got
+        raw = self.str[strp:strp + n]
+        end = raw.find(b"\0")
+        return (raw if end < 0 else raw[:end]).decode("utf-8", "replace")  # type: ignore[no-any-return]
 
     def _cstr_cached(self, off: int) -> str:
         v = self._str_cache[off] = self._cstr(self.str, off)
@@ -489,7 +490,7 @@ class Dies:
     units hold millions of DIEs, of which the inventory decodes a few percent."""
 
     __slots__ = ("_reader", "_unit_off", "_addr_size", "_abbrevs", "_plans", "_top_attrs", "_offs", "_codes",
-                 "_pars", "_ends", "_cache", "_peeks")
+                 "_pars", "_ends", "_cache", "_peeks", "picked")
 
     def __init__(self, reader: DieReader, unit_off: int, addr_size: int, abbrevs: dict[int, _Abbrev],
                  plans: _Plans, top_attrs: dict[int, Any], offs: array[int], codes: array[int],
@@ -506,6 +507,7 @@ class Dies:
         self._pars = pars
         self._ends = ends
         self._cache: dict[int, Die] = {}
+        self.picked: list[int] | None = None  # the sieve's picks, made where the unit was walked
 
     def __len__(self) -> int:
         return len(self._offs)
@@ -542,115 +544,9 @@ class Dies:
             if t is not None:
                 yield i, t
 
-    def gather(self, idx: Any, attr: int) -> tuple[Any, Any, Any, Any]:
-        """``attr`` of the DIEs at indices ``idx`` (numpy), at once: (values, has, form,
-        slow); ``has`` False where the abbreviation lacks it, ``slow`` True where it could
-        not be read in bulk (read those with ``peek``)."""
-        import numpy as np
-
-        vals = np.zeros(idx.size, dtype=np.uint64)
-        has = np.zeros(idx.size, dtype=bool)
-        slow = np.zeros(idx.size, dtype=bool)
-        forms = np.zeros(idx.size, dtype=np.uint32)
-        codes = np.frombuffer(self._codes, dtype=np.uint32)[idx]
-        for code in np.unique(codes):
-            where = np.nonzero(codes == code)[0]
-            for mask, v, form in self._column_of(int(code), idx[where], attr):
-                at = where[mask]
-                if isinstance(v, str):
-                    slow[at] = True
-                    has[at] = True
-                elif v is not None:
-                    vals[at] = v
-                    has[at] = True
-                    forms[at] = form
-        return vals, has, forms, slow
-
-    def column(self, tag: int, attr: int) -> Iterator[tuple[Any, Any, int]]:
-        """``attr`` of every DIE with ``tag``, read for all of them at once (numpy), one
-        group per abbreviation and way of reading: (indices, values, DW_FORM). Values are
-        None where the abbreviation has no such attribute, and the string ``"peek"``
-        where it could not be read in bulk (read those with ``peek``). A strp gives the
-        string's offset (``string_at``), a unit reference the section offset."""
-        import numpy as np
-
-        codes = np.frombuffer(self._codes, dtype=np.uint32)
-        tags = self._reader.tag_table(self._abbrevs)
-        sel = np.nonzero(tags[codes] == tag)[0]
-        if not sel.size:
-            return
-        sc = codes[sel]
-        order = np.argsort(sc, kind="stable")
-        uniq, starts = np.unique(sc[order], return_index=True)
-        bounds = starts.tolist() + [sel.size]
-        for k, code in enumerate(uniq.tolist()):
-            idx = sel[order[bounds[k] : bounds[k + 1]]]
-            if idx.size < _BULK_MIN:  # a few DIEs: numpy's per-call cost is more than peek's
-                yield idx, "peek", 0
-                continue
-            for mask, v, form in self._column_of(code, idx, attr):
-                yield idx[mask], v, form
-
-    def _column_of(self, code: int, idx: Any, attr: int) -> Iterator[tuple[Any, Any, int]]:
-        """(mask over ``idx``, values / None / "peek", form) for DIEs of one abbreviation:
-        the attributes before ``attr`` are skipped in bulk, a variable-size one (exprloc,
-        uleb) when its length fits one byte (else that DIE is left to ``peek``)."""
-        import numpy as np
-
-        every = np.ones(idx.size, dtype=bool)
-        loc = self._peeks.get((code, attr), 0)
-        if loc == 0:
-            loc = self._peeks[(code, attr)] = self._peek_loc(code, attr)
-        if loc is None:
-            yield every, "peek", 0
-            return
-        path, size, form = loc
-        if size < 0:
-            yield every, None, 0
-            return
-        info = self._reader.info_array()
-        pos = np.frombuffer(self._offs, dtype=np.uint32)[idx].astype(np.int64) + len(_uleb_bytes(code))
-        slow = np.zeros(idx.size, dtype=bool)
-        for st in path:
-            if st >= 0:
-                pos += st
-                continue
-            b = info[np.minimum(pos, info.size - 1)].astype(np.int64)
-            if st == -1 - _BLOCK1:
-                pos += 1 + b
-            else:  # uleb, sleb, exprloc/block: one length byte read here, more by peek
-                slow |= b >= 0x80
-                pos += 1 + (b if st == -1 - _BLOCK_ULEB else 0)
-        fast = ~slow
-        pos = np.minimum(pos[fast], info.size - size)
-        vals = np.zeros(pos.size, dtype=np.uint64)
-        for k in range(size):
-            vals |= info[pos + k].astype(np.uint64) << np.uint64(8 * k)
-        if form in _REF_FORMS:
-            vals += np.uint64(self._unit_off)
-        yield fast, vals, form
-        if slow.any():
-            yield slow, "peek", 0
-
     def forget(self) -> None:
         """Drop the decoded DIEs (they are decoded again when asked for)."""
         self._cache.clear()
-
-    def offsets(self) -> Any:
-        """The kept DIEs' section offsets (numpy, sorted)."""
-        import numpy as np
-
-        return np.frombuffer(self._offs, dtype=np.uint32)
-
-    def string_prefix(self, strp: int, n: int) -> str:
-        """The first ``n`` bytes (or fewer: up to its end) of the .debug_str string at
-        offset ``strp``, in one read: a scan judges ~10^5 names by how they start."""
-        got = self._reader._str_cache.get(strp)
-        if got is not None:
-            return got
-        raw = self._reader.str[strp:strp + n]
-        end = raw.find(b"\0")
-        return (raw if end < 0 else raw[:end]).decode("utf-8", "replace")
 
     def string_at(self, strp: int) -> str:
         """The .debug_str string at offset ``strp`` (not kept: a scan judges ~10^5 names)."""
@@ -677,21 +573,8 @@ class Dies:
         path, size, form = loc
         if size < 0:
             return None  # the abbreviation has no such attribute
-        info = self._reader.info
         pos = off + (1 if code < 0x80 else len(_uleb_bytes(code)))
-        for st in path:
-            if st >= 0:
-                pos += st
-            elif st == -1 - _BLOCK1:
-                pos += 1 + info[pos]
-            elif st == -1 - _BLOCK_ULEB:
-                k, pos = _uleb(info, pos)
-                pos += k
-            else:  # a uleb or sleb
-                while info[pos] & 0x80:
-                    pos += 1
-                pos += 1
-        v = int.from_bytes(info[pos : pos + size], "little")
+        v = read_at(self._reader.info, pos, path, size)
         if form == 0x0E:
             if raw_strp:  # the string's offset, for a caller that judges each string once
                 return v
@@ -703,29 +586,14 @@ class Dies:
     def _peek_loc(self, code: int, attr: int) -> tuple[tuple[int, ...], int, int] | None:
         """(steps that skip the attributes before it, size, form) of ``attr`` in
         abbreviation ``code``; size -1: absent; None: a form ``peek`` does not read
-        (the DIE is decoded instead). Steps as in ``DieReader._skips``."""
-        path: list[int] = []
-        for a, form, _ in self._abbrevs[code].specs:
-            kind, size = _FORMS.get(form, (99, 0))
-            if kind == _FIXED and size < 0:
-                size = self._addr_size
-            if a == attr:
-                plain = form in (0x01, 0x0E, 0x10) or form in _REF_FORMS or form in _PLAIN_INT_FORMS
-                if kind != _FIXED or not plain or (attr == AT_HIGH_PC and form != 0x01):
-                    return None
-                return tuple(path), size, form
-            if kind == _IMPLICIT:
-                continue
-            if kind == _FIXED:
-                if path and path[-1] >= 0:
-                    path[-1] += size
-                else:
-                    path.append(size)
-            elif kind in (_ULEB, _SLEB, _BLOCK1, _BLOCK_ULEB):
-                path.append(-1 - kind)
-            else:
-                return None
-        return (), -1, 0
+        (the DIE is decoded instead): ``sieve.peek_loc``."""
+        return peek_loc(self._abbrevs[code], attr, self._addr_size)
+
+    def sieve(self, sieve: Sieve, end: int) -> list[int]:
+        """The indices of the DIEs ``sieve`` (``proxy.analysis.sieve``) picks in this unit,
+        which ends at ``end``."""
+        return sieve.unit(self._reader.info, 0, self._offs, self._codes, (id(self._abbrevs), self._addr_size),
+                          self._abbrevs, self._addr_size, self._unit_off, end)
 
     def index(self, off: int) -> int:
         """The index of the DIE at section offset ``off``, or -1."""

@@ -120,9 +120,10 @@ class DwarfView:
         return None
 
     # -- units and DIEs --------------------------------------------------------------
-    def prefetch(self, offsets: list[int]) -> None:
+    def prefetch(self, offsets: list[int], sieve: tuple[Any, Any] | None = None) -> None:
         """Have a second process walk these units, in this order, while this one scans
-        the ones already walked (``proxy.analysis.unitwalk``); ``end_prefetch`` stops it."""
+        the ones already walked (``proxy.analysis.unitwalk``); ``end_prefetch`` stops it.
+        ``sieve``: it sieves them too (``Dies.picked``; ``unitwalk.Prefetch.start``)."""
         from .elf import FileBytes
         from .unitwalk import Prefetch
 
@@ -130,7 +131,7 @@ class DwarfView:
         if isinstance(self.elf.data, FileBytes):
             todo = [o for o in offsets if o not in self._units]
             self._prefetch = Prefetch.start(self.elf.data.fd, self.elf.sections, self.reader, todo,
-                                            self.keep_tags, self._walk_ahead)
+                                            self.keep_tags, self._walk_ahead, sieve)
 
     def end_prefetch(self) -> None:
         if self._prefetch is not None:
@@ -159,7 +160,9 @@ class DwarfView:
     def _read(self, offset: int, walked: tuple[Any, ...] | None) -> D.Unit:
         try:
             if walked is not None:
-                u = self.reader.unit_from_walk(offset, self.keep_tags, walked)
+                u = self.reader.unit_from_walk(offset, self.keep_tags, walked[:4])
+                if walked[4] is not None and isinstance(u.dies, D.Dies):
+                    u.dies.picked = walked[4].tolist()
             else:
                 u = self.reader.read_unit(offset, self.keep_tags)
         except D.DwarfFormatError as e:

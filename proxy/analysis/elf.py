@@ -489,8 +489,10 @@ class FileBytes:
 class Window:
     """A section of the file, addressed from the section's start: what the DWARF
     string readers need of ``bytes`` (``find``, slices, ``cstring``), without the copy.
-    Reads go through a few recently read 64 KB blocks (a unit's names lie close
-    together; one ``pread`` a name cost ~2-15 µs, more on a loaded machine)."""
+    Reads go through the 256 most recently read 8 KB blocks (a unit's names lie close
+    together; one ``pread`` a name cost ~2-15 µs, more on a loaded machine). The axum debug
+    build's analysis: 7,700 reads, 60 MB; with 32 blocks of 64 KB it was 18,600 reads and
+    1.2 GB copied (a block read for a name or two, then evicted)."""
 
     __slots__ = ("_buf", "_base", "_size", "_blocks")
 
@@ -539,9 +541,9 @@ class Window:
         return self._buf.read(self._base + start, max(start, stop) - start)
 
 
-_BLOCK_BITS = 16
+_BLOCK_BITS = 13
 _BLOCK = 1 << _BLOCK_BITS
-_BLOCKS_KEPT = 32  # 2 MB
+_BLOCKS_KEPT = 256  # 2 MB
 
 
 class _BufferStream(io.RawIOBase):

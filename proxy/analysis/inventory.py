@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from elftools.elf.relocation import RelocationSection
 
 from . import cache as cache_mod
 from . import dies as D
+from . import sieve as S
 from .dwarf import DwarfView
 from .errors import AnalysisError
 
@@ -65,10 +66,8 @@ from .model import (
     State,
 )
 
-ASYNC_FN_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)#\d+\}")
-ASYNC_ENV_RE = re.compile(r"^\{(async_fn|async_block|async_closure|async_gen_fn|async_gen_block|coroutine)_env#\d+\}")
-# Runtime task cells whose layout reflection needs (where a spawned future lies in its task)
-RUNTIME_CELL_PREFIXES = ("Cell<", "Header<", "TaskVTable", "TaskLayout")
+# the names the sieve judges by (one truth: proxy.analysis.sieve, which the unit walker runs too)
+ASYNC_FN_RE, ASYNC_ENV_RE, RUNTIME_CELL_PREFIXES = S.ASYNC_FN_RE, S.ASYNC_ENV_RE, S.RUNTIME_CELL_PREFIXES
 RUNTIME_CELLS = ("tokio::runtime::task::core::Cell<", "async_task::header::Header<", "async_task::raw::TaskVTable",
                  "async_task::raw::TaskLayout")
 TASK_POLL = "tokio::runtime::task::raw::poll<"
@@ -79,14 +78,7 @@ _KINDS = {
     "async_block": CoroutineKind.ASYNC_BLOCK,
     "async_closure": CoroutineKind.ASYNC_CLOSURE,
 }
-# the DIEs a unit's scan looks at (the others are decoded only when a reference leads to them)
 DYN_HOPS = 8  # type hops collected below a future met only through a vtable (``_future_poll``)
-_SCAN_TAGS = frozenset({D.TAG_STRUCTURE, D.TAG_SUBPROGRAM, D.TAG_INLINED_SUBROUTINE})
-# the bytes of a name that decide _struct_name_ok: "{async_gen_block_env#" and 26 digits
-_STRUCT_PREFIX = 48
-# a function's name (or its origin's) that _task_poll, _classify or _inlined can act on
-_FN_PREFIXES = ("{", "poll", "run<")
-_FN_PREFIX = max(len(p) for p in _FN_PREFIXES)
 _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
 
 
@@ -136,16 +128,23 @@ def analyse(elf: ElfImage) -> Inventory:
 # -- unit selection -------------------------------------------------------------------------
 
 
-def _in_sorted(x: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """np.isin against a sorted table (isin sorts both arrays at every call)."""
-    if not table.size:
-        return np.zeros(x.shape, dtype=bool)
-    pos = np.minimum(np.searchsorted(table, x), table.size - 1)
-    return table[pos] == x  # type: ignore[no-any-return]
+def _symbol_sieve(elf: ElfImage) -> tuple[array[int], array[int]]:
+    """(sorted addresses of the functions with a symbol that may name them as the sieve
+    wants (``_symbol_may_be_named``), sorted addresses of every function with a symbol):
+    a debug build's units hold ~45,000 subprograms with code, a few thousand of them
+    closures or polls."""
+    maybe: set[int] = set()
+    every: set[int] = set()
+    for sym in elf.symbols:
+        if sym.is_func:
+            every.add(sym.addr)
+            if _symbol_may_be_named(sym.name):
+                maybe.add(sym.addr)
+    return array("Q", sorted(maybe)), array("Q", sorted(every))
 
 
 def _symbol_may_be_named(name: str) -> bool:
-    """Could the function of this symbol have a DWARF name starting with _FN_PREFIXES?
+    """Could the function of this symbol have a DWARF name starting with sieve.FN_PREFIXES?
     A legacy Rust symbol (``_ZN`` length-prefixed path components, ``17h<hash>E``) names
     it in its last component: ``{`` escaped as ``$u7b$`` (``{{closure}}``: closures and
     every coroutine), ``poll...``, ``run`` (generics are not in it). Any other symbol
@@ -224,17 +223,16 @@ class _Collector:
         self.inv = inv
         self._qual: dict[int, str] = {}
         self._tname: dict[int, str] = {}
-        self._origin_oks: dict[int, bool] = {}  # reference -> _origin_ok
-        self._fn_strps: dict[int, bool] = {}  # .debug_str offset -> _fn_name_ok
-        self._struct_strps: dict[int, bool] = {}  # .debug_str offset -> _struct_name_ok
-        self._sym_addrs: tuple[np.ndarray, np.ndarray] | None = None  # _may_be_named
+        self.symbol_sieve = _symbol_sieve(elf)
+        self.sieve = S.Sieve(dwarf.reader.string_prefix, S.named_by_symbols(*self.symbol_sieve))
         self.types = TypeCollector(
             self, lambda t: self._is_env(t) and bool(ASYNC_ENV_RE.match(t.get(D.AT_NAME) or "")))
 
     def run(self) -> None:
         found: dict[int, _Found] = {}
         units = select_units(self.elf, self.dwarf)
-        self.dwarf.prefetch(units)  # walked in a second process while the ones before are scanned
+        # walked (and sieved) in a second process while the ones before are scanned
+        self.dwarf.prefetch(units, sieve=self.symbol_sieve)
         try:
             for uo in units:
                 unit = self.dwarf.unit(uo)
@@ -270,130 +268,12 @@ class _Collector:
             for die in list(dies.values()):
                 self._scan_die(unit, die, found)
             return
-        # names first, undecoded and a whole column at a time (numpy): a unit's few
-        # coroutine DIEs among ~10^4 others; each distinct name or origin judged once
-        picked: list[int] = []
-        for idx, vals, form in dies.column(D.TAG_STRUCTURE, D.AT_NAME):
-            if isinstance(vals, str) or (vals is not None and form != D.FORM_STRP):
-                picked += [int(i) for i in idx if self._struct_name_ok(dies.peek(int(i), D.AT_NAME))]
-            elif vals is not None:
-                picked += self._judged(idx, vals, lambda v: self._struct_strp_ok(dies, v))
-        for idx, vals, _ in dies.column(D.TAG_SUBPROGRAM, D.AT_LOW_PC):
-            if isinstance(vals, str):
-                live = np.array([int(i) for i in idx if dies.peek(int(i), D.AT_LOW_PC)], dtype=np.int64)
-            elif vals is None:
-                continue
-            else:
-                live = idx[(vals != 0) & self._may_be_named(vals)]
-            picked += [int(i) for i in live if self._may_be_coroutine_fn(dies, int(i))]
-        for idx, vals, _ in dies.column(D.TAG_INLINED_SUBROUTINE, D.AT_ABSTRACT_ORIGIN):
-            if isinstance(vals, str) or vals is None or self._has(dies, int(idx[0]), D.AT_NAME):
-                picked += [int(i) for i in idx if self._may_be_coroutine_fn(dies, int(i))]
-            else:
-                self._judge_origins(dies, unit, np.unique(vals))
-                picked += self._judged(idx, vals, self._origin_ok)
-        picked.sort()
+        # which DIEs can matter, judged undecoded (proxy.analysis.sieve): a unit's few
+        # coroutine DIEs among ~10^4 others; the unit walker's process has judged the units
+        # it walked
+        picked = dies.picked if dies.picked is not None else dies.sieve(self.sieve, unit.end)
         for i in picked:
             self._scan_die(unit, dies.at(i), found)
-
-    def _may_be_named(self, addrs: np.ndarray) -> np.ndarray:
-        """Could the subprograms at these addresses have a name ``_may_be_coroutine_fn``
-        accepts, by the symbols there (one with such a last path component, or none at
-        all: then the DWARF is asked)? A debug build's units hold ~45,000 subprograms
-        with code, a few thousand of them closures or polls."""
-        if self._sym_addrs is None:
-            maybe: set[int] = set()
-            every: set[int] = set()
-            for sym in self.elf.symbols:
-                if sym.is_func:
-                    every.add(sym.addr)
-                    if _symbol_may_be_named(sym.name):
-                        maybe.add(sym.addr)
-            self._sym_addrs = (np.array(sorted(maybe), dtype=np.uint64), np.array(sorted(every), dtype=np.uint64))
-        maybe_a, every_a = self._sym_addrs
-        return _in_sorted(addrs, maybe_a) | ~_in_sorted(addrs, every_a)
-
-    @staticmethod
-    def _has(dies: D.Dies, i: int, attr: int) -> bool:
-        """Does the abbreviation of the DIE at index ``i`` have ``attr`` (any DIE of the
-        same abbreviation answers the same)?"""
-        return dies.peek(i, attr) is not None
-
-    @staticmethod
-    def _judged(idx: np.ndarray, vals: np.ndarray, ok: Callable[[int], bool]) -> list[int]:
-        """The indices whose value passes ``ok``, each distinct value judged once."""
-        good = [v for v in np.unique(vals) if ok(int(v))]
-        return [int(i) for i in idx[np.isin(vals, np.array(good, dtype=vals.dtype))]] if good else []
-
-    def _judge_origins(self, dies: D.Dies, unit: D.Unit, refs: np.ndarray) -> None:
-        """Fill ``_origin_oks`` for references into this unit, following each chain of
-        DW_AT_abstract_origin / DW_AT_specification inside the unit (as ``DwarfView.origin``
-        does) a hop at a time for all of them at once; a chain that leaves the unit or
-        meets an attribute out of place is left to ``DwarfView.origin_name``."""
-        start = np.array([r for r in refs.tolist() if r not in self._origin_oks], dtype=np.uint64)
-        cur = start.copy()
-        offs = dies.offsets()
-        for _ in range(8):
-            if not cur.size:
-                return
-            inside = (cur >= unit.offset) & (cur < unit.end)
-            pos = np.minimum(np.searchsorted(offs, cur), offs.size - 1)
-            ok = inside & (offs[pos] == cur)
-            start, cur, idx = start[ok], cur[ok], pos[ok]
-            ao, has_ao, _, slow_ao = dies.gather(idx, D.AT_ABSTRACT_ORIGIN)
-            sp, has_sp, _, slow_sp = dies.gather(idx, D.AT_SPECIFICATION)
-            name, has_name, forms, slow_n = dies.gather(idx, D.AT_NAME)
-            plain = ~slow_ao & ~slow_sp & ~slow_n & (~has_name | (forms == D.FORM_STRP))
-            nxt = np.where(has_ao, ao, sp)
-            # a hop whose target is not a kept DIE of this unit ends the chain here (origin()
-            # stops at a reference it cannot follow): judged by the slow path instead
-            hop = plain & (has_ao | has_sp)
-            done = plain & ~has_ao & ~has_sp
-            for r0, strp, named in zip(start[done].tolist(), name[done].tolist(), has_name[done].tolist()):
-                self._origin_oks[r0] = named and self._fn_name_ok(dies, strp)
-            start, cur = start[hop], nxt[hop]
-
-    def _struct_name_ok(self, name: str | None) -> bool:
-        name = name or ""
-        return bool(ASYNC_ENV_RE.match(name)) or name.startswith(RUNTIME_CELL_PREFIXES)
-
-    def _origin_ok(self, ref: int) -> bool:
-        ok = self._origin_oks.get(ref)
-        if ok is None:
-            ok = self._origin_oks[ref] = self.dwarf.origin_name(ref).startswith(_FN_PREFIXES)
-        return ok
-
-    def _fn_name_ok(self, dies: D.Dies, strp: int) -> bool:
-        """Does the .debug_str string at ``strp`` start with one of _FN_PREFIXES (each
-        string judged once over all units, from its first bytes)?"""
-        ok = self._fn_strps.get(strp)
-        if ok is None:
-            ok = self._fn_strps[strp] = dies.string_prefix(strp, _FN_PREFIX).startswith(_FN_PREFIXES)
-        return ok
-
-    def _struct_strp_ok(self, dies: D.Dies, strp: int) -> bool:
-        """``_struct_name_ok`` of the .debug_str string at ``strp``, from its first bytes
-        (each string judged once over all units)."""
-        ok = self._struct_strps.get(strp)
-        if ok is None:
-            ok = self._struct_strps[strp] = self._struct_name_ok(dies.string_prefix(strp, _STRUCT_PREFIX))
-        return ok
-
-    def _may_be_coroutine_fn(self, dies: D.Dies, i: int) -> bool:
-        """Could the subprogram or inlined subroutine at index ``i`` be a resume function,
-        a runtime's task function or a GenFuture poll (by its own name or its origin's)?"""
-        own = dies.peek(i, D.AT_NAME, raw_strp=True)
-        if own.__class__ is int:
-            if self._fn_name_ok(dies, own):
-                return True
-        elif own and own.startswith(_FN_PREFIXES):
-            return True
-        ref = dies.peek(i, D.AT_ABSTRACT_ORIGIN)
-        if ref is None:
-            ref = dies.peek(i, D.AT_SPECIFICATION)
-        if ref is None:
-            return False
-        return self._origin_ok(ref)
 
     def _scan_die(self, unit: D.Unit, die: D.Die, found: dict[int, _Found]) -> None:
         if die.tag == D.TAG_STRUCTURE:
@@ -813,18 +693,23 @@ def _task_vtables(elf: ElfImage, polls: dict[int, str]) -> dict[int, str]:
     async-task's ``TaskVTable.run`` slots. A PIE's slots are filled by
     R_X86_64_RELATIVE relocations (the addend is the target); a non-PIE's hold it as data."""
     out: dict[int, str] = {}
+    # numpy over every relocation and data word (a debug build: ~10^5 of each), the
+    # matches looked at one by one
+    targets = np.array(sorted(polls), dtype=np.uint64)
     rela = elf.section_data(".rela.dyn") or b""
-    for i in range(0, len(rela) - 23, 24):
-        off, info, addend = struct.unpack_from("<QQq", rela, i)
-        if info & 0xFFFFFFFF == 8 and addend in polls:  # R_X86_64_RELATIVE
-            out[off] = polls[addend]
+    rel = np.frombuffer(rela, dtype=np.dtype([("off", "<u8"), ("info", "<u8"), ("add", "<u8")]),
+                        count=len(rela) // 24)
+    hit = ((rel["info"] & np.uint64(0xFFFFFFFF)) == np.uint64(8)) & np.isin(rel["add"], targets)
+    for off, addend in zip(rel["off"][hit].tolist(), rel["add"][hit].tolist()):  # R_X86_64_RELATIVE
+        out[off] = polls[addend]
     for name in (".data.rel.ro", ".data"):
         sec = elf.sections.get(name)
         data = elf.section_data(name) or b""
-        for i in range(0, len(data) - 7, 8):
-            v = int.from_bytes(data[i:i + 8], "little")
-            if v in polls and sec is not None:
-                out.setdefault(sec[0] + i, polls[v])
+        if sec is None:
+            continue
+        words = np.frombuffer(data, dtype="<u8", count=len(data) // 8)
+        for i in np.nonzero(np.isin(words, targets))[0].tolist():
+            out.setdefault(sec[0] + 8 * i, polls[int(words[i])])
     return out
 
 
@@ -843,6 +728,10 @@ def _member_offset(m: D.Die) -> int:
 # mnemonics of x86 instructions in capstone's RET, CALL or JUMP group (jcc, jmp, ljmp,
 # j*cxz, loop*, call, lcall, ret, retf, iret*, sysret, xbegin)
 _BRANCHY = ("j", "call", "ret", "loop", "ljmp", "lcall", "iret", "sysret", "xbegin")
+_RIP_SLOT = re.compile(r"^qword ptr \[rip ([+-]) (0x[0-9a-f]+)\]$")
+# the x86 jumps to a relative (immediate) target: capstone's JUMP group, no RET or CALL
+_IMM_JUMPS = frozenset({"jmp", "jo", "jno", "jb", "jae", "je", "jne", "jbe", "ja", "js", "jns", "jp", "jnp",
+                        "jl", "jge", "jle", "jg", "jcxz", "jecxz", "jrcxz", "loop", "loope", "loopne"})
 
 
 class _ExitFinder:
@@ -857,30 +746,60 @@ class _ExitFinder:
         self.unwind_targets, self.unwind_slots = _unwind_resume_sites(elf, warnings)
 
     def exits(self, low: int, high: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        import capstone
-
         code = self.elf.read(low, high - low)
         if code is None:
             self.warnings.append(f"no code bytes for {low:#x}..{high:#x}")
             return (), ()
         rets: list[int] = []
         other: list[int] = []
-        for addr, size, mnemonic, _ops in self.lite.disasm_lite(code, low):
+        unwind = self.unwind_targets
+        for addr, size, mnemonic, ops in self.lite.disasm_lite(code, low):
             # the detailed decode (~50 µs an instruction) only for what can be a ret, a
             # call or a jump: the mnemonic tells (prefixed forms: "bnd jmp", "notrack call")
             if not (mnemonic.startswith(_BRANCHY) or " " in mnemonic):
                 continue
-            insn = next(self.cs.disasm(code[addr - low : addr - low + size], addr), None)
-            if insn is None:
+            # the common forms without it (a debug build's function holds hundreds): a plain
+            # ret, a call or a jump (jmp, jcc, loop*, j*cxz) to an immediate address, printed
+            # "0x..." by capstone; the same verdicts as the detailed decode's groups below
+            if mnemonic == "ret":
+                rets.append(addr)
                 continue
-            if insn.group(capstone.CS_GRP_RET):
-                rets.append(insn.address)
-            elif insn.group(capstone.CS_GRP_CALL):
-                if self._calls_unwind(insn):
-                    other.append(insn.address)
-            elif insn.group(capstone.CS_GRP_JUMP) and self._leaves(insn, low, high):
-                other.append(insn.address)
+            if ops.startswith("0x") and (mnemonic == "call" or mnemonic in _IMM_JUMPS):
+                target = int(ops, 16)
+                if (target in unwind) if mnemonic == "call" else not (low <= target < high):
+                    other.append(addr)
+                continue
+            if mnemonic == "call" or mnemonic == "jmp":
+                if ops.isalnum():  # through a register: no target known (a jump table's jmp)
+                    continue
+                m = _RIP_SLOT.match(ops)
+                if m is not None:  # through a slot at rip + disp (a GOT entry): always leaves
+                    slot = addr + size + (int(m[2], 16) if m[1] == "+" else -int(m[2], 16))
+                    if mnemonic == "jmp" or slot in self.unwind_slots:
+                        other.append(addr)
+                    continue
+            elif mnemonic.startswith("lock "):  # lock prefixes no branch
+                continue
+            insn = next(self.cs.disasm(code[addr - low : addr - low + size], addr), None)
+            kind = self.exit_kind(insn, low, high) if insn is not None else None
+            if kind == "ret":
+                rets.append(addr)
+            elif kind == "other":
+                other.append(addr)
         return tuple(rets), tuple(other)
+
+    def exit_kind(self, insn: capstone.CsInsn, low: int, high: int) -> str | None:
+        """From the detailed decode: "ret" (capstone's RET group), "other" (a call to
+        _Unwind_Resume, a jump that leaves the function) or None."""
+        import capstone
+
+        if insn.group(capstone.CS_GRP_RET):
+            return "ret"
+        if insn.group(capstone.CS_GRP_CALL):
+            return "other" if self._calls_unwind(insn) else None
+        if insn.group(capstone.CS_GRP_JUMP) and self._leaves(insn, low, high):
+            return "other"
+        return None
 
     def _target(self, insn: capstone.CsInsn) -> tuple[str, int] | None:
         from capstone import x86 as cs_x86

@@ -13,13 +13,14 @@ gives the function name and no line.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
 from . import dies as D
 from .demangle import demangle
-from .dwarf import DwarfView, line_program_files
+from .dwarf import DwarfView, _v4_line_files, line_program_files
 from .elf import ElfImage
 from .model import Frame, SourceLoc
 
@@ -44,6 +45,18 @@ class SourceMap:
     def _line_rows(self, unit_off: int) -> _Rows | None:
         if unit_off in self._rows:
             return self._rows[unit_off]
+        try:
+            out = self._v4_rows(unit_off)
+        except (IndexError, struct.error, ValueError, D.DwarfFormatError):
+            out = None  # pyelftools reads it again, and says why
+        if out is None:
+            out = self._pyelf_rows(unit_off)
+        self._rows[unit_off] = out
+        return out
+
+    def _pyelf_rows(self, unit_off: int) -> _Rows | None:
+        """``_line_rows`` through pyelftools' line program reader (DWARF 5, or what
+        ``_v4_rows`` does not read)."""
         out: _Rows | None = None
         assert self.dwarf is not None
         try:
@@ -62,8 +75,28 @@ class SourceMap:
                 out = _Rows([r[0] for r in rows], rows, files, lp.header["version"])
         except Exception as e:  # pyelftools raises many kinds on corrupt input  # noqa: BLE001
             self.warnings.append(f"line table of unit {unit_off:#x} unreadable: {type(e).__name__}: {e}")
-        self._rows[unit_off] = out
         return out
+
+    def _v4_rows(self, unit_off: int) -> _Rows | None:
+        """``_line_rows`` of a DWARF 2-4 line program, decoded here (pyelftools makes
+        objects per opcode: 16x slower on the axum debug build, whose first ``monitor
+        async tree`` reads ~20 units' programs); None: another version, or an opcode
+        this decoder does not know (pyelftools then)."""
+        assert self.dwarf is not None
+        attrs, _ = self.dwarf.reader.unit_summary(unit_off)
+        stmt = attrs.get(D.AT_STMT_LIST)
+        data = self.dwarf.sections.get(".debug_line", b"")
+        if stmt is None or not data:
+            return None
+        files = _v4_line_files(data, stmt, attrs.get(D.AT_COMP_DIR) or "")
+        if files is None:
+            return None
+        rows = _v4_line_rows(data, stmt, int(self.dwarf.reader._header(unit_off)[1]))
+        if rows is None:
+            return None
+        rows.sort(key=lambda r: (r[0], not r[3]))
+        version = struct.unpack_from("<H", data, stmt + 4)[0]
+        return _Rows([r[0] for r in rows], rows, files, version)
 
     def _file(self, rows: _Rows, index: int) -> str | None:
         i = index if rows.version >= 5 else index - 1
@@ -272,6 +305,72 @@ class SourceMap:
             elif c.tag in (D.TAG_NAMESPACE, D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION):
                 stack.extend(c.children)
         return False
+
+
+def _v4_line_rows(data: bytes, off: int, addr_size: int) -> list[tuple[int, int, int, bool]] | None:
+    """The rows (address, file index, line, end_sequence) of the DWARF 2-4 line program at
+    ``off``, as pyelftools' ``get_entries`` states give them; None for another version or
+    an opcode not known here. DW_LNE_define_file adds no file (``line_program_files``
+    lists the header's)."""
+    length, version, header_length = struct.unpack_from("<IHI", data, off)
+    if length >= 0xFFFFFFF0 or not 2 <= version <= 4:
+        return None
+    end = off + 4 + length
+    pos = off + 10
+    min_inst = data[pos]
+    max_ops = 1
+    if version >= 4:
+        max_ops = data[pos + 1] or 1
+        pos += 1
+    line_base = data[pos + 2] - 256 if data[pos + 2] >= 128 else data[pos + 2]
+    line_range = data[pos + 3]
+    opcode_base = data[pos + 4]
+    if max_ops != 1 or not line_range:
+        return None  # VLIW op_index: pyelftools
+    pos = off + 10 + header_length
+    rows: list[tuple[int, int, int, bool]] = []
+    address, file, line = 0, 1, 1
+    uleb, sleb = D._uleb, D._sleb
+    const_add = ((255 - opcode_base) // line_range) * min_inst
+    while pos < end:
+        op = data[pos]
+        pos += 1
+        if op >= opcode_base:
+            adj = op - opcode_base
+            address += (adj // line_range) * min_inst
+            line += line_base + adj % line_range
+            rows.append((address, file, line, False))
+        elif op == 0:
+            n, pos = uleb(data, pos)
+            sub = data[pos]
+            if sub == 1:  # end_sequence
+                rows.append((address, file, line, True))
+                address, file, line = 0, 1, 1
+            elif sub == 2:  # set_address
+                address = int.from_bytes(data[pos + 1:pos + 1 + addr_size], "little")
+            pos += n
+        elif op == 1:  # copy
+            rows.append((address, file, line, False))
+        elif op == 2:  # advance_pc
+            v, pos = uleb(data, pos)
+            address += v * min_inst
+        elif op == 3:  # advance_line
+            v, pos = sleb(data, pos)
+            line += v
+        elif op == 4:  # set_file
+            file, pos = uleb(data, pos)
+        elif op in (5, 12):  # set_column, set_isa
+            _, pos = uleb(data, pos)
+        elif op in (6, 7, 10, 11):  # negate_stmt, basic_block, prologue_end, epilogue_begin
+            pass
+        elif op == 8:  # const_add_pc
+            address += const_add
+        elif op == 9:  # fixed_advance_pc
+            address += int.from_bytes(data[pos:pos + 2], "little")
+            pos += 2
+        else:
+            return None
+    return rows
 
 
 def _qualname(dwarf: DwarfView, die: D.Die) -> str:

@@ -16,14 +16,22 @@ Anything unusual falls back to walking here: no child (cannot start), a child th
 dies, a unit the child could not walk (this process walks it again and reports the
 same error it would have). ``ASYNCRSP_WALK_PROCESS=0`` turns the child off.
 
+The inventory also has the child sieve each unit it walks (``proxy.analysis.sieve``: which
+DIEs the scan must decode, judged from names and addresses in place): a scan that
+takes a unit from the child only decodes its picks, and the sieve's cost is on the
+second core too.
+
 Child protocol. stdin: ``<QQQQI`` (.debug_info's and .debug_abbrev's file offset and
 size, number of kept tags or 0xFFFFFFFF for all), the kept tags (``<I`` each), ``<I``
 number of units, then per unit ``<IIBII`` (unit offset, abbreviation table offset,
-address size, unit DIE offset, end); later, any number of ``<I``: walk no unit from
-this index on. stdout, per unit walked, in order: ``<IIi`` (unit offset, kept DIEs n,
-status: 0 ok, else not walked) and, when ok, the four arrays (4n bytes each; DIE
-offsets relative to the unit's); at the end ``<IIi`` (0xFFFFFFFF, the child's peak
-resident set in kB, 0).
+address size, unit DIE offset, end); then ``<QQII`` (.debug_str's file offset and size,
+the numbers of the sieve's two symbol address tables, ``sieve.named_by_symbols``) and
+the two tables (``<Q`` each), or ``<QQII`` of zeros and 0xFFFFFFFF: no sieve. Later,
+any number of ``<I``: walk no unit from this index on. stdout, per unit walked, in
+order: ``<IIiI`` (unit offset, kept DIEs n, status: 0 ok, else not walked, picks k or
+0xFFFFFFFF without a sieve) and, when ok, the four arrays (4n bytes each; DIE offsets
+relative to the unit's) and the picks (4k bytes: indices into the arrays); at the end
+``<IIiI`` (0xFFFFFFFF, the child's peak resident set in kB, 0, 0).
 """
 
 from __future__ import annotations
@@ -42,8 +50,10 @@ if TYPE_CHECKING:
 
 _JOB = struct.Struct("<QQQQI")
 _UNIT = struct.Struct("<IIBII")
-_REPLY = struct.Struct("<IIi")
-_TRAILER = 0xFFFFFFFF  # after the last unit: (_TRAILER, the child's peak RSS in kB, 0)
+_SIEVE = struct.Struct("<QQII")
+_REPLY = struct.Struct("<IIiI")
+_TRAILER = 0xFFFFFFFF  # after the last unit: (_TRAILER, the child's peak RSS in kB, 0, 0)
+_NO_SIEVE = 0xFFFFFFFF
 MIN_BYTES = 4 << 20  # fewer bytes of units to walk: the child's start (~50 ms) is not worth it
 
 
@@ -67,6 +77,17 @@ def child_main(fd: int) -> None:
     keep = None if nkeep == 0xFFFFFFFF else frozenset(struct.unpack(f"<{nkeep}I", need(4 * nkeep)))
     (nunits,) = struct.unpack("<I", need(4))
     units = [_UNIT.unpack(need(_UNIT.size)) for _ in range(nunits)]
+    str_off, str_size, nmaybe, nevery = _SIEVE.unpack(need(_SIEVE.size))
+    sieve = None
+    if nevery != _NO_SIEVE:
+        from array import array
+
+        from . import sieve as S
+
+        maybe, every = array("Q"), array("Q")
+        maybe.frombytes(need(8 * nmaybe))
+        every.frombytes(need(8 * nevery))
+        sieve = S.Sieve(S.FileStrings(fd, str_off, str_size).prefix, S.named_by_symbols(maybe, every))
     abbrev = os.pread(fd, abbrev_size, abbrev_off)
     tables: dict[tuple[int, int], Any] = {}
     limit, pending, listening = nunits, b"", True
@@ -84,23 +105,32 @@ def child_main(fd: int) -> None:
             if i >= limit:
                 break
             try:
-                skips = tables.get((table_off, addr_size))
-                if skips is None:
-                    skips = tables[(table_off, addr_size)] = W.skip_table(
-                        W.parse_abbrevs(abbrev, table_off), addr_size, keep)
+                key = (table_off, addr_size)
+                got = tables.get(key)
+                if got is None:
+                    if len(tables) >= 4:  # rustc gives each unit its own table: a few kept (~45 KB each)
+                        del tables[next(iter(tables))]
+                    table = W.parse_abbrevs(abbrev, table_off)
+                    got = tables[key] = (table, W.skip_table(table, addr_size, keep))
                 buf = os.pread(fd, end - unit_off, info_off + unit_off)
                 if len(buf) != end - unit_off:
                     raise ValueError("short read")
-                walked = W.walk(buf, pos - unit_off, end - unit_off, skips, unit_off)
+                walked = W.walk(buf, pos - unit_off, end - unit_off, got[1], unit_off)
+                picks = None
+                if sieve is not None:
+                    picks = array("I", sieve.unit(buf, unit_off, walked[0], walked[1], key, got[0], addr_size,
+                                                  unit_off, end))
             except Exception:  # noqa: BLE001 - the parent walks it again and says why
-                out.write(_REPLY.pack(unit_off, 0, 1))
+                out.write(_REPLY.pack(unit_off, 0, 1, 0))
                 out.flush()
                 continue
-            out.write(_REPLY.pack(unit_off, len(walked[0]), 0))
+            out.write(_REPLY.pack(unit_off, len(walked[0]), 0, _NO_SIEVE if picks is None else len(picks)))
             for arr in walked:
                 out.write(arr.tobytes())
+            if picks is not None:
+                out.write(picks.tobytes())
             out.flush()
-        out.write(_REPLY.pack(_TRAILER, _peak_kb(), 0))
+        out.write(_REPLY.pack(_TRAILER, _peak_kb(), 0, 0))
         out.flush()
     except BrokenPipeError:  # the parent is gone or stopped listening
         pass
@@ -140,9 +170,12 @@ class Prefetch:
 
     @staticmethod
     def start(fd: int, sections: dict[str, tuple[int, int, int]], reader: DieReader, units: list[int],
-              keep_tags: frozenset[int] | None, walk_here: Callable[[int], object]) -> Prefetch | None:
+              keep_tags: frozenset[int] | None, walk_here: Callable[[int], object],
+              sieve: tuple[Any, Any] | None = None) -> Prefetch | None:
         """A child walking ``units``, or None (turned off, not worth it, cannot start).
-        ``walk_here(offset)`` walks a unit in this process (and keeps it)."""
+        ``walk_here(offset)`` walks a unit in this process (and keeps it). ``sieve``: the
+        symbol address tables of ``sieve.named_by_symbols`` (arrays of ``Q``): the child
+        sieves each unit too (``take`` gives the picks)."""
         if os.environ.get("ASYNCRSP_WALK_PROCESS", "1") == "0":
             return None
         info, abbrev = sections.get(".debug_info"), sections.get(".debug_abbrev")
@@ -171,24 +204,36 @@ class Prefetch:
         job += struct.pack("<I", len(jobs))
         for j in jobs:
             job += _UNIT.pack(*j)
+        strs = sections.get(".debug_str")
+        if sieve is not None and strs is not None:
+            maybe, every = sieve
+            job += _SIEVE.pack(strs[1], strs[2], len(maybe), len(every)) + maybe.tobytes() + every.tobytes()
+        else:
+            job += _SIEVE.pack(0, 0, 0, _NO_SIEVE)
         try:
             proc = subprocess.Popen([sys.executable, "-S", "-E", "-c", code], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(fd,),
                                     bufsize=0)
-            try:  # room for a few units' arrays: the child walks on while this process scans
-                import fcntl
+            try:  # room for a few units' arrays: the child walks on while this process scans;
+                import fcntl  # and for the job: this process goes on while the child starts
 
                 fcntl.fcntl(proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+                fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
             except (OSError, AttributeError):
                 pass
-            proc.stdin.write(job)
+            # the job is ~1 MB with the sieve's symbol tables: a write to a pipe can come back
+            # short (a signal; seen under py-spy), and a child left waiting for the rest of
+            # its job would never reply
+            view = memoryview(job)
+            while view:
+                view = view[proc.stdin.write(view) or 0:]
         except (OSError, ValueError):
             return None
         return Prefetch(proc, [j[0] for j in jobs], walk_here)
 
     def take(self, off: int) -> tuple[Any, ...] | None:
-        """The walk of the unit at ``off`` (four arrays), or None: walk it here (or it has
-        been: ``walk_here`` kept it)."""
+        """The walk of the unit at ``off`` (four arrays, and the sieve's picks or None), or
+        None: walk it here (or it has been: ``walk_here`` kept it)."""
         i = self._index.get(off)
         if i is None or i >= self._limit:
             return None
@@ -223,10 +268,11 @@ class Prefetch:
 
         try:
             head = self._need(_REPLY.size)
-            got_off, n, status = _REPLY.unpack(head)
+            got_off, n, status, k = _REPLY.unpack(head)
             if self._got >= len(self._order) or got_off != self._order[self._got]:
                 return False
             raw = self._need(16 * n) if status == 0 else b""
+            raw_picks = self._need(4 * k) if status == 0 and k != _NO_SIEVE else None
         except (OSError, ValueError, EOFError):
             return False
         k = self._got
@@ -242,7 +288,11 @@ class Prefetch:
         codes.frombytes(raw[4 * n:8 * n])
         pars.frombytes(raw[8 * n:12 * n])
         ends.frombytes(raw[12 * n:])
-        self._ready[got_off] = (offs, codes, pars, ends)
+        picks = None
+        if raw_picks is not None:
+            picks = array("I")
+            picks.frombytes(raw_picks)
+        self._ready[got_off] = (offs, codes, pars, ends, picks)
         return True
 
     def _need(self, n: int) -> bytes:
@@ -272,12 +322,12 @@ class Prefetch:
         try:
             while True:  # what it walked past our last need, then its peak
                 head = self._need(_REPLY.size)
-                got_off, n, status = _REPLY.unpack(head)
+                got_off, n, status, k = _REPLY.unpack(head)
                 if got_off == _TRAILER:
                     last_peak_kb = n
                     break
                 if status == 0:
-                    self._need(16 * n)
+                    self._need(16 * n + (4 * k if k != _NO_SIEVE else 0))
         except (OSError, ValueError, EOFError):
             pass
         if proc.poll() is None:

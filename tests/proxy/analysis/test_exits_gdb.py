@@ -63,3 +63,57 @@ def test_exits_catch_every_return(config: str, program: str, inventory_of, tmp_p
 @pytest.mark.parametrize("config,program", SLOW)
 def test_exits_catch_every_return_slow(config: str, program: str, inventory_of, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _run(config, program, inventory_of, tmp_path)
+
+
+def test_exit_verdicts_without_the_detailed_decode_match_capstone_groups() -> None:
+    """``_ExitFinder.exits`` judges plain rets, immediate calls and jumps, register-indirect
+    ones and rip-relative slots from ``disasm_lite``'s text; every verdict must be what
+    capstone's detailed decode (its RET / CALL / JUMP groups and operands) gives."""
+    import capstone
+
+    from proxy.analysis.inventory import _ExitFinder
+
+    low = 0x1000
+    code = bytes.fromhex(
+        "c3"              # ret
+        "c20800"          # ret 8
+        "f2c3"            # bnd ret
+        "e8fb0f0000"      # call 0x2006 (an unwind target here)
+        "e800000000"      # call the next instruction
+        "ff15f00f0000"    # call [rip + 0xff0] (an unwind slot here)
+        "ff15f0ffffff"    # call [rip - 0x10]
+        "ff1500000000"    # call [rip]
+        "ffd0"            # call rax
+        "ff10"            # call [rax]
+        "ffe0"            # jmp rax
+        "ff24c500000000"  # jmp [rax*8] (a jump table)
+        "ff2500010000"    # jmp [rip + 0x100]: leaves
+        "7400"            # je the next instruction
+        "0f8400100000"    # je outside
+        "e2fe"            # loop to itself
+        "e900200000"      # jmp outside
+        "eb00"            # jmp the next instruction
+        "f00fb10a"        # lock cmpxchg [rdx], ecx
+        "f3c3"            # repz ret
+        "90"              # nop
+    )
+    high = low + len(code)
+
+    class Elf:
+        def read(self, addr: int, n: int) -> bytes:
+            return code[addr - low:addr - low + n]
+
+    finder = _ExitFinder.__new__(_ExitFinder)
+    finder.elf, finder.warnings = Elf(), []
+    finder.cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    finder.cs.detail = True
+    finder.lite = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    call_rip = low + code.index(bytes.fromhex("ff15f00f0000"))
+    finder.unwind_targets, finder.unwind_slots = {0x2006}, {call_rip + 6 + 0xFF0}
+
+    # the reference: every instruction through the detailed decode
+    kinds = [(insn.address, finder.exit_kind(insn, low, high)) for insn in finder.cs.disasm(code, low)]
+    rets = [a for a, k in kinds if k == "ret"]
+    other = [a for a, k in kinds if k == "other"]
+    assert len(rets) == 4 and len(other) == 5, (rets, other)
+    assert finder.exits(low, high) == (tuple(rets), tuple(other))

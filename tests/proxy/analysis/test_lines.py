@@ -52,3 +52,21 @@ def test_line_to_pcs_round_trip(inventory_of) -> None:  # type: ignore[no-untype
     assert pcs
     assert all(sm.pc_to_line(p).line == loc.line for p in pcs)
     assert sm.line_to_pcs("no/such/file.rs", 1) == []
+
+
+@pytest.mark.parametrize("config", ["debug", "release", "old-debug"])
+def test_line_rows_decoded_here_match_pyelftools(config: str) -> None:
+    """Every unit's line program decoded by ``_v4_line_rows`` gives pyelftools' rows and
+    files."""
+    sm = SourceMap(open_elf(corpus_binary(config, "nested")))
+    assert sm.dwarf is not None
+    here = 0
+    for uo in sm.dwarf.unit_offsets:
+        ours, theirs = sm._v4_rows(uo), sm._pyelf_rows(uo)
+        if ours is None:
+            continue
+        here += 1
+        assert theirs is not None
+        assert (ours.addrs, ours.rows, ours.files, ours.version) == (theirs.addrs, theirs.rows, theirs.files,
+                                                                     theirs.version), hex(uo)
+    assert here == len(sm.dwarf.unit_offsets)

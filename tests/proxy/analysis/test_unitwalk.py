@@ -1,5 +1,6 @@
 """The units' walks made by a second process (proxy.analysis.unitwalk) against the
-same walks made here: the same four arrays for every unit, when the child walks them,
+same walks made here: the same four arrays (and the same sieve's picks,
+proxy.analysis.sieve) for every unit, when the child walks them,
 when this process takes units from the end (the child seen as never ready), and when
 the child is killed half-way (the rest are walked here)."""
 
@@ -12,7 +13,8 @@ from proxy.analysis import dies as D
 from proxy.analysis import unitwalk
 from proxy.analysis.dwarf import DwarfView
 from proxy.analysis.elf import open_elf
-from proxy.analysis.inventory import select_units
+from proxy.analysis import sieve as S
+from proxy.analysis.inventory import _symbol_sieve, select_units
 
 
 def _arrays(unit: D.Unit) -> tuple[list[int], ...]:
@@ -34,8 +36,11 @@ def test_child_walks_match(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert here is not None and there is not None
     units = select_units(elf, there)
     assert len(units) > 3
-    there.prefetch(units)
+    symbols = _symbol_sieve(elf)
+    there.prefetch(units, sieve=symbols)
     assert there._prefetch is not None, "the child did not start"
+    sieve = S.Sieve(here.reader.string_prefix, S.named_by_symbols(*symbols))
+    sieved = 0
     for k, uo in enumerate(units):
         if k == kill_after:
             there._prefetch._proc.kill()  # the rest: walked here
@@ -43,6 +48,11 @@ def test_child_walks_match(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert b is not None
         assert _arrays(a) == _arrays(b)
         assert dict(a.top_die.attrs) == dict(b.top_die.attrs)
+        assert isinstance(a.dies, D.Dies) and isinstance(b.dies, D.Dies)
+        if b.dies.picked is not None:  # the child's sieve: what this process's makes
+            sieved += 1
+            assert b.dies.picked == a.dies.sieve(sieve, a.end)
+    assert (sieved == len(units)) == (way == "child")
     stolen = there._prefetch.stolen
     there.end_prefetch()
     assert (stolen > 0) == (way == "steal")
