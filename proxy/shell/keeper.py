@@ -17,7 +17,9 @@ gone: the keeper stops the program (0x03, unless a stop is already waiting
 on the socket), passes no signal (`QProgramSignals:`), takes every
 breakpoint out, stops the trace experiment, consumes a SIGINT that waits in
 the kernel (a 0x03 to a stopped program becomes one; checked in /proc for a
-program of this host), then does what gdbserver does when its client
+program of this host; a program that is stopped already - every thread in
+a tracing stop, a SIGINT pending that nobody takes - is seen so in 0.5 s,
+not after 10 s of waiting for a reply), then does what gdbserver does when its client
 vanishes - detaches an attached program, kills one it started - and ends. Uprobes need none of this: the
 kernel removes them with the proxy's links.
 
@@ -197,6 +199,52 @@ def _is_stop(body: bytes | None) -> bool:
     return body is not None and body[:1] in (b"T", b"S", b"W", b"X")
 
 
+# How long a program of this host must look held (every thread in a tracing
+# stop, a SIGINT pending that nobody takes) before the keeper takes it for
+# stopped without a stop reply.
+HELD_FOR = 0.5
+
+
+def _held(pid: int) -> bool:
+    """The program is stopped by its tracer and stays so: a SIGINT waits in
+    the kernel (the 0x03's, or the keeper's own) and every thread is in a
+    tracing stop. A running thread would take the SIGINT at once."""
+    from proxy.capture.procmem import sigint_pending  # here only: the keeper starts with every session
+
+    try:
+        if not sigint_pending(pid):
+            return False
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] not in ("t", "T"):
+                    return False
+    except (OSError, IndexError):
+        return False
+    return True
+
+
+def _wait_stop(wire: _Wire, pid: int | None, timeout: float) -> tuple[bytes | None, bool]:
+    """The stop reply after an interrupt, or (None, True) once a program of
+    this host has looked held for HELD_FOR s: it was stopped already (the
+    proxy died in a hidden stop, gdbserver waiting for its next packet), and
+    neither the 0x03 nor a SIGINT brings a reply. Without this the keeper
+    waited out 2 s and 8 s: the program stood still 10 s after the proxy's
+    death (most proxy kills under breakpoint capture, fault campaign)."""
+    deadline = time.monotonic() + timeout
+    since = None
+    while (left := deadline - time.monotonic()) > 0:
+        got = wire.packet(min(left, 0.1))
+        if got is not None:
+            return got, False
+        if pid and _held(pid):
+            since = since if since is not None else time.monotonic()
+            if time.monotonic() - since >= HELD_FOR:
+                return None, True
+        else:
+            since = None
+    return None, False
+
+
 def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
     """Take the proxy's things out of the program and detach; returns what was done."""
     wire = _Wire(sock, bool(plan.get("noack")))
@@ -206,15 +254,16 @@ def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
             return "the program had ended"
         stopped = stopped or _is_stop(got)
     pid = plan.get("host_pid")
-    # Not "all threads in a tracing stop" from /proc: under tracepoints the
-    # threads sit in such stops all the time (the keeper once took a running
-    # program for a stopped one and talked to gdbserver's interrupt reader).
-    # A 0x03 to a program that was stopped after all leaves a SIGINT in the
-    # kernel, consumed below.
+    # Not "all threads in a tracing stop" from /proc alone: under tracepoints
+    # the threads sit in such stops all the time (the keeper once took a
+    # running program for a stopped one and talked to gdbserver's interrupt
+    # reader). With a SIGINT pending that no thread takes, it is stopped
+    # (_wait_stop). A 0x03 to a program that was stopped after all leaves a
+    # SIGINT in the kernel, consumed below.
     if not stopped:
         sock.sendall(b"\x03")
-        got = wire.packet(2.0)
-        if got is None and pid:
+        got, held = _wait_stop(wire, pid, 2.0)
+        if got is None and not held and pid:
             # gdbserver 13.1 interrupts with a kill of the program's process
             # group: an attached program that leads none is never stopped
             # ("Sending SIGINT to process group of pid N failed"). The
@@ -230,7 +279,7 @@ def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
                 os.kill(pid, signal.SIGINT)
             except OSError:
                 pass
-            got = wire.packet(8.0)
+            got, held = _wait_stop(wire, pid, 8.0)
         if got is not None and got[:1] in (b"W", b"X"):
             return "the program had ended"
     wire.request(b"QProgramSignals:")
