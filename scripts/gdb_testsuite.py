@@ -158,9 +158,14 @@ from gdb_testsuite_wrap import wrap  # noqa: E402
 
 def start_resident(run_dir: Path) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
     path = str(run_dir / "resident.sock")
+    # The resident carries the run's mark too: its forks (the sessions, their
+    # keepers) show the resident's environment in /proc/PID/environ (the one
+    # they were exec'd with), not the caller's they took over. The resident
+    # itself is left out of what is ended after each test file.
     proc = subprocess.Popen([sys.executable, "-m", "proxy.cli", "resident", "--socket", path],
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, start_new_session=True)
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), **{RUN_MARK: str(run_dir)}), cwd=ROOT,
+                            start_new_session=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()
     if "resident on" not in line:
@@ -169,36 +174,35 @@ def start_resident(run_dir: Path) -> tuple[subprocess.Popen, str]:  # type: igno
     return proc, path
 
 
-def _end_proxies(run_dir: Path) -> int:
-    """End the proxies a run left behind (each should have ended with its stub)."""
-    f = run_dir / "proxies"
-    left = 0
-    if not f.exists():
-        return 0
-    pids = [int(line) for line in f.read_text().split()]
-    f.unlink()  # the next test file's proxies start a new list (no old pid, maybe reused, is signalled)
-    deadline = time.monotonic() + 3  # the last ones see their stub go as runtest ends
-
-    def alive(pid: int) -> bool:
+def _proxies_of(run_dir: str, spare: int = 0) -> list[int]:
+    """The run's proxy sessions still alive (fresh ones or forks of the
+    resident: both run proxy.cli; not their keepers, which end on their own)."""
+    found = []
+    for pid in _processes_of(run_dir, spare):
         try:
-            os.kill(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if b"proxy.cli" in cmd and comm != "asyncrsp-keeper" and not _zombie(pid):
+            found.append(pid)
+    return found
 
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+
+def _end_proxies(run_dir: Path, spare: int = 0) -> int:
+    """End the proxies a test file left behind (each should have ended with
+    its stub); how many there were. `spare`: the resident."""
+    deadline = time.monotonic() + 3  # the last ones see their stub go as runtest ends
+    while (pids := _proxies_of(str(run_dir), spare)) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in pids:
-        if not alive(pid):
-            continue
-        left += 1
         with open(run_dir / "proxies-left", "a") as fh:
             fh.write(f"{pid}\n")
         try:
             os.kill(pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    return left
+    return len(pids)
 
 
 # -- running and reporting ------------------------------------------------------
@@ -254,8 +258,9 @@ class Way:
         try:
             self.files.update(_run_timed([*self.cmd, test], where, self.env, time.monotonic()))
         finally:
-            self.left += _end_proxies(self.dir)
-            self.stray += reap(str(self.dir))
+            spare = self.resident.pid if self.resident is not None else 0
+            self.left += _end_proxies(self.dir, spare)
+            self.stray += reap(str(self.dir), spare)
         self.results += parse_sum(where / "gdb.sum")
 
     def close(self) -> None:
@@ -321,7 +326,7 @@ def _run_timed(cmd: list[str], run_dir: Path, env: dict[str, str], t0: float) ->
 RUN_MARK = "ASYNCRSP_GDB_TESTSUITE_RUN"
 
 
-def _processes_of(run_dir: str) -> list[int]:
+def _processes_of(run_dir: str, spare: int = 0) -> list[int]:
     """This run's processes still alive: those whose environment holds the
     run's mark (runtest, gdb, gdbserver, the programs, the proxies and their
     keepers all inherit it; other runs have another directory in it)."""
@@ -329,7 +334,7 @@ def _processes_of(run_dir: str) -> list[int]:
     me = os.getpid()
     found = []
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == me:
+        if not d.name.isdigit() or int(d.name) in (me, spare):
             continue
         try:
             environ = (d / "environ").read_bytes()
@@ -340,12 +345,12 @@ def _processes_of(run_dir: str) -> list[int]:
     return found
 
 
-def reap(run_dir: str) -> int:
+def reap(run_dir: str, spare: int = 0) -> int:
     """End what the run left behind (the testsuite leaves some: a
     `gdbserver - prog` on a pipe whose gdb is gone spins on its closed
     stdin). SIGTERM, then SIGKILL to what is still there after a second.
     Returns how many processes were left."""
-    pids = _processes_of(run_dir)
+    pids = _processes_of(run_dir, spare)
     found = len(pids)
     if not found:
         return 0

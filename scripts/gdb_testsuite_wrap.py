@@ -77,59 +77,50 @@ def wrap(run_dir: str, proxy_args: list[str], gdbserver: str, args: list[str]) -
         fh.write("gdbserver " + " ".join(args) + "\n")
     resident = os.environ.get("GDB_TESTSUITE_RESIDENT")
     if resident:
-        pid = _in_resident(resident, argv[3:], log, env, sock)  # without "python -m proxy.cli"
+        _in_resident(resident, argv[3:], log, env, sock)  # without "python -m proxy.cli"
     else:
-        pid = _spawn_proxy(argv, log, env, sock)
+        _spawn_proxy(argv, log, env, sock)
     sock.close()
-    with open(os.path.join(run_dir, "proxies"), "a") as fh:
-        fh.write(f"{pid}\n")
     args = [*args[:i], f"127.0.0.1:{private}", *args[i + 1:]]
     os.execv(gdbserver, [gdbserver, *args])
 
 
-def _spawn_proxy(argv: list[str], log: str, env: dict[str, str], sock: socket.socket) -> int:
+def _spawn_proxy(argv: list[str], log: str, env: dict[str, str], sock: socket.socket) -> None:
     # The proxy must not be gdbserver's child (this process becomes gdbserver):
     # gdbserver waits for any child (waitpid -1) and would reap it. A child
     # starts it in its own session and exits; init adopts it. posix_spawn,
     # not subprocess: this runs at each of the testsuite's gdbserver starts.
-    r, w = os.pipe()
     child = os.fork()
     if child == 0:
         os.set_inheritable(sock.fileno(), True)
-        pid = os.posix_spawn(argv[0], argv, env, setsid=True, file_actions=[
+        os.posix_spawn(argv[0], argv, env, setsid=True, file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_APPEND, 0),
             (os.POSIX_SPAWN_DUP2, 1, 2),
-            (os.POSIX_SPAWN_CLOSE, r),
-            (os.POSIX_SPAWN_CLOSE, w),
         ])
-        os.write(w, b"%d" % pid)
         os._exit(0)
-    os.close(w)
     os.waitpid(child, 0)
-    pid = int(os.read(r, 32))
-    os.close(r)
-    return pid
 
 
-def _in_resident(path: str, args: list[str], log: str, env: dict[str, str], sock: socket.socket) -> int:
+def _in_resident(path: str, args: list[str], log: str, env: dict[str, str], sock: socket.socket) -> None:
     """The session in the runner's `asyncrsp resident` (a fork of one
     interpreter that imported the proxy once): its stdin /dev/null, its
     stdout and stderr the log, the listening socket under the number its
-    `--listen fd:N` names. The wrapper does not wait for it."""
+    `--listen fd:N` names. The wrapper waits neither for the fork nor for
+    the pid (gdbserver starts at once; the runner finds the sessions by the
+    run's mark in their environment)."""
     sys.path.insert(0, ROOT)
     from proxy.shell.resident import request  # standard library only
 
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(log, os.O_WRONLY | os.O_APPEND)
     try:
-        pid, conn = request(path, args, fds=[null, out, out, sock.fileno()], targets=[0, 1, 2, sock.fileno()],
-                            env=env)
+        _, conn = request(path, args, fds=[null, out, out, sock.fileno()], targets=[0, 1, 2, sock.fileno()],
+                          env=env, answer=False)
     finally:
         os.close(null)
         os.close(out)
     conn.close()
-    return pid
 
 
 if __name__ == "__main__":

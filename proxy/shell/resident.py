@@ -55,18 +55,24 @@ class ResidentError(Exception):
 # -- the caller's side (standard library only) -------------------------------------------
 
 def request(path: str, argv: Sequence[str], fds: Sequence[int] = (0, 1, 2), targets: Sequence[int] | None = None,
-            env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[int, socket.socket]:
+            env: dict[str, str] | None = None, cwd: str | None = None,
+            answer: bool = True) -> tuple[int, socket.socket]:
     """Start `asyncrsp ARGV` in the resident at `path`. The session gets this
     process's descriptors `fds` under the numbers `targets` (default: the
     same numbers; 0, 1 and 2 first, then e.g. the socket of `--listen fd:N`).
     Returns the session's pid and the connection on which its exit status
-    comes (`wait_status`); closing it leaves the session running."""
+    comes (`wait_status`); closing it leaves the session running.
+    `answer=False` does not wait for the pid (0 is returned): the request and
+    the descriptors are in the socket, the resident takes them even after
+    the caller has closed it or exec'd."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
         msg = json.dumps({"argv": list(argv), "fds": list(fds if targets is None else targets),
                           "cwd": cwd or os.getcwd(), "env": dict(os.environ if env is None else env)})
         socket.send_fds(conn, [msg.encode() + b"\n"], list(fds))
+        if not answer:
+            return 0, conn
         line = _readline(conn)
     except OSError as err:
         conn.close()
@@ -171,7 +177,9 @@ def preload() -> None:
     try:
         for name in PRELOAD:
             importlib.import_module(name)
-        import proxy.cli  # noqa: F401
+        import proxy.cli
+
+        proxy.cli._parser()  # the command line's parser, built once for every session
     finally:
         gc.freeze()  # the children share these pages: no collection touches them
         gc.enable()
