@@ -56,6 +56,7 @@ class CaptureLifecycle(SessionBase):
             "trace": getattr(self.capture, "name", "") == "tracepoints",
             "detach": f"D;{pid:x}" if multi and pid else "D",
             "host_pid": self.identity.host_pid if self.identity.local else None,
+            "stub_pid": pid,  # its /proc read through the stub (keeper._sigint_waiting) when not this host's
         }
 
     def _sigint_waiting(self) -> bool:

@@ -23,8 +23,10 @@ not after 10 s of waiting for a reply), then does what gdbserver does when its c
 vanishes - detaches an attached program, kills one it started - and ends. Uprobes need none of this: the
 kernel removes them with the proxy's links.
 
-Not covered: a stub spawned by the proxy on a pipe (it goes with the proxy),
-and a remote program's pending SIGINT (it cannot be read from here).
+Not covered: a stub spawned by the proxy on a pipe (it goes with the proxy).
+A remote program's pending SIGINT is read in the stub's own /proc through
+vFile; a remote program that does not stop at the 0x03 gets no SIGINT of
+the keeper's (its pid is not one of this host).
 """
 
 from __future__ import annotations
@@ -245,6 +247,39 @@ def _wait_stop(wire: _Wire, pid: int | None, timeout: float) -> tuple[bytes | No
     return None, False
 
 
+def _sigint_waiting(wire: _Wire, pid: int | None, stub_pid: int | None) -> bool:
+    """A SIGINT waits in the kernel for the program: this host's /proc for a
+    program of this host; otherwise the stub's own /proc/PID/status, read
+    through vFile (as the session does, lifecycle._sigint_waiting_now). A
+    0x03 to a program stopped in a hidden stop becomes such a SIGINT: with
+    `--remote`, 7 of 15 programs died of it after the keeper's detach
+    (`scripts/fault-campaign --victims proxy --backends breakpoints
+    --proxy-arg=--remote`)."""
+    if pid:
+        from proxy.capture.procmem import sigint_pending  # here only: the keeper starts with every session
+
+        try:
+            return sigint_pending(pid)
+        except OSError:
+            return False
+    from proxy.session.wire import sigint_in_status, vfile_reply
+    from rsp.errors import MalformedPacket
+    from rsp.framing import rle_expand
+
+    def ask(body: bytes) -> tuple[int, bytes] | None:
+        try:  # gdbserver run-length encodes its replies, a file's text too ("VmLck:\t *\" 0 kB")
+            return vfile_reply(rle_expand(wire.request(body) or b""))
+        except MalformedPacket:
+            return None
+
+    opened = ask(b"vFile:open:" + (b"/proc/%d/status" % stub_pid).hex().encode() + b",0,0")
+    if opened is None:
+        return False
+    read = ask(b"vFile:pread:%x,1000,0" % opened[0])
+    wire.request(b"vFile:close:%x" % opened[0])
+    return read is not None and sigint_in_status(read[1].decode(errors="replace"))
+
+
 def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
     """Take the proxy's things out of the program and detach; returns what was done."""
     wire = _Wire(sock, bool(plan.get("noack")))
@@ -290,14 +325,10 @@ def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
         wire.request(b"QTinit")
     if wire.gone:
         return "the program had ended"
-    if pid:
-        from proxy.capture.procmem import sigint_pending  # here only: the keeper starts with every session
-
+    stub_pid = plan.get("stub_pid")
+    if pid or stub_pid:
         for _ in range(3):
-            try:
-                if not sigint_pending(pid):
-                    break
-            except OSError:
+            if not _sigint_waiting(wire, pid, stub_pid):
                 break
             got = wire.request(b"vCont;c")  # stops at once with the SIGINT, passed to nobody
             if got is not None and got[:1] in (b"W", b"X"):
