@@ -140,8 +140,11 @@ def from_snapshot(snapshot: Any, points: SuspendPoints, bias: int) -> list[TaskT
     out = []
     for t in snapshot.live():
         kind = getattr(t.state.kind, "value", t.state.kind)
-        if not t.stack and (kind == "unknown" or (kind == "running" and t.state.thread is None)):
-            continue  # nothing to show (tokio's spawn_blocking tasks: their pool thread is the stack)
+        if not t.stack and (kind == "unknown" or (kind == "running" and t.state.thread is None
+                                                  and t.tree.kind == "leaf")):
+            # nothing to show (tokio's spawn_blocking tasks: their pool thread is the stack). A
+            # coroutine marked running with no thread named is listed, as before.
+            continue
         running = t.state.thread if kind == "running" else None
         if running is not None:
             extra = f"running on thread {running}"
