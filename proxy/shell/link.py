@@ -79,13 +79,36 @@ def _send_now(stream: trio.abc.Stream, lock: trio.Lock, out: bytes) -> bytes:
 
 
 async def _send(stream: trio.abc.Stream, lock: trio.Lock, out: bytes) -> None:
-    out = _send_now(stream, lock, out)
-    if out:
-        async with lock:
-            try:
-                await stream.send_all(out)
-            except _CLOSED + (OSError,):
-                pass  # the side's pump sees the close and ends the session
+    if not lock.locked():
+        # Held from the direct write to the end of its rest: taking the lock after a partial
+        # write is a checkpoint, where another sender could put its bytes in between.
+        lock.acquire_nowait()
+        try:
+            out = _send_now(stream, _FREE, out)
+            if out:
+                await _send_all(stream, out)
+        finally:
+            lock.release()
+        return
+    async with lock:
+        await _send_all(stream, out)
+
+
+async def _send_all(stream: trio.abc.Stream, out: bytes) -> None:
+    try:
+        await stream.send_all(out)
+    except _CLOSED + (OSError,):
+        pass  # the side's pump sees the close and ends the session
+
+
+class _Free:
+    """A lock that is never taken: `_send` holds the real one itself."""
+
+    def locked(self) -> bool:
+        return False
+
+
+_FREE: trio.Lock = _Free()  # type: ignore[assignment]
 
 
 class PacketLog:
