@@ -144,6 +144,9 @@ class Connection:
         """Queue a bare ``+`` (the answer to a stray packet, rarely needed)."""
         self._out += b"+"
 
+    def has_data_to_send(self) -> bool:
+        return bool(self._out)
+
     def data_to_send(self) -> bytes:
         """Take everything queued so far."""
         data = bytes(self._out)

@@ -156,6 +156,15 @@ class CaptureBase:
     def wakeup_fd(self) -> int | None:
         return None
 
+    def ticks(self) -> bool:
+        """Must the shell call `poll` and the session's tick (`wants_interrupt`)
+        while the program runs? Not for a backend that keeps all three as
+        they are here (breakpoints: its events come at hidden stops): the
+        shell's capture loop then sleeps (proxy/shell/link.py)."""
+        cls = type(self)
+        return (cls.poll is not CaptureBase.poll or cls.wakeup_fd is not CaptureBase.wakeup_fd
+                or cls.wants_interrupt is not CaptureBase.wants_interrupt)
+
     # -- the client's traffic
     def client_request(self, body: bytes) -> Verdict | None:
         return None

@@ -76,6 +76,10 @@ def _checksum_ok(raw: bytes) -> bool:
             and int(raw[-2:], 16) == checksum(raw[1:-3]))
 
 
+# Reads of memory and registers: forwarded as they are, once the shield,
+# the capture and the task threads have seen them (_dispatch_client).
+_PLAIN_READS = frozenset((b"m", b"x", b"g", b"p"))
+
 # Features the client must not see (rule 5).
 _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
 
@@ -292,6 +296,10 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         if self._task_thread_request(body):  # tasks as threads (proxy.threads): answered here
             return None
         head = body[:1]
+        if head in _PLAIN_READS:
+            # Most of what gdb sends while it steps and looks: none of the
+            # routes below is theirs.
+            return self._forward(body, raw)
         try:
             if body.startswith(b"qSupported"):
                 return self._client_qsupported(body)
@@ -392,6 +400,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         (reply,) = yield Exchange((build_qsupported_request(upstream),))
         feats = parse_qsupported_reply(reply)
         self.stub_features = feats
+        self._packet_size = self._stub_packet_size()
         # Emulation writes gdb's amd64 `g` block back with `G`: only for
         # gdbserver asked without xmlRegisters (its layout is known and the
         # write touches no AVX-512 state, rule 11). QStartupWithShell is
@@ -533,7 +542,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     def _shielded(self, body: bytes) -> bool:
         """A packet the stub must not get (shield.py): answered E01 here."""
         why = refuse(body, non_stop=self.non_stop, g_size=self._g_size,
-                     non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self._stub_packet_size())
+                     non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self._packet_size)
         if why is None:
             self._g_asked = body[:1] == b"g"
             return False

@@ -89,6 +89,14 @@ _GRAMMAR: list[tuple[bytes, Callable[[bytes], bool], str]] = [
 ]
 
 
+# The families by their first byte: a packet is checked against its own
+# letter's few (in _GRAMMAR's order), not all 38 (the shield runs on every
+# client packet; most are `m`, `g`, `p`).
+_GRAMMAR_BY_HEAD: dict[int, list[tuple[bytes, Callable[[bytes], bool], str]]] = {}
+for _entry in _GRAMMAR:
+    _GRAMMAR_BY_HEAD.setdefault(_entry[0][0], []).append(_entry)
+
+
 def _vfile(body: bytes) -> bool:
     """vFile:OP:args with hex numbers and hex-encoded file names (gdbserver's
     hostio: a bad digit there is fatal too). pwrite's data is binary."""
@@ -147,7 +155,7 @@ def refuse(body: bytes, *, non_stop: bool = False, g_size: int | None = None,
     if body == b"QNonStop:1" and not non_stop_offered:
         return "QNonStop:1: the proxy did not offer non-stop mode"
     head = body[:1]
-    for prefix, ok, grammar in _GRAMMAR:
+    for prefix, ok, grammar in _GRAMMAR_BY_HEAD.get(body[0], ()):
         if body.startswith(prefix):
             if not ok(body):
                 return f"malformed {grammar.split(' ', 1)[0].rstrip(':,')} packet (expected {grammar})"

@@ -159,6 +159,7 @@ class SessionBase:
         # what the client believes / asked
         self.client_features: list[Feature] = []
         self.stub_features: list[Feature] = []
+        self._packet_size: int | None = None  # the stub's PacketSize (qSupported), for the shield
         self.client_g_thread: bytes | None = None  # raw thread id of the client's last Hg
         # the stub's selected thread as the client believes it: its last Hg, or the
         # thread of the last stop it saw (a stop reply moves it; rule 6)

@@ -6,12 +6,24 @@ retransmission), hands packets to the `Session`, then flushes: the session's
 actions become bytes queued on either connection, and both connections'
 pending bytes are written. The session never awaits, so no lock is needed
 around it; writes to each stream are serialised by a per-stream lock.
+
+The poll window: a pump that has handled a packet waits up to WINDOW_MS for
+the next one on either side in a blocking poll of its own, outside trio,
+and handles it there as that side's pump would. A request's reply (and
+gdb's next request) mostly comes within it: each packet then costs no trio
+scheduler pass (~half of the proxy's CPU per exchange,
+bench/bench_exchange.py). When the window passes empty, the pumps wait in
+trio as before. The only other task, the capture loop, says when it is due
+and which fd it waits on: the window ends in time for it, at its fd's
+events, at a close, at the link's end, and after WINDOW_SPAN outside trio.
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import os
+import select
 import time
 from collections.abc import Awaitable, Callable
 from typing import TextIO
@@ -29,6 +41,8 @@ _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError)
 LEAVE_TIMEOUT = 5.0  # seconds to take probes out after the client left
 CAPTURE_TICK = 0.05  # how often the capture is asked whether it needs a hidden stop
 CAPTURE_BATCH = 0.002  # after a wakeup, gather more events before reading them
+WINDOW_MS = 1  # the poll window: how long a pump waits outside trio for the next packet
+WINDOW_SPAN = 0.02  # seconds outside trio at most (< CAPTURE_TICK), before the pumps wait in trio again
 # Young-generation threshold while a capture folds events (Python's default: 700).
 GC_YOUNG = 10_000
 
@@ -78,15 +92,58 @@ def _send_now(stream: trio.abc.Stream, lock: trio.Lock, out: bytes) -> bytes:
     return out[sent:]
 
 
+def _socket_fd(stream: trio.abc.Stream) -> int | None:
+    """The descriptor of a socket stream (None: another kind of stream)."""
+    sock = getattr(stream, "socket", None)
+    return sock.fileno() if sock is not None else None
+
+
+def _read_now(fd: int) -> bytes | None:
+    """What the socket holds, read without trio: None when it holds nothing
+    after all, b"" when the peer closed (or the link broke)."""
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+async def _receive(stream: trio.abc.Stream, fd: int | None) -> bytes:
+    """The next bytes of a pump's stream (b"": closed).
+
+    trio's `receive_some` first tries the read behind a checkpoint, and
+    between a request and its reply there is never anything yet: a
+    BlockingIOError raised (and caught by an asynccontextmanager) per
+    packet, then the wait, then the read again. A socket's pump waits
+    first and reads once (~a quarter of the proxy's CPU per exchange,
+    bench/bench_exchange.py). The wait is a checkpoint every time, as
+    trio's own was."""
+    if fd is None:
+        try:
+            return await stream.receive_some(65536)
+        except _CLOSED + (OSError,):
+            return b""
+    while True:
+        try:
+            await trio.lowlevel.wait_readable(fd)
+        except _CLOSED + (OSError,):
+            return b""
+        data = _read_now(fd)
+        if data is not None:
+            return data
+
+
 async def _send(stream: trio.abc.Stream, lock: trio.Lock, out: bytes) -> None:
     if not lock.locked():
-        # Held from the direct write to the end of its rest: taking the lock after a partial
-        # write is a checkpoint, where another sender could put its bytes in between.
+        out = _send_now(stream, lock, out)
+        if not out:
+            return
+        # The rest: the lock is taken before anything awaits (acquire_nowait is no
+        # checkpoint), so no other sender's bytes come in between.
         lock.acquire_nowait()
         try:
-            out = _send_now(stream, _FREE, out)
-            if out:
-                await _send_all(stream, out)
+            await _send_all(stream, out)
         finally:
             lock.release()
         return
@@ -99,16 +156,6 @@ async def _send_all(stream: trio.abc.Stream, out: bytes) -> None:
         await stream.send_all(out)
     except _CLOSED + (OSError,):
         pass  # the side's pump sees the close and ends the session
-
-
-class _Free:
-    """A lock that is never taken: `_send` holds the real one itself."""
-
-    def locked(self) -> bool:
-        return False
-
-
-_FREE: trio.Lock = _Free()  # type: ignore[assignment]
 
 
 class PacketLog:
@@ -146,8 +193,23 @@ class Link:
         self.log = log or PacketLog(None)
         self.notice = notice or (lambda text: None)
         self.closed = trio.Event()
+        self._capture_ready = trio.Event()  # set by a flush that sees a new capture (_capture_loop)
+        self._capture_seen: object = None
+        # The capture loop, for the poll window: when it must run next (monotonic;
+        # inf: asleep until a new capture), and the capture's fd it waits on.
+        self._capture_due = 0.0
+        self._capture_fd: int | None = None
+        self._window_capture_fd: int | None = None
         self.close_reason = ""
         self.client_gone = False
+        self._window: select.poll | None = None
+        self._sides: dict[int, tuple[str, Connection]] = {}
+        fds = (_socket_fd(client), _socket_fd(stub))
+        if fds[0] is not None and fds[1] is not None:
+            self._window = select.poll()
+            for fd, side in zip(fds, (("client", self.cconn), ("stub", self.sconn))):
+                self._window.register(fd, select.POLLIN)
+                self._sides[fd] = side
 
     async def run(self) -> str:
         async with trio.open_nursery() as nursery:
@@ -165,28 +227,71 @@ class Link:
         while (ev := conn.next_event()) is not None:
             self._dispatch(side, ev)
             await self._flush()
+        fd = _socket_fd(stream)
         while True:
-            try:
-                data = await stream.receive_some(65536)
-            except _CLOSED + (OSError,):
-                data = b""
+            data = await _receive(stream, fd)
             if not data:
                 await self._side_closed(side)
                 return
-            self.log.write("c>" if side == "client" else "s>", data)
-            try:
-                conn.feed(data)
-                # One event at a time, each followed by what the session sends in
-                # answer: a stub's stale packet is recognised the way gdb does
-                # (rsp/connection.py, drop_before_ack).
-                while (ev := conn.next_event()) is not None:
-                    self._dispatch(side, ev)
-                    await self._flush()
-            except ProtocolError as err:
-                self.notice(f"{side} link broken: {err}")
-                self._close(str(err))
+            if not await self._take(side, conn, data):
                 return
-            await self._flush()
+            await self._poll_window()
+
+    async def _take(self, side: str, conn: Connection, data: bytes) -> bool:
+        """Bytes from one side: each of their packets to the session, each
+        followed by what it sends in answer. False: the link broke."""
+        self.log.write("c>" if side == "client" else "s>", data)
+        try:
+            conn.feed(data)
+            # One event at a time, each followed by what the session sends in
+            # answer: a stub's stale packet is recognised the way gdb does
+            # (rsp/connection.py, drop_before_ack).
+            while (ev := conn.next_event()) is not None:
+                self._dispatch(side, ev)
+                await self._flush()
+        except ProtocolError as err:
+            self.notice(f"{side} link broken: {err}")
+            self._close(str(err))
+            return False
+        await self._flush()
+        return True
+
+    async def _poll_window(self) -> None:
+        """Wait for the next packets outside trio while they come within
+        WINDOW_MS of each other (the module docstring). A close is left to
+        its side's pump (it reads the end again, waiting in trio)."""
+        window = self._window
+        if window is None:
+            return
+        until = time.monotonic() + WINDOW_SPAN
+        while self._window_open():
+            cfd = self._capture_fd
+            if cfd != self._window_capture_fd:  # the capture's events end the window
+                if self._window_capture_fd is not None:
+                    window.unregister(self._window_capture_fd)
+                if cfd is not None:
+                    window.register(cfd, select.POLLIN)
+                self._window_capture_fd = cfd
+            ready = window.poll(min(WINDOW_MS, (self._capture_due - time.monotonic()) * 1000))
+            if not ready:
+                return
+            for fd, _event in ready:
+                if fd == cfd or not self._window_open():
+                    return
+                data = _read_now(fd)
+                if data is None:
+                    continue
+                if not data:
+                    return
+                side, conn = self._sides[fd]
+                if not await self._take(side, conn, data):
+                    return
+            if time.monotonic() > until:
+                return
+
+    def _window_open(self) -> bool:
+        return (time.monotonic() < self._capture_due and not self._capture_ready.is_set()
+                and not self.closed.is_set() and not self.client_gone)
 
     def _dispatch(self, side: str, ev: object) -> None:
         """Hand one link event to the session."""
@@ -213,21 +318,42 @@ class Link:
         settled = False
         while True:
             cap = self.session.capture
+            if self._capture_ready.is_set():
+                self._capture_ready = trio.Event()  # seen
             if cap is not None and not settled:
                 settle_heap()  # the target (its analysis) exists once a capture does
                 settled = True
-            fd = cap.wakeup_fd() if cap is not None else None
+            if cap is None or not cap.ticks():
+                # Nothing to poll or tick (no capture, or breakpoint capture:
+                # its work is done at hidden stops): asleep until a flush sees
+                # another capture. A timeout every CAPTURE_TICK cost each session
+                # of the GDB testsuite a deadline and a cancel scope 20 times a
+                # second.
+                self._capture_due = math.inf
+                await self._capture_ready.wait()
+                continue
+            fd = cap.wakeup_fd()
             if behind:
                 # poll() said it has events left over (it folds for a bounded time):
                 # go on at once, after letting the client's and the stub's packets in
+                self._capture_due = 0.0
                 await trio.sleep(0)
             else:
+                # When the loop is due again, and the fd it waits on, for the
+                # pumps' poll window (which then returns to trio in time).
+                self._capture_due = time.monotonic() + CAPTURE_TICK
                 with trio.move_on_after(CAPTURE_TICK):
                     if fd is not None:
-                        await trio.lowlevel.wait_readable(fd)
+                        self._capture_fd = fd
+                        try:
+                            await trio.lowlevel.wait_readable(fd)
+                        finally:
+                            self._capture_fd = None
+                        self._capture_due = min(self._capture_due, time.monotonic() + CAPTURE_BATCH)
                         await trio.sleep(CAPTURE_BATCH)  # let a batch build up: no wakeup per event
                     else:
                         await trio.sleep(CAPTURE_TICK)
+            self._capture_due = 0.0  # running
             cap = self.session.capture
             behind = False
             if cap is not None:
@@ -257,8 +383,19 @@ class Link:
 
     # -- output
     async def _flush(self) -> None:
+        actions = self.session.take_actions()
+        if not actions:
+            # Nothing the session said: only the links' own bytes (acks, a
+            # retransmission). The keeper's plan changes only with what goes
+            # to the stub, so it is asked with the actions (once per packet,
+            # not at every flush).
+            await self._send_pending()
+            return
         self._tell_keeper()
-        for action in self.session.take_actions():
+        if self.session.capture is not self._capture_seen:
+            self._capture_seen = self.session.capture
+            self._capture_ready.set()  # the capture loop looks at it
+        for action in actions:
             if isinstance(action, ToStub):
                 self.sconn.send_packet(action.body)
             elif isinstance(action, ToStubRaw):
@@ -295,12 +432,14 @@ class Link:
             self.keeper.update(plan)
 
     async def _send_pending(self) -> None:
-        out = self.sconn.data_to_send()
-        if out:
+        if self.sconn.has_data_to_send():
+            out = self.sconn.data_to_send()
             self.log.write("s<", out)
             await _send(self.stub, self.stub_lock, out)
-        out = self.cconn.data_to_send()
-        if out and not self.client_gone:
+        if self.cconn.has_data_to_send():
+            out = self.cconn.data_to_send()
+            if self.client_gone:
+                return
             self.log.write("c<", out)
             await _send(self.client, self.client_lock, out)
 
