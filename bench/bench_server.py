@@ -129,6 +129,7 @@ class Run:
     top: tuple[int, float] | None = None  # top's (polls, busy µs) summed over connection tasks
     events: int | None = None
     lost: int = 0
+    bpf: tuple[int, int] | None = None  # the BPF program's (run ns, runs) while wrk ran (bpf_stats_enabled)
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -157,12 +158,39 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
+BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+def bpf_runs(pids: list[int]) -> tuple[int, int]:
+    """(run_time_ns, run_cnt) summed over the BPF programs the processes hold
+    (their /proc/PID/fdinfo; counted while kernel.bpf_stats_enabled is 1)."""
+    ns = cnt = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fdinfo")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            if "run_cnt:" in text and "prog_type:" in text:
+                info = dict(ln.split(":", 1) for ln in text.splitlines() if ":" in ln)
+                ns += int(info.get("run_time_ns", "0"))
+                cnt += int(info.get("run_cnt", "0"))
+    return ns, cnt
+
+
 def load(wrk: str, port: int, duration: float, connections: int, run: Run | None = None,
          server_pids: list[int] = (), watcher_pids: list[int] = ()) -> tuple[float, str]:  # type: ignore[assignment]
     """wrk's requests/s; with `run`: the CPU the server and the watcher (gdb,
     gdbserver, the proxy) took per request while wrk ran, which a loaded
-    machine disturbs far less than the throughput."""
+    machine disturbs far less than the throughput, and what the watcher's BPF
+    program took a run."""
     s0, w0 = cpu_s(list(server_pids)), cpu_s(list(watcher_pids))
+    b0 = bpf_runs(list(watcher_pids))
     res = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
                          capture_output=True, text=True, timeout=duration + 60, check=False)
     m = WRK_RPS.search(res.stdout)
@@ -170,6 +198,9 @@ def load(wrk: str, port: int, duration: float, connections: int, run: Run | None
     if run is not None and n and int(n.group(1)):
         req = int(n.group(1))
         run.cpu_us = ((cpu_s(list(server_pids)) - s0) / req * 1e6, (cpu_s(list(watcher_pids)) - w0) / req * 1e6)
+        b1 = bpf_runs(list(watcher_pids))
+        if b1[1] > b0[1]:
+            run.bpf = (b1[0] - b0[0], b1[1] - b0[1])
     return (float(m.group(1)) if m else float("nan")), res.stdout + res.stderr
 
 
@@ -396,6 +427,7 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
                 cap._prog.set_off(True)
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         srv0 = cpu_s([pid])
+        b0 = bpf_runs([os.getpid()])
         w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         while w.poll() is None:
@@ -404,6 +436,9 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
             time.sleep(0.005)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         srv1 = cpu_s([pid])
+        b1 = bpf_runs([os.getpid()])
+        if b1[1] > b0[1]:
+            run.bpf = (b1[0] - b0[0], b1[1] - b0[1])
         text = w.stdout.read() if w.stdout else ""
         m = WRK_RPS.search(text)
         run.rps = float(m.group(1)) if m else float("nan")
@@ -467,8 +502,10 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
         srv = statistics.median(a for a, _ in cs)
         wat = statistics.median(b for _, b in cs)
         tot = [a + b for a, b in cs]
+        bpf = [r.bpf[0] / r.bpf[1] for r in rs if r.bpf and r.ok]
         print(f"{how:16} server {srv:8.1f}  watcher {wat:8.1f}  total {statistics.median(tot):8.1f}  "
-              f"x bare {statistics.median(tot) / base_total:6.2f} (rounds: {', '.join(f'{t:.1f}' for t in tot)})")
+              f"x bare {statistics.median(tot) / base_total:6.2f} (rounds: {', '.join(f'{t:.1f}' for t in tot)})"
+              + (f"  BPF ns/run {statistics.median(bpf):.0f} ({', '.join(f'{b:.0f}' for b in bpf)})" if bpf else ""))
     print("\naccuracy (the connection tasks, summed): the tool's polls and busy time against the reference "
           "of the same round (corpus: the server's own count in the same run; axum: console-subscriber's "
           "own figures in the console run), per request and per poll (runs differ in requests)")
@@ -531,6 +568,24 @@ def main() -> int:
           f"-d{args.duration:g}s; {args.rounds} interleaved rounds; load average "
           f"{os.getloadavg()[0]:.1f} at the start", flush=True)
     runs: dict[str, list[Run]] = {h: [] for h in hows}
+    stats_was = None
+    try:  # the BPF program's ns per run (root only; put back at the end)
+        stats_was = BPF_STATS.read_text().strip()
+        BPF_STATS.write_text("1")
+    except OSError:
+        stats_was = None
+    try:
+        run_rounds(server, wrk, args, hows, runs)
+    finally:
+        if stats_was is not None and stats_was != "1":
+            BPF_STATS.write_text(stats_was)
+    report(runs, args.rounds)
+    print(f"load average at the end {os.getloadavg()[0]:.1f} (2 cores)")
+    return 0
+
+
+def run_rounds(server: Server, wrk: str, args: argparse.Namespace, hows: list[str],
+               runs: dict[str, list[Run]]) -> None:
     for rnd in range(args.rounds):
         for how in hows:
             t0 = time.monotonic()
@@ -539,9 +594,6 @@ def main() -> int:
             print(f"round {rnd + 1} {how:14} {_fmt_rps(r.rps):>10} req/s "
                   f"({time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f}){' ' + r.note if r.note else ''}",
                   flush=True)
-    report(runs, args.rounds)
-    print(f"load average at the end {os.getloadavg()[0]:.1f} (2 cores)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ PAGE = mmap.PAGESIZE
 
 # struct site in uprobes.bpf.c: kind, self_reg, state_size, cfa_reg, cfa_off, state_off, sp_adjust, fn, ret_back
 SITE = struct.Struct("<BBBBiIiII")
-CONFIG = struct.Struct("<IIqII")  # tgid, stack_max, stack credits, sample_every, flags
+CONFIG = struct.Struct("<IIqIIII")  # tgid, stack_max, stack credits, sample_every, flags, epoch, pad
 CFG_DEDUPE = 1  # drop a hit that repeats the thread's last (ip, sp): two links on one site
 CFG_OFF = 2  # the program returns at once (the benchmark's floor: the traps alone)
 CFG_NOFOLD = 4  # every poll recorded: no instance totals in the kernel, no KIND_STATS records
@@ -171,8 +171,8 @@ class Program:
         self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
-            for name in ("events", "sites", "config", "counters", "scopes", "site_hits", "instances", "threads",
-                         "retsites", "rets_seen")
+            for name in ("events", "sites", "config", "counters", "site_hits", "instances", "retsites",
+                         "rets_seen")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -217,12 +217,22 @@ class Program:
         self._config = (tgid, stack_max, max(sample_every, 1))
         self._credits = credits
         self._flags = 0
-        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits, max(sample_every, 1), 0))
+        self._write_config()
+
+    def _write_config(self) -> None:
+        tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))
+        self._update("config", 0, CONFIG.pack(tgid, stack_max, getattr(self, "_credits", 0), every,
+                                              getattr(self, "_flags", 0), getattr(self, "_epoch", 0), 0))
 
     def set_credits(self, credits: int) -> None:
-        tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))
         self._credits = credits
-        self._update("config", 0, CONFIG.pack(tgid, stack_max, credits, every, getattr(self, "_flags", 0)))
+        self._write_config()
+
+    def new_epoch(self) -> None:
+        """Every thread's poll scopes (in its task-local storage, out of user space's
+        reach) are emptied at its next hit: the polls in progress are forgotten."""
+        self._epoch = (getattr(self, "_epoch", 0) + 1) & 0xFFFFFFFF
+        self._write_config()
 
     def set_dedupe(self, on: bool) -> None:
         """While two links hold the same sites (a swap): each hit counted once."""
@@ -237,9 +247,8 @@ class Program:
         self._set_flag(CFG_NOFOLD, on)
 
     def _set_flag(self, flag: int, on: bool) -> None:
-        tgid, stack_max, every = getattr(self, "_config", (0, 0, 1))
         self._flags = (getattr(self, "_flags", 0) & ~flag) | (flag if on else 0)
-        self._update("config", 0, CONFIG.pack(tgid, stack_max, getattr(self, "_credits", 0), every, self._flags))
+        self._write_config()
 
     def instances(self) -> dict[tuple[int, int], tuple[int, int, int, int]]:
         """Every coroutine instance's totals folded in the kernel:
@@ -258,20 +267,6 @@ class Program:
                 self_ptr, fn, _ = INST_KEY.unpack(key.raw)
                 out[(self_ptr, fn)] = INST_STATS.unpack(val.raw)
         return out
-
-    def clear(self, name: str, key_size: int) -> int:
-        """Delete every entry of a hash map (`scopes`, `threads`): how many were there."""
-        fd = self.fds[name]
-        lib = self._lib.lib
-        key = ctypes.create_string_buffer(key_size)
-        keys: list[bytes] = []
-        prev = None
-        while lib.bpf_map_get_next_key(fd, prev, key) == 0 and len(keys) < 1 << 20:
-            keys.append(key.raw)
-            prev = ctypes.create_string_buffer(key.raw, key_size)
-        for k in keys:
-            lib.bpf_map_delete_elem(fd, ctypes.create_string_buffer(k, key_size))
-        return len(keys)
 
     def set_sites(self, sites: list[SiteSpec], first: int = 0) -> None:
         for i, s in enumerate(sites, first):

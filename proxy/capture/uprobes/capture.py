@@ -719,8 +719,7 @@ class UprobeCapture(CaptureBase):
         if engine is not None:
             for t in engine.threads():
                 engine.resync_thread(t, [])
-        prog.clear("scopes", 16)
-        prog.clear("threads", 4)
+        prog.new_epoch()
         self._settled = set()
         self._resync.clear()
 

@@ -15,16 +15,24 @@
  *             first `stack_max` bytes of the stack from the real sp while `credits` last (read page-safe in
  *             128-byte chunks: stack_len says how many were readable).
  *   exit   -> kind, cookie, tid, ns, ip, sp, rax (the Poll result), and self and
- *             __state when the entry's (tid, entry sp) is still in `scopes`:
- *             a `ret` leaves with the entry's sp; an unwind exit computes it
- *             from the site's CFA rule (reg + off - 8), given by the proxy.
+ *             __state when the entry's scope (its entry sp) is still on the
+ *             thread's scope stack: a `ret` leaves with the entry's sp; an
+ *             unwind exit computes it from the site's CFA rule (reg + off - 8),
+ *             given by the proxy.
+ *
+ * Poll scopes: each thread keeps the polls in progress on it as a stack in its
+ * task-local storage (`tstate`, one lookup a hit through the task itself: no
+ * hash of (tid, sp) written at every entry and deleted at every exit, ~280 ns a
+ * hit). Entries' sps decrease up the stack (a nested poll runs deeper), so an
+ * entry first pops the scopes at or below its own sp (polls whose exits were
+ * missed: their frames are gone), and an exit finds its scope by its entry sp,
+ * popping it and any left above it.
  *
  * Every hit also counts in `site_hits[cookie]` (per CPU). A count site
  * (KIND_COUNT: the user's `--probe` functions under `--capture uprobes`) only
  * counts there and writes no record.
  *
- * Folding in the kernel: every poll (entry to exit, matched by (tid, entry sp)
- * in `scopes`) adds to its coroutine instance's totals in `instances`, keyed
+ * Folding in the kernel: every poll (entry to exit, matched by its scope) adds to its coroutine instance's totals in `instances`, keyed
  * (self, resume function): polls, raw ns (exit ts - entry ts), and the hits on
  * its thread from its entry to its exit (1 + those inside: what the proxy's
  * timing subtracts the per-event cost for). With `sample_every` N > 1 only one
@@ -47,7 +55,7 @@
  * seen). A return-site probe stands on the first emulated instruction after
  * the return address (ret_back bytes before it) and fires after every return
  * there, of any callee: it is an exit only when the thread has a poll in
- * progress at (tid, rsp - 8) whose entry read that return address (the scope
+ * progress entered at rsp - 8 whose entry read that return address (the scope
  * keeps it, and the state layout, since one site serves every function polled
  * from there); any other hit counts C_RETSITE_OTHER and nothing else.
  *
@@ -117,6 +125,8 @@ struct config {
 	__s64 credits;     /* stack slices the proxy still wants: each entry takes one */
 	__u32 sample_every; /* 0/1: record every poll; N: one root poll in N per instance */
 	__u32 flags;        /* CFG_DEDUPE */
+	__u32 epoch;        /* a thread state of another epoch is stale: emptied at its next hit */
+	__u32 pad;
 };
 
 /* While the proxy swaps one link for another on a subset of its sites (the new
@@ -134,25 +144,32 @@ struct config {
  * axum service 2 a request: a new life of the handler's futures). */
 #define CFG_NOFOLD 4
 
-/* the poll in progress at (tid, entry sp) */
+/* a poll in progress on a thread */
 struct scope_val {
+	__u64 sp;       /* the entry's sp (its key: an exit computes it) */
 	__u64 self;
 	__u64 ts;       /* entry time */
 	__u64 hits;     /* the thread's hit count at the entry */
+	__u64 ret;      /* the return address (entries of REG_LEARN / REG_RETSITES sites) */
 	__u32 fn;
 	__u32 recorded; /* its entry went out as a record */
-	__u64 ret;      /* the return address (entries of REG_LEARN / REG_RETSITES sites) */
 	__u32 state_off; /* the entry site's layout: a return site serves several functions */
 	__u32 state_size;
 };
 
+/* polls nested deeper on one thread are not given a scope (counted
+ * C_SCOPE_FULL; their exits are scope misses) */
+#define MAX_DEPTH 32
+
 struct thread_state {
 	__u64 hits;     /* hits on this thread so far */
-	__u64 root_sp;  /* entry sp of the root poll in progress */
-	__u32 depth;    /* polls in progress on this thread */
+	__u32 depth;    /* polls in progress on this thread: scopes[0 .. depth) */
 	__u32 recording; /* the root poll in progress is recorded */
 	__u64 last_ip;  /* the thread's last hit (CFG_DEDUPE) */
 	__u64 last_sp;
+	__u32 epoch;    /* config's epoch when this state was last reset */
+	__u32 pad;
+	struct scope_val scopes[MAX_DEPTH]; /* [0]: the root poll */
 };
 
 struct inst_key {
@@ -172,12 +189,6 @@ struct ret_key {
 	__u64 ret;
 	__u32 fn;
 	__u32 pad;
-};
-
-struct scope_key {
-	__u32 tid;
-	__u32 pad;
-	__u64 sp;
 };
 
 struct rec {
@@ -242,20 +253,14 @@ struct {
 	__type(value, __u64);
 } site_hits SEC(".maps");
 
-/* (tid, sp at entry) -> the poll in progress: an exit finds its self pointer here */
+/* each thread's state and poll scopes, in its task-local storage (created at
+ * its first hit, freed by the kernel when the thread exits) */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct scope_key);
-	__type(value, struct scope_val);
-} scopes SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct thread_state);
-} threads SEC(".maps");
+} tstate SEC(".maps");
 
 /* per coroutine instance: exact totals of every poll, recorded or not */
 struct {
@@ -350,14 +355,43 @@ static __always_inline __u64 entry_self(struct pt_regs *ctx, const struct site *
 	return s->self_reg == REG_RSI ? rsi : rdi;
 }
 
-/* An exit's scope: (tid, the entry's sp); a `ret` leaves with the entry's sp, an
+/* An exit's scope: its entry's sp; a `ret` leaves with the entry's sp, an
  * unwind exit computes it from the site's CFA rule (reg + off - 8). */
-static __always_inline void exit_key(struct pt_regs *ctx, const struct site *s, struct scope_key *key, __u64 sp)
+static __always_inline __u64 exit_key(struct pt_regs *ctx, const struct site *s, __u64 sp)
 {
 	__u64 rbp = ctx->rbp;
 	barrier_var(rbp);
 	__u64 base = s->cfa_reg == REG_RBP ? rbp : sp;
-	key->sp = base + (__s64)s->cfa_off - 8;
+	return base + (__s64)s->cfa_off - 8;
+}
+
+/* The index of the thread's scope entered at `sp`, or -1. From the top down:
+ * the scopes below have higher sps, so the search stops at the first above `sp`. */
+static __always_inline int find_scope(struct thread_state *th, __u64 sp)
+{
+	__u32 depth = th->depth;
+	for (int k = 0; k < MAX_DEPTH; k++) {
+		int i = (int)depth - 1 - k;
+		if (i < 0)
+			break;
+		struct scope_val *sc = &th->scopes[i & (MAX_DEPTH - 1)];
+		if (sc->sp == sp)
+			return i;
+		if (sc->sp > sp)
+			break;
+	}
+	return -1;
+}
+
+/* An entry at `sp`: the scopes at or below it are polls whose exits were missed. */
+static __always_inline void pop_stale(struct thread_state *th, __u64 sp)
+{
+	for (int k = 0; k < MAX_DEPTH; k++) {
+		__u32 d = th->depth;
+		if (d == 0 || th->scopes[(d - 1) & (MAX_DEPTH - 1)].sp > sp)
+			break;
+		th->depth = d - 1;
+	}
 }
 
 /* An exit's fields: self and __state when its poll's scope was found (the
@@ -373,15 +407,21 @@ static __always_inline void fill_exit(struct rec *r, __u32 st_off, __u32 st_size
 	}
 }
 
-/* The thread's state (created zeroed on its first hit). */
-static __always_inline struct thread_state *thread_of(__u32 tid)
+/* The thread's state (created zeroed on its first hit; emptied when the proxy
+ * moved to a new epoch: a time slice's end). */
+static __always_inline struct thread_state *thread_of(const struct config *cfg)
 {
-	struct thread_state *t = bpf_map_lookup_elem(&threads, &tid);
-	if (t)
-		return t;
-	struct thread_state zero = {};
-	bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&threads, &tid);
+	struct thread_state *t = bpf_task_storage_get(&tstate, bpf_get_current_task_btf(), 0,
+						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (t && t->epoch != cfg->epoch) {
+		t->epoch = cfg->epoch;
+		t->hits = 0;
+		t->depth = 0;
+		t->recording = 0;
+		t->last_ip = 0;
+		t->last_sp = 0;
+	}
+	return t;
 }
 
 /* A closed instance's totals, as a record (KIND_STATS). */
@@ -431,7 +471,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		count(C_OTHER_PID);
 		return 0;
 	}
-	struct thread_state *th = thread_of((__u32)id);
+	struct thread_state *th = thread_of(cfg);
 	if (th) {
 		__u64 ip = PT_REGS_IP(ctx), rsp = PT_REGS_SP(ctx);
 		if (cfg->flags & CFG_DEDUPE && th->last_ip == ip && th->last_sp == rsp) {
@@ -448,12 +488,10 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	if (s && s->kind == KIND_COUNT)
 		return 0; /* counted, no record (not in hits = records + drops) */
 	__u64 sp = PT_REGS_SP(ctx);
-	struct scope_key key = {.tid = (__u32)id};
 	if (s && s->kind == KIND_RETSITE) {
-		/* ours only when a poll in progress at (tid, rsp - 8) read this return address */
-		key.sp = sp - 8;
-		struct scope_val *rs = bpf_map_lookup_elem(&scopes, &key);
-		if (!rs || rs->ret != PT_REGS_IP(ctx) - s->ret_back) {
+		/* ours only when a poll in progress entered at rsp - 8 read this return address */
+		int ri = th ? find_scope(th, sp - 8) : -1;
+		if (ri < 0 || th->scopes[ri & (MAX_DEPTH - 1)].ret != PT_REGS_IP(ctx) - s->ret_back) {
 			count(C_RETSITE_OTHER);
 			return 0;
 		}
@@ -468,8 +506,9 @@ int asyncrsp_poll(struct pt_regs *ctx)
 
 	__u64 now = bpf_ktime_get_ns();
 	if (s->kind != KIND_ENTRY) {
-		exit_key(ctx, s, &key, sp);
-		struct scope_val *sc = bpf_map_lookup_elem(&scopes, &key);
+		__u64 esp = exit_key(ctx, s, sp);
+		int si = th ? find_scope(th, esp) : -1;
+		struct scope_val *sc = si >= 0 ? &th->scopes[si & (MAX_DEPTH - 1)] : 0;
 		__u64 self = 0;
 		__u32 recorded = th ? th->recording : 1;
 		__u32 st_off = s->state_off, st_size = s->state_size, rec_fn = 0;
@@ -489,23 +528,18 @@ int asyncrsp_poll(struct pt_regs *ctx)
 				st->hits += th ? th->hits - sc->hits : 1;
 				st->recorded += recorded;
 			}
-			if (th && th->depth > 0)
-				th->depth -= 1;
+			th->depth = si; /* popped, with any scope left above it */
 		} else {
 			count(C_SCOPE_MISS);
 		}
 		if (!recorded) {
 			count(C_SKIPPED);
-			if (sc)
-				bpf_map_delete_elem(&scopes, &key);
 			return 0;
 		}
 		/* exits: a 72-byte record written in place in the ring (no copy) */
 		struct rec *r = RESERVE(EXIT_SIZE);
 		if (!r) {
-			count(C_DROPS);
-			if (sc)
-				bpf_map_delete_elem(&scopes, &key); /* the poll is over all the same */
+			count(C_DROPS); /* the poll is over all the same */
 			return 0;
 		}
 		/* sp_adjust: an exit probed in the caller after the call (-8: the return
@@ -513,8 +547,6 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		fill_head(r, ctx, s->kind == KIND_RETSITE ? KIND_EXIT : s->kind, cookie, id, sp + (__s64)s->sp_adjust, now);
 		r->stack_len = rec_fn;
 		fill_exit(r, st_off, st_size, self);
-		if (sc)
-			bpf_map_delete_elem(&scopes, &key);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
 		return 0;
@@ -570,31 +602,39 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	if (uncovered && st)
 		st->polls += 1; /* its exit will not be seen: the poll counts now */
 
-	/* a root poll: no poll in progress on the thread, or the stack is back at or
-	 * above the root's frame (its exit was missed) */
+	/* a root poll: no poll in progress on the thread once the scopes whose
+	 * exits were missed are popped (the stack is back at or above their frames) */
 	__u32 recording = 1;
 	if (th) {
-		if (th->depth == 0 || esp >= th->root_sp) {
+		pop_stale(th, esp);
+		if (th->depth == 0) {
 			__u32 n = cfg->sample_every;
-			th->depth = 0;
-			th->root_sp = esp;
 			/* at random, not every Nth: a task whose polls repeat a cycle (an axum
 			 * connection: 2 polls a request) would otherwise be sampled in one phase
 			 * of it only, and what runs in the other never recorded */
 			th->recording = n <= 1 || fresh || !st || bpf_get_prandom_u32() % n == 0;
 		}
-		if (!(flags & F_UNCOVERED))
-			th->depth += 1;
 		recording = th->recording;
+		/* an uncovered poll gets no scope: no exit will close it */
+		if (!(flags & F_UNCOVERED)) {
+			__u32 d = th->depth;
+			if (d < MAX_DEPTH) {
+				struct scope_val *sc = &th->scopes[d & (MAX_DEPTH - 1)];
+				sc->sp = esp;
+				sc->self = self;
+				sc->ts = now;
+				sc->hits = th->hits;
+				sc->ret = ret;
+				sc->fn = s->fn;
+				sc->recorded = recording;
+				sc->state_off = s->state_off;
+				sc->state_size = s->state_size;
+				th->depth = d + 1;
+			} else {
+				count(C_SCOPE_FULL);
+			}
+		}
 	}
-	key.sp = esp;
-	struct scope_val sv = {.self = self, .ts = now, .hits = th ? th->hits : 0, .fn = s->fn,
-			       .recorded = recording, .ret = ret, .state_off = s->state_off,
-			       .state_size = s->state_size};
-	if (flags & F_UNCOVERED)
-		bpf_map_delete_elem(&scopes, &key); /* no exit will close it: no stale scope at this sp */
-	else if (bpf_map_update_elem(&scopes, &key, &sv, BPF_ANY))
-		count(C_SCOPE_FULL);
 	if (!recording) {
 		count(C_SKIPPED);
 		return 0;
