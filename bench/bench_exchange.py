@@ -202,18 +202,20 @@ def _le(hexbytes: bytes) -> int:
 
 def raw_session(address: str, pid: int | None, count: int, times: dict[str, list[float]],
                 setup: list[float]) -> tuple[float, int, int]:
-    """COUNT stepi cycles; each exchange's wall µs into `times`, the first
-    step's wall seconds and proxy CPU ns added to `setup`. Returns (wall
+    """COUNT stepi cycles; each exchange's wall µs into `times`; the wall
+    seconds of the setup and the proxy's CPU ns up to its end added to `setup`. Returns (wall
     seconds of the loop, exchanges, the proxy's CPU ns across it)."""
+    t0 = time.perf_counter()
     c = Client(address)
     try:
         thread = c.handshake()
-        # The first resume is the proxy's session setup (the program's identity,
-        # its capture planned and planted), not an exchange: timed apart.
-        cpu0, t0 = run_time_ns(pid), time.perf_counter()
+        # The connection, gdb's handshake and the first resume are the proxy's
+        # session setup (the stub asked what it is, the program's identity
+        # proved, its capture planned and planted), not exchanges: timed apart,
+        # with all the session's CPU so far.
         c.ask(b"vCont;s:" + thread)
         setup[0] += time.perf_counter() - t0
-        setup[1] += run_time_ns(pid) - cpu0
+        setup[1] += run_time_ns(pid)
         cpu0 = run_time_ns(pid)
         t_start = time.perf_counter()
         n = 0
@@ -296,7 +298,7 @@ def main(argv: list[str]) -> int:
     load0 = os.getloadavg()
     raw: dict[str, dict[str, list[float]]] = {w: {k: [] for k in KINDS} for w in ways}
     raw_tot = {w: [0.0, 0, 0] for w in ways}  # wall s, exchanges, CPU ns
-    first = {w: [0.0, 0.0] for w in ways}  # the first step: wall s, CPU ns
+    first = {w: [0.0, 0.0] for w in ways}  # connection, handshake, first step: wall s, CPU ns
     gdb_tot = {w: [0.0, 0, 0] for w in ways}  # wall s, commands, CPU ns
     with tempfile.TemporaryDirectory(prefix="bench_exchange.") as tmpdir:
         tmp = Path(tmpdir)
@@ -334,14 +336,15 @@ def main(argv: list[str]) -> int:
     if a.only != "gdb":
         print(f"\nraw client: {a.count} stepi cycles of {len(KINDS)} exchanges per session "
               "(median wall us per exchange of each kind; mean; proxy CPU us per exchange;\n"
-              "the first step, the proxy's session setup, apart: wall ms and proxy CPU ms, mean per session)")
-        print(f"{'way':<15}" + "".join(f"{k:>14}" for k in KINDS) + f"{'mean':>9}{'ratio':>7}{'CPU':>7}{'1st step':>10}{'CPU':>7}")
+              "the connection, the handshake and the first step, the proxy's session setup, apart:\n"
+              "wall ms, and the session's CPU ms since it started, mean per session)")
+        print(f"{'way':<15}" + "".join(f"{k:>14}" for k in KINDS) + f"{'mean':>9}{'ratio':>7}{'CPU':>7}{'setup':>8}{'CPU':>7}")
         base = raw_tot["straight"][0] / raw_tot["straight"][1]
         for w in ways:
             wall, n, cpu = raw_tot[w]
             cells = "".join(f"{statistics.median(raw[w][k]):14.0f}" for k in KINDS)
             print(f"{w:<15}{cells}{wall / n * 1e6:9.0f}{wall / n / base:6.2f}x"
-                  f"{cpu / n / 1e3 if cpu else 0:7.1f}{first[w][0] / a.rounds * 1e3:10.1f}"
+                  f"{cpu / n / 1e3 if cpu else 0:7.1f}{first[w][0] / a.rounds * 1e3:8.1f}"
                   f"{first[w][1] / a.rounds / 1e6:7.1f}")
     if a.only != "raw":
         print(f"\ngdb -batch: {a.gdb_steps} x (stepi, x/2xg $sp) per session, timed inside gdb")
