@@ -157,6 +157,31 @@ def test_reconnect_keeps_the_capture() -> None:
     assert _edges(second) == _edges(single), second[-3000:]
 
 
+def test_the_register_mode_is_said_once() -> None:
+    """For a stub on a socket the proxy asks the stub what it is (a qSupported
+    of its own, rule 11) and says the register mode then: not also its guess
+    at connect."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness.programs import build
+
+    prog = build("spin")
+    gport, pport = _port(), _port()
+    server = _Proc(["gdbserver", "--once", f"127.0.0.1:{gport}", str(prog), "1"], b"Listening on port")
+    try:
+        px = _proxy(f"127.0.0.1:{gport}", pport, "--once")
+        try:
+            out = _gdb(prog, [f"target remote 127.0.0.1:{pport}", "stepi", "kill"])
+            px.proc.wait(timeout=30)
+            log = px.text()
+        finally:
+            px.close()
+    finally:
+        server.close()
+    assert "killed" in out, out[-2000:]
+    assert [line for line in log.splitlines() if line.startswith("asyncrsp: registers: ")] == [
+        next(line for line in log.splitlines() if "registers: safe (gdbserver" in line)], log
+
+
 @pytest.mark.parametrize("disable", ["T", "Tthread"])
 def test_non_stop_stub_without_thread_ids_hides_a_workers_probe_hit(disable: str) -> None:
     """gdbserver --disable-packet=T (`S05`) or Tthread (`T05` without a

@@ -101,7 +101,10 @@ async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Sessi
             await listener.aclose()  # as gdbserver --once: nobody else connects
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         session = make_session(opts.upstream)
-        say(session.register_notice.removeprefix("asyncrsp: "))
+        if session.config.classify_stub is None or not session.config.registers_safe:
+            # Otherwise the stub's own qSupported decides, and the session says
+            # so then (core.py _proc_qsupported): one line, not the guess and the answer.
+            say(session.register_notice.removeprefix("asyncrsp: "))
         try:
             upstream = await connect(opts.upstream)
         except UpstreamError as err:
