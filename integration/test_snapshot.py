@@ -179,7 +179,12 @@ def test_first_poll_every_command_agrees(config: str, rt: str, extra: list[str])
     # a's line is the join! in the program (its __state is Unresumed: no state line exists)
     assert chain["first_poll::a"][1] in await_lines("first_poll", "a", "join"), chain
     assert "maybe_done.rs" not in section(out, "bt") + section(out, "tree"), out
-    assert "[not yet polled]" not in section(out, "tree"), section(out, "tree")
+    # The program's own tasks (a, b, c are all in a poll at this stop). A runtime task may
+    # honestly show "[not yet polled]": under the multi-thread runtime tokio queues one
+    # BlockingTask per worker launch, and the fresh-clone suite once stopped before the
+    # blocking pool had picked up the second one.
+    program_blocks = [b for b in section(out, "tree").split("task #") if "first_poll::" in b.split("\n", 1)[0]]
+    assert program_blocks and not [b for b in program_blocks if "[not yet polled]" in b], section(out, "tree")
     assert "{async_fn#0}" not in section(out, "bt") + section(out, "tree") + section(out, "tasks")
 
 
