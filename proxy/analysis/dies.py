@@ -548,6 +548,10 @@ class Dies:
         """Drop the decoded DIEs (they are decoded again when asked for)."""
         self._cache.clear()
 
+    def walk_arrays(self) -> tuple[array[int], array[int], array[int], array[int]]:
+        """The walk this unit was made from (``walk``'s four arrays: ``unit_from_walk``)."""
+        return self._offs, self._codes, self._pars, self._ends
+
     def string_at(self, strp: int) -> str:
         """The .debug_str string at offset ``strp`` (not kept: a scan judges ~10^5 names)."""
         return self._reader._str_cache.get(strp) or self._reader._cstr(self._reader.str, strp)

@@ -117,15 +117,26 @@ def parse_abbrevs(data: bytes, offset: int) -> dict[int, _Abbrev]:
         table[code] = _Abbrev(tag, has_children, tuple(specs))
 
 
+# the shapes of an abbreviation's attributes (skip_table): fixed size; fixed bytes, one
+# uleb or sleb, fixed bytes; fixed bytes, one block with a uleb length (an exprloc), fixed
+# bytes; anything else (the steps one at a time)
+_FIXED_SHAPE, _ULEB_SHAPE, _BLOCK_SHAPE, _STEPS_SHAPE = range(4)
+
+
 def skip_table(abbrevs: dict[int, _Abbrev], addr_size: int,
-               keep_tags: frozenset[int] | None) -> list[tuple[int, tuple[object, ...], bool, bool] | None]:
-    """Per abbreviation code (a list index): (fixed size or -1, skip steps, has_children,
-    keep). The steps skip every attribute: an int >= 0 is a run of fixed-size bytes, a
-    negative one is -1 - the kind of a variable-size form."""
-    table: list[tuple[int, tuple[object, ...], bool, bool] | None] = [None] * (max(abbrevs, default=0) + 1)
+               keep_tags: frozenset[int] | None) -> list[tuple[int, int, int, tuple[int, ...], bool, bool] | None]:
+    """Per abbreviation code (a list index, at least 128 long): (shape, a, b, steps,
+    has_children, keep), None for an unknown code. The steps skip every attribute: an
+    int >= 0 is a run of fixed-size bytes, a negative one is -1 - the kind of a
+    variable-size form. The shape lets ``walk`` skip the common abbreviations without
+    going through the steps (half the DIEs of a debug build have one variable-size
+    attribute, a member's offset or a variable's location): ``_FIXED_SHAPE`` a bytes;
+    ``_ULEB_SHAPE`` and ``_BLOCK_SHAPE`` a bytes, the variable-size form, b bytes."""
+    table: list[tuple[int, int, int, tuple[int, ...], bool, bool] | None] = (
+        [None] * max(max(abbrevs, default=0) + 1, 0x80))
     for code, ab in abbrevs.items():
         keep = keep_tags is None or ab.tag in keep_tags or ab.tag == TAG_COMPILE_UNIT
-        steps: list[object] = []
+        steps: list[int] = []
         for _attr, form, _implicit in ab.specs:
             kind, size = _FORMS.get(form, (99, 0))
             if kind == _FIXED:
@@ -137,8 +148,15 @@ def skip_table(abbrevs: dict[int, _Abbrev], addr_size: int,
             elif kind != _IMPLICIT:
                 steps.append(-1 - kind)
         steps = [st for st in steps if st != 0]
-        fixed = steps[0] if len(steps) == 1 and steps[0] >= 0 else (0 if not steps else -1)
-        table[code] = (fixed, tuple(steps), ab.has_children, keep)
+        var = [i for i, st in enumerate(steps) if st < 0]
+        shape, a, b = _STEPS_SHAPE, 0, 0
+        if not var:
+            shape, a = _FIXED_SHAPE, sum(steps)
+        elif len(var) == 1 and -1 - steps[var[0]] in (_ULEB, _SLEB, _BLOCK_ULEB):
+            i = var[0]
+            shape = _BLOCK_SHAPE if -1 - steps[i] == _BLOCK_ULEB else _ULEB_SHAPE
+            a, b = sum(steps[:i]), sum(steps[i + 1:])
+        table[code] = (shape, a, b, tuple(steps), ab.has_children, keep)
     return table
 
 
@@ -149,13 +167,16 @@ def walk(info: bytes, pos: int, end: int, skips: list[object], unit_off: int,
     and the end of its kept subtree (an index) in four arrays (16 bytes a DIE, against
     ~400 for a decoded one). ``info`` holds the section from ``base`` on (a unit read
     alone: ``proxy.analysis.unitwalk``); the offsets are ``info``'s. ``unit_off``: the
-    unit's header, for messages."""
+    unit's header, for messages. ``skips``: ``skip_table``'s."""
     # arrays while walking: an append costs what a list's does, and a DIE 16 bytes, not ~130
     offs, codes, pars, ends = array("I"), array("I"), array("i"), array("I")
     add_off, add_code, add_par, add_end = offs.append, codes.append, pars.append, ends.append
     # stack: a kept DIE's index (its subtree's end is written when it closes), or
-    # -2 - parent for a DIE that is not kept (its children belong to its kept parent)
+    # -2 - parent for a DIE that is not kept (its children belong to its kept parent);
+    # top: its last entry
     stack = [-1]
+    push, pop = stack.append, stack.pop
+    top = -1
     n = 0
     nskips = len(skips)
     while pos < end:
@@ -170,16 +191,30 @@ def walk(info: bytes, pos: int, end: int, skips: list[object], unit_off: int,
             code, pos = _uleb(info, pos)
         if code == 0:
             if len(stack) > 1:
-                e = stack.pop()
+                e = pop()
                 if e >= 0:
                     ends[e] = n
+                top = stack[-1]
             continue
         sk = skips[code] if code < nskips else None
         if sk is None:
             raise DwarfFormatError(f"unknown abbreviation {code} at {base + die_off:#x}")
-        fixed, steps, has_children, keep = sk
-        if fixed >= 0:
-            pos += fixed
+        shape, a, b, steps, has_children, keep = sk  # type: ignore[misc]
+        if shape == _FIXED_SHAPE:
+            pos += a
+        elif shape == _ULEB_SHAPE:
+            pos += a
+            while info[pos] & 0x80:
+                pos += 1
+            pos += 1 + b
+        elif shape == _BLOCK_SHAPE:
+            pos += a
+            k = info[pos]
+            if k < 0x80:
+                pos += 1 + k + b
+            else:
+                k, pos = _uleb(info, pos)
+                pos += k + b
         else:
             for st in steps:
                 if st >= 0:
@@ -210,19 +245,19 @@ def walk(info: bytes, pos: int, end: int, skips: list[object], unit_off: int,
                 else:
                     raise DwarfFormatError(f"unknown DW_FORM at {base + die_off:#x}")
         if keep:
-            e = stack[-1]
             add_off(die_off)
             add_code(code)
-            add_par(e if e >= 0 else -2 - e)
+            add_par(top if top >= 0 else -2 - top)
             if has_children:
                 add_end(0)
-                stack.append(n)
+                push(n)
+                top = n
             else:
                 add_end(n + 1)
             n += 1
         elif has_children:
-            e = stack[-1]
-            stack.append(e if e < 0 else -2 - e)
+            top = top if top < 0 else -2 - top
+            push(top)
     if pos != end:
         raise DwarfFormatError(f"unit at {unit_off:#x}: DIEs overrun the unit end")
     for e in stack[1:]:  # a unit cut short of its closing null entries

@@ -75,6 +75,9 @@ class ElfImage:
     _addrs: list[int] = field(default_factory=list)
     _copies: dict[str, bytes] = field(default_factory=dict)  # debug_section
     _windows: dict[str, Window] = field(default_factory=dict)  # section_window
+    # what readers derive from the file, kept once for every reader of this image (the
+    # inventory, stack discovery and line lookups each keep a DwarfView): the aranges table
+    derived: dict[str, Any] = field(default_factory=dict)
 
     # -- sections and bytes --------------------------------------------------
     def section_data(self, name: str) -> bytes | None:

@@ -35,22 +35,21 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-from elftools.common.exceptions import ELFError, ELFParseError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.relocation import RelocationSection
-
 from . import cache as cache_mod
 from . import dies as D
 from . import sieve as S
-from .dwarf import DwarfView
+from .dwarf import STACK_TAGS, DwarfView
 from .errors import AnalysisError
 
 if TYPE_CHECKING:
     import capstone
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.relocation import RelocationSection
 
 # capstone is imported where the exits are found (_ExitFinder, _plt_stubs_for):
-# a program without a coroutine never gets there.
+# a program without a coroutine never gets there. numpy and pyelftools are imported where
+# they are used too: a cold analysis imports them after its unit walker has started
+# (~0.1 s that the walker's process spends walking meanwhile).
 from .elf import ElfImage, open_elf
 from .types import MAX_DEPTH as _TYPE_DEPTH
 from .types import TypeCollector
@@ -107,7 +106,9 @@ def analyse(elf: ElfImage) -> Inventory:
     inv = Inventory(elf.build_id, elf.path, elf.pie, elf.entry, warnings=list(elf.warnings))
     if elf.build_id is None:
         inv.warnings.append("no GNU build-id: the analysis is not cached")
-    dwarf = DwarfView.open(elf, inv.warnings)
+    # the units are walked with stack discovery's tags, and their walks handed over to it
+    # (DwarfView.hand_over): the first `monitor async tree` needs ~25 of them again
+    dwarf = DwarfView.open(elf, inv.warnings, STACK_TAGS)
     if dwarf is None:
         inv.warnings.append(
             "no DWARF (.debug_info): coroutines cannot be told from closures, nothing to report;"
@@ -116,12 +117,12 @@ def analyse(elf: ElfImage) -> Inventory:
         return inv
     coll = _Collector(elf, dwarf, inv)
     coll.run()
+    dwarf.hand_over()
     # the type collector and the collector refer to each other: without this the units'
     # arrays and every cache would wait for a full garbage collection, under whatever the
     # session reads next (a first `monitor async tree`: the stack frames' DWARF)
     coll.types = None  # type: ignore[assignment]
     del coll
-    inv.future_obj_drops = sorted(s.addr for s in elf.symbols if s.is_func and _FUTURE_OBJ_DROP in s.name)
     return inv
 
 
@@ -234,6 +235,13 @@ class _Collector:
         # walked (and sieved) in a second process while the ones before are scanned
         self.dwarf.prefetch(units, sieve=self.symbol_sieve)
         try:
+            # what does not depend on the scan, while the walker's process walks the first
+            # units (on one core after the scan, ~0.1 s on the axum debug build); its
+            # warnings said where they were before
+            exit_warnings: list[str] = []
+            exits = _ExitFinder(self.elf, exit_warnings)
+            self.inv.future_obj_drops = sorted(s.addr for s in self.elf.symbols
+                                               if s.is_func and _FUTURE_OBJ_DROP in s.name)
             for uo in units:
                 unit = self.dwarf.unit(uo)
                 if unit is None:
@@ -242,7 +250,8 @@ class _Collector:
                 self.dwarf.trim()  # every unit: as fast as every 8th here, 11 MB less at the peak
         finally:
             self.dwarf.end_prefetch()
-        exits = _ExitFinder(self.elf, self.inv.warnings)
+        self.inv.warnings += exit_warnings
+        exits.warnings = self.inv.warnings
         # rustc 1.63 sometimes describes the inner generator's Pin<&mut ENV> self after all;
         # GenFuture<ENV>::poll is the breakpoint site then, the inner resume would double-count
         wrapped = {self.qualname(f.env) for f in found.values() if f.era is Era.GENFUTURE and f.env is not None}
@@ -405,7 +414,7 @@ class _Collector:
             pd = unit.dies[p]
             if pd.tag in (D.TAG_NAMESPACE, D.TAG_STRUCTURE, D.TAG_UNION, D.TAG_ENUMERATION):
                 parts.append(pd.get(D.AT_NAME) or "?")
-            elif pd.tag != D.TAG_SUBPROGRAM:
+            elif pd.tag != D.TAG_SUBPROGRAM and pd.tag != D.TAG_LEXICAL_BLOCK:  # kept for stack discovery
                 break
             p = pd.parent
         q = "::".join(reversed(parts))
@@ -692,6 +701,8 @@ def _task_vtables(elf: ElfImage, polls: dict[int, str]) -> dict[int, str]:
     vtables (``Vtable.poll`` is its first field, checked by the adapter against DWARF),
     async-task's ``TaskVTable.run`` slots. A PIE's slots are filled by
     R_X86_64_RELATIVE relocations (the addend is the target); a non-PIE's hold it as data."""
+    import numpy as np
+
     out: dict[int, str] = {}
     # numpy over every relocation and data word (a debug build: ~10^5 of each), the
     # matches looked at one by one
@@ -838,6 +849,11 @@ def import_sites(elf: ElfImage, name: str, warnings: list[str], consequence: str
     the function itself when defined here, or its PLT stub; and the GOT slots
     that hold its address."""
 
+    import numpy as np
+    from elftools.common.exceptions import ELFError, ELFParseError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.relocation import RelocationSection
+
     targets = {s.addr for s in elf.symbols if s.name.split("@", 1)[0] == name}
     slots: set[int] = set()
     try:
@@ -875,6 +891,8 @@ def _symbol_indices(symtab: bytes, strtab: bytes, name: str) -> set[int]:
         p = strtab.find(want, p + 1)
     if not offs:
         return set()
+    import numpy as np
+
     syms = np.frombuffer(symtab, dtype=np.dtype([("name", "<u4"), ("rest", "V20")]), count=len(symtab) // 24)
     return {int(i) for i in np.nonzero(np.isin(syms["name"], np.array(offs, dtype=np.uint32)))[0] if i}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from proxy.analysis.elf import open_elf
 from proxy.analysis.errors import AnalysisError
@@ -20,7 +21,9 @@ from proxy.analysis.lines import pc_to_frames
 from proxy.analysis.model import Inventory
 
 from . import ReflectSource
-from .stacks import StackFinder
+
+if TYPE_CHECKING:
+    from .stacks import StackFinder
 
 
 def make_source(inventory: Inventory, bias: int, *, local: bool,
@@ -35,13 +38,22 @@ def make_source(inventory: Inventory, bias: int, *, local: bool,
         sym = elf.symbol_at(addr) if elf is not None else None
         return sym.demangled if sym is not None and sym.addr == addr else None
 
-    def frames_at(pc: int):  # type: ignore[no-untyped-def]
-        return pc_to_frames(elf, pc) if elf is not None else []
-
     finder: list[StackFinder | None] = []
+
+    def frames_at(pc: int):  # type: ignore[no-untyped-def]
+        if elf is None:
+            return []
+        # stack discovery's source map when it has one: the units behind the threads'
+        # frames are walked there already (its view keeps lexical blocks, variables and
+        # template parameters too, which the frames skip)
+        sm = finder[0].map if finder and finder[0] is not None else None
+        return sm.pc_to_frames(pc) if sm is not None else pc_to_frames(elf, pc)
 
     def stacks() -> StackFinder | None:
         if not finder:
+            # imported here: pyelftools (the unwinder's) after a cold analysis's unit walker started
+            from .stacks import StackFinder
+
             finder.append(StackFinder(elf, inventory, bias) if elf is not None else None)
         return finder[0]
 

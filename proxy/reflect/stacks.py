@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.analysis import dies as D
-from proxy.analysis.dwarf import KEEP_TAGS, DwarfView
+from proxy.analysis.dwarf import STACK_TAGS, DwarfView
 from proxy.analysis.elf import ElfImage
 from proxy.analysis.lines import SourceMap, _qualname
 from proxy.analysis.model import Inventory
@@ -54,7 +54,6 @@ from .walker import Node, Reflector
 # gdb's amd64 `g` block order: 16 GPRs, then rip (8 bytes each)
 G_ORDER = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
            "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip")
-STACK_TAGS = KEEP_TAGS | {D.TAG_VARIABLE, D.TAG_LEXICAL_BLOCK, D.TAG_TEMPLATE_TYPE_PARAM}
 MAX_FRAMES = 64
 PREFETCH = 16 * BLOCK  # stack bytes read up front from each thread's sp (one pass)
 MAX_SCAN = 64 << 10  # bytes of one frame scanned for a pinned future
@@ -142,6 +141,7 @@ class StackFinder:
         finally:
             if self.dwarf is not None:
                 self.dwarf.end_prefetch()
+                self.dwarf.drop_handed()  # the inventory's walks this discovery did not take
         if self._use_cache:
             self.save_facts()
         return list(out.values())

@@ -25,7 +25,7 @@ def test_subprograms_from_arrays_match_the_walk(config: str) -> None:
         unit = view.unit(uo)
         if unit is None:
             continue
-        fast = [(lo, hi, order, d.offset) for lo, hi, order, d in sm._subprograms_with_code(unit)]
+        fast = [(lo, hi, order, unit.dies.at(i).offset) for lo, hi, order, i in sm._subprograms_with_code(unit)]
         walked = [(lo, hi, order, d.offset) for lo, hi, order, d in sm._subprograms_walked(unit)]
         assert fast == walked, f"unit {uo:#x}"
         seen += len(fast)
