@@ -23,6 +23,8 @@ most:
 * ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
                     watched;
 * ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-changes`` the same with --uprobe-changes: only the polls that
+                    change the graph recorded, every poll counted in the kernel;
 * ``uprobes-rets``  the same with --uprobe-rets: the exits of resume functions
                     polled through a vtable stay on their single-stepped
                     rets (as before their return sites were learned);
@@ -54,7 +56,9 @@ functions polled through a vtable on their rets, as with ``--uprobe-rets``);
 ``empty-norets`` (the same without the
 exit probes that stand on a ``ret``, which the kernel single-steps: the
 difference is what those cost); ``records`` (the records written,
-nobody reading them: a 512 MiB ring); ``consumer`` (the proxy's consumer
+nobody reading them: a 512 MiB ring); ``records-changes`` (the same with
+only graph changes recorded, as under ``uprobes-changes``); ``consumer`` /
+``consumer-changes`` (the proxy's consumer
 folding every record into an engine as the server runs; its CPU time per
 event is printed). Each with requests/s, the ratio to bare and the events.
 
@@ -104,6 +108,7 @@ CONN_FN_AXUM = r"axum::serve::.*async_block"
 CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-rets": ["--capture", "uprobes", "--mode", "full", "--uprobe-rets"],
+            "uprobes-changes": ["--capture", "uprobes", "--mode", "full", "--uprobe-changes"],
             "uprobes-sampled-rets": ["--capture", "uprobes", "--sample", "64", "--uprobe-rets"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
@@ -112,7 +117,7 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
          "uprobes-sampled-rets", "uprobes-sliced",
          "uprobes-tasks-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
 
@@ -371,7 +376,8 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                 px_cm.__exit__(None, None, None)
 
 
-SPLIT = ["bare", "empty", "empty-rets", "empty-norets", "traps-rets", "traps", "records", "consumer"]
+SPLIT = ["bare", "empty", "empty-rets", "empty-norets", "traps-rets", "traps", "records", "records-changes", "consumer",
+         "consumer-changes"]
 
 
 def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
@@ -399,8 +405,9 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
             bias = 0x555555554000 if inv.pie else 0  # spawn_stopped turns ASLR off, as gdbserver does
             target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
                                      engine=Engine(Catalog(inv, bias)), note=None, extra={})
-            cap = UprobeCapture(ring_bytes=(512 << 20) if how == "records" else 64 << 20,
-                                move_exits=how != "traps-rets", learn_returns=how not in ("traps-rets", "empty-rets"))
+            cap = UprobeCapture(ring_bytes=(512 << 20) if how.startswith("records") else 64 << 20,
+                                move_exits=how != "traps-rets", learn_returns=how not in ("traps-rets", "empty-rets"),
+                                record_changes=how.endswith("-changes"))
             cap.plan(target)  # type: ignore[arg-type]
             if how == "empty-norets" and cap.plan_ is not None:
                 cap.plan_.sites = [st for st in cap.plan_.sites if not (
@@ -431,7 +438,7 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
         w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         while w.poll() is None:
-            if how == "consumer" and cap is not None:
+            if how.startswith("consumer") and cap is not None:
                 cap.poll()
             time.sleep(0.005)
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -454,7 +461,9 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
             hits = sum(cap._prog.site_hits(list(range(len(cap.plan_.sites)))).values()) if cap.plan_ else 0
             run.events = hits
             run.lost = c.get("drops", 0)
-            if how == "consumer" and cap.decoder is not None:
+            if how.startswith(("records", "consumer")):
+                run.extra["records"] = f"records {c.get('records', 0):,} ({c.get('records', 0) / max(hits, 1):.2f} a hit)"
+            if how.startswith("consumer") and cap.decoder is not None:
                 folded = cap.decoder.stats.records
                 used = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
                 run.extra["consumer"] = (f"{folded:,} records folded while running, consumer CPU "
@@ -470,6 +479,7 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
 RUNNERS: dict[str, Callable[[Server, str, float, int, str], Run]] = {
     "bare": run_bare, "console": run_bare, "gdb": run_gdb, "traps": run_split, "traps-rets": run_split,
     "empty": run_split, "empty-rets": run_split, "empty-norets": run_split, "records": run_split,
+    "records-changes": run_split, "consumer-changes": run_split,
     "consumer": run_split,
     **{k: run_gdb for k in CAPTURES}}
 

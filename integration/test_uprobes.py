@@ -50,16 +50,16 @@ def _binary(config: str, program: str) -> Path:
 
 # ---------------------------------------------------------------- without gdb
 
-def spawn_stopped(argv: list[str]) -> int:
-    """fork; the child stops itself (ASLR off, as gdbserver does), then execs `argv` on SIGCONT."""
+def spawn_stopped(argv: list[str], stdout: int | None = None) -> int:
+    """fork; the child stops itself (ASLR off, as gdbserver does), then execs `argv` on SIGCONT
+    (its stdout: the fd `stdout`, or /dev/null)."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
             import ctypes
 
             ctypes.CDLL(None).personality(0x0040000)  # ADDR_NO_RANDOMIZE
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 1)
+            os.dup2(stdout if stdout is not None else os.open(os.devnull, os.O_WRONLY), 1)
             os.kill(os.getpid(), signal.SIGSTOP)
             os.execv(argv[0], argv)
         finally:
@@ -182,10 +182,11 @@ while True:
 
 
 def test_high_event_rate_drops_under_one_percent() -> None:
-    """The tokio benchmark (~25k events/s here: its debug entries are single-stepped sites)."""
+    """The tokio benchmark (~25k events/s here: its debug entries are single-stepped sites),
+    every poll recorded (the rate is the point)."""
     prog = _binary("debug", "tokio_bench")
     inv = build_inventory(str(prog))
-    cap, eng, code = run_captured(prog, [900, "ct"], inv)
+    cap, eng, code = run_captured(prog, [900, "ct"], inv, record_changes=False)
     wall = cap.program_wall  # type: ignore[attr-defined]
     assert code == 0
     st = eng.stats()
@@ -238,14 +239,19 @@ def test_same_graph_as_breakpoint_capture(config: str, program: str, args: list[
     prog = _binary(config, program)
     line = markers.breakpoint_markers(program)[bp][1]
     got = {}
-    for capture in ("breakpoints", "uprobes"):
+    for capture, extra in (("breakpoints", []), ("uprobes", []), ("uprobes-changes", ["--uprobe-changes"])):
         out = ag.session(prog, args, [f"break {src}:{line}", "continue", *ag.ask("bt", "edges", "tasks", "tree", "stats")],
-                         extra=["--capture", capture])
+                         extra=["--capture", capture.split("-")[0], *extra])
         stats = ag.section(out, "stats")
-        assert f"capture: {capture}" in stats, stats
-        got[capture] = {s: _norm(ag.section(out, s), bp != "main_done") for s in ("bt", "edges", "tasks", "tree")}
+        assert f"capture: {capture.split('-')[0]}" in stats, stats
+        # uprobes record only the polls that change the graph (the repeat ones counted in the
+        # kernel); the tasks table then says that its LONGEST comes from the recorded ones
+        got[capture] = {s: _norm(re.sub(r"(?m)^only the polls that changed the graph recorded .*\n?", "",
+                                        ag.section(out, s)), bp != "main_done")
+                        for s in ("bt", "edges", "tasks", "tree")}
     for s in ("bt", "edges", "tasks", "tree"):
         assert got["uprobes"][s] == got["breakpoints"][s], (s, got)
+        assert got["uprobes-changes"][s] == got["breakpoints"][s], (s, got)
 
 
 def test_norm_masks_every_thread_id() -> None:
@@ -688,7 +694,7 @@ def test_sampling_records_a_sample_and_counts_every_poll(config: str) -> None:
     the totals of instances whose address started a new life), the same hits."""
     prog = _binary(config, "tokio_bench")
     inv = build_inventory(str(prog))
-    full, _eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0)
+    full, _eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0, record_changes=False)
     assert code == 0 and full.decoder is not None
     polls = full.decoder.stats.entries
     sampled, eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0, sample_every=16)
@@ -901,3 +907,138 @@ def test_exits_at_learned_return_sites_count_every_poll_once() -> None:
             assert uncovered <= d.entries // 100, line  # learned early: at most the first step's stragglers
         runs.append(d.entries)
     assert runs[0] == runs[1]
+
+
+class _CountingEngine(Engine):
+    """An engine that counts the entries it is fed, per resume function (runtime low_pc)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.entries_by_site: dict[int, int] = {}
+
+    def feed(self, ev: Any) -> Any:
+        if type(ev) is PollEnter:
+            self.entries_by_site[ev.site] = self.entries_by_site.get(ev.site, 0) + 1
+        return super().feed(ev)
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_only_graph_changes_recorded_and_every_poll_counted(config: str) -> None:
+    """--uprobe-changes records only the polls that change the graph (uprobes.bpf.c
+    CFG_CHANGES): a repeat poll (a known instance, polled in the state its last
+    poll left, from the same parent, on the same thread, leaving that state)
+    writes no record and is counted in the kernel. The same current-thread run
+    with every poll recorded is the reference: the same polls per resume
+    function, exactly (the live instances' totals read at the end plus those
+    carried by completions and new lives), and the same tasks in the graph.
+    (Here every poll changes a state: what is folded is in the next test.)"""
+    prog = _binary(config, "tokio_bench")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    ref_eng = _CountingEngine(Catalog(inv, bias), keep_log=False)
+    every, _eng, code = run_captured(prog, [60, "ct"], inv, eng=ref_eng, unwind_share=0.0, record_changes=False)
+    assert code == 0 and every.decoder is not None and not every.changes
+    d = every.decoder.stats
+    assert d.entries == d.exits + d.unwinds, d
+    changes, eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0, record_changes=True)
+    assert code == 0 and changes.decoder is not None and changes.changes
+    c = changes.counters()
+    assert c.get("drops", 0) == 0 and c.get("scope misses", 0) == 0, c
+    counted: dict[int, int] = {}
+    for by_fn in (changes.polls_by_fn, changes.live_polls_by_fn):
+        for fn, n in by_fn.items():
+            site = changes._fn_site[fn]
+            counted[site] = counted.get(site, 0) + n
+    assert {s: n for s, n in counted.items() if n} == ref_eng.entries_by_site
+    # every poll of this program changes its coroutine's state (each pends once): all recorded
+    assert changes.decoder.stats.entries <= d.entries, (changes.decoder.stats.entries, d.entries)
+    st, ref_st = eng.stats(), ref_eng.stats()
+    assert st.tasks_seen == ref_st.tasks_seen and st.unmatched_exits == 0, (st, ref_st)
+    lines = changes.stats_lines()
+    assert any(ln.startswith("recorded: only the polls that changed the graph") for ln in lines), lines
+
+
+def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None:
+    """The corpus' keep-alive http_server under --uprobe-changes: a connection's
+    future is polled again and again in the same state (waiting for the next
+    request), which writes no record; its polls are counted in the kernel and
+    equal the server's own count exactly (`conn_polls`: the `Timed` wrapper
+    `conn_task` polls once per poll of its own; `connection` is inlined in the
+    release build), and so do the kernel's totals and the entry probes' hits
+    of every resume function."""
+    import http.client
+
+    from integration.harness.stubs import free_port, port_listening
+    from proxy.capture.uprobes import bpf as B
+
+    prog = _binary("release", "http_server")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = Engine(Catalog(inv, bias), keep_log=False)
+    port = free_port()
+    out_r, out_w = os.pipe()
+    pid = spawn_stopped([str(prog), str(port)], stdout=out_w)
+    os.close(out_w)
+    cap = UprobeCapture(unwind_share=0.0, record_changes=True)
+    try:
+        cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv,  # type: ignore[arg-type]
+                                 bias=bias, engine=eng, note=None, extra={}))
+        assert cap.plan_ is not None and cap.changes
+        assert cap.install() is None and cap.attached, cap.note
+        os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while not port_listening(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in range(2)]
+        for i in range(400):
+            c = conns[i % 2]
+            c.request("GET", "/")
+            assert c.getresponse().read()
+            if i % 50 == 0:
+                cap.poll()
+        for c in conns:
+            c.close()
+        q = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            q.request("GET", "/quit")
+            q.getresponse().read()
+        except OSError:
+            pass  # the server may close the connection as it ends
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        cap.sync()
+        assert cap._prog is not None
+        hits = cap._prog.site_hits(list(range(len(cap.plan_.sites))))
+        counters = cap.counters()
+        cap.uninstall()
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        cap.uninstall()
+    assert counters.get("drops", 0) == 0 and counters.get("scope misses", 0) == 0, counters
+    kernel: dict[int, int] = {}
+    for by_fn in (cap.polls_by_fn, cap.live_polls_by_fn):
+        for fn, n in by_fn.items():
+            kernel[fn] = kernel.get(fn, 0) + n
+    entries: dict[int, int] = {}
+    for i, s in enumerate(cap.plan_.sites):
+        if s.spec.kind == B.KIND_ENTRY:
+            entries[s.spec.fn] = entries.get(s.spec.fn, 0) + hits.get(i, 0)
+    assert {fn: n for fn, n in kernel.items() if n} == {fn: n for fn, n in entries.items() if n}
+    conn = {s.spec.fn for s in cap.plan_.sites if s.spec.kind == B.KIND_ENTRY and re.search(r"::conn_task\b", s.name)}
+    assert len(conn) == 1, [s.name for s in cap.plan_.sites]
+    [fn] = conn
+    assert kernel[fn] >= 800, kernel[fn]  # two polls a request at least
+    with os.fdopen(out_r) as f:
+        own = re.search(r"server done requests=(\d+) connections=\d+ conn_polls=(\d+)", f.read())
+    assert own and int(own.group(1)) == 401, own
+    assert kernel[fn] == int(own.group(2)), (kernel[fn], own.group(0))
+    d = cap.decoder.stats  # type: ignore[union-attr]
+    polls = sum(kernel.values())
+    # the connections' polls after their first ones repeat (the `ready` futures inside are
+    # new ones, recorded, naming their parent): a few of them recorded, no more
+    assert d.entries <= polls - kernel[fn] + 8 and d.entries == d.exits + d.unwinds, (d, polls, kernel[fn])
+    assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
+    conn_ids = [t.id for t in eng.tasks() if t.parent is None and "conn_task" in (t.path or "")]
+    assert conn_ids and sum(eng.timing.of(i).polls for i in conn_ids if eng.timing.of(i)) == kernel[fn]

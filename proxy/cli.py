@@ -73,6 +73,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="uprobe capture: keep the exits of resume functions polled through a vtable on their "
                         "rets (single-stepped by the kernel) instead of probing the return sites their polls "
                         "are seen to return to; for comparison")
+    p.add_argument("--uprobe-changes", action="store_true",
+                   help="uprobe capture, full mode: record only the polls that change the graph (a new "
+                        "coroutine, state, parent or thread, a completion); repeat polls are counted in the "
+                        "kernel, POLLS and BUSY stay exact (default: every poll recorded)")
     p.add_argument("--sample-time", type=_percent, metavar="PCT",
                    help="uprobe capture: time slices, the probes in for PCT%% of the running time (50 ms at a "
                         "time) and out for the rest (the program runs bare); counts, busy times and the graph "

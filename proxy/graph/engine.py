@@ -26,6 +26,15 @@ least ``checkpoint_every * (max_checkpoints - 1)`` entries back.
 checkpoint copies the task table (~3 µs a task), which costs about 1 µs per
 event with 10,000 retained tasks at the default interval.
 
+What the log holds is what the capture fed. Uprobe capture in full mode
+feeds only the events that change the graph (a new instance, edge, state or
+thread, a completion: ``proxy/capture/uprobes/capture.py``), with the repeat
+polls counted in the kernel and given to ``timing`` as totals at stops; a
+refold then reproduces the graph, not those polls. Nothing needs more:
+rewinding the program needs a stub that executes in reverse (rr), and
+uprobes capture only runs on a live process. The other backends feed every
+poll.
+
 The engine is pure: no I/O, no clocks (times come from the events).
 """
 
@@ -37,7 +46,7 @@ from typing import Any
 
 from proxy.analysis.model import SourceLoc
 from proxy.graph.catalog import Catalog
-from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
+from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit, PollResumed
 from proxy.graph.model import (
     BtFrame,
     Edge,
@@ -91,8 +100,8 @@ such tuples, which keeps a 100,000-entry log from slowing every collection."""
 def _pack(ev: PollEvent) -> _Packed:
     kind = type(ev)  # exact types first (the hot path), subclasses below
     if kind is PollEnter or (kind is not PollExit and isinstance(ev, PollEnter)):
-        return (0, ev.seq, ev.thread, ev.site, ev.self_ptr, ev.sp, ev.return_addr, ev.state,  # type: ignore[union-attr]
-                ev.time_ns)  # type: ignore[union-attr]
+        return (3 if isinstance(ev, PollResumed) else 0, ev.seq, ev.thread, ev.site, ev.self_ptr,  # type: ignore[union-attr]
+                ev.sp, ev.return_addr, ev.state, ev.time_ns, ev.parent)  # type: ignore[union-attr]
     if kind is PollExit or isinstance(ev, PollExit):
         return (1, ev.seq, ev.thread, ev.site, ev.sp, ev.state, ev.self_ptr, ev.poll_result,
                 ev.panicked, ev.time_ns)
@@ -103,6 +112,8 @@ def _unpack(t: _Packed) -> PollEvent:
     args: Any = t[1:]
     if t[0] == 0:
         return PollEnter(*args)
+    if t[0] == 3:
+        return PollResumed(*args)
     if t[0] == 1:
         return PollExit(*args)
     return EventsLost(*args)

@@ -29,6 +29,17 @@ class PollEnter:
     return_addr: int | None = None
     state: int | None = None  # __state at entry (= the state after the previous poll)
     time_ns: int | None = None
+    # (self_ptr, site) of the poll it runs inside, when the backend recorded no
+    # entry of that poll (uprobes, only graph changes recorded: a repeat poll of
+    # a known coroutine); None: the thread's innermost poll in the stream
+    parent: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PollResumed(PollEnter):
+    """The entry of a poll in progress at a stop that went out as no event (a
+    repeat poll, uprobes): fed at the stop, and placed in its thread's polls
+    by its ``sp`` (the polls entered after it, deeper, stay above it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,4 +64,4 @@ class EventsLost:
     reason: str
 
 
-PollEvent = PollEnter | PollExit | EventsLost
+PollEvent = PollEnter | PollExit | EventsLost  # PollResumed is a PollEnter

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.graph.catalog import Catalog
-from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
+from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit, PollResumed
 from proxy.graph.fast import slot_maker
 from proxy.graph.model import PollScope, StateRead
 from proxy.graph.timing import PollTiming
@@ -261,7 +261,7 @@ class GraphState:
             if ev.self_ptr <= 0:
                 return self.reject("null self pointer")
             self.last_seq = ev.seq
-            self._enter(ev)  # type: ignore[arg-type]
+            self._enter(ev, type(ev) is PollResumed)  # type: ignore[arg-type]
         else:
             self.last_seq = ev.seq
             self._exit(ev)  # type: ignore[arg-type]
@@ -280,15 +280,28 @@ class GraphState:
 
     # ---- entry ----------------------------------------------------------------------
 
-    def _enter(self, ev: PollEnter) -> None:
+    def _enter(self, ev: PollEnter, resumed: bool = False) -> None:
         self.c.enters += 1
         if ev.time_ns is not None:
             self.last_time = ev.time_ns
         stack = self.scopes.get(ev.thread)
         if stack is None:
             stack = self.scopes[ev.thread] = []
+        above: list[PollScope] = []
+        if resumed:
+            # in progress since before the polls above it (deeper: a lower sp), which stay
+            i = len(stack)
+            while i > 0 and stack[i - 1].sp < ev.sp:
+                i -= 1
+            above = stack[i:]
+            del stack[i:]
         while stack and stack[-1].sp <= ev.sp:
             self._missed_exit(stack.pop())
+        self._enter_on(ev, stack)
+        if above:
+            stack.extend(above)
+
+    def _enter_on(self, ev: PollEnter, stack: list[PollScope]) -> None:
         rec = self._task_for_entry(ev, stack)
         top = stack[-1] if stack else None
         if top is not None and top.task == rec.id:
@@ -296,11 +309,22 @@ class GraphState:
             stack.append(_scope(ev.thread, rec.id, ev.site, ev.sp, ev.seq, ev.time_ns, True))
             return
         self._start_poll(rec, ev)
-        if top is None:
+        parent = self.tasks[top.task] if top is not None else None
+        if ev.parent is not None:
+            # the poll it runs inside went out as no event: the backend names it
+            hinted = self._task_at(*ev.parent)
+            if hinted is not None and hinted is not rec:
+                parent = hinted
+        if parent is None:
             rec.parent = None
         else:
-            self._link(self.tasks[top.task], rec, ev)
+            self._link(parent, rec, ev)
         stack.append(_scope(ev.thread, rec.id, ev.site, ev.sp, ev.seq, ev.time_ns, False))
+
+    def _task_at(self, self_ptr: int, site: int) -> TaskRec | None:
+        at = self.index.get(self_ptr)
+        tid = at.get(self.catalog.type_key(site)) if at is not None else None
+        return self.tasks.get(tid) if tid is not None else None
 
     def _start_poll(self, rec: TaskRec, ev: PollEnter) -> None:
         if ev.state is not None:
@@ -334,12 +358,28 @@ class GraphState:
             self._supersede(rec)
         rec = self._new_task(ev, key)
         at = self.index.setdefault(ev.self_ptr, {})
+        named: set[int] | None = None
         for other_key, other_id in list(at.items()):
             other = self.tasks[other_id]
             if other.running_on is None and not self._is_ancestor_on(stack, other_id):
-                self._supersede(other)
+                if named is None:
+                    named = self._named_ancestors(ev)
+                if other_id not in named:
+                    self._supersede(other)
         at[key] = rec.id
         return rec
+
+    def _named_ancestors(self, ev: PollEnter) -> set[int]:
+        """The poll the entry names as its parent (``PollEnter.parent``: its entry
+        went out as no event) and that one's ancestors by their known edges: polls
+        in progress, though not on the thread's stack here (a child stored at its
+        parent's address, as an awaitee at offset 0 is, must not supersede them)."""
+        out: set[int] = set()
+        t = self._task_at(*ev.parent) if ev.parent is not None else None
+        while t is not None and t.id not in out:
+            out.add(t.id)
+            t = self.tasks.get(t.parent) if t.parent is not None else None
+        return out
 
     @staticmethod
     def _is_ancestor_on(stack: list[PollScope], tid: int) -> bool:

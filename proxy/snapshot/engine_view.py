@@ -114,9 +114,13 @@ class EngineView(BuildState):
         t = eng.task(tid) if eng is not None else None
         if t is None:
             return None
-        longest = eng.timing.longest_ns(t.id) if eng.timing.of(t.id) is not None else 0
-        busy = eng.timing.busy_ns(t.id) if eng.timing.of(t.id) is not None else t.busy_ns
-        return PollStats(t.polls, busy, t.idle_ns, longest, t.last_thread, t.first_seq, t.last_seq)
+        tt = eng.timing.of(t.id)
+        longest = eng.timing.longest_ns(t.id) if tt is not None else 0
+        busy = eng.timing.busy_ns(t.id) if tt is not None else t.busy_ns
+        # the timing's count is the kernel's when uprobes fold polls (sampling, or only
+        # graph changes recorded): the engine saw the recorded polls only
+        polls = max(t.polls, tt.polls) if tt is not None else t.polls
+        return PollStats(polls, busy, t.idle_ns, longest, t.last_thread, t.first_seq, t.last_seq)
 
     def _history(self) -> tuple[HistoryEdge, ...]:
         eng = self.engine

@@ -45,8 +45,16 @@ CONFIG = struct.Struct("<IIqIIII")  # tgid, stack_max, stack credits, sample_eve
 CFG_DEDUPE = 1  # drop a hit that repeats the thread's last (ip, sp): two links on one site
 CFG_OFF = 2  # the program returns at once (the benchmark's floor: the traps alone)
 CFG_NOFOLD = 4  # every poll recorded: no instance totals in the kernel, no KIND_STATS records
+CFG_CHANGES = 8  # only what changes the graph recorded, every poll folded in the kernel
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
-INST_STATS = struct.Struct("<QQQQ")  # struct inst_stats: polls, raw ns, hits, recorded polls
+# struct inst_stats: polls, raw ns, hits, recorded polls, then (CFG_CHANGES) its last poll's parent, thread, state
+INST_STATS = struct.Struct("<QQQQQIIQ")
+# struct thread_state (a thread's task-local storage): hits, depth, recording, last ip, last sp, epoch, pad,
+# then MAX_DEPTH scopes: sp self ts hits ret state fn recorded state_off state_size cookie flags pad ip
+THREAD_HEAD = struct.Struct("<QIIQQII")
+SCOPE = struct.Struct("<QQQQQQIIIIIHHQ")
+MAX_DEPTH = 32
+PIDFD_THREAD = os.O_EXCL  # pidfd_open(2): a pidfd of a thread, not of a process
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS, KIND_RETSITE = 0, 1, 2, 3, 4, 5
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
 # an entry site's cfa_reg: the function is polled through a vtable, its return addresses
@@ -57,7 +65,7 @@ CHUNK = 256
 STACK_MAX = 16384
 
 COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries",
-            "skipped", "stats lost", "duplicates", "uncovered", "retsite other")
+            "skipped", "stats lost", "duplicates", "uncovered", "retsite other", "flushed")
 
 
 class BpfError(Exception):
@@ -172,7 +180,7 @@ class Program:
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
             for name in ("events", "sites", "config", "counters", "site_hits", "instances", "retsites",
-                         "rets_seen")
+                         "rets_seen", "tstate")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -246,6 +254,48 @@ class Program:
         """Every poll is recorded: the kernel folds no instance totals (the engine counts)."""
         self._set_flag(CFG_NOFOLD, on)
 
+    def set_changes(self, on: bool) -> None:
+        """Only what changes the graph is recorded; every poll folded in `instances`."""
+        self._set_flag(CFG_CHANGES, on)
+
+    def pending_entries(self, tid: int) -> list[tuple[tuple[int, ...], tuple[int, int] | None]]:
+        """CFG_CHANGES, the program stopped: the entries of thread `tid`'s polls in
+        progress that went out as no record (its scope stack in its task storage,
+        read through a pidfd of the thread), bottom first, as SCOPE tuples with the
+        (self, fn) of the poll each runs inside; they are marked recorded, so their
+        exits go out."""
+        try:
+            pidfd = os.pidfd_open(tid, PIDFD_THREAD)
+        except OSError:
+            return []  # gone, or a kernel without thread pidfds
+        try:
+            lib = self._lib.lib
+            key = ctypes.c_int(pidfd)
+            size = THREAD_HEAD.size + MAX_DEPTH * SCOPE.size
+            val = ctypes.create_string_buffer(size)
+            if lib.bpf_map_lookup_elem(self.fds["tstate"], ctypes.byref(key), val) != 0:
+                return []  # no hit on this thread yet
+            head = THREAD_HEAD.unpack_from(val.raw)
+            depth, epoch = head[1], head[5]
+            if epoch != getattr(self, "_epoch", 0):
+                return []  # stale: emptied at the thread's next hit
+            raw = bytearray(val.raw)
+            out: list[tuple[tuple[int, ...], tuple[int, int] | None]] = []
+            below: tuple[int, int] | None = None
+            for i in range(min(depth, MAX_DEPTH)):
+                off = THREAD_HEAD.size + i * SCOPE.size
+                sc = SCOPE.unpack_from(raw, off)
+                if not sc[7]:  # recorded
+                    out.append((sc, below))
+                    struct.pack_into("<I", raw, off + 52, 1)
+                below = (sc[1], sc[6])  # self, fn
+            if out:
+                buf = ctypes.create_string_buffer(bytes(raw), size)
+                lib.bpf_map_update_elem(self.fds["tstate"], ctypes.byref(key), buf, 2)  # BPF_EXIST
+            return out
+        finally:
+            os.close(pidfd)
+
     def _set_flag(self, flag: int, on: bool) -> None:
         self._flags = (getattr(self, "_flags", 0) & ~flag) | (flag if on else 0)
         self._write_config()
@@ -265,7 +315,8 @@ class Program:
             prev = key
             if lib.bpf_map_lookup_elem(fd, key, val) == 0:
                 self_ptr, fn, _ = INST_KEY.unpack(key.raw)
-                out[(self_ptr, fn)] = INST_STATS.unpack(val.raw)
+                polls, raw, hits, recorded = INST_STATS.unpack(val.raw)[:4]
+                out[(self_ptr, fn)] = (polls, raw, hits, recorded)
         return out
 
     def set_sites(self, sites: list[SiteSpec], first: int = 0) -> None:

@@ -32,9 +32,26 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   knows (``PollTiming.set_totals``); an instance's address starting a new
   life sends its totals in the stream first (``InstanceTotals``). What the
   recorded polls alone give (the graph's edges and states, the histograms,
-  the longest poll) is a sample, and ``stats`` and ``top`` say so. Without
-  sampling the kernel folds nothing (``set_nofold``): the engine counts
-  every recorded poll itself.
+  the longest poll) is a sample, and ``stats`` and ``top`` say so.
+* Recording only what changes the graph (``record_changes``, full mode,
+  ``--uprobe-changes``; not the default: on the axum server benchmark it cut
+  the records 40% but not the proxy's CPU, and the BPF program costs ~120 ns
+  a hit more, docs/speed.md; ``set_changes``): the kernel folds every poll into its instance's totals
+  as above, and a poll goes out as records only when it tells the graph
+  something new (a new instance or life, another state, parent or thread, a
+  completion, whose exit carries the totals), its entry naming the poll it
+  runs inside (``PollEnter.parent``: that poll's own entry may be no record;
+  uprobes.bpf.c). Repeat polls (the same instance, state,
+  parent and thread) write nothing; ``sync`` gives the engine the exact
+  totals and the entries of the polls in progress at the stop (read from
+  each thread's scope stack, ``pending_entries``), so the graph at a stop is
+  the one every poll recorded would give, with POLLS and BUSY exact; the
+  histograms and LONGEST see the recorded polls only. The engine's event log
+  then holds only the changes: it cannot refold the repeat polls, and needs
+  none of them (a rewind needs a stub that executes in reverse, rr, and
+  uprobes capture runs on a live process only). By default every poll is
+  recorded (the kernel folds nothing, ``set_nofold``: the engine counts each
+  one).
 * Return sites (``_returns_step``): a resume function polled through a
   vtable starts with its exits on its rets (single-stepped by the kernel, a
   link of their own) while the BPF side notes each poll's return address;
@@ -71,7 +88,7 @@ from proxy.capture.base import CaptureBase
 from proxy.capture.procmem import host_pid_of, restore_code
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
-from proxy.graph.events import PollEnter
+from proxy.graph.events import PollEnter, PollResumed
 from proxy.session.probes import Probe
 from proxy.session.procedure import Exchange, Forward, Handover, Procedure
 from rsp.errors import MalformedPacket
@@ -79,7 +96,7 @@ from rsp.packets.breakpoints import SOFTWARE, parse_breakpoint
 from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory
 
 from . import bpf as B
-from .decode import ENTRY_REC, Decoder, EntryCapture, InstanceTotals, entry_capture
+from .decode import ENTRY_REC, F_STATE, PARENT, PARENT_AT, Decoder, EntryCapture, InstanceTotals, entry_capture
 from .caller_exits import return_site
 from .sites import Site, SitePlan, count_site, plan_sites, retsite_site
 from .unwind import StackUnwinder
@@ -119,6 +136,7 @@ class UprobeCapture(CaptureBase):
         learn_s: float = 0.5,
         learn_entries: int = 300,
         learn_returns: bool = True,
+        record_changes: bool = False,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -216,6 +234,11 @@ class UprobeCapture(CaptureBase):
         self.swaps = 0
         # exits at learned return sites (functions polled through a vtable): see _returns_step
         self.learn_returns = learn_returns
+        # full mode: only what changes the graph recorded (not with sampling, time
+        # slices, tasks mode or entries only: their records are chosen otherwise)
+        self.changes = (record_changes and self.sample_every <= 1 and self.slice_duty >= 1.0
+                        and not tasks_only and not entry_only)
+        self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
         self._ret_links: dict[int, int] = {}  # fn index -> the link of its rets (while probed)
         self._ret_closing: list[Any] = []  # threads closing rets' links
         self._ret_fns: dict[int, list[int]] = {}  # fn index -> cookies of its entry sites
@@ -394,7 +417,8 @@ class UprobeCapture(CaptureBase):
             prog.set_config(self._pid, self.stack_bytes, self._credits_wanted(), self.sample_every)
             # every poll recorded: the engine counts them, the kernel's instance totals
             # (and a KIND_STATS record per new life: ~2 a request on the axum service) are not read
-            prog.set_nofold(self.sample_every <= 1)
+            prog.set_nofold(not self._folded)
+            prog.set_changes(self.changes)
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]
@@ -848,19 +872,50 @@ class UprobeCapture(CaptureBase):
             self._fold(budget_s=None)
             self._end_slice(self._prog)
         self._fold(budget_s=None)
-        if self.sample_every > 1:
+        if self.changes:
+            self._feed_pending()
+        if self._folded:
             self._apply_kernel_totals()
         line = self.slice_line()
         if line is not None and self.engine is not None:
             self.engine.timing.sampled = line
         return None
 
+    @property
+    def _folded(self) -> bool:
+        """Polls are counted in the kernel (sampling, or only changes recorded)."""
+        return self.sample_every > 1 or self.changes
+
+    def _feed_pending(self) -> None:
+        """At a stop (only changes recorded): the polls in progress whose entries
+        went out as no record, fed to the engine from each thread's scope stack
+        (bottom first, after every record), and marked recorded in the kernel so
+        that their exits go out."""
+        prog, engine, dec = self._prog, self.engine, self.decoder
+        if prog is None or engine is None or dec is None or not self._pid:
+            return
+        try:
+            tids = sorted(int(t) for t in os.listdir(f"/proc/{self._pid}/task"))
+        except OSError:
+            return
+        for tid in tids:
+            for sc, below in prog.pending_entries(tid):
+                sp, self_ptr, ts, _hits, ret, state, _fn, _rec, _off, _size, cookie, flags, _pad, _ip = sc
+                if cookie >= len(dec.sites):
+                    continue
+                p_site = self._fn_site.get(below[1]) if below is not None else None
+                engine.feed(PollResumed(dec.next_seq(), tid, dec.sites[cookie].site, self_ptr, sp, ret or None,
+                                        state if flags & F_STATE else None, ts,
+                                        (below[0], p_site) if below is not None and p_site else None))
+                self.pending_fed += 1
+
     def _credit(self, tot: InstanceTotals, engine: Engine) -> None:
-        """An instance's exact totals (closed: its address starts a new life) to
-        the engine's node for it, when sampling (otherwise every poll was recorded)."""
+        """An instance's exact totals (closed: its address starts a new life, or it
+        completed) to the engine's node for it, when the kernel counts the polls
+        (otherwise every poll was recorded)."""
         self.closed_polls += tot.polls
         self.polls_by_fn[tot.fn] = self.polls_by_fn.get(tot.fn, 0) + tot.polls
-        if self.sample_every <= 1:
+        if not self._folded:
             return
         site = self._fn_site.get(tot.fn)
         node = engine.node_at(tot.self_ptr, site) if site is not None else None
@@ -888,6 +943,14 @@ class UprobeCapture(CaptureBase):
         self.live_polls_by_fn = {}
         for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
             self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
+        if self.changes:
+            # said once a poll was not recorded (until then every poll is in the histograms)
+            folded = prog.counters().get("skipped", 0) - prog.counters().get("flushed", 0)
+            engine.timing.sampled = (
+                f"only the polls that changed the graph recorded ({recorded:,} of {polls:,} polls of the live "
+                "instances); POLLS and BUSY are exact (every poll counted in the kernel), LONGEST and the "
+                "histograms from the recorded polls") if folded > 0 else None
+            return
         engine.timing.sampled = (
             f"sampled: one root poll in {self.sample_every} per coroutine instance recorded, at random "
             f"({recorded:,} of {polls:,} polls of the live instances); POLLS and BUSY are exact "
@@ -1018,6 +1081,12 @@ class UprobeCapture(CaptureBase):
             if type(ev) is InstanceTotals:
                 self._credit(ev, engine)
                 continue
+            if dec.totals is not None:  # a completion's exit carrying its instance's totals
+                feed(ev)
+                self.events += 1
+                self._credit(dec.totals, engine)
+                dec.totals = None
+                continue
             if sliced and not self._feed_sliced(ev, engine):
                 continue
             if self._learning and type(ev) is PollEnter:
@@ -1033,8 +1102,10 @@ class UprobeCapture(CaptureBase):
                 if keep or (resync and has_stack and ev.thread in resync):
                     scope = engine.current_scope(ev.thread)
                     rec = bytes(buf[off:off + n])  # kept after the ring's space is given back
-                    cap = entry_capture(rec, ev, (scope.site, scope.sp) if scope is not None else None,
-                                        dec.sites[_COOKIE.unpack_from(rec, 4)[0]].sp_adjust)
+                    parent = (scope.site, scope.sp) if scope is not None else None
+                    if ev.parent is not None:  # the poll it runs inside, named by the kernel
+                        parent = (ev.parent[1], PARENT.unpack_from(rec, PARENT_AT)[1])
+                    cap = entry_capture(rec, ev, parent, dec.sites[_COOKIE.unpack_from(rec, 4)[0]].sp_adjust)
                     if resync and ev.thread in resync:
                         self._resync_from(cap, engine)
                         resync = self._resync
@@ -1225,6 +1296,16 @@ class UprobeCapture(CaptureBase):
                     None: "unreadable"}[armed])
         elif self.lost:
             lines.append(f"uprobe events dropped: {self.lost}")
+        if self.changes:
+            lines.append(f"recorded: only the polls that changed the graph (a new instance, state, parent or "
+                         f"thread, a completion; {c.get('flushed', 0):,} entries sent late, at a state change, "
+                         f"{self.pending_fed:,} read at stops); repeat polls counted in the kernel: "
+                         f"{c.get('skipped', 0):,} hits")
+            if self._kernel_totals is not None:
+                n, polls, rec, unseen = self._kernel_totals
+                lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
+                             f"{self.closed_polls:,} of completed or dropped ones; {unseen:,} polls of instances "
+                             "the graph never saw (not in top)")
         if self.sample_every > 1:
             lines.append(f"sampling: one root poll in {self.sample_every} per coroutine instance recorded (at random), "
                          f"with the polls nested in it, and every new instance's first; hits not recorded: "

@@ -12,7 +12,9 @@ What the engine gets:
 
 * entries: ``self`` from the site's register, the return address read at
   ``sp``, and ``__state`` read through ``self`` at entry (the outcome of the
-  previous poll), with the kernel's timestamp;
+  previous poll), with the kernel's timestamp; with ``F_PARENT`` (only graph
+  changes recorded) the poll it runs inside, whose entry may be no record:
+  ``PollEnter.parent`` = (its self, its function's runtime ``low_pc``);
 * exits: ``sp`` (a ``ret`` leaves with its entry's sp), ``self`` and
   ``__state`` when the BPF side still had the entry's (tid, sp) in its scope
   table. ``rax`` is kept in the record but not given to the engine as the
@@ -25,7 +27,11 @@ What the engine gets:
 * an instance's totals folded in the kernel (``KIND_STATS``: its address
   starts a new life, the old one's polls, raw ns and hits go out first): an
   ``InstanceTotals``, not an event; the capture credits it to the engine's
-  node at that address.
+  node at that address;
+* a completion's exit when only graph changes are recorded (``F_TOTALS``: the
+  instance's totals in ret/rax/ip, its function's index + 1 in
+  ``stack_len``): the ``PollExit``, and its ``InstanceTotals`` left in
+  ``Decoder.totals`` for the capture to credit after feeding the exit.
 
 Records whose kind or cookie makes no sense are counted, never raised.
 """
@@ -40,11 +46,14 @@ from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
 from proxy.graph.fast import slot_maker
 
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_STATS = 0, 1, 2, 4
-F_SELF, F_STATE = 1, 2
+F_SELF, F_STATE, F_TOTALS, F_PARENT = 1, 2, 8, 16
 
 EXIT_REC = struct.Struct("<HHIIIQQQQQQQ")  # kind flags cookie tid stack_len ts ip sp self ret rax state
-ENTRY_REC = struct.Struct("<HHIIIQQQQQQQQQQQQQ")  # ... then rbp rbx r12 r13 r14 r15, stack bytes
-assert EXIT_REC.size == 72 and ENTRY_REC.size == 120
+# ... then rbp rbx r12 r13 r14 r15, parent self, parent sp, parent fn, pad, stack bytes
+ENTRY_REC = struct.Struct("<HHIIIQQQQQQQQQQQQQQQII")
+PARENT = struct.Struct("<QQI")  # an entry's parent (F_PARENT): self, entry sp, fn index
+PARENT_AT = 120
+assert EXIT_REC.size == 72 and ENTRY_REC.size == 144
 _unpack_exit = EXIT_REC.unpack_from
 
 
@@ -110,6 +119,7 @@ class Decoder:
         self.fn_sites = fn_sites if fn_sites is not None else {}  # fn index -> runtime low_pc (return sites)
         self.seq = first_seq - 1
         self.stats = DecodeStats()
+        self.totals: InstanceTotals | None = None  # the last exit's (F_TOTALS), until the capture takes it
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -147,8 +157,13 @@ class Decoder:
                 return None
             st.entries += 1
             self.seq += 1
+            parent = None
+            if flags & F_PARENT:
+                p_self, _p_sp, p_fn = PARENT.unpack_from(buf, off + PARENT_AT)
+                p_site = self.fn_sites.get(p_fn)
+                parent = (p_self, p_site) if p_site else None
             return _enter(self.seq, tid, info.site, self_ptr, sp, ret or None,
-                          state if flags & F_STATE else None, ts)
+                          state if flags & F_STATE else None, ts, parent)
         site = info.site
         if kind == KIND_EXIT:
             if not site:  # a return site: the record names its function
@@ -166,6 +181,9 @@ class Decoder:
             st.exit_self_known += 1
         if flags & F_STATE:
             st.exit_state_known += 1
+        if flags & F_TOTALS:  # a completion: polls in ret, raw ns in rax, hits in ip
+            st.closed += 1
+            self.totals = InstanceTotals(self_ptr, slen - 1, ret, _rax, _ip, 0)
         self.seq += 1
         return _exit(self.seq, tid, site, sp,
                      state if flags & F_STATE else None,
@@ -187,13 +205,16 @@ def entry_capture(rec: bytes, ev: PollEnter, parent: tuple[int, int] | None,
 
 
 def pack_entry(cookie: int, tid: int, ts: int, ip: int, sp: int, self_ptr: int, ret: int,
-               state: int | None = None, stack: bytes = b"", regs: dict[str, int] | None = None) -> bytes:
-    """Build an entry record as the BPF program writes it (for tests and benchmarks)."""
+               state: int | None = None, stack: bytes = b"", regs: dict[str, int] | None = None,
+               parent: tuple[int, int, int] | None = None) -> bytes:
+    """Build an entry record as the BPF program writes it (for tests and benchmarks);
+    `parent`: (its self, its entry sp, its function's index)."""
     r = regs or {}
-    flags = F_SELF | (F_STATE if state is not None else 0)
+    flags = F_SELF | (F_STATE if state is not None else 0) | (F_PARENT if parent is not None else 0)
+    p_self, p_sp, p_fn = parent or (0, 0, 0)
     return ENTRY_REC.pack(KIND_ENTRY, flags, cookie, tid, len(stack), ts, ip, sp, self_ptr, ret, 0,
                           state or 0, r.get("rbp", 0), r.get("rbx", 0), r.get("r12", 0),
-                          r.get("r13", 0), r.get("r14", 0), r.get("r15", 0)) + stack
+                          r.get("r13", 0), r.get("r14", 0), r.get("r15", 0), p_self, p_sp, p_fn, 0) + stack
 
 
 def pack_exit(cookie: int, tid: int, ts: int, ip: int, sp: int, self_ptr: int | None = None,

@@ -6,7 +6,9 @@
  *
  * Each hit writes one record into the ring buffer `events` (no wakeup: the
  * proxy drains it on a timer) and counts itself in the per-CPU `counters`
- * (hits, records, drops, ...): hits = records + drops + skipped, always.
+ * (hits, records, drops, ...): hits = records - flushed + drops + skipped, always
+ * (flushed: entries written late, CFG_CHANGES, counted skipped at their hit,
+ * then records or drops).
  *
  *   entry  -> kind, cookie, tid, ns, ip, the entry's sp (sp + the site's
  *             sp_adjust: the probe may stand on the first instruction the
@@ -32,8 +34,10 @@
  * (KIND_COUNT: the user's `--probe` functions under `--capture uprobes`) only
  * counts there and writes no record.
  *
- * Folding in the kernel: every poll (entry to exit, matched by its scope) adds to its coroutine instance's totals in `instances`, keyed
- * (self, resume function): polls, raw ns (exit ts - entry ts), and the hits on
+ * Folding in the kernel: every poll (entry to exit, matched by its scope)
+ * adds to its coroutine instance's totals in `instances`, keyed (self,
+ * resume function): polls (at the entry: one whose exit is not seen counts
+ * too), raw ns (exit ts - entry ts), and the hits on
  * its thread from its entry to its exit (1 + those inside: what the proxy's
  * timing subtracts the per-event cost for). With `sample_every` N > 1 only one
  * root poll (no enclosing scope on the thread) in N of each instance, at
@@ -44,6 +48,24 @@
  * Unresumed after polls), its totals so far go out first as a KIND_STATS
  * record: self, fn (cookie field), polls (ret), raw ns (rax), hits (state),
  * recorded polls (ip).
+ *
+ * Recording what changes the graph (CFG_CHANGES, full mode): every poll is
+ * folded into its instance's totals, and a poll writes records only when it
+ * changes what the graph knows: an instance not in `instances` (or a new life
+ * at its address), an entry state other than the one its last poll left, an
+ * enclosing poll (the instance and function on the scope stack below it) or a
+ * thread other than its last poll's, an exit state other than its entry's (a
+ * completion too), an uncovered poll. Such a poll's entry names the poll it
+ * runs inside (F_PARENT: its instance's self, entry sp and function), whose own entry
+ * may have gone out as no record; an entry left pending goes out late, from
+ * its scope, when its exit changes the state. A repeat poll (a known instance
+ * polled again in the same state, from the same parent, on the same thread,
+ * leaving the same state) writes nothing: its count, raw time and hits are in
+ * `instances`, which the proxy reads at stops. A completion's exit record
+ * carries its instance's totals (F_TOTALS: polls in ret, raw ns in rax, hits
+ * in ip, its function's index + 1 in stack_len) and the instance leaves the map. The proxy reads the entries still
+ * pending at a stop out of each thread's task storage (and marks them
+ * recorded, so their exits go out).
  *
  * Return sites (KIND_RETSITE): a resume function polled through a vtable has no
  * direct caller whose next instruction could hold its exit probe; its polls'
@@ -88,6 +110,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_SELF 1   /* self is valid */
 #define F_STATE 2  /* state is valid */
 #define F_UNCOVERED 4 /* an entry whose return site is not probed: its exit will not be seen */
+#define F_TOTALS 8 /* a completion's exit (CFG_CHANGES): its instance's totals in ret, rax, ip */
+#define F_PARENT 16 /* an entry (CFG_CHANGES) naming the poll it runs inside: parent_self, parent_fn */
 
 #define CHUNK 256
 #define MAX_CHUNKS 64 /* 16 KiB of stack at most */
@@ -105,7 +129,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define C_DUPLICATES 9 /* hits run twice (two links on one site, cfg DEDUPE): the second dropped */
 #define C_UNCOVERED 10 /* polls whose return address is not a probed return site (REG_RETSITES) */
 #define C_RETSITE_OTHER 11 /* return-site hits that end no poll of ours (another callee) */
-#define N_COUNTERS 12
+#define C_FLUSHED 12 /* entries written late (CFG_CHANGES): counted skipped at the hit, records or drops then */
+#define N_COUNTERS 13
 
 struct site {
 	__u8 kind;
@@ -143,6 +168,11 @@ struct config {
  * instance totals are folded here and no KIND_STATS record goes out (on the
  * axum service 2 a request: a new life of the handler's futures). */
 #define CFG_NOFOLD 4
+/* Only what changes the graph is recorded, every poll folded (see the top). */
+#define CFG_CHANGES 8
+
+#define ST_RETURNED 1 /* __state after a completion (a generator's Returned, Panicked) */
+#define ST_PANICKED 2
 
 /* a poll in progress on a thread */
 struct scope_val {
@@ -150,11 +180,16 @@ struct scope_val {
 	__u64 self;
 	__u64 ts;       /* entry time */
 	__u64 hits;     /* the thread's hit count at the entry */
-	__u64 ret;      /* the return address (entries of REG_LEARN / REG_RETSITES sites) */
+	__u64 ret;      /* the return address */
+	__u64 state;    /* __state at the entry */
 	__u32 fn;
 	__u32 recorded; /* its entry went out as a record */
 	__u32 state_off; /* the entry site's layout: a return site serves several functions */
 	__u32 state_size;
+	__u32 cookie;   /* the entry's site (a pending entry's late record) */
+	__u16 flags;    /* the entry's record flags */
+	__u16 pad;
+	__u64 ip;
 };
 
 /* polls nested deeper on one thread are not given a scope (counted
@@ -183,6 +218,11 @@ struct inst_stats {
 	__u64 raw_ns;
 	__u64 hits;     /* sum over its polls of 1 + the hits inside on its thread */
 	__u64 recorded; /* polls whose records went out */
+	/* CFG_CHANGES: what its last poll told the graph */
+	__u64 parent_self; /* the enclosing poll's instance (0: a root poll) */
+	__u32 parent_fn;
+	__u32 tid;
+	__u64 state;       /* __state after it */
 };
 
 struct ret_key {
@@ -206,11 +246,15 @@ struct rec {
 	__u64 state;
 	/* entries only: */
 	__u64 rbp, rbx, r12, r13, r14, r15;
+	__u64 parent_self; /* F_PARENT */
+	__u64 parent_sp;
+	__u32 parent_fn;
+	__u32 pad;
 	__u8 stack[STACK_MAX];
 };
 
 #define EXIT_SIZE 72   /* offsetof(struct rec, rbp) */
-#define ENTRY_SIZE 120 /* offsetof(struct rec, stack) */
+#define ENTRY_SIZE 144 /* offsetof(struct rec, stack) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -315,7 +359,7 @@ static __always_inline __u64 read_state(__u64 self, const struct site *s, __u16 
 /* The fields every record has; `r` is a ring slot or the scratch record; `ts`
  * the hit's one clock read (a read costs ~0.1 us in this VM). */
 static __always_inline void fill_head(struct rec *r, struct pt_regs *ctx, __u16 kind, __u32 cookie,
-				      __u64 id, __u64 sp, __u64 ts)
+				      __u64 id, __u64 sp, __u64 ts, __u64 ret)
 {
 	r->kind = kind;
 	r->flags = 0;
@@ -326,17 +370,19 @@ static __always_inline void fill_head(struct rec *r, struct pt_regs *ctx, __u16 
 	r->ip = PT_REGS_IP(ctx);
 	r->sp = sp;
 	r->rax = ctx->rax;
-	r->ret = 0;
-	if (kind == KIND_ENTRY) /* exits have no return address at sp */
-		bpf_probe_read_user(&r->ret, 8, (void *)sp);
+	r->ret = ret; /* entries: the return address read at the entry's sp */
 }
 
 /* An entry's fields (self, state, callee-saved registers), and its scope. */
 static __always_inline void fill_entry(struct rec *r, struct pt_regs *ctx, __u64 self, __u64 state,
-				       __u16 flags)
+				       __u16 flags, __u64 pself, __u64 psp, __u32 pfn)
 {
 	r->self = self;
 	r->flags = flags;
+	r->parent_self = pself;
+	r->parent_sp = psp;
+	r->parent_fn = pfn;
+	r->pad = 0;
 	r->state = state;
 	r->rbp = ctx->rbp;
 	r->rbx = ctx->rbx;
@@ -458,6 +504,72 @@ static __always_inline void emit_stats(struct inst_key *ik, struct inst_stats *s
 	}									\
 	_r; })
 
+/* CFG_CHANGES: the entry of the thread's scope `i`, pending until now, as a
+ * record (no stack slice, no callee-saved registers), naming the poll below it. */
+static __always_inline void emit_late(struct thread_state *th, int i, __u64 id)
+{
+	struct scope_val *sc = &th->scopes[i & (MAX_DEPTH - 1)];
+	if (sc->recorded)
+		return;
+	sc->recorded = 1; /* lost or not: its exit goes out (a loss is counted) */
+	count(C_FLUSHED);
+	struct rec *r = RESERVE(ENTRY_SIZE);
+	if (!r) {
+		count(C_DROPS);
+		return;
+	}
+	r->kind = KIND_ENTRY;
+	r->flags = sc->flags;
+	r->cookie = sc->cookie;
+	r->tid = (__u32)id;
+	r->stack_len = 0;
+	r->ts = sc->ts;
+	r->ip = sc->ip;
+	r->sp = sc->sp;
+	r->self = sc->self;
+	r->ret = sc->ret;
+	r->rax = 0;
+	r->state = sc->state;
+	/* no callee-saved registers (no stack slice either), no parent yet */
+	__builtin_memset(&r->rbp, 0, ENTRY_SIZE - EXIT_SIZE);
+	if (i > 0) {
+		struct scope_val *up = &th->scopes[(i - 1) & (MAX_DEPTH - 1)];
+		r->flags |= F_PARENT;
+		r->parent_self = up->self;
+		r->parent_sp = up->sp;
+		r->parent_fn = up->fn;
+	}
+	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+	count(C_RECORDS);
+}
+
+/* CFG_CHANGES: before a record of a poll of the object at `self` over the
+ * thread's scopes [0, upto): the pending entries right below it of the same
+ * object (a wrapper's resume function polling the inner one: GenFuture::poll
+ * and its generator), bottom first, MAX_WRAP of them at most (the verifier's
+ * bound). The engine takes them for one coroutine, the outer poll first: an
+ * outer entry after the inner's records would look like a new life. */
+#define MAX_WRAP 2
+static __always_inline void emit_same_object(struct thread_state *th, __u32 upto, __u64 self, __u64 id)
+{
+	int low = (int)upto;
+	for (int k = 0; k < MAX_WRAP; k++) {
+		int j = low - 1;
+		if (j < 0)
+			break;
+		struct scope_val *sc = &th->scopes[j & (MAX_DEPTH - 1)];
+		if (sc->recorded || sc->self != self)
+			break;
+		low = j;
+	}
+	for (int k = 0; k < MAX_WRAP; k++) {
+		int j = low + k;
+		if (j >= (int)upto)
+			break;
+		emit_late(th, j, id);
+	}
+}
+
 SEC("uprobe")
 int asyncrsp_poll(struct pt_regs *ctx)
 {
@@ -510,22 +622,42 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		int si = th ? find_scope(th, esp) : -1;
 		struct scope_val *sc = si >= 0 ? &th->scopes[si & (MAX_DEPTH - 1)] : 0;
 		__u64 self = 0;
-		__u32 recorded = th ? th->recording : 1;
+		__u32 recorded = th && !(cfg->flags & CFG_CHANGES) ? th->recording : 1;
 		__u32 st_off = s->state_off, st_size = s->state_size, rec_fn = 0;
 		if (sc && s->kind == KIND_RETSITE) {
 			st_off = sc->state_off;
 			st_size = sc->state_size;
 			rec_fn = sc->fn + 1; /* the record names its function: the site serves several */
 		}
+		struct inst_key ik = {};
+		struct inst_stats *st = 0;
+		__u64 xstate = 0;
+		__u16 xflags = 0;
+		int done = 0; /* CFG_CHANGES: a completion, its totals in the record */
 		if (sc) {
 			self = sc->self;
 			recorded = sc->recorded;
-			struct inst_key ik = {.self = sc->self, .fn = sc->fn};
-			struct inst_stats *st = bpf_map_lookup_elem(&instances, &ik);
-			if (st && !(cfg->flags & CFG_NOFOLD)) {
-				st->polls += 1;
+			ik.self = sc->self;
+			ik.fn = sc->fn;
+			if (!(cfg->flags & CFG_NOFOLD) && !((cfg->flags & CFG_CHANGES) && !st_size))
+				st = bpf_map_lookup_elem(&instances, &ik);
+			if (cfg->flags & CFG_CHANGES) {
+				xstate = read_state_at(self, st_off, st_size, &xflags);
+				/* a state change (or one not known), or a panic: the entry goes out late */
+				if (!recorded && (s->kind == KIND_UNWIND || !(xflags & F_STATE) || !(sc->flags & F_STATE) ||
+						  xstate != sc->state)) {
+					emit_same_object(th, (__u32)si, self, id);
+					emit_late(th, si, id);
+					recorded = 1;
+				}
+				if (st) {
+					st->state = xstate;
+					done = recorded && (xflags & F_STATE) && (xstate == ST_RETURNED || xstate == ST_PANICKED);
+				}
+			}
+			if (st) { /* its poll was counted at its entry */
 				st->raw_ns += now - sc->ts;
-				st->hits += th ? th->hits - sc->hits : 1;
+				st->hits += th->hits - sc->hits;
 				st->recorded += recorded;
 			}
 			th->depth = si; /* popped, with any scope left above it */
@@ -544,9 +676,24 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		}
 		/* sp_adjust: an exit probed in the caller after the call (-8: the return
 		 * address popped); the record carries the entry's sp */
-		fill_head(r, ctx, s->kind == KIND_RETSITE ? KIND_EXIT : s->kind, cookie, id, sp + (__s64)s->sp_adjust, now);
+		fill_head(r, ctx, s->kind == KIND_RETSITE ? KIND_EXIT : s->kind, cookie, id, sp + (__s64)s->sp_adjust, now, 0);
 		r->stack_len = rec_fn;
-		fill_exit(r, st_off, st_size, self);
+		if (cfg->flags & CFG_CHANGES) {
+			r->self = self;
+			r->flags = self ? F_SELF | xflags : 0;
+			r->state = xstate;
+		} else {
+			fill_exit(r, st_off, st_size, self);
+		}
+		if (done) {
+			/* the instance is over: its totals ride on its last exit, and it leaves the map */
+			r->flags |= F_TOTALS;
+			r->stack_len = ik.fn + 1; /* as at a return site: the record names its function */
+			r->ret = st->polls;
+			r->rax = st->raw_ns;
+			r->ip = st->hits;
+			bpf_map_delete_elem(&instances, &ik);
+		}
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
 		return 0;
@@ -557,11 +704,12 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	__u16 flags = F_SELF;
 	__u64 state = read_state(self, s, &flags);
 
-	/* polled through a vtable: where does this poll return to? */
 	__u64 ret = 0;
+	bpf_probe_read_user(&ret, 8, (void *)esp);
+
+	/* polled through a vtable: where does this poll return to? */
 	int uncovered = 0;
 	if (s->cfa_reg == REG_LEARN || s->cfa_reg == REG_RETSITES) {
-		bpf_probe_read_user(&ret, 8, (void *)esp);
 		if (!bpf_map_lookup_elem(&retsites, &ret)) {
 			struct ret_key rk = {.ret = ret, .fn = s->fn};
 			__u64 *seen = bpf_map_lookup_elem(&rets_seen, &rk);
@@ -579,18 +727,36 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		}
 	}
 
+	/* the enclosing poll, once the scopes whose exits were missed are popped
+	 * (the stack is back at or above their frames) */
+	__u64 pself = 0, psp = 0;
+	__u32 pfn = 0;
+	if (th) {
+		pop_stale(th, esp);
+		__u32 d = th->depth;
+		if (d > 0) {
+			struct scope_val *up = &th->scopes[(d - 1) & (MAX_DEPTH - 1)];
+			pself = up->self;
+			psp = up->sp;
+			pfn = up->fn;
+		}
+	}
+
 	/* the instance's totals; a new one, or a new life at its address (entered
 	 * Unresumed after polls: the old one's totals go out first) */
 	struct inst_key ik = {.self = self, .fn = s->fn};
 	struct inst_stats *st = 0;
-	int fresh = 0;
-	if (!(cfg->flags & CFG_NOFOLD))
+	int fresh = 0, changed = 0;
+	/* no totals without the state: every poll of a function without a layout
+	 * changes what the graph knows (its state is not known), all recorded */
+	int nofold = (cfg->flags & CFG_NOFOLD) || ((cfg->flags & CFG_CHANGES) && !s->state_size);
+	if (!nofold)
 		st = bpf_map_lookup_elem(&instances, &ik);
-	if (!st && !(cfg->flags & CFG_NOFOLD)) {
-		struct inst_stats zero = {.polls = uncovered};
+	if (!st && !nofold) {
+		struct inst_stats zero = {.polls = 1, .parent_self = pself, .parent_fn = pfn,
+					  .tid = (__u32)id, .state = state};
 		bpf_map_update_elem(&instances, &ik, &zero, BPF_ANY);
 		fresh = 1;
-		uncovered = 0; /* counted in the new entry */
 	} else if (st && (flags & F_STATE) && state == 0 && st->polls > 0) {
 		emit_stats(&ik, st, (__u32)id);
 		st->polls = 0;
@@ -599,14 +765,27 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		st->recorded = 0;
 		fresh = 1;
 	}
-	if (uncovered && st)
-		st->polls += 1; /* its exit will not be seen: the poll counts now */
+	if (st && (cfg->flags & CFG_CHANGES)) {
+		changed = !(flags & F_STATE) || state != st->state || pself != st->parent_self ||
+			  pfn != st->parent_fn || (__u32)id != st->tid;
+		st->state = state;
+		st->parent_self = pself;
+		st->parent_fn = pfn;
+		st->tid = (__u32)id;
+	}
+	if (st)
+		st->polls += 1; /* at its entry: a poll whose exit is not seen (uncovered, a panic
+				 * through no probed path) counts all the same */
 
-	/* a root poll: no poll in progress on the thread once the scopes whose
-	 * exits were missed are popped (the stack is back at or above their frames) */
 	__u32 recording = 1;
-	if (th) {
-		pop_stale(th, esp);
+	if (th && (cfg->flags & CFG_CHANGES)) {
+		recording = fresh || changed || !st || uncovered || (flags & F_UNCOVERED) || th->depth >= MAX_DEPTH;
+		if (recording)
+			emit_same_object(th, th->depth, self, id);
+		if (th->depth > 0)
+			flags |= F_PARENT; /* its parent's entry may have gone out as no record */
+	} else if (th) {
+		/* a root poll: no poll in progress on the thread */
 		if (th->depth == 0) {
 			__u32 n = cfg->sample_every;
 			/* at random, not every Nth: a task whose polls repeat a cycle (an axum
@@ -615,6 +794,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			th->recording = n <= 1 || fresh || !st || bpf_get_prandom_u32() % n == 0;
 		}
 		recording = th->recording;
+	}
+	if (th) {
 		/* an uncovered poll gets no scope: no exit will close it */
 		if (!(flags & F_UNCOVERED)) {
 			__u32 d = th->depth;
@@ -625,10 +806,14 @@ int asyncrsp_poll(struct pt_regs *ctx)
 				sc->ts = now;
 				sc->hits = th->hits;
 				sc->ret = ret;
+				sc->state = state;
 				sc->fn = s->fn;
 				sc->recorded = recording;
 				sc->state_off = s->state_off;
 				sc->state_size = s->state_size;
+				sc->cookie = cookie;
+				sc->flags = flags;
+				sc->ip = PT_REGS_IP(ctx);
 				th->depth = d + 1;
 			} else {
 				count(C_SCOPE_FULL);
@@ -650,8 +835,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			count(C_DROPS);
 			return 0;
 		}
-		fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now);
-		fill_entry(r, ctx, self, state, flags);
+		fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now, ret);
+		fill_entry(r, ctx, self, state, flags, pself, psp, pfn);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
 		return 0;
@@ -664,8 +849,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		count(C_DROPS);
 		return 0;
 	}
-	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now);
-	fill_entry(r, ctx, self, state, flags);
+	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now, ret);
+	fill_entry(r, ctx, self, state, flags, pself, psp, pfn);
 	__u32 want = cfg->stack_max;
 	__u32 got = 0;
 	for (int i = 0; i < MAX_CHUNKS; i++) {

@@ -255,9 +255,26 @@ def test_fast_constructors_build_the_same_frozen_events() -> None:
     the objects must be indistinguishable from the dataclass's own."""
     from proxy.capture.uprobes.decode import _enter, _exit
 
-    a, b = _enter(1, 2, 3, 4, 5, None, 7, 8), PollEnter(1, 2, 3, 4, 5, None, 7, 8)
+    a, b = _enter(1, 2, 3, 4, 5, None, 7, 8, None), PollEnter(1, 2, 3, 4, 5, None, 7, 8)
     assert a == b and hash(a) == hash(b) and repr(a) == repr(b)
     c, d = _exit(9, 2, 3, 5, None, 4, None, True, 10), PollExit(9, 2, 3, 5, None, 4, None, True, 10)
     assert c == d and hash(c) == hash(d) and c.panicked is True
     with pytest.raises(AttributeError):
         a.seq = 3  # type: ignore[misc]  # still frozen
+
+
+def test_an_entry_names_its_parent_and_a_completion_carries_its_totals() -> None:
+    """Only graph changes recorded (uprobes.bpf.c CFG_CHANGES): an entry names the
+    poll it runs inside (F_PARENT: that poll's self and function index, whose
+    own entry may be no record), and a completion's exit carries its
+    instance's totals (F_TOTALS: polls, raw ns, hits), left for the capture."""
+    from proxy.capture.uprobes.decode import EXIT_REC, F_SELF, F_STATE, F_TOTALS, InstanceTotals
+
+    d = Decoder(SITES, fn_sites={0: 0x1000, 1: 0x2000})
+    e = d.decode(pack_entry(3, 7, 100, 0x2000, 0x7e00, 0xbb00, 0x1010, state=3, parent=(0xaa00, 0x7f00, 0)))
+    assert isinstance(e, PollEnter) and e.parent == (0xaa00, 0x1000)
+    assert d.decode(pack_entry(3, 7, 110, 0x2000, 0x7e00, 0xbb00, 0x1010, state=3)).parent is None  # type: ignore[union-attr]
+    rec = EXIT_REC.pack(KIND_EXIT, F_SELF | F_STATE | F_TOTALS, 4, 7, 2, 200, 17, 0x7e00, 0xbb00, 5, 4000, 1)
+    x = d.decode(rec)
+    assert isinstance(x, PollExit) and (x.site, x.state, x.self_ptr) == (0x2000, 1, 0xbb00)
+    assert d.totals == InstanceTotals(0xbb00, 1, 5, 4000, 17, 0)

@@ -11,8 +11,8 @@ from proxy.graph.fast import slot_maker
 from proxy.graph.model import PollScope
 
 CASES = [
-    (PollEnter, (7, 1234, 0x5000, 0x7FFF0000, 0x7FFE0000, 0x5555, 3, 99)),
-    (PollEnter, (8, 1, 0x5000, 0x10, 0x20, None, None, None)),
+    (PollEnter, (7, 1234, 0x5000, 0x7FFF0000, 0x7FFE0000, 0x5555, 3, 99, (0x10, 0x5000))),
+    (PollEnter, (8, 1, 0x5000, 0x10, 0x20, None, None, None, None)),
     (PollExit, (9, 1234, 0x5000, 0x7FFE0000, 1, 0x7FFF0000, None, False, 100)),
     (PollScope, (1234, 4, 0x5000, 0x7FFE0000, 7, 99, True)),
     (EventsLost, (10, 3, "ring full")),

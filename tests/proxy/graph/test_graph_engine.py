@@ -5,7 +5,8 @@ from __future__ import annotations
 from graphfix import BIAS, FILE, Script, engine, site
 
 from proxy.analysis.model import SourceLoc
-from proxy.graph.events import PollEnter, PollExit
+from proxy.graph.engine import Engine
+from proxy.graph.events import PollEnter, PollExit, PollResumed
 from proxy.graph.model import StateKind
 
 A, B, C = 0x10_0000, 0x10_0040, 0x10_0080  # b and c stored inline in a
@@ -274,3 +275,68 @@ def test_memory_stays_bounded_with_many_short_lived_tasks() -> None:
     assert st.completed_evicted == 10_000 - st.tasks_retained + 1
     assert st.edges <= cap + 1
     assert st.log_entries <= 100_000
+
+
+def _b_new_inside_a_repeat_poll_of_a() -> tuple[Engine, int]:
+    """`a` polled once (recorded), then again with no event (a repeat poll), `b`
+    new inside it naming it; (the engine, a's entry sp)."""
+    s = Script()
+    s.enter("a", A, state=0)
+    s.exit(S1)
+    e = engine()
+    e.feed_many(s.events)
+    sp_a = 0x7FFF_0000 + 0x10_0000
+    e.feed(PollEnter(10, 1, site("b"), B, sp_a - 0x100, None, 0, 50_000, (A, site("a"))))
+    return e, sp_a
+
+
+def test_a_parent_named_by_the_backend_links_a_child_polled_inside_a_poll_not_in_the_stream() -> None:
+    """Uprobes recording only graph changes: a repeat poll of `a` goes out as no
+    event, and `b`, new inside it, names it (PollEnter.parent): the edge a -> b
+    is there, and nothing is missed or unmatched."""
+    e, sp_a = _b_new_inside_a_repeat_poll_of_a()
+    e.feed(PollExit(11, 1, site("b"), sp_a - 0x100, S1, B, None, False, 51_000))
+    a, b = e.task(f"0x{A:x}"), e.task(f"0x{B:x}")
+    assert a is not None and b is not None
+    assert b.parent == a.id and {(x.parent, x.child) for x in e.edges()} == {(a.id, b.id)}
+    st = e.stats()
+    assert st.exits_missed == 0 and st.unmatched_exits == 0, st
+
+
+def test_a_poll_resumed_at_a_stop_goes_below_the_polls_entered_after_it() -> None:
+    """At a stop, the entry of a poll in progress that went out as no event is fed
+    (PollResumed): it takes its place below the polls entered inside it (a
+    lower sp), which stay; the backtrace runs through it, and the exits that
+    follow the stop match."""
+    e, sp_a = _b_new_inside_a_repeat_poll_of_a()
+    e.feed(PollResumed(11, 1, site("a"), A, sp_a, None, S1, 40_000, None))
+    a, b = e.task(f"0x{A:x}"), e.task(f"0x{B:x}")
+    assert a is not None and b is not None
+    assert a.state.kind is StateKind.RUNNING and b.state.kind is StateKind.RUNNING
+    assert [sc.task for sc in e.scopes(1)] == [a.id, b.id]
+    e.feed(PollExit(12, 1, site("b"), sp_a - 0x100, S1, B, None, False, 51_000))
+    e.feed(PollExit(13, 1, site("a"), sp_a, S1, A, None, False, 52_000))
+    st = e.stats()
+    assert st.exits_missed == 0 and st.unmatched_exits == 0 and not e.scopes(1), st
+    assert b.parent == a.id
+
+
+def test_a_child_stored_at_its_named_parents_address_does_not_supersede_it() -> None:
+    """An awaitee at offset 0 of its parent has the parent's address: a new life of
+    it supersedes the other coroutines there that are not polling, except the
+    poll it names as its parent (and that one's ancestors): in progress, with
+    no entry in the stream (a repeat poll)."""
+    s = Script()
+    s.enter("a", A, state=0)
+    s.enter("b", A, state=0)
+    s.exit(1)
+    s.exit(S1)
+    e = engine()
+    e.feed_many(s.events)
+    sp_a = 0x7FFF_0000 + 0x10_0000
+    e.feed(PollEnter(10, 1, site("b"), A, sp_a - 0x100, None, 0, 50_000, (A, site("a"))))
+    e.feed(PollExit(11, 1, site("b"), sp_a - 0x100, 1, A, None, False, 51_000))
+    [a] = [t for t in e.tasks() if t.path == "rt::a"]
+    assert a.state.kind is StateKind.SUSPENDED and not a.dropped
+    bs = [t for t in e.tasks() if t.path == "rt::b"]
+    assert len(bs) == 2 and all(t.parent == a.id for t in bs)
