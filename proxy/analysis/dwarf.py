@@ -15,7 +15,7 @@ import os
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from typing import TYPE_CHECKING
@@ -138,10 +138,11 @@ class DwarfView:
         return None
 
     # -- units and DIEs --------------------------------------------------------------
-    def prefetch(self, offsets: list[int], sieve: tuple[Any, Any] | None = None) -> None:
+    def prefetch(self, offsets: list[int], sieve: Callable[[], tuple[Any, Any]] | None = None) -> None:
         """Have a second process walk these units, in this order, while this one scans
         the ones already walked (``proxy.analysis.unitwalk``); ``end_prefetch`` stops it.
-        ``sieve``: it sieves them too (``Dies.picked``; ``unitwalk.Prefetch.start``)."""
+        ``sieve``: it sieves them too, with the symbol tables this makes once the second
+        process has started (``Dies.picked``; ``unitwalk.Prefetch.start``)."""
         from .elf import FileBytes
         from .unitwalk import Prefetch
 

@@ -224,8 +224,8 @@ class _Collector:
         self.inv = inv
         self._qual: dict[int, str] = {}
         self._tname: dict[int, str] = {}
-        self.symbol_sieve = _symbol_sieve(elf)
-        self.sieve = S.Sieve(dwarf.reader.string_prefix, S.named_by_symbols(*self.symbol_sieve))
+        self.symbol_sieve: tuple[array[int], array[int]] | None = None  # made by _symbol_tables
+        self.sieve: S.Sieve | None = None
         self.types = TypeCollector(
             self, lambda t: self._is_env(t) and bool(ASYNC_ENV_RE.match(t.get(D.AT_NAME) or "")))
 
@@ -233,7 +233,8 @@ class _Collector:
         found: dict[int, _Found] = {}
         units = select_units(self.elf, self.dwarf)
         # walked (and sieved) in a second process while the ones before are scanned
-        self.dwarf.prefetch(units, sieve=self.symbol_sieve)
+        self.dwarf.prefetch(units, sieve=self._symbol_tables)
+        self._symbol_tables()  # (made already when the walker's process started)
         try:
             # what does not depend on the scan, while the walker's process walks the first
             # units (on one core after the scan, ~0.1 s on the axum debug build); its
@@ -270,6 +271,14 @@ class _Collector:
         if self.types.truncated:
             self.inv.warnings.append("reflection types truncated: too many types reachable from awaitees")
 
+    def _symbol_tables(self) -> tuple[array[int], array[int]]:
+        """The sieve's symbol tables (``_symbol_sieve``), made once: after the walker's
+        process has started, which walks meanwhile."""
+        if self.symbol_sieve is None:
+            self.symbol_sieve = _symbol_sieve(self.elf)
+            self.sieve = S.Sieve(self.dwarf.reader.string_prefix, S.named_by_symbols(*self.symbol_sieve))
+        return self.symbol_sieve
+
     # -- per unit ------------------------------------------------------------------------------
     def _scan_unit(self, unit: D.Unit, found: dict[int, _Found]) -> None:
         dies = unit.dies
@@ -280,6 +289,7 @@ class _Collector:
         # which DIEs can matter, judged undecoded (proxy.analysis.sieve): a unit's few
         # coroutine DIEs among ~10^4 others; the unit walker's process has judged the units
         # it walked
+        assert self.sieve is not None
         picked = dies.picked if dies.picked is not None else dies.sieve(self.sieve, unit.end)
         for i in picked:
             self._scan_die(unit, dies.at(i), found)

@@ -24,10 +24,11 @@ second core too.
 Child protocol. stdin: ``<QQQQI`` (.debug_info's and .debug_abbrev's file offset and
 size, number of kept tags or 0xFFFFFFFF for all), the kept tags (``<I`` each), ``<I``
 number of units, then per unit ``<IIBII`` (unit offset, abbreviation table offset,
-address size, unit DIE offset, end); then ``<QQII`` (.debug_str's file offset and size,
-the numbers of the sieve's two symbol address tables, ``sieve.named_by_symbols``) and
-the two tables (``<Q`` each), or ``<QQII`` of zeros and 0xFFFFFFFF: no sieve. Later,
-any number of ``<I``: walk no unit from this index on. stdout, per unit walked, in
+address size, unit DIE offset, end); then (written while the child walks the first unit,
+read by it before it sieves that one) ``<QQII`` (.debug_str's file offset and size, the
+numbers of the sieve's two symbol address tables, ``sieve.named_by_symbols``) and the
+two tables (``<Q`` each), or ``<QQII`` of zeros and 0xFFFFFFFF: no sieve. Later, any
+number of ``<I``: walk no unit from this index on. stdout, per unit walked, in
 order: ``<IIiI`` (unit offset, kept DIEs n, status: 0 ok, else not walked, picks k or
 0xFFFFFFFF without a sieve) and, when ok, the four arrays (4n bytes each; DIE offsets
 relative to the unit's) and the picks (4k bytes: indices into the arrays); at the end
@@ -77,23 +78,28 @@ def child_main(fd: int) -> None:
     keep = None if nkeep == 0xFFFFFFFF else frozenset(struct.unpack(f"<{nkeep}I", need(4 * nkeep)))
     (nunits,) = struct.unpack("<I", need(4))
     units = [_UNIT.unpack(need(_UNIT.size)) for _ in range(nunits)]
-    str_off, str_size, nmaybe, nevery = _SIEVE.unpack(need(_SIEVE.size))
-    sieve = None
-    if nevery != _NO_SIEVE:
-        from array import array
+    from array import array
 
+    def read_sieve() -> Any:  # the job's sieve part: it comes after the first unit's walk
+        str_off, str_size, nmaybe, nevery = _SIEVE.unpack(need(_SIEVE.size))
+        if nevery == _NO_SIEVE:
+            return None
         from . import sieve as S
 
         maybe, every = array("Q"), array("Q")
         maybe.frombytes(need(8 * nmaybe))
         every.frombytes(need(8 * nevery))
-        sieve = S.Sieve(S.FileStrings(fd, str_off, str_size).prefix, S.named_by_symbols(maybe, every))
+        return S.Sieve(S.FileStrings(fd, str_off, str_size).prefix, S.named_by_symbols(maybe, every))
+
+    sieve, sieve_read = None, False
     abbrev = os.pread(fd, abbrev_size, abbrev_off)
     tables: dict[tuple[int, int], Any] = {}
     limit, pending, listening = nunits, b"", True
     try:
         for i, (unit_off, table_off, addr_size, pos, end) in enumerate(units):
-            while listening and select.select([inp], [], [], 0)[0]:  # the parent took units from the end
+            if i and not sieve_read:  # the first unit was not walked: its sieve part is still there
+                sieve, sieve_read = read_sieve(), True
+            while i and listening and select.select([inp], [], [], 0)[0]:  # the parent took units from the end
                 more = inp.read(4096)
                 if not more:
                     listening = False
@@ -116,6 +122,8 @@ def child_main(fd: int) -> None:
                 if len(buf) != end - unit_off:
                     raise ValueError("short read")
                 walked = W.walk(buf, pos - unit_off, end - unit_off, got[1], unit_off)
+                if not sieve_read:
+                    sieve, sieve_read = read_sieve(), True
                 picks = None
                 if sieve is not None:
                     picks = array("I", sieve.unit(buf, unit_off, walked[0], walked[1], key, got[0], addr_size,
@@ -134,6 +142,15 @@ def child_main(fd: int) -> None:
         out.flush()
     except BrokenPipeError:  # the parent is gone or stopped listening
         pass
+
+
+def _write_all(pipe: Any, data: bytes | bytearray) -> None:
+    """All of ``data`` down the pipe: the job is ~1 MB with the sieve's symbol tables, and a
+    write to a pipe can come back short (a signal; seen under py-spy); a child left waiting
+    for the rest of its job would never reply."""
+    view = memoryview(data)
+    while view:
+        view = view[pipe.write(view) or 0:]
 
 
 def _peak_kb() -> int:
@@ -171,11 +188,12 @@ class Prefetch:
     @staticmethod
     def start(fd: int, sections: dict[str, tuple[int, int, int]], reader: DieReader, units: list[int],
               keep_tags: frozenset[int] | None, walk_here: Callable[[int], object],
-              sieve: tuple[Any, Any] | None = None) -> Prefetch | None:
+              sieve: Callable[[], tuple[Any, Any]] | None = None) -> Prefetch | None:
         """A child walking ``units``, or None (turned off, not worth it, cannot start).
-        ``walk_here(offset)`` walks a unit in this process (and keeps it). ``sieve``: the
-        symbol address tables of ``sieve.named_by_symbols`` (arrays of ``Q``): the child
-        sieves each unit too (``take`` gives the picks)."""
+        ``walk_here(offset)`` walks a unit in this process (and keeps it). ``sieve``: makes
+        the symbol address tables of ``sieve.named_by_symbols`` (arrays of ``Q``), called
+        once the child has started: the child sieves each unit too (``take`` gives the
+        picks)."""
         if os.environ.get("ASYNCRSP_WALK_PROCESS", "1") == "0":
             return None
         info, abbrev = sections.get(".debug_info"), sections.get(".debug_abbrev")
@@ -204,12 +222,7 @@ class Prefetch:
         job += struct.pack("<I", len(jobs))
         for j in jobs:
             job += _UNIT.pack(*j)
-        strs = sections.get(".debug_str")
-        if sieve is not None and strs is not None:
-            maybe, every = sieve
-            job += _SIEVE.pack(strs[1], strs[2], len(maybe), len(every)) + maybe.tobytes() + every.tobytes()
-        else:
-            job += _SIEVE.pack(0, 0, 0, _NO_SIEVE)
+        proc = None
         try:
             proc = subprocess.Popen([sys.executable, "-S", "-E", "-c", code], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, pass_fds=(fd,),
@@ -221,13 +234,21 @@ class Prefetch:
                 fcntl.fcntl(proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
             except (OSError, AttributeError):
                 pass
-            # the job is ~1 MB with the sieve's symbol tables: a write to a pipe can come back
-            # short (a signal; seen under py-spy), and a child left waiting for the rest of
-            # its job would never reply
-            view = memoryview(job)
-            while view:
-                view = view[proc.stdin.write(view) or 0:]
+            _write_all(proc.stdin, job)
+            # the sieve part once the child walks: the symbol tables are made meanwhile
+            # (~50 ms that were before the child's start)
+            tables = sieve() if sieve is not None else None
+            strs = sections.get(".debug_str")
+            if tables is not None and strs is not None:
+                maybe, every = tables
+                part = _SIEVE.pack(strs[1], strs[2], len(maybe), len(every)) + maybe.tobytes() + every.tobytes()
+            else:
+                part = _SIEVE.pack(0, 0, 0, _NO_SIEVE)
+            _write_all(proc.stdin, part)
         except (OSError, ValueError):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
             return None
         return Prefetch(proc, [j[0] for j in jobs], walk_here)
 

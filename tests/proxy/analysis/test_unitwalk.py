@@ -37,7 +37,7 @@ def test_child_walks_match(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
     units = select_units(elf, there)
     assert len(units) > 3
     symbols = _symbol_sieve(elf)
-    there.prefetch(units, sieve=symbols)
+    there.prefetch(units, sieve=lambda: symbols)
     assert there._prefetch is not None, "the child did not start"
     sieve = S.Sieve(here.reader.string_prefix, S.named_by_symbols(*symbols))
     sieved = 0
