@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import io
+import operator
 import os
 import stat
 import struct
@@ -396,7 +397,14 @@ def _symbols(data: bytes | FileBytes, table: list[_Section], sections: dict[str,
             name = strtab[st_name:end].decode("utf-8", "replace")
             if name and (name, value) not in seen:
                 seen[(name, value)] = Symbol(name, value, st_size, st_type in (_STT_FUNC, _STT_GNU_IFUNC))
-    return sorted(seen.values(), key=lambda s: (s.addr, -s.size))
+    # by address, the larger first at one address: two stable sorts by one attribute each
+    # (a key tuple per symbol took ~30 ms of a debug build's 50,000)
+    out = sorted(seen.values(), key=_SIZE, reverse=True)
+    out.sort(key=_ADDR)
+    return out
+
+
+_SIZE, _ADDR = operator.attrgetter("size"), operator.attrgetter("addr")
 
 
 class FileBytes:
