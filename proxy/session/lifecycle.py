@@ -21,7 +21,7 @@ from .breakpoints import BpKey
 from .probes import Probe
 from .procedure import Exchange, Procedure
 from .state import SessionBase
-from .wire import SIGINT, auxv_entry, feature_on, sigint_in_status, vfile_reply, without_signals, z_packet
+from .wire import SIGINT, auxv_entry, feature_on, sigint_in_status, stub_file, without_signals, z_packet
 
 
 class CaptureLifecycle(SessionBase):
@@ -92,16 +92,15 @@ class CaptureLifecycle(SessionBase):
         return text is not None and sigint_in_status(text.decode(errors="replace"))
 
     def _stub_file(self, path: bytes, size: int = 0x1000) -> Generator[Exchange, list[bytes], bytes | None]:
-        """The first `size` bytes of a file on the stub's host (vFile:open,
-        pread, close); None when it cannot be read."""
-        (opened,) = yield Exchange((b"vFile:open:" + path.hex().encode() + b",0,0",))
-        got = vfile_reply(opened)
-        if got is None:
-            return None
-        fd = got[0]
-        read, _ = yield Exchange((b"vFile:pread:%x,%x,0" % (fd, size), b"vFile:close:%x" % fd))
-        data = vfile_reply(read)
-        return data[1] if data is not None else None
+        """The first `size` bytes of a file on the stub's host (wire.stub_file);
+        None when it cannot be read."""
+        steps = stub_file(path, size)
+        try:
+            bodies = next(steps)
+            while True:
+                bodies = steps.send((yield Exchange(bodies)))
+        except StopIteration as done:
+            return done.value
 
     def _holds_program(self) -> bool:
         """The proxy has something in the program to take out before it goes."""

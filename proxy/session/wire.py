@@ -4,6 +4,8 @@ auxiliary vector, resume packets without their signals)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 from rsp.errors import MalformedPacket
 from rsp.framing import rle_expand, unescape_binary
 from rsp.packets.breakpoints import BreakpointPacket
@@ -139,6 +141,20 @@ def sigint_in_status(text: str) -> bool:
             except (IndexError, ValueError):
                 continue
     return False
+
+
+def stub_file(path: bytes, size: int = 0x1000) -> Generator[tuple[bytes, ...], list[bytes], bytes | None]:
+    """The first `size` bytes of a file on the stub's host (vFile:open, pread,
+    close), as steps: each yield is the packets to send at once, answered
+    with their replies. None when it cannot be read. The session drives it
+    with Exchanges (lifecycle._stub_file), the keeper on its own wire."""
+    (opened,) = yield (b"vFile:open:" + path.hex().encode() + b",0,0",)
+    got = vfile_reply(opened)
+    if got is None:
+        return None
+    read, _ = yield (b"vFile:pread:%x,%x,0" % (got[0], size), b"vFile:close:%x" % got[0])
+    data = vfile_reply(read)
+    return data[1] if data is not None else None
 
 
 def vfile_reply(reply: bytes) -> tuple[int, bytes] | None:

@@ -262,22 +262,25 @@ def _sigint_waiting(wire: _Wire, pid: int | None, stub_pid: int | None) -> bool:
             return sigint_pending(pid)
         except OSError:
             return False
-    from proxy.session.wire import sigint_in_status, vfile_reply
+    from proxy.session.wire import sigint_in_status, stub_file
     from rsp.errors import MalformedPacket
     from rsp.framing import rle_expand
 
-    def ask(body: bytes) -> tuple[int, bytes] | None:
+    def expanded(reply: bytes | None) -> bytes:
         try:  # gdbserver run-length encodes its replies, a file's text too ("VmLck:\t *\" 0 kB")
-            return vfile_reply(rle_expand(wire.request(body) or b""))
+            return rle_expand(reply or b"")
         except MalformedPacket:
-            return None
+            return b""  # no vFile reply: unreadable
 
-    opened = ask(b"vFile:open:" + (b"/proc/%d/status" % stub_pid).hex().encode() + b",0,0")
-    if opened is None:
-        return False
-    read = ask(b"vFile:pread:%x,1000,0" % opened[0])
-    wire.request(b"vFile:close:%x" % opened[0])
-    return read is not None and sigint_in_status(read[1].decode(errors="replace"))
+    steps = stub_file(b"/proc/%d/status" % stub_pid)
+    try:
+        bodies = next(steps)
+        while True:
+            replies = [wire.request(body) for body in bodies]  # the close goes out whatever the read said
+            bodies = steps.send([expanded(r) for r in replies])
+    except StopIteration as done:
+        text = done.value
+    return text is not None and sigint_in_status(text.decode(errors="replace"))
 
 
 def leave(sock: socket.socket, plan: dict[str, Any]) -> str:
