@@ -945,7 +945,8 @@ class UprobeCapture(CaptureBase):
             self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
         if self.changes:
             # said once a poll was not recorded (until then every poll is in the histograms)
-            folded = prog.counters().get("skipped", 0) - prog.counters().get("flushed", 0)
+            counters = prog.counters()  # one read of the kernel's counters
+            folded = counters.get("skipped", 0) - counters.get("flushed", 0)
             engine.timing.sampled = (
                 f"only the polls that changed the graph recorded ({recorded:,} of {polls:,} polls of the live "
                 "instances); POLLS and BUSY are exact (every poll counted in the kernel), LONGEST and the "
