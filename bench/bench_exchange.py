@@ -51,9 +51,9 @@ sys.path.insert(0, str(REPO))
 
 from integration.harness import debuggers  # noqa: E402
 from integration.harness.programs import build  # noqa: E402
+from integration.harness.rawrsp import RawPeer  # noqa: E402
 from integration.harness.stubs import OutputPump, kill_tree, start_stub, venv_python  # noqa: E402
 from proxy.shell.resident import request  # noqa: E402
-from rsp.framing import frame, rle_expand  # noqa: E402
 
 WAYS = ("straight", "resident", "serve", "probe")
 KINDS = ("vCont;s", "g", "p10", "m pc", "p7", "m sp", "Hg", "qXfer:threads")
@@ -147,42 +147,25 @@ def way_address(way: str, upstream: str, resident: Resident | None,
 # ------------------------------------------------------------- the raw client
 
 
-class Client:
+class Client(RawPeer):
     """gdb's side of the wire, as little as gdb does: no-ack after the handshake."""
 
     def __init__(self, address: str) -> None:
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=20)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-        self.ack = True
-
-    def _packet(self) -> bytes:
-        while True:
-            start = self.buf.find(b"$")
-            if start >= 0:
-                end = self.buf.find(b"#", start)
-                if end >= 0 and len(self.buf) >= end + 3:
-                    body, self.buf = self.buf[start + 1:end], self.buf[end + 3:]
-                    if self.ack:
-                        self.sock.sendall(b"+")
-                    return rle_expand(body) if b"*" in body else body
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise EOFError("the other side closed the connection")
-            self.buf += chunk
+        sock = socket.create_connection((host, int(port)), timeout=20)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().__init__(sock, timeout=20)
 
     def ask(self, body: bytes) -> bytes:
-        self.sock.sendall(frame(body))
-        reply = self._packet()
+        reply = self.request(body)
         while reply[:1] == b"O" and reply != b"OK":  # console output before a stop
-            reply = self._packet()
+            reply = self.reply(body)
         return reply
 
     def handshake(self) -> bytes:
         self.ask(QSUPPORTED)
         if self.ask(b"QStartNoAckMode") == b"OK":
-            self.ack = False
+            self.noack = True
         self.ask(b"Hgp0.0")
         stop = self.ask(b"?")
         m = re.search(rb"thread:([0-9a-fp.]+);", stop)
@@ -192,7 +175,7 @@ class Client:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            self.sock.sendall(frame(b"k"))
+            self.send_packet(b"k")
         self.sock.close()
 
 

@@ -42,6 +42,7 @@ class RawPeer:
         self.sock = sock
         self.sock.settimeout(timeout)
         self.buf = b""
+        self.noack = False  # after QStartNoAckMode: no acks either way
 
     @classmethod
     def connect(cls, address: str, timeout: float = 10.0) -> RawPeer:
@@ -92,13 +93,20 @@ class RawPeer:
             return payload, ok
 
     def request(self, payload: bytes) -> bytes:
-        """Send a packet, expect ``+``, read the reply, ack it; RLE expanded."""
+        """Send a packet, expect ``+`` (unless `noack`), read the reply, ack it; RLE expanded."""
         self.send_packet(payload)
-        ack = self.read_ack()
-        if ack != b"+":
-            raise AssertionError(f"{payload!r} was NAKed")
+        if not self.noack:
+            ack = self.read_ack()
+            if ack != b"+":
+                raise AssertionError(f"{payload!r} was NAKed")
+        return self.reply(payload)
+
+    def reply(self, payload: bytes = b"") -> bytes:
+        """The next packet, acked (unless `noack`); RLE expanded. `payload`: the
+        request it answers, for the error."""
         reply, ok = self.read_packet()
-        self.send(b"+" if ok else b"-")
+        if not self.noack:
+            self.send(b"+" if ok else b"-")
         if not ok:
             raise AssertionError(f"bad checksum on the reply to {payload!r}")
         return expand_rle(reply)
