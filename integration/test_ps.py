@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from integration.test_await_graph import _binary
-from integration.test_corefile import STUCK_CONFIGS, expected_tasks, gcore, start_stuck
+from integration.test_corefile import STUCK_CONFIGS, STUCK_TASKS, gcore, start_stuck
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_ps_live_equals_ps_of_its_core(config: str, tmp_path: Path) -> None:
     assert len(cycle) == 1 and re.fullmatch(
         r"cycle: #\d+ stuck::lock_(ab|ba) -> Mutex 0x[0-9a-f]+ held by #\d+ stuck::lock_(ab|ba) "
         r"-> Mutex 0x[0-9a-f]+ held by #\d+", cycle[0]), live.stdout
-    for name in expected_tasks(live.stdout):
+    for name in STUCK_TASKS:
         assert re.search(rf"^#\d+ +0x[0-9a-f]+ +suspended +\S+stuck.rs:\d+ .* stuck::{name}$", live.stdout,
                          re.M), live.stdout
     from_core = asyncrsp("ps", "--core", str(core))

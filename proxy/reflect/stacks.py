@@ -21,8 +21,10 @@ have no location at all in release builds (the out-of-line parent's does);
 frames (a subprogram or inlined subroutine with a template type parameter
 that is a coroutine, and no located variable of that type) the physical
 frame ``[sp, cfa)`` is scanned for a value of that type in a suspended state
-whose walk is fully readable; a unique survivor is taken (``found by scan``),
-several are reported as ambiguous and none taken. A value-typed variable
+whose walk is fully readable; a unique survivor is taken (``found by scan``).
+Several are narrowed to those whose saved locals hold valid values
+(``validity``); if that leaves several, they are reported as ambiguous and
+none taken. A value-typed variable
 must be suspended (a moved-from copy keeps ``Unresumed``); a pointer may
 point at a coroutine in any valid state (one running its first poll still
 says ``Unresumed``).
@@ -49,6 +51,7 @@ from . import framecache
 from .framecache import FrameFacts, Scope
 from .memory import BLOCK, BlockReader
 from .tree import Root
+from .validity import Validity
 from .walker import Node, Reflector
 
 # gdb's amd64 `g` block order: 16 GPRs, then rip (8 bytes each)
@@ -102,6 +105,7 @@ class StackFinder:
         self._sysroot: dict[int, bool] = {}  # unit offset -> a std unit that cannot hold a program coroutine
         self.unwinder = Unwinder(elf, bias)
         self._types: dict[int, tuple[str, str, int] | None] = {}
+        self.validity = Validity(inv)
         self.notes: list[str] = []  # ambiguous scans, last discovery
         # per thread, the located coroutines in frame order (innermost first), last discovery
         self.chains: dict[int, list[tuple[int, str] | None]] = {}
@@ -198,11 +202,12 @@ class StackFinder:
                 # caller's frame can hold a stale image of the same future in an older
                 # suspended state (run at `sleep` while the live one in block_on's own
                 # frame is at `pending`), so a unique hit in the frame itself wins.
-                hits = frame_first(lambda lo, hi: self._scan(r, lo, hi, layout), sp, cfa, top)
+                hits = frame_first(lambda lo, hi: self._narrow(r, layout, self._scan(r, lo, hi, layout)), sp, cfa, top)
                 if len(hits) == 1:
                     out.setdefault((hits[0], layout), Found(hits[0], layout, tid, fname, "scan"))
                 elif hits:
-                    self.notes.append(f"thread {tid}: {len(hits)} candidates for {layout} in {fname}; none taken")
+                    self.notes.append(f"thread {tid}: {len(hits)} candidates for {layout} in {fname} "
+                                      f"(sp {sp:#x}, cfa {cfa:#x}: {', '.join(hex(h) for h in hits)}); none taken")
 
     def _unwind(self, r: Reflector, regs: dict[str, int]) -> list[UnwoundFrame]:
         """The thread's frames. A thread stopped outside the program (in libc's ``syscall``
@@ -360,6 +365,21 @@ class StackFinder:
                 if _clean(r.walk(addr, layout_name)):
                     hits.append(addr)
         return hits
+
+    def _narrow(self, r: Reflector, layout_name: str, hits: list[int]) -> list[int]:
+        """Several scan hits: those whose saved locals hold valid values, when that leaves
+        any (``validity``: a zero-sized awaitee makes every matching state byte a clean
+        walk). One hit stays as it is: a local the coroutine left uninitialised is not
+        valid, and the check is a tie-breaker only."""
+        if len(hits) < 2:
+            return hits
+        lay = self.inv.layouts[layout_name]
+        valid = []
+        for addr in hits:
+            state = lay.state(r.mem.u(addr + lay.state_offset, lay.state_size) or 0)
+            if state is not None and self.validity.plausible(r.mem.u, addr, layout_name, state):
+                valid.append(addr)
+        return valid or hits
 
     # -- DWARF ---------------------------------------------------------------------------
     def _origin(self, die: D.Die) -> D.Die:
