@@ -123,7 +123,32 @@ def start_stuck(prog: Path, cwd: Path, core_limit: bool = False) -> subprocess.P
     assert p.stdout is not None
     line = p.stdout.readline()
     assert "stuck ready" in line, line
+    settle(p.pid)
     return p
+
+
+def settle(pid: int, timeout: float = 20.0) -> None:
+    """Wait until every thread of pid sits in the same system call in two looks 0.2 s
+    apart. `stuck ready` is printed by the program's last task; under load a runtime
+    worker can still be on its way to park then, and a core taken at that moment
+    differs from the live session a moment later."""
+    def look() -> dict[str, str]:
+        got = {}
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                got[task.name] = (task / "syscall").read_text().split(" ")[0]
+            except OSError:
+                got[task.name] = "gone"
+        return got
+    deadline = time.monotonic() + timeout
+    last = look()
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = look()
+        if now == last and all(v not in ("running", "-1", "gone") for v in now.values()):
+            return
+        last = now
+    raise AssertionError(f"stuck did not settle in {timeout} s: {last}")
 
 
 def gcore(pid: int, out: Path) -> Path:
