@@ -645,7 +645,9 @@ def test_a_program_whose_file_was_replaced_is_still_probed(tmp_path: Path) -> No
     src = cprogs.build("spin")
     prog = tmp_path / "spin"
     shutil.copy2(src, prog)
-    proc = subprocess.Popen([str(prog), "4"], stdout=subprocess.DEVNULL)
+    # 60 s, killed at the end: a CI run at load 5 took more than 4 s to reach the
+    # capture's attach, and the program had exited (/proc/PID/exe: ENOENT)
+    proc = subprocess.Popen([str(prog), "60"], stdout=subprocess.DEVNULL)
     try:
         time.sleep(0.2)
         shutil.copy2(src, tmp_path / "spin.new")
