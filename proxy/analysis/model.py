@@ -9,7 +9,35 @@ is needed.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+def _fast_state(cls: type[_T]) -> type[_T]:
+    """Pickle a frozen slotted dataclass's fields as a tuple, their names taken once: dataclasses'
+    own ``__getstate__``/``__setstate__`` call ``fields()`` for every object (the axum debug
+    build's inventory: 14,000 objects, 0.03 s of the cache write's 0.04 s, as much again to
+    load it). The state holds the same values in the same order: a cache written either
+    way loads."""
+    assert cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]  # (the others: slots' own)
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    get = operator.attrgetter(*names)
+    single = len(names) == 1
+    put = object.__setattr__
+
+    def __getstate__(self: Any) -> tuple[Any, ...]:
+        return (get(self),) if single else get(self)  # type: ignore[no-any-return]
+
+    def __setstate__(self: Any, state: Any) -> None:
+        for name, value in zip(names, state):
+            put(self, name, value)
+
+    cls.__getstate__ = __getstate__  # type: ignore[attr-defined]
+    cls.__setstate__ = __setstate__  # type: ignore[attr-defined]
+    return cls
 
 
 class CoroutineKind(enum.Enum):
@@ -26,6 +54,7 @@ class Era(enum.Enum):
     GENFUTURE = "genfuture"  # rustc < 1.67: <GenFuture<T> as Future>::poll wraps it
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class SourceLoc:
     file: str
@@ -35,6 +64,7 @@ class SourceLoc:
         return f"{self.file}:{self.line}"
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class Member:
     """A field of a state-machine variant: the awaitee or a live local."""
@@ -45,6 +75,7 @@ class Member:
     type_name: str
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class State:
     """One variant of a coroutine state machine."""
@@ -60,6 +91,7 @@ class State:
         return self.value - 3 if self.value >= 3 else None
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class Layout:
     """The memory layout of one coroutine state-machine type (an ``*_env#N``)."""
@@ -78,6 +110,7 @@ class Layout:
         return None
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class ResumeFn:
     """A coroutine resume function that exists as code."""
@@ -108,6 +141,7 @@ class ResumeFn:
         return not self.other_exits
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class InlinedCoroutine:
     """A coroutine inlined into another resume function (release builds)."""
@@ -119,6 +153,7 @@ class InlinedCoroutine:
     call_loc: SourceLoc | None
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class Frame:
     """A source frame for a pc; inlined frames come innermost first."""
@@ -128,7 +163,7 @@ class Frame:
     inlined: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True)  # not frozen: pickled by its slots, one object
 class Inventory:
     """Everything the proxy needs to know about one binary's coroutines."""
 
@@ -170,6 +205,7 @@ class Inventory:
         return None
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class Field:
     """A member of a struct (or of one enum variant): offset from the start of the value."""
@@ -180,6 +216,7 @@ class Field:
     type_name: str
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class Variant:
     """One variant of a Rust enum; ``discr`` None is the default (niche-holding) variant."""
@@ -189,6 +226,7 @@ class Variant:
     fields: tuple[Field, ...] = ()
 
 
+@_fast_state
 @dataclass(frozen=True, slots=True)
 class TypeInfo:
     """The layout of a non-coroutine type reachable from an ``__awaitee`` (reflection).

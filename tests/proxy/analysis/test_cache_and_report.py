@@ -26,6 +26,32 @@ def test_cache_round_trip_and_corruption(tmp_path: Path) -> None:
     assert cache.load(cold.build_id or "", tmp_path) is not None
 
 
+def test_cache_written_with_dataclasses_own_state_loads(tmp_path: Path) -> None:
+    """model's frozen dataclasses pickle their fields as a tuple (``_fast_state``); a cache
+    written with dataclasses' own state (a list of the same values) loads the same."""
+    import dataclasses
+    import pickle
+
+    from proxy.analysis import model
+
+    inv = build_inventory(corpus_binary("debug", "nested"), cache_dir=tmp_path)
+    assert inv.resume_fns and inv.layouts and inv.types
+    assert pickle.loads(pickle.dumps(inv, protocol=pickle.HIGHEST_PROTOCOL)) == inv
+    frozen = [c for c in vars(model).values()
+              if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__dataclass_params__.frozen]
+    own = dataclasses._dataclass_getstate  # type: ignore[attr-defined]
+    saved = {c: c.__getstate__ for c in frozen}
+    try:
+        for c in frozen:
+            c.__getstate__ = own  # type: ignore[method-assign]
+        old = pickle.dumps(inv, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        for c, get in saved.items():
+            c.__getstate__ = get  # type: ignore[method-assign]
+    assert pickle.loads(old) == inv
+    assert {type(s) for s in (model.SourceLoc("f", 1), inv.resume_fns[0])} <= set(frozen)
+
+
 def test_cache_rejects_odd_build_ids(tmp_path: Path) -> None:
     assert cache.cache_path("../../etc", tmp_path) is None
 
