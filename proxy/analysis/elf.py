@@ -24,10 +24,10 @@ import stat
 import struct
 import weakref
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .demangle import demangle
 from .errors import AnalysisError
@@ -38,8 +38,10 @@ AT_PHDR = 3
 AT_ENTRY = 9
 
 
-@dataclass(frozen=True, slots=True)
-class Symbol:
+class Symbol(NamedTuple):
+    """A symbol table entry. A tuple: a debug build has ~50,000, made with one
+    ``tuple.__new__`` each (a frozen dataclass's ``__init__`` took 4x as long)."""
+
     name: str  # as in the symbol table (mangled)
     addr: int
     size: int
@@ -71,7 +73,7 @@ class ElfImage:
     phoff: int
     segments: tuple[Segment, ...]
     sections: dict[str, tuple[int, int, int]]  # name -> (addr, offset, size), only those inside the file
-    symbols: list[Symbol]  # sorted by address
+    symbol_list: list[Symbol] | None  # sorted by address; None until ``symbols`` is asked for
     warnings: list[str] = field(default_factory=list)
     _addrs: list[int] = field(default_factory=list)
     _copies: dict[str, bytes] = field(default_factory=dict)  # debug_section
@@ -79,6 +81,8 @@ class ElfImage:
     # what readers derive from the file, kept once for every reader of this image (the
     # inventory, stack discovery and line lookups each keep a DwarfView): the aranges table
     derived: dict[str, Any] = field(default_factory=dict)
+    # the symbol tables' entries (_symbol_entries) until ``symbols`` is made from them
+    _entries: list[tuple[bytes, int, int, bool]] | None = None
 
     # -- sections and bytes --------------------------------------------------
     def section_data(self, name: str) -> bytes | None:
@@ -144,6 +148,38 @@ class ElfImage:
         return (s[0], s[0] + s[2]) if s else None
 
     # -- symbols ---------------------------------------------------------------
+    @property
+    def symbols(self) -> list[Symbol]:
+        """Every symbol (``.symtab``, ``.dynsym``), sorted by address, made when first asked
+        for: a cold analysis starts its unit walker first (``function_addresses``)."""
+        if self.symbol_list is None:
+            self.symbol_list = _symbols(self._entries or [])
+            self._entries = None
+        return self.symbol_list
+
+    def function_addresses(self, test: Callable[[str], bool], parts: tuple[bytes, ...]) -> set[int]:
+        """The addresses of the function symbols whose name passes ``test``, asked only of
+        names holding one of ``parts`` (a name ``test`` accepts must hold one): without the
+        symbol list when it is not made yet (a debug build's 50,000 symbols take ~0.1 s,
+        after the unit walker has started)."""
+        if self.symbol_list is not None:
+            return {s.addr for s in self.symbol_list if s.is_func and test(s.name)}
+        funcs = [e for e in self._entries or () if e[3]]
+        # the names joined once, each part found with bytes.find (memchr speed), a hit
+        # mapped back to its name: far fewer names than symbols hold a part
+        blob = b"\0".join(e[0] for e in funcs) + b"\0"
+        starts = [0]
+        for e in funcs:
+            starts.append(starts[-1] + len(e[0]) + 1)
+        hits: set[int] = set()
+        for part in parts:
+            pos = blob.find(part)
+            while pos >= 0:
+                i = bisect_right(starts, pos) - 1
+                hits.add(i)
+                pos = blob.find(part, starts[i + 1])  # the next name on
+        return {funcs[i][1] for i in hits if test(funcs[i][0].decode("utf-8", "replace"))}
+
     def symbol_at(self, addr: int) -> Symbol | None:
         """The function symbol that contains addr."""
         if not self._addrs:
@@ -297,10 +333,10 @@ def _parse(path: str, data: bytes | FileBytes) -> ElfImage:
         phoff=phoff,
         segments=tuple(segments),
         sections=sections,
-        symbols=[],
+        symbol_list=None,
         warnings=warnings,
     )
-    image.symbols = _symbols(data, table, sections, warnings)
+    image._entries = _symbol_entries(data, table, sections, warnings)
     if image.machine != "EM_X86_64":
         warnings.append(f"machine {image.machine}: only x86-64 code is disassembled and unwound")
     return image
@@ -373,10 +409,11 @@ _STT_FUNC, _STT_GNU_IFUNC = 2, 10
 _SYM_TYPES = {0, 1, 2, 10}  # NOTYPE, OBJECT, FUNC, GNU_IFUNC
 
 
-def _symbols(data: bytes | FileBytes, table: list[_Section], sections: dict[str, tuple[int, int, int]],
-             warnings: list[str]) -> list[Symbol]:
-    """.symtab and .dynsym, decoded with struct (pyelftools takes ~50 µs a symbol)."""
-    seen: dict[tuple[str, int], Symbol] = {}
+def _symbol_entries(data: bytes | FileBytes, table: list[_Section], sections: dict[str, tuple[int, int, int]],
+                    warnings: list[str]) -> list[tuple[bytes, int, int, bool]]:
+    """.symtab's and .dynsym's entries with a name and an address, in file order: (name,
+    address, size, is a function), decoded with struct (pyelftools takes ~50 µs a symbol)."""
+    out: list[tuple[bytes, int, int, bool]] = []
     by_name = {sec.name: sec for sec in table}  # the last of a name, as pyelftools
     for secname in (".symtab", ".dynsym"):
         sec = by_name.get(secname)
@@ -386,17 +423,29 @@ def _symbols(data: bytes | FileBytes, table: list[_Section], sections: dict[str,
         strtab = bytes(data[strsec.offset : strsec.offset + strsec.size])
         _, off, size = sections[secname]
         raw = bytes(data[off : off + size - size % 24])
+        find = strtab.find
         for st_name, st_info, _other, shndx, value, st_size in struct.iter_unpack("<IBBHQQ", raw):
             st_type = st_info & 0xF
             if st_type not in _SYM_TYPES or shndx == 0 or value == 0 or st_name == 0:
                 continue
-            end = strtab.find(b"\0", st_name)
+            end = find(b"\0", st_name)
             if end < 0:
                 warnings.append(f"{secname}: a symbol name runs past its string table")
                 continue
-            name = strtab[st_name:end].decode("utf-8", "replace")
-            if name and (name, value) not in seen:
-                seen[(name, value)] = Symbol(name, value, st_size, st_type in (_STT_FUNC, _STT_GNU_IFUNC))
+            if end > st_name:
+                out.append((strtab[st_name:end], value, st_size, st_type == _STT_FUNC or st_type == _STT_GNU_IFUNC))
+    return out
+
+
+def _symbols(entries: list[tuple[bytes, int, int, bool]]) -> list[Symbol]:
+    """The symbols of ``_symbol_entries``: one per name and address (the first), sorted."""
+    seen: dict[tuple[str, int], Symbol] = {}
+    new = tuple.__new__
+    for raw, value, size, is_func in entries:
+        name = raw.decode("utf-8", "replace")
+        key = (name, value)
+        if key not in seen:
+            seen[key] = new(Symbol, (name, value, size, is_func))
     # by address, the larger first at one address: two stable sorts by one attribute each
     # (a key tuple per symbol took ~30 ms of a debug build's 50,000)
     out = sorted(seen.values(), key=_SIZE, reverse=True)
@@ -404,7 +453,7 @@ def _symbols(data: bytes | FileBytes, table: list[_Section], sections: dict[str,
     return out
 
 
-_SIZE, _ADDR = operator.attrgetter("size"), operator.attrgetter("addr")
+_SIZE, _ADDR = operator.itemgetter(2), operator.itemgetter(1)  # Symbol.size, Symbol.addr
 
 
 class FileBytes:

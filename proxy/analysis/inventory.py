@@ -192,16 +192,23 @@ def candidate_symbol(name: str) -> bool:
     return False
 
 
+# what every name candidate_symbol accepts holds (ElfImage.function_addresses asks it of
+# those names only)
+CANDIDATE_PARTS = (b"4task3raw4poll", b"10async_task3raw", b"closure", b"GenFuture",
+                   _FUTURE_POLL.encode(), b"NC")
+
+
 def select_units(elf: ElfImage, dwarf: DwarfView) -> list[int]:
+    """The units holding a candidate symbol's function (``candidate_symbol``), by the
+    symbol tables' names: the unit walker starts before the image's symbol list is made."""
     if not dwarf.has_aranges():
         dwarf.warnings.append("no usable .debug_aranges: reading every unit (slow)")
         return list(dwarf.unit_offsets)
     units: set[int] = set()
-    for s in elf.symbols:
-        if s.is_func and candidate_symbol(s.name):
-            off = dwarf.unit_offset_at(s.addr)
-            if off is not None:
-                units.add(off)
+    for addr in elf.function_addresses(candidate_symbol, CANDIDATE_PARTS):
+        off = dwarf.unit_offset_at(addr)
+        if off is not None:
+            units.add(off)
     return sorted(units)
 
 

@@ -82,3 +82,19 @@ def test_header_reader_agrees_with_pyelftools(which: str, tmp_path) -> None:  # 
             "sections": img.sections, "build_id": img.build_id}
     assert mine == _pyelftools_view(path)
     assert img.symbols and not img.warnings
+
+
+@pytest.mark.parametrize("config", ["debug", "release", "old-debug", "sid-release"])
+def test_function_addresses_before_the_symbol_list(config: str) -> None:
+    """``function_addresses`` asks only the names holding one of its parts, without making
+    the symbol list (the inventory's unit selection, before its unit walker starts): the
+    same addresses as asking every function symbol of the list."""
+    from proxy.analysis.elf import _open_elf
+    from proxy.analysis.inventory import CANDIDATE_PARTS, candidate_symbol
+
+    image = _open_elf(corpus_binary(config, "tk_sync" if config == "sid-release" else "nested"))
+    fast = image.function_addresses(candidate_symbol, CANDIDATE_PARTS)
+    assert image.symbol_list is None  # not made
+    every = {s.addr for s in image.symbols if s.is_func and candidate_symbol(s.name)}
+    assert fast == every and every
+    assert image.function_addresses(candidate_symbol, CANDIDATE_PARTS) == every  # from the list now
