@@ -12,7 +12,8 @@ integration/programs/spin:
 * resident: through a session forked by ``asyncrsp resident`` (what the
   GDB testsuite runner uses), ``serve --once``.
 * serve:    through a fresh ``asyncrsp serve --once``.
-* probe:    resident, with ``--probe .`` (a hidden probe on every function).
+* probe:    resident, with ``--probe .`` (a counting probe on every function:
+  a uprobe under ``--capture auto`` as root, else a hidden breakpoint).
 
 Two clients:
 

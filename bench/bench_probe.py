@@ -10,7 +10,7 @@ the last call, timed inside gdb (``time.perf_counter`` around ``continue``):
 * bare:   gdb -> gdbserver, no breakpoint on ``probed`` (the floor of the run)
 * gdb-py: gdb -> gdbserver, a ``gdb.Breakpoint`` at ``*probed`` whose
           ``stop()`` counts and returns False
-* proxy:  gdb -> asyncrsp --probe ^probed$ -> gdbserver (hidden stops)
+* proxy:  gdb -> asyncrsp --probe ^probed$ --capture breakpoints -> gdbserver (hidden stops)
 
 µs per event = (method time - bare time) / events. Prints the medians of R
 runs, the event counts (the gdb-py counter, the proxy's probe hits and hidden
@@ -84,7 +84,7 @@ def run_gdb_py(prog: Path, calls: int) -> tuple[float, int]:
 
 def run_proxy(prog: Path, calls: int) -> tuple[float, int, int]:
     with start_stub("gdbserver", prog, [str(calls)]) as stub, \
-            start_proxy(stub.address, probes=["^probed$"]) as px:
+            start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
         out = timed_session(px.address, prog, [], ["monitor async stats"])
     hits = re.search(r"probe hits: (\d+)", out)
     hidden = re.search(r"hidden stops: (\d+)", out)

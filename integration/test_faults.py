@@ -139,7 +139,7 @@ def test_stub_death_gives_clear_error_and_proxy_exits(programs: dict[str, Path])
     require_tool("gdb", "gdbserver")
     prog = programs["spin"]
     with start_stub("gdbserver", prog, ["30"]) as stub, \
-            start_proxy(stub.address, probes=["^probed$"]) as px:
+            start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
         con = gdb_cli(prog)
         try:
             con.cmd(f"target remote {px.address}")

@@ -2,13 +2,18 @@
 
 probe_count calls ``probed()`` N times (from T threads) and prints
 ``sum=N*N calls=N`` (sum of 2i+1 for i < N). Through the proxy with
-``--probe ^probed$``, a gdb session stops at the ``printf`` after the last
-call and asks ``monitor async stats``: the probe must have counted exactly N
-hits, in all-stop mode, with one and with several threads, and with and
-without the client's own breakpoint at the very same address (``break
-*probed``). With the client's breakpoint, gdb must also have seen all N
-stops (an ``ignore`` count makes gdb resume by itself; ``info breakpoints``
-then says "already hit N times").
+``--probe ^probed$ --capture breakpoints`` (a hidden breakpoint), a gdb
+session stops at the ``printf`` after the last call and asks ``monitor async
+stats``: the probe must have counted exactly N hits, in all-stop mode, with
+one and with several threads, and with and without the client's own
+breakpoint at the very same address (``break *probed``). With the client's
+breakpoint, gdb must also have seen all N stops (an ``ignore`` count makes
+gdb resume by itself; ``info breakpoints`` then says "already hit N times").
+
+Under the default ``--capture auto`` on this C program (no async code), where
+uprobes can run (root, the program a process of this host), every ``--probe``
+is a counting uprobe instead: the same exact counts, and no hidden stop
+(`test_auto_counts_probes_with_uprobes`).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ def test_probe_hits_exact(threads: int, client_bp: bool, programs: dict[str, Pat
     cmds += [f"break probe_count.c:{_printf_line(programs)}", "continue",
              "monitor async stats", "info breakpoints", "continue"]
     with start_stub("gdbserver", prog, [str(N), str(threads)]) as stub, \
-            start_proxy(stub.address, probes=["^probed$"]) as px:
+            start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", *cmds], timeout=120)
         assert px.wait(timeout=20) == 0, px.stderr_text()
         stub.wait(timeout=10)
@@ -65,13 +70,55 @@ def test_probe_hits_zero_without_calls(programs: dict[str, Path]) -> None:
     require_tool("gdb", "gdbserver")
     prog = programs["probe_count"]
     with start_stub("gdbserver", prog, ["0"]) as stub, \
-            start_proxy(stub.address, probes=["^probed$"]) as px:
+            start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}",
                                f"break probe_count.c:{_printf_line(programs)}", "continue",
                                "monitor async stats", "continue"], timeout=60)
         px.wait(timeout=20)
     m = re.search(r"probe hits: (\d+)", run.output)
     assert m and int(m.group(1)) == 0, run.output
+
+
+@pytest.mark.parametrize("client_bp", [False, True], ids=["proxy-only", "shared-address"])
+@pytest.mark.parametrize("probe", ["^probed$", "."])
+def test_auto_counts_probes_with_uprobes(probe: str, client_bp: bool, programs: dict[str, Path]) -> None:
+    """`--capture auto` (the default), a C program: every --probe function is a
+    kernel uprobe that counts, no hidden stop. 4 threads call probed() N times;
+    the count equals the program's own printed count, with the client's
+    `break *probed` at the same address too (gdb then sees all N stops: its
+    Z0 there went to the stub as a hardware breakpoint). With `--probe .`
+    every function of the program is counted, main once."""
+    require_tool("gdb", "gdbserver")
+    from proxy.capture.uprobes import available
+
+    why = available(None)
+    if why is not None:
+        pytest.skip(f"uprobes cannot run here, auto keeps hidden breakpoints: {why}")
+    prog = programs["probe_count"]
+    cmds = ["break *probed", f"ignore 1 {10 * N}"] if client_bp else []
+    cmds += [f"break probe_count.c:{_printf_line(programs)}", "continue",
+             "monitor async stats", "monitor async capture", "info breakpoints", "continue"]
+    with start_stub("gdbserver", prog, [str(N), "4"]) as stub, \
+            start_proxy(stub.address, probes=[probe]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", *cmds], timeout=120)
+        assert px.wait(timeout=20) == 0, px.stderr_text()
+        stub.wait(timeout=10)
+        printed = re.search(r"sum=(\d+) calls=(\d+)", stub.output_text())
+        err = px.stderr_text()
+    out = run.output
+    assert printed and int(printed.group(2)) == N, stub.output_text()
+    assert "exited normally" in out, out
+    assert re.search(r"^\s*probed: (\d+)$", out, re.M).group(1) == printed.group(2), out  # type: ignore[union-attr]
+    assert "hidden stops: 0" in out, out
+    assert re.search(r"capture: uprobes \([^)]*, attached\) - auto: uprobes available", out), out
+    assert "uprobes: count sites only" in out, out  # the small BPF program: no poll site here
+    n = len(re.findall(r"^  (\w+): (\d+)$", out, re.M))
+    assert f"--probe functions: {n}, all counted by uprobes (no stop)" in out, out
+    assert f"planted 0 probe(s); {n} counted by uprobes without a stop" in err, err
+    if probe == ".":
+        assert n > 5 and re.search(r"^\s*main: 1$", out, re.M) and re.search(r"^\s*worker: 4$", out, re.M), out
+    if client_bp:
+        assert re.search(rf"breakpoint already hit {N} times", out), out
 
 
 @pytest.mark.parametrize("capture", ["breakpoints", "auto"])

@@ -310,6 +310,9 @@ def _capture_command(session: Session, args: tuple[str, ...]) -> str:
         for name in capture_backends.names():
             reason = capture_backends.unavailable(name, session.target)
             lines.append(f"  {name}: {'available' if reason is None else reason}")
+        probes = session.probes_line()
+        if probes is not None:
+            lines.append(probes)
         return "\n".join(lines)
     name = args[0]
     reason = capture_backends.unavailable(name, session.target) if name != "auto" else None

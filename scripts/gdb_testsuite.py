@@ -8,7 +8,9 @@ the testsuite starts:
   straight  the real gdbserver
   proxy     a wrapper: `asyncrsp serve` on the port the testsuite asked for,
             the real gdbserver on a private port behind it
-  probe     the same with `--probe .` (a hidden probe on every function)
+  probe     the same with `--probe .` (a counting probe on every function: under
+            the default `--capture auto` a uprobe where uprobes can run, no
+            stop; else a hidden breakpoint, a stop per call)
 
 The wrapper binds the port the testsuite asked for (so it listens before
 gdbserver prints "Listening on", which is what the testsuite waits for),

@@ -68,7 +68,7 @@ def test_full_mode_and_ymm16_survives_hidden_stops(ymm16: Path, tmp_path: Path, 
     result = tmp_path / "result"
     with debuggers.use(release), \
             start_stub("gdbserver", ymm16, [str(STOPS), str(result)], wrapper=h.WRAPPER) as stub, \
-            h.ProxyProcess(stub.address, ["--probe", "bp_site"]) as proxy:
+            h.ProxyProcess(stub.address, ["--probe", "bp_site", "--capture", "breakpoints"]) as proxy:
         out = gdb(ymm16, f"127.0.0.1:{proxy.port}", ["continue"])
     print("\n" + proxy.output())
     assert FULL_NOTICE.search(proxy.output()), proxy.output()

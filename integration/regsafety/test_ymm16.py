@@ -118,7 +118,7 @@ def test_proxy_safe_hidden_probe_preserves(ymm16: Path, tmp_path: Path, register
     on a CPU whose layout differs (and may be full elsewhere: harmless)."""
     result = tmp_path / "result"
     upstream = h.gdbserver_upstream([str(ymm16), str(STOPS), str(result)])
-    with h.ProxyProcess(upstream, ["--probe", "bp_site", *registers]) as proxy:
+    with h.ProxyProcess(upstream, ["--probe", "bp_site", "--capture", "breakpoints", *registers]) as proxy:
         out = h.run_gdb(ymm16, f"127.0.0.1:{proxy.port}", ["continue"])
     print("\n" + proxy.output())
     assert "exited normally" in out, out[-2000:]
@@ -137,7 +137,7 @@ def test_proxy_full_mode_reports_loss(ymm16: Path, tmp_path: Path) -> None:
     asserted (it depends on the CPU)."""
     result = tmp_path / "result"
     upstream = h.gdbserver_upstream([str(ymm16), str(STOPS), str(result)])
-    with h.ProxyProcess(upstream, ["--probe", "bp_site", "--registers", "full"]) as proxy:
+    with h.ProxyProcess(upstream, ["--probe", "bp_site", "--capture", "breakpoints", "--registers", "full"]) as proxy:
         out = h.run_gdb(ymm16, f"127.0.0.1:{proxy.port}", ["continue"])
     assert "asyncrsp: registers: full" in proxy.output()
     verdict, count, armed = parse_result(result.read_text())

@@ -27,7 +27,8 @@ with *procedures* (generators yielding `Exchange`s, see
   program runs.
 * `count_probes(probes)` (after `plan`, before `install`): the `--probe`
   functions the backend counts itself (uprobes), by address; the session
-  plants hidden breakpoints for the others. `probe_counts()` gives their hits.
+  plants hidden breakpoints for the others. `probe_counts()` gives their hits;
+  `counting()` (after `install`) False gives them back to the session.
 
 Everything here is sync and pure; backends never talk to the stub
 themselves. `CaptureBase` gives every hook a do-nothing default.
@@ -80,12 +81,27 @@ class CaptureBase:
     def uninstall(self) -> Procedure | None:
         return None
 
+    def leaving(self) -> None:
+        """The session ends by a kill (vKill, k) or the client's hang-up (the
+        stub then kills or detaches the program): `uninstall` follows, and
+        nothing is planted again. A backend may take its things out without
+        waiting for them to be out (uprobes: a link's close waits ~40 ms for
+        the kernel's grace periods; the proxy's exit still waits for it)."""
+        return None
+
     # -- the session's count probes (--probe)
     def count_probes(self, probes: list[Probe]) -> list[int]:
         return []
 
     def probe_counts(self) -> dict[int, int]:
         return {}
+
+    def counting(self) -> bool:
+        """After `install`: are the probes `count_probes` took really counted?
+        False when the backend could not put its probes in (uprobes: the BPF
+        load or the attach failed): the session plants them as hidden
+        breakpoints again."""
+        return True
 
     def forked(self, child: object) -> Procedure | None:
         """The program forked; the stub's selected process is the child

@@ -236,9 +236,11 @@ class CaptureLifecycle(SessionBase):
                 self._emit(Notice(self.capture_notice))
                 self._new_capture("breakpoints", self.mode)
         self._count_probes = probes
-        yield from self._plant_probes(probes)
-        self._emit(Notice(f"planted {len(self.probes)} probe(s)"))
-        yield from self._install_capture()
+        # the probes the capture does not count itself become hidden breakpoints
+        yield from self._install_capture(unplanted=probes)
+        self._emit(Notice(f"planted {len(self.probes)} probe(s)"
+                          + (f"; {len(self._capture_counts)} counted by {self.capture.name} without a stop"
+                             if self._capture_counts and self.capture is not None else "")))
 
     def _identify(self, pid: int | None, auxv: bytes | None) -> Generator[Exchange, list[bytes], Identity]:
         """Is the stub's process this host's, and which pid (proxy/identity.py)?
@@ -268,10 +270,13 @@ class CaptureLifecycle(SessionBase):
             if bad:
                 self._emit(Notice(f"{len(bad)} probe(s) could not be inserted: {bad[0]!r}"))
 
-    def _install_capture(self) -> Generator[Exchange, list[bytes], None]:
-        """Plan and install the capture backend on the target."""
+    def _install_capture(self, unplanted: list[Probe] | None = None) -> Generator[Exchange, list[bytes], None]:
+        """Plan and install the capture backend on the target. `unplanted`: count
+        probes not planted yet (at the first plant): those the capture does not
+        count itself are planted here, before the capture's own."""
         cap = self.capture
         if cap is None or self.target is None:
+            yield from self._plant_probes(unplanted or [])
             return
         # The client's breakpoints so far: a backend that must change how the stub
         # holds some of them (uprobes: Z0 at a probe site -> Z1) keeps the table true.
@@ -285,12 +290,17 @@ class CaptureLifecycle(SessionBase):
         bodies = tuple(z_packet(False, k) for k in keys if self.bps.proxy_remove(k))
         if bodies:
             yield Exchange(bodies)
+        yield from self._plant_probes([p for p in unplanted or [] if p.addr not in self._capture_counts])
         self._capture_keys = [(0, p.addr, 1) for p in planned if p.addr not in self.probes]
         yield from self._plant_probes([p for p in planned if p.addr not in self.probes])
         proc = self._capture_call("install")
         if proc is not None:
             yield from proc
         self._capture_installed = True
+        if self._capture_counts and not self._capture_call("counting"):
+            # the backend could not put its probes in (uprobes: the attach failed):
+            # they are hidden breakpoints again, as under a backend that counts none
+            yield from self._plant_probes(self._fold_capture_counts())
 
     def _uninstall_capture(self, replant: bool = True) -> Generator[Exchange, list[bytes], None]:
         """Take the capture out of the program (its hidden breakpoints and its own state)."""
@@ -487,6 +497,11 @@ class CaptureLifecycle(SessionBase):
         return pid if pid > 1 else None
 
     def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
+        if self.capture is not None and (then is None or then[0][:1] == b"k" or then[0].startswith(b"vKill")):
+            # a kill, or a hang-up (the stub kills or detaches the program as it
+            # goes): nothing is planted again, the capture need not wait for its
+            # things to be out (a detach does: the client may look at once)
+            self._capture_call("leaving")
         yield from self._uninstall_capture(replant=False)
         keys = self.bps.proxy_only()
         bodies = tuple(z_packet(False, k) for k in keys)

@@ -288,6 +288,21 @@ class Queries(SessionBase):
             return {}
         return {st.thread.tid: st.pc}
 
+    def probes_line(self) -> str | None:
+        """How the --probe functions are counted (`stats`, `monitor async capture`):
+        by the capture without a stop (uprobes), or at hidden breakpoints."""
+        addrs = {p.addr for p in self._count_probes}
+        if not addrs:
+            return None
+        counted = len(addrs & set(self._capture_counts))
+        kernel = f"counted by {self.capture.name} (no stop)" if counted and self.capture is not None else ""
+        hidden = "hidden breakpoints (a stop per call)"
+        if counted == len(addrs):
+            return f"--probe functions: {len(addrs)}, all {kernel}"
+        if not counted:
+            return f"--probe functions: {len(addrs)}, all {hidden}"
+        return f"--probe functions: {len(addrs)}: {counted} {kernel}, {len(addrs) - counted} {hidden}"
+
     def stats_lines(self) -> list[str]:
         s = self.stats
         per_probe, total = s.probe_stats.per_probe.copy(), s.probe_stats.total
@@ -298,6 +313,7 @@ class Queries(SessionBase):
                     total += n
         lines = [
             f"probe hits: {total}",
+            *([line] if (line := self.probes_line()) else []),
             f"hidden stops: {s.hidden_stops}",
             f"shared stops (reported): {s.shared_stops}",
             f"time in hidden stops: {s.hidden_time * 1e3:.1f} ms"

@@ -33,6 +33,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OBJECT = HERE / "uprobes.bpf.o"
 PROGRAM_NAME = b"asyncrsp_poll"
+# Count sites only (every site KIND_COUNT: --probe on a program with no resume
+# functions): loaded alone, the verifier's ~0.55 s over asyncrsp_poll is not paid.
+COUNT_PROGRAM_NAME = b"asyncrsp_count"
+PROGRAMS = (PROGRAM_NAME, COUNT_PROGRAM_NAME)
 
 SYS_BPF = 321  # x86-64
 BPF_LINK_CREATE = 28
@@ -117,6 +121,7 @@ class _Libbpf:
             "bpf_object__find_program_by_name": (vp, [vp, cp]),
             "bpf_map__set_max_entries": (i, [vp, u32]),
             "bpf_program__set_expected_attach_type": (i, [vp, i]),
+            "bpf_program__set_autoload": (i, [vp, ctypes.c_bool]),
             "bpf_object__load": (i, [vp]),
             "bpf_object__close": (None, [vp]),
             "bpf_program__fd": (i, [vp]),
@@ -173,10 +178,11 @@ def _errno_text(code: int) -> str:
 class Program:
     """The loaded BPF object: maps, program fd, links."""
 
-    def __init__(self, obj: int, lib: _Libbpf) -> None:
+    def __init__(self, obj: int, lib: _Libbpf, name: bytes = PROGRAM_NAME) -> None:
         self._obj: int | None = obj
         self._lib = lib
-        self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME))
+        self.count_only = name == COUNT_PROGRAM_NAME
+        self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, name))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
             for name in ("events", "sites", "config", "counters", "site_hits", "instances", "retsites",
@@ -186,8 +192,11 @@ class Program:
         self.links: list[int] = []
 
     @classmethod
-    def open(cls, *, ring_bytes: int = 16 << 20, max_sites: int = 1024, path: Path = OBJECT) -> Program:
-        """Open and load the object (needs root: CAP_BPF + CAP_PERFMON)."""
+    def open(cls, *, ring_bytes: int = 16 << 20, max_sites: int = 1024, path: Path = OBJECT,
+             count_only: bool = False) -> Program:
+        """Open and load the object (needs root: CAP_BPF + CAP_PERFMON). `count_only`:
+        the program that only counts hits per site (no records: the ring, the
+        instances and return-address maps at their smallest), ~1 ms to load."""
         if not path.exists():
             raise BpfError(f"the BPF object {path} is missing (run: python -m proxy.capture.uprobes.build)")
         lib = libbpf()
@@ -198,21 +207,27 @@ class Program:
             raise BpfError(f"libbpf could not open {path.name}: {_errno_text(ctypes.get_errno())}")
         ok = False
         try:
-            ring = _pow2_pages(ring_bytes)
-            for name, n in (("events", ring), ("sites", max(max_sites, 1)), ("site_hits", max(max_sites, 1))):
+            ring = PAGE if count_only else _pow2_pages(ring_bytes)
+            sizes = [("events", ring), ("sites", max(max_sites, 1)), ("site_hits", max(max_sites, 1))]
+            if count_only:  # the LRU map's 262144 entries are preallocated: ~0.1 s
+                sizes += [("instances", 1), ("retsites", 1), ("rets_seen", 1)]
+            for name, n in sizes:
                 m = lib.lib.bpf_object__find_map_by_name(obj, name.encode())
                 if not m or lib.lib.bpf_map__set_max_entries(m, n) != 0:
                     raise BpfError(f"the BPF object has no usable map {name!r}")
-            prog = lib.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME)
-            if not prog:
-                raise BpfError("the BPF object has no program asyncrsp_poll")
-            lib.lib.bpf_program__set_expected_attach_type(prog, BPF_TRACE_UPROBE_MULTI)
+            want = COUNT_PROGRAM_NAME if count_only else PROGRAM_NAME
+            for name in PROGRAMS:
+                prog = lib.lib.bpf_object__find_program_by_name(obj, name)
+                if not prog:
+                    raise BpfError(f"the BPF object has no program {name.decode()}")
+                lib.lib.bpf_program__set_autoload(prog, name == want)  # only the one used is verified
+                lib.lib.bpf_program__set_expected_attach_type(prog, BPF_TRACE_UPROBE_MULTI)
             rc = lib.lib.bpf_object__load(obj)
             if rc != 0:
                 code = -rc if rc < 0 else ctypes.get_errno()
                 raise BpfError(_load_failure(code, lib.take_messages()))
             ok = True
-            return cls(obj, lib)
+            return cls(obj, lib, want)
         finally:
             if not ok:
                 lib.lib.bpf_object__close(obj)

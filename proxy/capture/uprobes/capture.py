@@ -62,13 +62,19 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   and its return site probed at the next step; a return address that fails
   the check gives the function its rets back. Not under ``--mode tasks`` or
   time slices (their links are swapped whole). ``--uprobe-rets`` turns it off.
-* The user's ``--probe`` functions (count probes): under ``--capture
-  uprobes`` the session hands them over (``count_probes``) and they become
-  uprobe sites that only count (``KIND_COUNT``, no record): the client's
+* The user's ``--probe`` functions (count probes): whenever this backend
+  runs (``--capture uprobes``, or ``auto`` where uprobes can: root, the
+  program a live process of this host) the session hands them over
+  (``count_probes``) and they become uprobe sites that only count
+  (``KIND_COUNT``, no record, no stop), also on a program with no async
+  code at all (a C program: then they are the only sites): the client's
   breakpoints, steps and reads over them take the same path as over a poll
-  site, and ``probe_counts`` gives the session the hits for ``stats``. Under
-  ``auto`` only a count probe at a poll site is taken (a hidden ``Z0`` there
-  would be swallowed by the uprobe); the others stay hidden breakpoints.
+  site, and ``probe_counts`` gives the session the hits for ``stats``. A
+  hidden breakpoint costs a stop per call (~245 us on GDB's testsuite
+  programs, docs/gdb-testsuite.md); a uprobe hit 1-10 us in the kernel
+  (docs/uprobes.md, "Where the probes stand").
+  Where the plan or the attach fails, the session keeps them as hidden
+  breakpoints (``counting``).
 """
 
 from __future__ import annotations
@@ -187,6 +193,8 @@ class UprobeCapture(CaptureBase):
         # client breakpoints (the stub's view): software ones at sites we turned into hardware
         self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
         self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
+        self._lazy_close = False  # the links closed without waiting (leaving, exited)
+        self._count_only_loaded = False  # the BPF program loaded is asyncrsp_count (count sites only)
         self._client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
         self._table: Any = None  # the session's BreakpointTable (target.extra)
         self._count: dict[int, Probe] = {}  # the session's count probes we count (runtime addr)
@@ -304,19 +312,18 @@ class UprobeCapture(CaptureBase):
     def count_probes(self, probes: list[Probe]) -> list[int]:
         """The session's count probes (``--probe``) this backend counts itself: their addresses.
 
-        All of them when uprobes were asked for by name; under ``auto`` only
-        those at a poll site (the session's hidden Z0 there would be swallowed).
-        Called after ``plan``, before ``install``."""
+        All of them, under ``auto`` as when uprobes were asked for by name
+        (a probe at a poll site must be ours anyway: the session's hidden Z0
+        there would be swallowed by the uprobe). None when the plan found no
+        way to probe (not root, not this host's process: then ``_elf`` is
+        None). Called after ``plan``, before ``install``."""
         if self.plan_ is None or self._elf is None or self._prog is not None:
             return []
-        explicit = not self.why.startswith("auto")
         bias = int(getattr(self.target, "bias", 0) or 0)
         for p in probes:
             if p.addr in self._count:
                 continue
             if p.addr not in self._sites_by_addr:
-                if not explicit:
-                    continue
                 site = count_site(self._elf, p.name, p.addr, bias)
                 if site is None:
                     continue
@@ -332,6 +339,19 @@ class UprobeCapture(CaptureBase):
                 self.plan_.sites = [s for s in self.plan_.sites if s.addr != a]
         self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
         return sorted(self._count)
+
+    def _counts_only(self) -> bool:
+        """Every site only counts (the --probe functions of a program without
+        resume functions): the small BPF program, no records, nothing to poll."""
+        return (self.plan_ is not None and not self.tasks_only and self.slice_duty >= 1.0
+                and all(s.spec.kind == B.KIND_COUNT for s in self.plan_.sites))
+
+    def ticks(self) -> bool:
+        # count sites only: the hits are read at stops (stats), no record to fold while running
+        return not self._counts_only()
+
+    def counting(self) -> bool:
+        return self._prog is not None  # else the attach failed (``note`` says why)
 
     def probe_counts(self) -> dict[int, int]:
         """Hits of the count probes we took (runtime address -> executions so far)."""
@@ -406,9 +426,10 @@ class UprobeCapture(CaptureBase):
         if leave_out:
             self.notices.append(f"uprobes: {len(leave_out)} sites left unprobed: the client has "
                                 "software breakpoints there and no debug register is free")
+        count_only = self._counts_only()
         try:
-            self._site_cap = len(sites) + RETSITE_ROOM
-            prog = B.Program.open(ring_bytes=self.ring_bytes, max_sites=self._site_cap,
+            self._site_cap = len(sites) + (0 if count_only else RETSITE_ROOM)
+            prog = B.Program.open(ring_bytes=self.ring_bytes, max_sites=self._site_cap, count_only=count_only,
                                   **({"path": self.object_path} if self.object_path else {}))
         except B.BpfError as err:
             self.note = str(err)
@@ -465,6 +486,7 @@ class UprobeCapture(CaptureBase):
             self.note = str(err)
             return
         self._prog = prog
+        self._count_only_loaded = prog.count_only
         self._ring = prog.ring()
         self._cookies = {s.addr: i for i, s in enumerate(sites)}
         self._fn_site = {s.spec.fn: s.info.site for s in sites if s.spec.kind in (B.KIND_ENTRY, B.KIND_EXIT, B.KIND_UNWIND)}
@@ -812,6 +834,21 @@ class UprobeCapture(CaptureBase):
             if rep != b"OK":
                 self.notices.append(f"uprobes: could not put back the client's breakpoint at 0x{a:x}")
 
+    def leaving(self) -> None:
+        # the client's breakpoints made hardware go back as Z0s: only after the links are out
+        self._lazy_close = not self._hw_converted
+
+    def exited(self, sr: Any) -> Procedure | None:
+        """The process is gone (W, X): nothing to restore, the links are closed
+        without waiting. Not at an exec (T05exec): the links would probe the
+        new image if it maps the same file, and a breakpoint the stub puts
+        there before the close is done would save the kernel's int3 as the
+        original byte (exec_happened closes them, waiting)."""
+        if getattr(sr, "kind", None) in ("W", "X"):
+            self._lazy_close = True
+            self._close_links()
+        return None
+
     def _close_links(self) -> None:
         if self._prog is None:
             return
@@ -822,10 +859,21 @@ class UprobeCapture(CaptureBase):
         self._closing = self._swap = None
         self._ret_closing = []
         self._ret_links = {}
+        if self._lazy_close:
+            # The program dies (a kill), is gone, or is left to the stub (a
+            # hang-up): its hits are final now (it is stopped, or dead), and the
+            # kernel may take the int3s out after we go on (a uprobe's int3 is
+            # the kernel's: a program running on meanwhile just counts). A link's close waits ~40 ms for grace periods (measured on
+            # spin, kernel 6.18): a thread waits for it, and the proxy's exit
+            # waits for that thread, not the client.
+            if self._count:
+                self._final_hits = self._read_hits()
+            for link in list(self._prog.links):
+                self._prog.detach_later(link)
         self._prog.detach_all()
         self._link, self._offsets, self._sliced_out = None, [], False
         self.detach_s = time.perf_counter() - t0
-        if self._count:
+        if self._count and not self._lazy_close:
             self._final_hits = self._read_hits()  # no more hits: the links are closed
         self._final_counters = self._prog.counters()
         self._fold(budget_s=None)
@@ -1285,7 +1333,11 @@ class UprobeCapture(CaptureBase):
         lines = [f"capture: {self.name} ({self.events} poll events, {n} sites, "
                  f"{'attached' if self.attached else 'not attached'})" + (f" - {self.why}" if self.why else "")]
         c = self.counters()
-        if c:
+        if self._count_only_loaded:
+            lines.append("uprobes: count sites only (the BPF program asyncrsp_count): hits per site, no records"
+                         + (f"; attached in {1e3 * self.attach_s:.1f} ms" if self.attach_s is not None else "")
+                         + (f"; other processes: {c['other pid']}" if c.get("other pid") else ""))
+        elif c:
             lines.append(f"uprobe hits: {c.get('hits', 0)}; records: {c.get('records', 0)}; "
                          f"dropped: {c.get('drops', 0)} (ring retries {c.get('retries', 0)}); exits without their entry: {c.get('scope misses', 0)}"
                          + (f"; other processes: {c['other pid']}" if c.get("other pid") else "")

@@ -264,10 +264,7 @@ class CountingRecorder(Recorder):
         return {SITE: self.hits}
 
 
-def test_count_probes_taken_by_the_capture() -> None:
-    """The hidden breakpoint goes out before the backend installs (a uprobe swallows a Z0 at
-    its address), comes back after it uninstalls, and the backend's hits stay in stats."""
-    rec = CountingRecorder(hits=7)
+def _counting_session(rec: Recorder) -> Session:
     cfg = SessionConfig(
         elf_path="/bin/true",
         resolve_probes=lambda path, entry: [Probe("probed", SITE)],
@@ -275,15 +272,22 @@ def test_count_probes_taken_by_the_capture() -> None:
         capture_name="recorder",
         open_target=lambda path, entry, pid, feats: Target(path, pid, True, feats),
     )
-    s = Session(cfg)
-    assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
-    assert bodies(stub(s, b"OK"), ToStub) == [b"z0,%x,1" % SITE]
-    assert bodies(stub(s, b"OK"), ToStub) == [b"rec-install"]
+    return Session(cfg)
+
+
+def test_count_probes_taken_by_the_capture() -> None:
+    """A probe the backend counts is never a hidden breakpoint at the first plant (no Z0 then
+    z0 before the install: a uprobe swallows a Z0 at its address), comes back as one after the
+    backend uninstalls, and the backend's hits stay in stats."""
+    rec = CountingRecorder(hits=7)
+    s = _counting_session(rec)
+    assert bodies(client(s, b"vCont;c"), ToStub) == [b"rec-install"]
     stub(s, b"OK")
     assert rec.calls[:3] == ["plan", "count_probes", "install"]
     assert SITE not in s.probes and s.bps.proxy_only() == []
     stub(s, stop_at(0x1000, reason=b""))
     assert "probe hits: 7" in s.stats_lines() and "  probed: 7" in s.stats_lines()
+    assert "--probe functions: 1, all counted by recorder (no stop)" in s.stats_lines()
     s._start_proc(s._proc_switch(None, "off"))
     assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
     assert bodies(stub(s, b"OK"), ToStub) == [b"Z0,%x,1" % SITE]  # after the uninstall, never before
@@ -309,3 +313,23 @@ def test_the_keepers_plan_lists_the_captures_own_breakpoints() -> None:
     client(s, b"Z0,7ffff7e4c1a0,1")  # the client's at the same address: one breakpoint, one z
     stub(s, b"OK")
     assert s.leave_plan()["z"] == ["z0,7ffff7e4c1a0,1"]
+
+
+class FailingCounter(CountingRecorder):
+    """Takes the probes, then cannot put its own in (uprobes: the attach failed)."""
+
+    def counting(self) -> bool:
+        return False
+
+
+def test_count_probes_given_back_when_the_capture_cannot_count() -> None:
+    """The backend took the --probe functions but its install failed: they are
+    hidden breakpoints again before the program runs, and stats says so."""
+    rec = FailingCounter(hits=5)
+    s = _counting_session(rec)
+    assert bodies(client(s, b"vCont;c"), ToStub) == [b"rec-install"]
+    assert bodies(stub(s, b"OK"), ToStub) == [b"Z0,%x,1" % SITE]
+    assert bodies(stub(s, b"OK"), ToStubRaw) == [frame(b"vCont;c")]
+    assert SITE in s.probes and s.bps.proxy_only() == [(0, SITE, 1)]
+    stub(s, stop_at(0x1000, reason=b""))
+    assert "--probe functions: 1, all hidden breakpoints (a stop per call)" in s.stats_lines()
