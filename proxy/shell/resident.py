@@ -179,12 +179,28 @@ def preload() -> None:
     try:
         for name in PRELOAD:
             importlib.import_module(name)
+        _warm_uprobes()
         import proxy.cli
 
         proxy.cli._parser()  # the command line's parser, built once for every session
     finally:
         gc.freeze()  # the children share these pages: no collection touches them
         gc.enable()
+
+
+def _warm_uprobes() -> None:
+    """What every session with a --probe paid under `--capture auto`, done
+    once: the host check (~3.6 ms: platform, the per-boot mark) and libbpf
+    through ctypes (~2 ms). Both are cached in the module, so the forks share
+    them; a host without uprobes only learns why here."""
+    from proxy.capture.uprobes import bpf, capture
+
+    ok, _ = capture.UprobeCapture.available(None)
+    if ok:
+        try:
+            bpf.libbpf()
+        except bpf.BpfError:
+            pass  # said again by the session that needs it
 
 
 def bind(path: str) -> socket.socket:
