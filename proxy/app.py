@@ -131,7 +131,8 @@ def _reflect_source(session: Session, engine: object) -> object | None:
         pid = ident.host_pid if local else None
         path = session.exec_file if ident.exe is None else ident.exe
         path = path or (session.config.local_exe(pid) if local and pid else None)
-        src = source_without_capture(path, pid, local)
+        # a cold analysis's cache write once the answer is out (session.after_answer)
+        src = source_without_capture(path, pid, local, later=session.after_answer.append)
         # What the analysis made (the image's symbols, the inventory, the walks handed to
         # stack discovery: ~110,000 objects on the axum debug build) lives as long as the
         # session: kept out of later collections (settle_heap's reason). Without this, the

@@ -42,6 +42,8 @@ from .dwarf import STACK_TAGS, DwarfView
 from .errors import AnalysisError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import capstone
     from elftools.elf.elffile import ELFFile
     from elftools.elf.relocation import RelocationSection
@@ -82,9 +84,12 @@ _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
 
 
 def build_inventory(
-    path: str | Path, *, cache_dir: Path | None = None, use_cache: bool = True
+    path: str | Path, *, cache_dir: Path | None = None, use_cache: bool = True,
+    later: Callable[[Callable[[], object]], None] | None = None,
 ) -> Inventory:
-    """The inventory of one ELF; cached on disk by build-id (``cache_dir`` None: the default place)."""
+    """The inventory of one ELF; cached on disk by build-id (``cache_dir`` None: the default place).
+    ``later``: given the cache write instead of doing it (the proxy writes it once its answer
+    has been sent)."""
     elf = open_elf(path)
     if use_cache and elf.build_id:
         hit = cache_mod.load(elf.build_id, cache_dir)
@@ -98,7 +103,10 @@ def build_inventory(
     except Exception as e:  # noqa: BLE001 - corrupt DWARF/CFI/lines: one line, never a traceback
         raise AnalysisError(f"{path}: corrupt debug information ({type(e).__name__}: {str(e)[:120]})") from e
     if use_cache and elf.build_id:
-        cache_mod.store(inv, cache_dir)
+        if later is not None:
+            later(lambda: cache_mod.store(inv, cache_dir))
+        else:
+            cache_mod.store(inv, cache_dir)
     return inv
 
 

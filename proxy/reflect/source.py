@@ -81,12 +81,14 @@ def auxv_entry(pid: int) -> int | None:
 
 
 def source_without_capture(path: str | None, pid: int | None, local: bool,
-                           discover: Callable | None = None) -> ReflectSource | str:  # type: ignore[type-arg]
-    """The source for a session with no engine, or why there is none."""
+                           discover: Callable | None = None,  # type: ignore[type-arg]
+                           later: Callable[[Callable[[], object]], None] | None = None) -> ReflectSource | str:
+    """The source for a session with no engine, or why there is none. ``later``: where a cold
+    analysis's cache write goes (``build_inventory``)."""
     if path is None:
         return "reflection: the program's file is unknown (no qXfer:exec-file, not a local stub)"
     try:
-        inv = build_inventory(path)
+        inv = build_inventory(path, later=later)
     except AnalysisError as e:
         return f"reflection: {e}"
     if not inv.layouts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -53,4 +54,13 @@ class Close:
     keep_stub: bool = False
 
 
-Action = ToStub | ToStubRaw | ToClient | ToClientRaw | SetNoAck | Notice | Close
+@dataclass(frozen=True, slots=True)
+class AfterSend:
+    """Run ``work`` once what is queued before it has been sent: what the answer does not
+    need (a cold analysis's cache write: ~25 ms of the axum debug build's first answer). A
+    shell that does not run it loses nothing the session needs."""
+
+    work: Callable[[], object]
+
+
+Action = ToStub | ToStubRaw | ToClient | ToClientRaw | SetNoAck | Notice | Close | AfterSend

@@ -26,7 +26,7 @@ from rsp.threads import ThreadId
 
 from proxy.identity import UNDECIDED, Identity
 
-from .actions import Action, Close, Notice, ToClient, ToStub, ToStubRaw
+from .actions import Action, AfterSend, Close, Notice, ToClient, ToStub, ToStubRaw
 from .breakpoints import BpKey, BreakpointTable
 from .procedure import Exchange, Procedure
 from .probes import Probe, ProbeStats
@@ -147,6 +147,9 @@ class SessionBase:
         self.stats = SessionStats()
         self.probes: dict[int, Probe] = {}  # runtime address -> probe
         self._actions: list[Action] = []
+        # work a procedure's answer does not wait for (proxy.app: the inventory's cache
+        # write), sent after its replies as AfterSend when it ends
+        self.after_answer: list[Callable[[], object]] = []
         self._waiters: deque[Waiter] = deque()
         self._proc: Procedure | None = None
         self._proc_replies: list[bytes] = []
@@ -288,6 +291,7 @@ class SessionBase:
         except StopIteration:
             if self._proc is proc:
                 self._proc = None
+            self._after_answer()
             self._drain_client_queue()
             self._ns_kick()
             return
@@ -297,6 +301,7 @@ class SessionBase:
             # test_fuzz_session.py): the session ends with that reason.
             if self._proc is proc:
                 self._proc = None
+            self._after_answer()
             self._emit(Notice(f"the stub's reply could not be read: {err}"))
             self._emit(Close("the stub sent a reply the proxy cannot read"))
             return
@@ -304,6 +309,11 @@ class SessionBase:
         for i, b in enumerate(ex.bodies):
             last = i == len(ex.bodies) - 1
             self._to_stub(b, Waiter("proc", resume=ex.resume and last))
+
+    def _after_answer(self) -> None:
+        for work in self.after_answer:
+            self._emit(AfterSend(work))
+        self.after_answer.clear()
 
     def _capture_call(self, hook: str, *args: Any) -> Any:
         """Call a capture hook; a capture bug is counted, never fatal."""

@@ -30,7 +30,7 @@ from typing import TextIO
 
 import trio
 
-from proxy.session.actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.actions import AfterSend, Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session
 from proxy.shell.keeper import Keeper
 from rsp.connection import Connection, StalePacket
@@ -392,6 +392,7 @@ class Link:
             await self._send_pending()
             return
         self._tell_keeper()
+        later: list[AfterSend] = []
         if self.session.capture is not self._capture_seen:
             self._capture_seen = self.session.capture
             self._capture_ready.set()  # the capture loop looks at it
@@ -416,7 +417,14 @@ class Link:
                 await self._send_pending()
                 self.stub_kept = action.keep_stub
                 self._close(action.reason)
+            elif isinstance(action, AfterSend):
+                later.append(action)
         await self._send_pending()
+        for action in later:  # the answer is out
+            try:
+                action.work()
+            except Exception as err:  # noqa: BLE001 - never the link's end
+                self.notice(f"work after an answer failed: {err!r}")
 
     def _tell_keeper(self) -> None:
         """The keeper's plan (keeper.py) before the stub gets what changed it:

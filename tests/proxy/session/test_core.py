@@ -514,6 +514,32 @@ def test_monitor_async_local_others_forwarded(text: bytes, expect_local: bool) -
         assert bodies(acts, ToStubRaw)
 
 
+def test_work_after_the_answer_comes_after_its_replies() -> None:
+    """What a monitor command leaves for after its answer (session.after_answer: a cold
+    analysis's cache write, proxy.app) comes as AfterSend after the command's last reply,
+    at the end of its procedure only: a pass that reads memory first does not send it."""
+    from proxy.session.actions import AfterSend
+
+    done: list[str] = []
+
+    def monitor(text: str, session: Session, read) -> str:  # type: ignore[no-untyped-def]
+        if read(0x1000, 4) is None:  # the first pass: the session reads it and asks again
+            session.after_answer.append(lambda: done.append("cache written"))
+            return ""
+        return "answer\n"
+
+    d = Driver(probes=[], monitor=monitor)
+    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
+    assert bodies(acts, ToStub) == [b"m1000,4"] and not any(isinstance(a, AfterSend) for a in acts)
+    acts = d.stub(b"01020304")
+    assert bodies(acts, ToClient)[-1] == b"OK"
+    later = [a for a in acts if isinstance(a, AfterSend)]
+    assert len(later) == 1 and acts.index(later[0]) > max(i for i, a in enumerate(acts) if isinstance(a, ToClient))
+    assert done == []  # the shell runs it (proxy.shell.link), once the replies are sent
+    later[0].work()
+    assert done == ["cache written"] and d.s.after_answer == []
+
+
 def test_hang_up_racing_a_probe_stop_collects_the_queued_sigint() -> None:
     """Our 0x03 can cross a stop reply already on its way; gdbserver, then
     stopped, queues a real SIGINT that would kill an attached program after
