@@ -79,6 +79,8 @@ _KINDS = {
     "async_block": CoroutineKind.ASYNC_BLOCK,
     "async_closure": CoroutineKind.ASYNC_CLOSURE,
 }
+POINTER_TAGS = (D.TAG_POINTER, 0x10, 0x42)  # pointer, reference, rvalue reference
+ADDRESS_SIZE = 8  # x86-64
 DYN_HOPS = 8  # type hops collected below a future met only through a vtable (``_future_poll``)
 _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
 
@@ -489,6 +491,11 @@ class _Collector:
                 return 0
             if D.AT_BYTE_SIZE in t.attrs:
                 return int(t.attrs[D.AT_BYTE_SIZE])
+            if t.tag in POINTER_TAGS:
+                # Fact (rustc 1.63-1.95): pointer and reference DIEs carry no
+                # DW_AT_byte_size; following DW_AT_type gave the pointee's size
+                # (an Arc's NonNull field said 64, ArcInner<Mutex<u64>>).
+                return ADDRESS_SIZE
             if t.tag == D.TAG_ARRAY:
                 n = self._array_len(t)
                 return self._size(t.get(D.AT_TYPE)) * int(n) if n.isdigit() else 0

@@ -64,8 +64,6 @@ def _is_struct(types: Types | None, type_name: str) -> bool:
 def decode_bytes(type_name: str, data: bytes, read: ReadMemory, types: Types | None = None, depth: int = 0) -> str:
     t = type_name.strip()
     size = len(data)
-    if t.startswith(("&", "*const ", "*mut ")) and size > 16:
-        data, size = data[:8], 8  # a thin reference recorded with its pointee's size (tokio's MutexGuard.lock)
     if t in _INTS and _INTS[t][0] == size:
         return str(int.from_bytes(data, "little", signed=_INTS[t][1]))
     if t == "bool" and size == 1:
@@ -88,10 +86,10 @@ def decode_bytes(type_name: str, data: bytes, read: ReadMemory, types: Types | N
 
 
 def _struct(ti: TypeInfo, data: bytes, read: ReadMemory, types: Types | None, depth: int) -> str:
-    fields = [f for f in ti.fields if f.size > 0 or f.type_name.startswith("&")]
+    fields = [f for f in ti.fields if f.size > 0]
     parts = []
     for f in fields:
-        size = 8 if f.type_name.startswith(("&", "*const ", "*mut ")) and f.size > 16 else f.size
+        size = f.size
         raw = data[f.offset:f.offset + size]
         if len(raw) < size:
             parts.append((f.name, "<outside the value>"))

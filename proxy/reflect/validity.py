@@ -65,9 +65,7 @@ class Validity:
             if t is not None and t.kind == "pointer" and t.size == 8:
                 out.append((offset, _pointee_kind(t.pointee)))
             elif t is not None and t.kind == "struct" and t.size == 8 and len(t.fields) == 1:
-                # NonNull { pointer: *const T }. Fact: the field's own size in the inventory
-                # is T's (rustc's pointer DIEs have no DW_AT_byte_size and the size follows
-                # DW_AT_type; commands/values.py meets it too), so the struct's size decides.
+                # NonNull { pointer: *const T }
                 ptr = self.inv.types.get(t.fields[0].type_name)
                 if ptr is not None and ptr.kind == "pointer":
                     out.append((offset + t.fields[0].offset, _pointee_kind(ptr.pointee)))

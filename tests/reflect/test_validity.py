@@ -132,3 +132,16 @@ def test_a_bool_is_0_or_1(finder: StackFinder) -> None:
         _run_future(mem, finder, 0x7100, live=True)
         mem.put(0x7100 + flag.offset, value, 1)
         assert finder.validity.plausible(BlockReader(mem.read).u, 0x7100, RUN, state) is want, value
+
+
+def test_a_pointer_field_is_an_address_wide(finder: StackFinder) -> None:
+    """Fact: rustc's pointer DIEs carry no DW_AT_byte_size; the analysis once took the
+    pointee's size for them (an Arc's NonNull field said 64, its ArcInner's)."""
+    types = finder.inv.types
+    arc = types["alloc::sync::Arc<tokio::sync::mutex::Mutex<u64>, alloc::alloc::Global>"]
+    nonnull = types[arc.fields[0].type_name]
+    assert [(f.name, f.size) for f in nonnull.fields] == [("pointer", 8)]
+    lay = finder.inv.layouts[RUN]
+    state = lay.state(7)
+    assert state is not None
+    assert {m.name: m.size for m in state.locals}["lock"] == 8
