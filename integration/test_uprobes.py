@@ -123,6 +123,7 @@ def test_exact_counts_on_the_c_probe_program(calls: int, threads: int) -> None:
     st = eng.stats()
     assert st.exits_missed == 0 and st.rejected == 1 and st.rejected_reasons == (("null self pointer", 1),)
     assert st.unmatched_exits == 1  # the exit of that rejected entry
+    assert not st.log_kept and st.log_entries == 0  # nothing rewinds a uprobe capture: no event log
 
 
 def test_release_build_without_frame_pointers_unwinds_from_the_slice() -> None:

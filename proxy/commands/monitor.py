@@ -365,8 +365,9 @@ def _stats(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
         f"edges: {s.edges}; pending state reads: {s.pending_reads}",
         f"exits missed (recovered by sp): {s.exits_missed}; unmatched exits: {s.unmatched_exits}",
         f"graph: {'complete' if s.complete else 'incomplete (events lost)'}",
-        f"event log: {s.log_entries} entries, rewind as far back as "
-        + ("the start" if s.oldest_rewind_seq is None else f"seq {s.oldest_rewind_seq}"),
+        (f"event log: {s.log_entries} entries, rewind as far back as "
+         + ("the start" if s.oldest_rewind_seq is None else f"seq {s.oldest_rewind_seq}")
+         if s.log_kept else "event log: off (this capture cannot be rewound)"),
         f"resume functions watched: {len(engine.catalog)}",
     ]
     lines += ctx.proxy_lines

@@ -168,6 +168,15 @@ class Engine:
         self._cursor = 0  # absolute index of the next entry to fold
         self._cps = [_Checkpoint(0, None, self._g.snapshot())]
 
+    def stop_log(self) -> None:
+        """Turn the event log off from here on (``keep_log=False``): the graph
+        stays, the log and its checkpoints go, ``rewind_to`` raises. For a
+        capture that can never be rewound (uprobes: a live process only)."""
+        self._keep_log = False
+        self._log = []
+        self._base = self._cursor = 0
+        self._cps = self._cps[-1:]
+
     # ---- feeding ------------------------------------------------------------------
 
     def feed(self, event: PollEvent) -> None:
@@ -394,7 +403,7 @@ class Engine:
             completed_evicted=c.completed_evicted, stale_evicted=c.stale_evicted,
             edges=len(g.edges), pending_reads=len(g.reads), complete=self.complete,
             log_entries=len(self._log), oldest_rewind_seq=self.oldest_rewind_seq,
-            last_seq=g.last_seq,
+            last_seq=g.last_seq, log_kept=self._keep_log,
         )
 
     def loc_of(self, task: Task) -> SourceLoc | None:

@@ -168,3 +168,4 @@ class EngineStats:
     log_entries: int
     oldest_rewind_seq: int | None
     last_seq: int | None
+    log_kept: bool = True  # False: the event log is off (Engine(keep_log=False), Engine.stop_log)

@@ -95,3 +95,23 @@ def test_rewind_past_the_bounded_log_is_refused() -> None:
         e.rewind_to(34)
     e.rewind_to(35)
     assert e.task(1).polls == 18  # type: ignore[union-attr]
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops, st.integers(0, 70))
+def test_log_stopped_midway_keeps_the_graph_of_the_engine_without_log(
+        program: list[tuple[str, int, int, int | None]], cut: int) -> None:
+    """Engine.stop_log (uprobe capture: nothing can rewind it): the graph is the
+    one an engine without a log folds; the log and its checkpoints are gone."""
+    events = build(program)
+    plain = engine(keep_log=False)
+    plain.feed_many(events)
+    e = engine(checkpoint_every=3)
+    e.feed_many(events[:cut])
+    e.stop_log()
+    e.feed_many(events[cut:])
+    assert view(e) == view(plain)
+    st_ = e.stats()
+    assert st_.log_entries == 0 and not st_.log_kept and len(e._cps) == 1
+    with pytest.raises(RewindUnavailable):
+        e.rewind_to(0)
