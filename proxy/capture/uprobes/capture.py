@@ -866,8 +866,8 @@ class UprobeCapture(CaptureBase):
         self._ret_closing = []
         self._ret_links = {}
         if self._lazy_close:
-            # The program dies (a kill), is gone, or is left to the stub (a
-            # hang-up): its hits are final now (it is stopped, or dead), and the
+            # The program dies (a kill) or is gone: its hits are final now
+            # (it is stopped, or dead), and the
             # kernel may take the int3s out after we go on (a uprobe's int3 is
             # the kernel's: a program running on meanwhile just counts). A link's close waits ~40 ms for grace periods (measured on
             # spin, kernel 6.18): a thread waits for it, and the proxy's exit
