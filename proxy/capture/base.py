@@ -82,11 +82,11 @@ class CaptureBase:
         return None
 
     def leaving(self) -> None:
-        """The session ends by a kill (vKill, k) or the client's hang-up (the
-        stub then kills or detaches the program): `uninstall` follows, and
-        nothing is planted again. A backend may take its things out without
-        waiting for them to be out (uprobes: a link's close waits ~40 ms for
-        the kernel's grace periods; the proxy's exit still waits for it)."""
+        """The session ends by a kill (vKill, k): `uninstall` follows, the
+        program dies, and nothing is planted again. A backend may take its
+        things out without waiting for them to be out (uprobes: a link's close
+        waits ~40 ms for the kernel's grace periods). Not called at a detach or
+        a hang-up: the program runs on and must be whole when the proxy is gone."""
         return None
 
     # -- the session's count probes (--probe)

@@ -193,7 +193,7 @@ class UprobeCapture(CaptureBase):
         # client breakpoints (the stub's view): software ones at sites we turned into hardware
         self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
         self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
-        self._lazy_close = False  # the links closed without waiting (leaving, exited)
+        self._lazy_close = False  # the links closed without waiting (a kill: leaving; exited)
         self._count_only_loaded = False  # the BPF program loaded is asyncrsp_count (count sites only)
         self._client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
         self._table: Any = None  # the session's BreakpointTable (target.extra)
@@ -866,12 +866,11 @@ class UprobeCapture(CaptureBase):
         self._ret_closing = []
         self._ret_links = {}
         if self._lazy_close:
-            # The program dies (a kill) or is gone: its hits are final now
-            # (it is stopped, or dead), and the
-            # kernel may take the int3s out after we go on (a uprobe's int3 is
-            # the kernel's: a program running on meanwhile just counts). A link's close waits ~40 ms for grace periods (measured on
-            # spin, kernel 6.18): a thread waits for it, and the proxy's exit
-            # waits for that thread, not the client.
+            # The program dies (a kill) or is gone: its hits are final now, and
+            # the kernel may take the int3s out after we go on. A link's close
+            # waits ~40 ms for grace periods (measured on spin, kernel 6.18): a
+            # daemon thread closes it, which nobody waits for (the kernel closes
+            # what is left when the proxy exits).
             if self._count:
                 self._final_hits = self._read_hits()
             for link in list(self._prog.links):
