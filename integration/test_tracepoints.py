@@ -153,6 +153,27 @@ def test_count_is_zero_without_calls(programs: dict[str, Path]) -> None:
     assert _counts(out) == (0, 0), out
 
 
+def test_packet_log_accounts_for_every_hit(programs: dict[str, Path], tmp_path: Path) -> None:
+    """scripts/packet-log on the proxy's ``--log-packets`` file: the frames of
+    the stub's trace buffer plus its stops at tracepoint addresses are every
+    hit, against the program's own count (400 calls, 4 threads): the entry
+    tracepoint 400, the rets together 400, as the proxy's stats say."""
+    from integration.harness import packetlog
+
+    require_tool("gdb", "gdbserver")
+    n, log = 400, tmp_path / "packets.log"
+    out = _count_run(programs["probe_count"], n, 4, [], extra=[*COUNT, "--log-packets", str(log)])
+    assert _counts(out) == (n, n), out
+    with log.open(encoding="latin-1") as fh:
+        hits = packetlog.trace_hits(packetlog.read_log(fh))
+    table = hits.table()
+    assert len(hits.tracepoints) == len(_code_sites(programs["probe_count"])), table
+    entry, *rets = sorted(hits.tracepoints, key=hits.tracepoints.__getitem__)
+    assert hits.hits(entry) == n, table
+    assert sum(hits.hits(r) for r in rets) == n, table
+    assert hits.drains >= 1, table
+
+
 # ----------------------------------------------------- the client's own tracing
 def test_client_runs_its_own_trace_experiment(programs: dict[str, Path]) -> None:
     require_tool("gdb", "gdbserver")
