@@ -112,6 +112,8 @@ def test_auto_counts_probes_with_uprobes(probe: str, client_bp: bool, programs: 
     assert "hidden stops: 0" in out, out
     assert re.search(r"capture: uprobes \([^)]*, attached\) - auto: uprobes available", out), out
     assert "uprobes: count sites only" in out, out  # the small BPF program: no poll site here
+    # attached from the client's first stop on (install_early), joined at the first resume
+    assert re.search(r"from the client's first stop on: the first resume came [\d.]+ ms later and waited [\d.]+ ms", out), out
     n = len(re.findall(r"^  (\w+): (\d+)$", out, re.M))
     assert f"--probe functions: {n}, all counted by uprobes (no stop)" in out, out
     assert f"planted 0 probe(s); {n} counted by uprobes without a stop" in err, err

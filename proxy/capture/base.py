@@ -10,6 +10,10 @@ with *procedures* (generators yielding `Exchange`s, see
   plants one per entry and ret; tracepoints and uprobes plant none).
 * `reads` / `hit`: at a hidden-breakpoint hit, the packets to read in the
   same exchange as the step-over, then their replies.
+* `install_early()` (backends with `installs_early`): at the client's
+  first stop of a process proven this host's, after `plan` and
+  `count_probes`: start the install now (True), ahead of the first resume,
+  which then calls `install` to finish it;
 * `install()` after planting, before the program first runs;
   `sync()` at a stop, before the proxy answers any graph question (drain);
   `uninstall()` at a stop, before detach / kill / hang-up / a backend switch.
@@ -81,6 +85,19 @@ class CaptureBase:
     def uninstall(self) -> Procedure | None:
         return None
 
+    # install_early may be asked (see the module docstring)
+    installs_early = False
+
+    def install_early(self) -> bool:
+        """Start installing before the first resume (the program stopped at the
+        client's first `?`, proven this host's; `plan` gave no hidden breakpoint
+        and `count_probes` took every --probe): True when started. The capture
+        then answers the client as installed; the session's `install` at the
+        first resume finishes it (its procedure, if any, runs then), and an
+        `uninstall` before that takes out what was started. Never talks to the
+        stub; False: nothing started, the first resume plans it all again."""
+        return False
+
     def leaving(self) -> None:
         """The session ends by a kill (vKill, k): `uninstall` follows, the
         program dies, and nothing is planted again. A backend may take its
@@ -108,6 +125,13 @@ class CaptureBase:
         (`child` is its ThreadId): take whatever this backend put in the
         parent's memory out of the child's copy. Hidden breakpoints are
         already removed by the session."""
+        return None
+
+    def dropped(self) -> None:
+        """The session drops this backend without an uninstall: its process is
+        gone (extended-remote: vRun, vAttach or R start another). Free what it
+        holds outside the stub without waiting (uprobes: the links, whose
+        close waits for the kernel). Talk to no one."""
         return None
 
     def exec_happened(self, path: str | None) -> None:

@@ -103,7 +103,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         if self.non_stop:
             self._emit(ToStubRaw(b"\x03"))  # gdb interrupts with vCont;t here; pass anything else on
             return
-        if self._proc is not None:
+        if self._proc is not None and not self._preparing:
             # Rule 8: the hidden stop in progress ends in a SIGINT stop.
             self._interrupt_pending = True
             self.stats.interrupts_during_hidden += 1
@@ -565,6 +565,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._g_size = len(body)  # the stub's register block: a G must match it
         self._snoop_reply(body)
         self._ns_reply_seen(body)
+        sr = None
         if body[:1] in (b"T", b"S") and is_stop_reply(body):  # the answer to `?`
             try:
                 sr = parse_stop_reply(body)
@@ -577,6 +578,9 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         if self._closing:
             return
         self._emit(ToClientRaw(raw))
+        if sr is not None and self._prepares_early():
+            # the capture's install starts here, ahead of the first resume (lifecycle.py)
+            self._start_proc(self._proc_prepare())
 
     def _snoop_reply(self, body: bytes) -> None:
         # A gdbserver that got no xmlRegisters answers target.xml without

@@ -115,6 +115,7 @@ class CaptureLifecycle(SessionBase):
         if self._capture_counts:
             self._fold_capture_counts()
         if self.capture is not None and self._capture_installed:
+            self._capture_call("dropped")  # uprobes: the old process's links closed
             self._keep_residue()
         self.bps.forget_all()
         self.probes.clear()
@@ -124,7 +125,7 @@ class CaptureLifecycle(SessionBase):
         if self.config.make_capture is not None:
             self.capture = None
         self.target = None
-        self._planted = False
+        self._planted = self._found = self._early = False
         self._program_exited = False
         self._left = False
         self._main_pid = None
@@ -185,6 +186,55 @@ class CaptureLifecycle(SessionBase):
     def _plant(self) -> Generator[Exchange, list[bytes], None]:
         """Find the program, plant the probes and install the capture (before it first runs)."""
         self._planted = True
+        if self._early:
+            # installed at the client's first stop (_proc_prepare): finish it
+            self._early = False
+            proc = self._capture_call("install")  # uprobes: the attach's thread joined
+            if proc is not None:
+                yield from proc
+            yield from self._uncounted_as_breakpoints()
+            self._planted_notice()
+            return
+        ident = yield from self._find_program()
+        probes: list[Probe] = []
+        if self.config.resolve_probes is not None:
+            try:
+                probes += self.config.resolve_probes(self.exec_file, self._entry)
+            except Exception as err:  # file problems come back as text
+                self._plant_failed = str(err)
+                self._emit(Notice(f"probes not planted: {err}"))
+        if self.config.open_target is not None:
+            self.target = self._open_target(ident)
+        if self.capture is None and self.config.make_capture is not None and self.mode != "off":
+            name = self.capture_name
+            inv = getattr(self.target, "inventory", None)
+            if name == "auto" and not probes and inv is not None and not inv.resume_fns:
+                # Nothing to capture or count: the backend that loads fastest
+                # (choosing among the others imported uprobes' modules, ~0.7 s of
+                # each session's start on a plain C program).
+                name = "breakpoints"
+            try:
+                self._new_capture(name, self.mode)
+            except ValueError as err:
+                self.capture_notice = f"capture {self.capture_name}: {err}; using breakpoints"
+                self._emit(Notice(self.capture_notice))
+                self._new_capture("breakpoints", self.mode)
+        self._count_probes = probes
+        # the probes the capture does not count itself become hidden breakpoints
+        yield from self._install_capture(unplanted=probes)
+        self._planted_notice()
+
+    def _planted_notice(self) -> None:
+        self._emit(Notice(f"planted {len(self.probes)} probe(s)"
+                          + (f"; {len(self._capture_counts)} counted by {self.capture.name} without a stop"
+                             if self._capture_counts and self.capture is not None else "")))
+
+    def _find_program(self) -> Generator[Exchange, list[bytes], Identity]:
+        """The program's file, pid, AT_ENTRY and host (the stub's exec-file and
+        auxv, then the identity proof): once per process, at the client's first
+        stop (_proc_prepare) or at the first resume."""
+        if self._found:
+            return self.identity
         if self.exec_file is None and feature_on(self.stub_features, "qXfer:exec-file:read"):
             (reply,) = yield Exchange((b"qXfer:exec-file:read::0,fff",))
             if reply[:1] in (b"l", b"m"):
@@ -209,38 +259,75 @@ class CaptureLifecycle(SessionBase):
             self.exec_file = self.config.local_exe(ident.host_pid) or self.exec_file
         elif ident.exe is not None and self.config.elf_path is None:
             self.exec_file = ident.exe  # the stub's path is not this host's (a mount namespace)
-        probes: list[Probe] = []
-        if self.config.resolve_probes is not None:
-            try:
-                probes += self.config.resolve_probes(self.exec_file, entry)
-            except Exception as err:  # file problems come back as text
-                self._plant_failed = str(err)
-                self._emit(Notice(f"probes not planted: {err}"))
-        if self.config.open_target is not None:
-            feats = frozenset(f.name for f in self.stub_features if f.value != "-")
-            self.target = self.config.open_target(self.exec_file, entry, ident.host_pid if ident.local else pid,
-                                                  feats)
-            self.target.identity, self.target.local = ident, ident.local
-        if self.capture is None and self.config.make_capture is not None and self.mode != "off":
-            name = self.capture_name
-            inv = getattr(self.target, "inventory", None)
-            if name == "auto" and not probes and inv is not None and not inv.resume_fns:
-                # Nothing to capture or count: the backend that loads fastest
-                # (choosing among the others imported uprobes' modules, ~0.7 s of
-                # each session's start on a plain C program).
-                name = "breakpoints"
-            try:
-                self._new_capture(name, self.mode)
-            except ValueError as err:
-                self.capture_notice = f"capture {self.capture_name}: {err}; using breakpoints"
-                self._emit(Notice(self.capture_notice))
-                self._new_capture("breakpoints", self.mode)
+        self._found = True
+        return ident
+
+    def _open_target(self, ident: Identity) -> object:
+        assert self.config.open_target is not None
+        feats = frozenset(f.name for f in self.stub_features if f.value != "-")
+        target = self.config.open_target(self.exec_file, self._entry,
+                                         ident.host_pid if ident.local else self._main_pid, feats)
+        target.identity, target.local = ident, ident.local
+        return target
+
+    def _prepares_early(self) -> bool:
+        """At a stop the client asked for (`?`, vRun, vAttach): may the capture
+        be installed now, ahead of the first resume (_proc_prepare)? Only for
+        --probe under a backend chosen by the session, in all-stop mode, with a
+        pid to prove."""
+        cfg = self.config
+        return (cfg.resolve_probes is not None and cfg.make_capture is not None and cfg.open_target is not None
+                and cfg.identify is not None and self.capture is None and self.mode != "off"
+                and not (self._planted or self._capture_installed or self._found or self.non_stop
+                         or self._closing or self.bps.client)
+                and self._proc is None and self._stop_pid() is not None)
+
+    def _proc_prepare(self) -> Procedure:
+        """The client's first stop of a process: the capture installed now when
+        it can start without the stub and without a stop (uprobes that only
+        count: `install_early`, the link attached in a thread), while the client
+        goes on with its own start; the first resume finishes it (_plant). The
+        program's identity is proven here for that: a host-side action needs it
+        first. Anything else (a remote program, a backend that plants hidden
+        breakpoints or leaves a --probe uncounted, a failure) is dropped
+        silently and done at the first resume as before. Client packets wait
+        meanwhile (three reads of the stub, the plan's few ms of CPU: what the
+        first resume paid for them before); a Ctrl-C meanwhile waits for the
+        next continue, as any while the program is stopped (core.client_interrupt)."""
+        self._preparing = True
+        try:
+            yield from self._prepare()
+        finally:
+            self._preparing = False
+        self._proc = None
+        if self._closing:
+            # the client hung up meanwhile: client_closed left it to this procedure's end
+            self._leave_for_hang_up()
+
+    def _prepare(self) -> Generator[Exchange, list[bytes], None]:
+        ident = yield from self._find_program()
+        if not ident.local or self._closing or self.bps.client:
+            return
+        assert self.config.resolve_probes is not None and self.config.make_capture is not None
+        try:
+            probes = self.config.resolve_probes(self.exec_file, self._entry)
+            target = self._open_target(ident)
+            cap = self.config.make_capture(self.capture_name, self.mode, target)
+        except Exception:  # noqa: BLE001 - said at the first resume, where it is tried again
+            return
+        if not probes or cap is None or not getattr(cap, "installs_early", False):
+            return
+        self.target, self.capture = target, cap
+        target.extra["client_breakpoints"] = self.bps
+        planned = self._capture_call("plan", target)
+        taken = self._capture_call("count_probes", list(probes))
+        if planned or set(taken or ()) != {p.addr for p in probes} or not self._capture_call("install_early"):
+            self.target = self.capture = None  # nothing started: all again at the first resume
+            return
         self._count_probes = probes
-        # the probes the capture does not count itself become hidden breakpoints
-        yield from self._install_capture(unplanted=probes)
-        self._emit(Notice(f"planted {len(self.probes)} probe(s)"
-                          + (f"; {len(self._capture_counts)} counted by {self.capture.name} without a stop"
-                             if self._capture_counts and self.capture is not None else "")))
+        self._capture_counts = {p.addr: p for p in probes}
+        self._capture_installed = True
+        self._early = True
 
     def _identify(self, pid: int | None, auxv: bytes | None) -> Generator[Exchange, list[bytes], Identity]:
         """Is the stub's process this host's, and which pid (proxy/identity.py)?
@@ -297,6 +384,9 @@ class CaptureLifecycle(SessionBase):
         if proc is not None:
             yield from proc
         self._capture_installed = True
+        yield from self._uncounted_as_breakpoints()
+
+    def _uncounted_as_breakpoints(self) -> Generator[Exchange, list[bytes], None]:
         if self._capture_counts and not self._capture_call("counting"):
             # the backend could not put its probes in (uprobes: the attach failed):
             # they are hidden breakpoints again, as under a backend that counts none
@@ -353,8 +443,11 @@ class CaptureLifecycle(SessionBase):
     def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]:
         name = name or self.capture_name
         mode = mode or self.mode
-        if self.capture is not None and self._planted:
-            yield from self._uninstall_capture()
+        if self.capture is not None and (self._planted or self._capture_installed):
+            # before the first resume only an early install (_proc_prepare): its
+            # probes are planted with the new backend at the first resume
+            yield from self._uninstall_capture(replant=self._planted)
+        self._early = False
         self.capture_name, self.mode = name, mode
         self.stats.capture_switches += 1
         if self.config.make_capture is None:

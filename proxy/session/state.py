@@ -184,6 +184,12 @@ class SessionBase:
         self._stop_pc_override: int | None = None
         self._interrupted_for_leave = False
         self._planted = False
+        # the program's file, pid, entry and host were found (lifecycle._find_program)
+        self._found = False
+        # the capture was installed at the client's first stop, ahead of the first
+        # resume, which finishes it (lifecycle._proc_prepare)
+        self._early = False
+        self._preparing = False  # _proc_prepare runs: the program stopped, no resume outstanding
         self._residues: list[Residue] = []  # dropped backends that still hide something (tracepoints)
         # The client's resolved qSymbol answers, by symbol: a backend made after
         # them gets them too (`_new_capture`). gdb resolves gdbserver's lookups at

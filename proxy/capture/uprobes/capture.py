@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import struct
 import time
 from collections import deque
@@ -112,11 +113,15 @@ BATCH = 2048  # records folded between two looks at the clock
 DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
 RETSITE_ROOM = 256  # room in the site table for learned return sites
 _MIN_KERNEL = (6, 6)  # uprobe_multi links
+# blocked in install_early's thread: they are the session's, taken in its main thread
+_ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGPIPE,
+                  signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
 class UprobeCapture(CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
+    installs_early = True  # count sites only: attached from the client's first `?` on (install_early)
 
     def __init__(
         self,
@@ -201,6 +206,13 @@ class UprobeCapture(CaptureBase):
         self._cookies: dict[int, int] = {}  # runtime addr -> cookie (index) of the attached sites
         self._final_hits: dict[int, int] = {}  # count-probe hits when the links closed
         self.attach_s: float | None = None
+        # install_early: the attach's thread, its (program, sites, error), when it started;
+        # how long the first resume waited for it, and how long it had run before
+        self._attaching: Any = None
+        self._early_result: tuple[B.Program | None, list[Site], BaseException | None] | None = None
+        self._attach_t0 = 0.0
+        self.attach_wait_s: float | None = None
+        self.attach_lead_s: float | None = None
         self.detach_s: float | None = None
         self.notices: list[str] = []
         self.children_cleaned = 0  # forked children whose copies of the probes were taken out
@@ -351,10 +363,12 @@ class UprobeCapture(CaptureBase):
         return not self._counts_only()
 
     def counting(self) -> bool:
+        self._settle()
         return self._prog is not None  # else the attach failed (``note`` says why)
 
     def probe_counts(self) -> dict[int, int]:
         """Hits of the count probes we took (runtime address -> executions so far)."""
+        self._settle()
         if self._prog is None:
             return dict(self._final_hits)
         return self._read_hits()
@@ -367,7 +381,11 @@ class UprobeCapture(CaptureBase):
 
     # ------------------------------------------------------------------ lifecycle
     def install(self) -> Procedure | None:
-        """Attach (program stopped). A procedure first turns the client's Z0s at sites into Z1s."""
+        """Attach (program stopped). A procedure first turns the client's Z0s at sites into Z1s.
+        After `install_early`: waits for its attach."""
+        if self._attaching is not None:
+            self._settle()
+            return None
         if self.plan_ is None or not self.plan_.sites or self._prog is not None:
             return None
         convert, leave_out = self._split_conflicts()
@@ -375,6 +393,67 @@ class UprobeCapture(CaptureBase):
             self._attach(leave_out)
             return None
         return self._proc_install(convert, leave_out)
+
+    def install_early(self) -> bool:
+        """The program is stopped at the client's first `?` and proven this host's,
+        the plan counts sites only and no client breakpoint is at one: the attach
+        starts now, in a thread, while the client goes on with its own start
+        (qXfer, qSymbol, its breakpoints; on GDB's testsuite ~30 ms before the
+        first resume), and the first resume only waits for what is left of it
+        (`install`). The link's attach waits 10-24 ms for the kernel's grace
+        periods, paid at every first resume before (~0.9 s over the testsuite's
+        63 uprobe sessions). From here on the capture answers as installed: m
+        replies over the sites are masked (their bytes may be int3s any moment
+        now) and the client's Z0 at a site becomes a Z1 (`attached`).
+
+        The thread blocks the process's signals (the session's handlers run in
+        its main thread), never touches the engine (`_take_links` runs in the
+        session's thread, at `_settle`), and is joined before anything reads or
+        closes the links (`_settle`); a session that ends before the first
+        resume closes them as at any leave. The keeper forks only once the
+        first resume has joined it (shell/keeper.py: its plan is empty until
+        the plant), and a fork of a process while this thread runs keeps no
+        link (the keeper closes every descriptor but two)."""
+        if self.plan_ is None or not self.plan_.sites or self._prog is not None or self._attaching is not None \
+                or not self._counts_only():
+            return False
+        convert, leave_out = self._split_conflicts()
+        if convert or leave_out or self._path is None:
+            return False
+        import threading
+
+        sites = list(self.plan_.sites)
+        self._early_result = None
+
+        def run() -> None:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+            try:
+                self._early_result = (self._attach_bpf(sites), sites, None)
+            except BaseException as err:  # noqa: BLE001 - raised again in the session's thread (_settle)
+                self._early_result = (None, sites, err)
+
+        self._attaching = threading.Thread(target=run, name="uprobe-attach", daemon=True)
+        self._attach_t0 = time.perf_counter()
+        self._attaching.start()
+        return True
+
+    def _settle(self) -> None:
+        """Wait for `install_early`'s attach and take its links (or its failure)."""
+        th = self._attaching
+        if th is None:
+            return
+        t0 = time.perf_counter()
+        th.join()
+        self.attach_wait_s = time.perf_counter() - t0
+        self.attach_lead_s = t0 - self._attach_t0
+        self._attaching = None
+        result, self._early_result = self._early_result, None
+        assert result is not None
+        prog, sites, err = result
+        if err is not None:
+            raise err
+        if prog is not None:
+            self._take_links(prog, sites)
 
     def _split_conflicts(self) -> tuple[list[int], set[int]]:
         """The client's Z0s already at sites: (made Z1 at install, sites left unprobed).
@@ -426,6 +505,15 @@ class UprobeCapture(CaptureBase):
         if leave_out:
             self.notices.append(f"uprobes: {len(leave_out)} sites left unprobed: the client has "
                                 "software breakpoints there and no debug register is free")
+        prog = self._attach_bpf(sites)
+        if prog is not None:
+            self._take_links(prog, sites)
+
+    def _attach_bpf(self, sites: list[Site]) -> B.Program | None:
+        """Load the BPF program, write its tables, attach the links (the kernel's
+        part: the attach waits 10-24 ms for grace periods). Runs in a thread
+        under `install_early`: touches no engine, decoder or mask (`_take_links`
+        does, in the session's thread); None when it failed (``note`` says why)."""
         count_only = self._counts_only()
         try:
             self._site_cap = len(sites) + (0 if count_only else RETSITE_ROOM)
@@ -433,7 +521,7 @@ class UprobeCapture(CaptureBase):
                                   **({"path": self.object_path} if self.object_path else {}))
         except B.BpfError as err:
             self.note = str(err)
-            return
+            return None
         try:
             prog.set_config(self._pid, self.stack_bytes, self._credits_wanted(), self.sample_every)
             # every poll recorded: the engine counts them, the kernel's instance totals
@@ -446,7 +534,7 @@ class UprobeCapture(CaptureBase):
             if self._path == self._given_path:
                 # replaced between the plan (which read the file the program runs)
                 # and now: the running file is only reachable through /proc/PID/exe
-                self._path, replaced = running_file(self._pid, self._path)
+                self._path, replaced = running_file(self._pid, self._path or "")
                 if replaced:
                     self.notices.append(replaced)
             # a vtable-polled function's rets: a link of their own (_returns_step closes it)
@@ -454,7 +542,7 @@ class UprobeCapture(CaptureBase):
             if len(main) < len(sites):
                 offsets = [sites[i].file_offset for i in main]
                 self._cookie_list = main
-            link = prog.attach(self._path, offsets, self._pid, self._cookie_list)
+            link = prog.attach(self._path or "", offsets, self._pid, self._cookie_list)
             # The kernel writes the int3s before the link is returned: check it did.
             # In 2 of 100 regsafety runs a link came back with no probe ever hit.
             # The cause found since: the corpus builder replaces binaries by rename
@@ -466,14 +554,15 @@ class UprobeCapture(CaptureBase):
                     break
                 self.attach_retries += 1
                 prog.detach(link)
-                link = prog.attach(self._path, offsets, self._pid, self._cookie_list)
+                link = prog.attach(self._path or "", offsets, self._pid, self._cookie_list)
             else:
                 if self._armed(sites) is False:
                     self.notices.append(f"uprobes: the kernel did not write the probes into process "
                                         f"{self._pid} (checked in /proc/{self._pid}/mem): nothing is captured")
             for g in sorted({s.group for s in sites if s.group}):
                 mine = [i for i, s in enumerate(sites) if s.group == g]
-                self._ret_links[g - 1] = prog.attach(self._path, [sites[i].file_offset for i in mine], self._pid, mine)
+                self._ret_links[g - 1] = prog.attach(self._path or "", [sites[i].file_offset for i in mine],
+                                                     self._pid, mine)
                 self._ret_fns[g - 1] = [i for i, s in enumerate(sites)
                                         if s.spec.kind == B.KIND_ENTRY and s.spec.fn == g - 1]
             self.attach_s = time.perf_counter() - t0
@@ -484,7 +573,14 @@ class UprobeCapture(CaptureBase):
         except B.BpfError as err:
             prog.close()
             self.note = str(err)
-            return
+            return None
+        except BaseException:
+            prog.close()  # a bug: no link of ours stays in the program (the session counts the error)
+            raise
+        return prog
+
+    def _take_links(self, prog: B.Program, sites: list[Site]) -> None:
+        """The attached program becomes the capture's (the session's thread)."""
         self._prog = prog
         self._count_only_loaded = prog.count_only
         self._ring = prog.ring()
@@ -524,7 +620,10 @@ class UprobeCapture(CaptureBase):
     def attached(self) -> bool:
         """The probes are the capture's: in, or out for the off part of a time slice
         (a client Z0 at a site must still become a Z1: the next slice puts the
-        int3 back, and the kernel would take a breakpoint byte there for its own)."""
+        int3 back, and the kernel would take a breakpoint byte there for its own),
+        or being attached (install_early: the int3s may be there any moment)."""
+        if self._attaching is not None:
+            return True
         return self._prog is not None and (bool(self._prog.links) or self._sliced_out)
 
     # ------------------------------------------------------------------ time slices
@@ -844,6 +943,11 @@ class UprobeCapture(CaptureBase):
         # the client's breakpoints made hardware go back as Z0s: only after the links are out
         self._lazy_close = not self._hw_converted
 
+    def dropped(self) -> None:
+        # the process is gone: nothing to restore, nobody waits for the close
+        self._lazy_close = True
+        self._close_links()
+
     def exited(self, sr: Any) -> Procedure | None:
         """The process is gone (W, X): nothing to restore, the links are closed
         without waiting. Not at an exec (T05exec): the links would probe the
@@ -856,6 +960,7 @@ class UprobeCapture(CaptureBase):
         return None
 
     def _close_links(self) -> None:
+        self._settle()
         if self._prog is None:
             return
         t0 = time.perf_counter()
@@ -902,6 +1007,7 @@ class UprobeCapture(CaptureBase):
         the program runs): the loop then spun, and each poll gave the unwinder
         its share again, so unwinding (and the stack slices it asks for, 8 KiB
         each, copied on the program's own time) took the consumer's whole CPU."""
+        self._settle()
         self._slice_step()
         self._tasks_step()
         self._returns_step()
@@ -915,6 +1021,7 @@ class UprobeCapture(CaptureBase):
         return None
 
     def sync(self) -> Procedure | None:
+        self._settle()
         if self.slice_duty < 1.0 and self._stopped_at is None:
             self._stopped_at = time.monotonic()
         if self._sliced_out and self._prog is not None:
@@ -1331,6 +1438,7 @@ class UprobeCapture(CaptureBase):
 
     # ------------------------------------------------------------------ stats
     def counters(self) -> dict[str, int]:
+        self._settle()
         return self._prog.counters() if self._prog is not None else dict(self._final_counters)
 
     def stats_lines(self) -> list[str]:
@@ -1341,6 +1449,9 @@ class UprobeCapture(CaptureBase):
         if self._count_only_loaded:
             lines.append("uprobes: count sites only (the BPF program asyncrsp_count): hits per site, no records"
                          + (f"; attached in {1e3 * self.attach_s:.1f} ms" if self.attach_s is not None else "")
+                         + (f", from the client's first stop on: the first resume came "
+                            f"{1e3 * (self.attach_lead_s or 0.0):.1f} ms later and waited "
+                            f"{1e3 * self.attach_wait_s:.1f} ms for it" if self.attach_wait_s is not None else "")
                          + (f"; other processes: {c['other pid']}" if c.get("other pid") else ""))
         elif c:
             lines.append(f"uprobe hits: {c.get('hits', 0)}; records: {c.get('records', 0)}; "

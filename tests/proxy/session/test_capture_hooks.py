@@ -16,7 +16,9 @@ from proxy.session.procedure import Exchange, Procedure
 from proxy.session.probes import Probe
 from rsp.framing import frame
 
-from .test_core import bodies, stop_at
+from rsp.threads import ThreadId
+
+from .test_core import THREAD, bodies, stop_at
 
 SITE = 0x401000
 
@@ -264,15 +266,15 @@ class CountingRecorder(Recorder):
         return {SITE: self.hits}
 
 
-def _counting_session(rec: Recorder) -> Session:
-    cfg = SessionConfig(
+def _counting_session(rec: Recorder, **cfg: object) -> Session:
+    return Session(SessionConfig(
         elf_path="/bin/true",
         resolve_probes=lambda path, entry: [Probe("probed", SITE)],
         make_capture=lambda name, mode, target: (rec if name == "recorder" else None) if mode != "off" else None,
         capture_name="recorder",
         open_target=lambda path, entry, pid, feats: Target(path, pid, True, feats),
-    )
-    return Session(cfg)
+        **cfg,  # type: ignore[arg-type]
+    ))
 
 
 def test_count_probes_taken_by_the_capture() -> None:
@@ -333,3 +335,189 @@ def test_count_probes_given_back_when_the_capture_cannot_count() -> None:
     assert SITE in s.probes and s.bps.proxy_only() == [(0, SITE, 1)]
     stub(s, stop_at(0x1000, reason=b""))
     assert "--probe functions: 1, all hidden breakpoints (a stop per call)" in s.stats_lines()
+
+
+# -- the early install (uprobes' install_early): from the client's first stop on --------------
+
+THREAD_STOP = stop_at(0x1000, reason=b"")  # the stub names the program's pid
+PID = str(ThreadId.parse(THREAD).pid or ThreadId.parse(THREAD).tid)
+
+
+class EarlyCounter(CountingRecorder):
+    """Counts every --probe and starts its install at the client's first stop (as uprobes
+    that only count: the link attached in a thread); `install` at the first resume finishes it."""
+
+    installs_early = True
+
+    def __init__(self, hits: int = 3, counts: bool = True, early: bool = True) -> None:
+        super().__init__(hits)
+        self.counts, self.early = counts, early
+
+    def install_early(self) -> bool:
+        self.calls.append("install_early")
+        return self.early
+
+    def install(self) -> None:  # type: ignore[override]
+        self.calls.append("install")  # joins the thread: no exchange
+
+    def uninstall(self) -> None:  # type: ignore[override]
+        self.calls.append("uninstall")  # the links closed: no exchange
+
+    def leaving(self) -> None:
+        self.calls.append("leaving")
+
+    def dropped(self) -> None:
+        self.calls.append("dropped")
+
+    def counting(self) -> bool:
+        self.calls.append("counting")
+        return self.counts
+
+
+def _early_session(rec: Recorder, *, local: bool = True) -> Session:
+    from proxy.identity import Identity
+
+    def identify(pid, auxv, path):  # type: ignore[no-untyped-def]
+        rec.calls.append(f"identify:{pid}")
+        return Identity(local, pid if local else None, pid, "test")
+        yield  # a procedure with no exchange
+
+    return _counting_session(rec, identify=identify)
+
+
+def _first_stop(s: Session) -> list[object]:
+    assert bodies(client(s, b"?"), ToStubRaw) == [frame(b"?")]
+    return stub(s, THREAD_STOP)
+
+
+def test_count_probes_installed_at_the_first_stop_the_first_resume_only_finishes() -> None:
+    """The install starts when the client sees the program's first stop (the
+    identity proven first), not at its first resume: the client's start
+    (qXfer, qSymbol, reads) overlaps uprobes' attach. Meanwhile the capture
+    answers as installed (the m reply over a probe is the capture's to mask);
+    the first resume joins it and forwards at once, with no Z0 ever planted."""
+    rec = EarlyCounter()
+    s = _early_session(rec)
+    acts = _first_stop(s)
+    assert bodies(acts, ToClientRaw) == [frame(THREAD_STOP)]  # the client has its answer first
+    assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"]
+    assert s._capture_installed and not s._planted and s._holds_program()
+    client(s, b"m%x,1" % SITE)
+    assert bodies(stub(s, b"cc"), ToClientRaw) == [frame(b"55")]  # the capture's view of the site
+    assert bodies(client(s, b"vCont;c"), ToStubRaw) == [frame(b"vCont;c")]
+    assert rec.calls[-2:] == ["install", "counting"]
+    assert s.bps.proxy_only() == [] and SITE not in s.probes
+    stub(s, stop_at(0x1000, reason=b""))
+    assert "--probe functions: 1, all counted by recorder (no stop)" in s.stats_lines()
+    assert "probe hits: 3" in s.stats_lines()
+
+
+def test_early_install_that_cannot_count_gives_the_probes_back_at_the_first_resume() -> None:
+    """The attach failed in its thread: the first resume learns it when it joins
+    (`counting`), and the probes are hidden breakpoints before the program runs."""
+    rec = EarlyCounter(counts=False)
+    s = _early_session(rec)
+    _first_stop(s)
+    assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
+    assert bodies(stub(s, b"OK"), ToStubRaw) == [frame(b"vCont;c")]
+    assert s.bps.proxy_only() == [(0, SITE, 1)] and SITE in s.probes
+
+
+def test_session_ended_before_the_first_resume_takes_the_early_install_out() -> None:
+    """A hang-up, a detach or a kill before the first resume: the links go as at
+    any leave (uninstall; a kill may close them without waiting), before the
+    stub hears of the detach or the kill."""
+    rec = EarlyCounter()
+    s = _early_session(rec)
+    _first_stop(s)
+    s.client_closed()
+    assert any(isinstance(a, Close) for a in s.take_actions())
+    assert rec.calls[-1] == "uninstall" and not s._capture_installed
+    for leave in (b"D", b"vKill;%x" % int(PID)):
+        rec = EarlyCounter()
+        s = _early_session(rec)
+        _first_stop(s)
+        assert bodies(client(s, leave), ToStubRaw) == [frame(leave)]
+        assert rec.calls[-1] == "uninstall" and ("leaving" in rec.calls) == leave.startswith(b"vKill")
+
+
+def test_no_early_install_for_a_remote_program_or_a_backend_that_declines() -> None:
+    """Not proven this host's, or the backend cannot start without the stub: nothing
+    is made at the first stop, and the first resume plans it all (the identity and
+    the program's file are not asked again)."""
+    rec = EarlyCounter()
+    s = _early_session(rec, local=False)
+    _first_stop(s)
+    assert rec.calls == ["identify:" + PID] and s.capture is None and s.target is None
+    client(s, b"vCont;c")
+    assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install", "counting"]
+    rec = EarlyCounter(early=False)
+    s = _early_session(rec)
+    _first_stop(s)
+    assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"] and s.capture is None
+    assert not s._capture_installed and not s._holds_program()
+
+
+def test_switch_before_the_first_resume_takes_the_early_install_out() -> None:
+    """A handover (the client writes code at a site) or `monitor async capture`
+    before the first resume: the early install is taken out at once (no hidden
+    breakpoint goes in before the first resume), and the first resume plans the
+    new backend with the probes."""
+    rec = EarlyCounter()
+    s = _early_session(rec)
+    _first_stop(s)
+    s._start_proc(s._proc_switch(None, "off"))
+    assert s.take_actions() == [] and rec.calls[-1] == "uninstall"
+    assert s.capture is None and not s._capture_installed and not s._early
+    assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
+
+
+def test_a_new_process_drops_the_early_install() -> None:
+    """Extended-remote: a vRun before the first resume (gdb killed the old process):
+    the backend frees what it holds without waiting (`dropped`), and the new
+    process's first stop starts again."""
+    rec = EarlyCounter()
+    s = _early_session(rec)
+    _first_stop(s)
+    assert bodies(client(s, b"vRun;"), ToStubRaw) == [frame(b"vRun;")]
+    assert "dropped" in rec.calls and s.capture is None and not s._early
+    rec.calls.clear()
+    stub(s, THREAD_STOP)
+    assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"]
+
+
+def test_ctrl_c_while_the_first_stop_prepares_waits_for_the_continue() -> None:
+    """The client's Ctrl-C while the proxy reads the stub for the early install:
+    the program is stopped and no resume is out, so it is kept for the next
+    continue (as any Ctrl-C while stopped), not taken for a hidden stop's."""
+    from rsp.packets.qsupported import Feature
+
+    rec = EarlyCounter()
+    s = _early_session(rec)
+    s.stub_features = [Feature("qXfer:auxv:read", "+")]
+    client(s, b"?")
+    assert bodies(stub(s, THREAD_STOP), ToStub) == [b"qXfer:auxv:read::0,1000"]
+    s.client_interrupt()
+    assert s.take_actions() == [] and s.stats.interrupts_during_hidden == 0
+    stub(s, b"l")
+    assert rec.calls[-1] == "install_early"
+    acts = client(s, b"vCont;c")
+    assert [a for a in acts if isinstance(a, ToStubRaw)] == [ToStubRaw(frame(b"vCont;c")), ToStubRaw(b"\x03")]
+
+
+def test_hang_up_while_the_first_stop_prepares() -> None:
+    """The client hangs up while the proxy reads the stub for the early install:
+    nothing is installed, and the session ends once the reads are in (or keeps
+    the stub for the next client, whose first resume plants as before)."""
+    from rsp.packets.qsupported import Feature
+
+    for keep in (False, True):
+        rec = EarlyCounter()
+        s = _early_session(rec)
+        s.stub_features = [Feature("qXfer:auxv:read", "+")]
+        client(s, b"?")
+        stub(s, THREAD_STOP)
+        s.client_closed(keep_stub=keep)
+        closes = [a for a in s.take_actions() + stub(s, b"l") if isinstance(a, Close)]
+        assert closes and closes[-1].keep_stub == keep
+        assert "install_early" not in rec.calls and not s._capture_installed
