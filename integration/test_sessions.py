@@ -211,3 +211,42 @@ def test_non_stop_stub_without_thread_ids_hides_a_workers_probe_hit(disable: str
         assert re.search(r"hit Breakpoint 1, (0x\w+ in )?unlock_worker \(", out), out[-3000:]
         assert "exited normally" in out, out[-3000:]
         assert "SIGTRAP" not in out and "not available" not in out, out[-3000:]
+
+
+@pytest.mark.parametrize("ui", ["target-non-stop", "non-stop"])
+def test_non_stop_stub_without_thread_ids_two_threads_at_hidden_probes(ui: str) -> None:
+    """gdbserver --disable-packet=T in non-stop mode, and threads that hit a
+    hidden probe at the same moment: one `S05` names neither, and gdbserver
+    reports the other's stop only later (a second %Stop). Every hit is
+    handled and resumed alone: probe_count's workers call probed() N times in
+    a loop; the probe counts exactly the calls the program printed, and the
+    client sees what it sees straight (its breakpoint in main, the exit).
+    Before: the proxy could not tell the two apart, gave the client the bare
+    `S05`s, gdb took them for main's - "PC register is not available" - and
+    GDB's stop-reply-no-thread-multi.exp timed out now and then under load."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness.programs import build
+
+    prog = build("probe_count")
+    n = 300
+    src = Path(__file__).parent / "programs" / "probe_count.c"
+    line = next(i for i, t in enumerate(src.read_text().splitlines(), 1) if 'printf("sum=' in t)
+    stub = f"gdbserver --once --disable-packet=T - {prog} {n} 3"
+    setup, cont = (["maint set target-non-stop on"], "continue") if ui == "target-non-stop" else \
+        (["set non-stop on"], "continue -a")
+    session = [f"break probe_count.c:{line}", cont, "monitor async stats", cont]
+    port = _port()
+    px = _Proc([sys.executable, "-m", "proxy", "serve", "--listen", f"127.0.0.1:{port}", "--once",
+                "--upstream", "|" + stub, "--capture", "breakpoints", "--probe", "^probed$"], b"listening on")
+    try:
+        out = _gdb(prog, [*setup, f"target remote 127.0.0.1:{port}", *session], timeout=120)
+        px.proc.wait(timeout=30)
+        printed = re.search(r"sum=(\d+) calls=(\d+)", px.text())
+    finally:
+        px.close()
+    assert re.search(r"Breakpoint 1, main \(", out), out[-3000:]
+    assert "exited normally" in out, out[-3000:]
+    assert "SIGTRAP" not in out and "not available" not in out, out[-3000:]
+    assert printed and printed.group(1) == str(n * n) and printed.group(2) == str(n), px.text()[-2000:]
+    assert re.search(r"^\s*probed: (\d+)$", out, re.M).group(1) == str(n), out[-3000:]  # type: ignore[union-attr]
+    assert f"hidden stops: {n}" in out, out[-3000:]

@@ -36,5 +36,13 @@ def resolve_probes(path: str | None, runtime_entry: int | None, patterns: Sequen
             continue
         shown = sym.demangled
         if any(r.search(shown) or r.search(sym.name) for r in regexes):
-            seen[sym.addr] = Probe(shown, sym.addr + bias)
+            # The first instruction's bytes let a hidden stop emulate it and
+            # resume once: the breakpoint never leaves the code. In non-stop
+            # mode a step over it would leave it out while other threads run
+            # by uncounted (emulate.py; a call to an unknown form still steps).
+            try:
+                code = elf.read(sym.addr, 8) or b""
+            except AnalysisError:
+                code = b""
+            seen[sym.addr] = Probe(shown, sym.addr + bias, code=code)
     return sorted(seen.values(), key=lambda p: p.addr)

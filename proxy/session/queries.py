@@ -330,6 +330,9 @@ class Queries(SessionBase):
         if s.shielded:
             lines.append(f"client packets answered E01, not forwarded (the stub could not take them): "
                          f"{s.shielded}; last: {self.shield_last}")
+        if s.ns_waited or s.ns_unplaced:
+            lines.append(f"non-stop stops without a thread: {s.ns_waited} placed after waiting for the stub's "
+                         f"next report, {s.ns_unplaced} given to the client unplaced")
         if s.hidden_interrupts:
             lines.append(f"hidden interrupts (capture drains): {s.hidden_interrupts}")
         if s.forks_cleaned:

@@ -129,6 +129,8 @@ class SessionStats:
     forks_cleaned: int = 0  # fork children whose copies of the proxy's breakpoints were removed
     hidden_forks: int = 0  # forks the client did not ask to hear of: child cleaned and detached
     interrupts_during_hidden: int = 0
+    ns_waited: int = 0  # non-stop stops without a thread placed after waiting for the stub's next report
+    ns_unplaced: int = 0  # ... given to the client as sent: their thread could not be told
     capture_errors: int = 0
     client_packets: int = 0
     shielded: int = 0  # client packets answered E01 by the proxy, never forwarded (shield.py)
@@ -231,6 +233,7 @@ class SessionBase:
         self._ns_actions: dict[tuple[int | None, int], ResumeAction] = {}  # the client's, per thread
         self._ns_default: ResumeAction | None = None  # ... and for the others
         self._ns_stepping: dict[tuple[int | None, int], tuple[BpKey, ResumeAction | None]] = {}
+        self._ns_held: set[tuple[int | None, int]] = set()  # stopped for the client, not resumed since
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
         self._g_asked = False  # the client's `g` is out: its reply gives the stub's register block size
         self._g_size: int | None = None

@@ -5,8 +5,10 @@ its thread alone, and runs the client's own %Stop/vStopped cycle."""
 from __future__ import annotations
 
 from proxy.session.actions import ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.nonstop import PLACE_ROUNDS, PLACE_WAIT, Seen, place_stops, siginfo_of
 from rsp.framing import frame, frame_notification
 from rsp.packets.qsupported import Feature
+from rsp.threads import ThreadId
 
 from .test_core import PROBE, THREAD, Driver, bodies, g_block, stop_at
 
@@ -56,56 +58,164 @@ def test_the_clients_stops_come_in_its_own_cycle() -> None:
     assert d.client(b"vStopped") == [ToClient(b"OK")]
 
 
-SIGINFO_TRAP = b"l" + (5).to_bytes(4, "little") + bytes(4) + (0x80).to_bytes(4, "little") + bytes(116)
+def _siginfo(signo: int, code: int) -> bytes:
+    return b"l" + signo.to_bytes(4, "little") + bytes(4) + code.to_bytes(4, "little") + bytes(116)
 
 
-def _thread_less_stop(main_running: bool, worker_g: bytes) -> tuple[Driver, list[object]]:
-    """gdbserver --disable-packet=T in non-stop mode, two threads: `S05` names
-    neither. The proxy lists the threads, asks which are stopped with
-    qXfer:siginfo:read (a running thread's fails) - never `g`: gdbserver would
-    keep a running thread's unavailable registers and write them back into it
-    later - then reads the stopped ones' registers."""
-    d = _non_stop_running()
+SIGINFO_TRAP = _siginfo(5, 0x80)  # an int3's SIGTRAP (SI_KERNEL)
+SIGINFO_STEP = _siginfo(5, 2)  # a single step's (TRAP_TRACE)
+SIGINFO = b"qXfer:siginfo:read::0,80"
+WORKER = b"p3a4d.3a51"
+
+
+def _thread_less(d: Driver, stop: bytes, threads: list[bytes], siginfo: list[bytes]) -> list[object]:
+    """gdbserver --disable-packet=T in non-stop mode: `stop` names no thread.
+    The proxy lists the threads and asks which are stopped with
+    qXfer:siginfo:read (a running thread's fails) - never `g`: gdbserver
+    would keep a running thread's unavailable registers and write them back
+    into it later. Returns what it sends after the answers."""
     d.s.stub_features = [Feature("qXfer:siginfo:read", "+")]
-    worker = b"p3a4d.3a51"
-    assert bodies(notify(d, b"S05"), ToStub) == [b"vStopped"]
-    assert bodies(d.stub(b"OK"), ToStub) == [b"qfThreadInfo"]
-    assert bodies(d.stub(b"m" + THREAD + b"," + worker), ToStub) == [b"qsThreadInfo"]
-    siginfo = b"qXfer:siginfo:read::0,80"
-    assert bodies(d.stub(b"l"), ToStub) == [b"Hg" + THREAD, siginfo, b"Hg" + worker, siginfo]
-    d.stub(b"OK")
-    d.stub(b"E01" if main_running else SIGINFO_TRAP)
-    d.stub(b"OK")
-    acts = d.stub(SIGINFO_TRAP)
-    stopped = [worker] if main_running else [THREAD, worker]
-    asks = [p for t in stopped for p in (b"Hg" + t, b"g")]
-    assert bodies(acts, ToStub) == asks
-    if not main_running:
+    assert bodies(notify(d, stop), ToStub) == [b"vStopped"]
+    return _look(d, threads, siginfo, drained=True)
+
+
+def _look(d: Driver, threads: list[bytes], siginfo: list[bytes], drained: bool = False) -> list[object]:
+    acts = d.stub(b"OK") if drained else []
+    if drained:
+        assert bodies(acts, ToStub) == [b"qfThreadInfo"]
+    assert bodies(d.stub(b"m" + b",".join(threads)), ToStub) == [b"qsThreadInfo"]
+    assert bodies(d.stub(b"l"), ToStub) == [p for t in threads for p in (b"Hg" + t, SIGINFO)]
+    acts = []
+    for answer in siginfo:
         d.stub(b"OK")
-        d.stub(g_block(0x1000))
-    d.stub(b"OK")
-    return d, d.stub(worker_g)
+        acts = d.stub(answer)
+    return acts
+
+
+def _regs(d: Driver, pcs: list[int]) -> list[object]:
+    acts: list[object] = []
+    for pc in pcs:
+        d.stub(b"OK")
+        acts = d.stub(g_block(pc))
+    return acts
+
+
+def test_place_stops_waits_for_the_stops_the_stub_has_not_reported() -> None:
+    """Every stop the proxy holds is one stopped thread's; a stopped thread
+    without one is a stop gdbserver has not reported yet."""
+    main, worker = ThreadId(0x3A4D, 0x3A50), ThreadId(0x3A4D, 0x3A51)
+    both = [Seen(main, 5, 0x80), Seen(worker, 5, 0x80)]
+    assert place_stops([(5, None)], both) == "wait"
+    assert place_stops([(5, None), (5, None)], both) == [0, 1]
+    assert place_stops([(5, None)] * 3, both) == "odd"
+    # a SIGTRAP stop is a thread's whose siginfo says SIGTRAP; S00 (stopped
+    # at the client's request, SIGSTOP) the other's
+    assert place_stops([(0, None), (5, None)], [Seen(main, 5, 0x80), Seen(worker, 19, 0)]) == [1, 0]
+    assert place_stops([(5, None), (5, None)], [Seen(main, 5, 0x80), Seen(worker, 19, 0)]) == "wait"
+    # `T05` without thread:, with its pc: the thread at that pc, once read
+    at = [Seen(main, 5, 0x80, 0x1000), Seen(worker, 5, 0x80, 0x2000)]
+    assert place_stops([(5, 0x2000), (5, None)], at) == [1, 0]
+    assert place_stops([(5, 0x3000), (5, None)], at) == "odd"
+    assert place_stops([(5, 0x2000), (5, None)], both) == [0, 1]  # pcs not read yet: counts only
+
+
+def test_siginfo_of_reads_signo_and_code() -> None:
+    assert siginfo_of(b"E01") is None
+    assert siginfo_of(SIGINFO_STEP) == (5, 2)
+    escaped = b"l" + (5).to_bytes(4, "little") + bytes(4) + b"}" + bytes((0x23 ^ 0x20,)) + bytes(3) + bytes(116)
+    assert siginfo_of(escaped) == (5, 0x23)
 
 
 def test_stop_without_a_thread_is_the_stopped_thread_at_a_probe() -> None:
     """stop-reply-no-thread-multi.exp with --probe: the worker hits a hidden
-    probe while main runs. The stop is the worker's (the only stopped thread,
-    at a proxy breakpoint): hidden, the client sees nothing."""
-    d, acts = _thread_less_stop(True, g_block(PROBE))
-    worker = b"p3a4d.3a51"
-    assert bodies(acts, ToStub) == [b"Hg" + worker, b"g"]  # its pc, as for any S05
+    probe while main runs. The stop is the worker's (the only stopped thread):
+    its pc read, hidden, the client sees nothing."""
+    d = _non_stop_running()
+    acts = _thread_less(d, b"S05", [THREAD, WORKER], [b"E01", SIGINFO_TRAP])
+    assert bodies(acts, ToStub) == [b"Hg" + WORKER, b"g"]  # only now: its stop is here, it stays stopped
     d.stub(b"OK")
-    assert bodies(d.stub(g_block(PROBE)), ToStub) == [b"Hg" + worker]
+    assert bodies(d.stub(g_block(PROBE)), ToStub) == [b"Hg" + WORKER]
     acts = d.stub(b"OK")
-    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;s:" + worker]  # that thread alone
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;s:" + WORKER]  # that thread alone
     assert d.stub(b"OK") == [] and d.stub(b"OK") == []
     assert d.s.stats.hidden_stops == 1
     assert d.client(b"vStopped") == [ToClient(b"OK")]  # nothing queued for the client
 
 
-def test_stop_without_a_thread_elsewhere_goes_to_the_client_as_sent() -> None:
-    """No stopped thread at a proxy breakpoint (the client's own stop, or a
-    thread that is stopped for the client somewhere else): not the proxy's."""
-    d, acts = _thread_less_stop(False, g_block(0x2000))
+def test_two_threads_at_hidden_probes_at_once_are_both_handled() -> None:
+    """Both threads trapped at the probe; gdbserver reported one (`S05`) and
+    has the other's pending (it ignores a resume of a thread whose stop it
+    has not reported). The proxy looks again until the second stop comes
+    (its own %Stop, while the proxy looks), then handles each thread: both
+    hits counted, each thread resumed alone, the client sees nothing."""
+    d = _non_stop_running()
+    acts = _thread_less(d, b"S05", [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_TRAP])
+    assert bodies(acts, ToStub) == [b"qfThreadInfo"]  # one stop, two stopped threads: look again
+    assert notify(d, b"S05") == []  # the second, while the proxy looks
+    acts = _look(d, [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_TRAP])
+    assert bodies(acts, ToStub) == [b"vStopped"]  # taken in
+    assert bodies(d.stub(b"OK"), ToStub) == [b"qfThreadInfo"]
+    acts = _look(d, [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_TRAP])
+    assert bodies(acts, ToStub) == [b"Hg" + THREAD, b"g", b"Hg" + WORKER, b"g"]
+    acts = _regs(d, [PROBE, PROBE])
+    stepped = []
+    for _ in range(2):
+        assert bodies(acts, ToStub) in ([b"Hg" + THREAD], [b"Hg" + WORKER])
+        acts = d.stub(b"OK")
+        assert bodies(acts, ToStub)[0] == f"z0,{PROBE:x},1".encode()
+        stepped.append(bodies(acts, ToStub)[1])
+        d.stub(b"OK")
+        acts = d.stub(b"OK")
+    assert sorted(stepped) == [b"vCont;s:" + THREAD, b"vCont;s:" + WORKER]
+    assert not [a for a in acts if isinstance(a, (ToClient, ToClientRaw))]
+    assert d.s.stats.hidden_stops == 2 and d.s.stats.probe_stats.total == 2
+    assert d.s.stats.ns_waited == 2
+    assert d.client(b"vStopped") == [ToClient(b"OK")]
+
+
+def test_a_step_onto_a_probe_is_the_clients_and_its_thread_held() -> None:
+    """A thread whose siginfo says it single-stepped (TRAP_TRACE) onto the
+    probe's address did not hit it: its stop goes to the client as sent, and
+    the thread stays the client's until resumed - a later stop is placed
+    without it."""
+    d = _non_stop_running()
+    acts = _thread_less(d, b"S05", [THREAD, WORKER], [b"E01", SIGINFO_STEP])
+    assert bodies(acts, ToStub) == [b"Hg" + WORKER, b"g"]
+    acts = _regs(d, [PROBE])
     assert acts == [ToClientRaw(frame_notification(b"Stop:S05"))]
     assert d.s.stats.hidden_stops == 0
+    assert d.client(b"vStopped") == [ToClient(b"OK")]
+    # main hits the probe; the worker is still stopped for the client
+    assert bodies(notify(d, b"S05"), ToStub) == [b"vStopped"]
+    acts = _look(d, [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_STEP], drained=True)
+    assert bodies(acts, ToStub) == [b"Hg" + THREAD, b"g"]
+    assert bodies(_regs(d, [PROBE]), ToStub) == [b"Hg" + THREAD]
+    assert bodies(d.stub(b"OK"), ToStub) == [f"z0,{PROBE:x},1".encode(), b"vCont;s:" + THREAD]
+    d.stub(b"OK")
+    d.stub(b"OK")
+    assert d.s.stats.ns_waited == 0 and d.s.stats.hidden_stops == 1
+    # the client resumes the worker: it is no longer held
+    d.client(b"vCont;c:" + WORKER)
+    assert WORKER not in [b"p%x.%x" % k for k in d.s._ns_held]  # type: ignore[str-format]
+
+
+def test_counts_that_never_meet_give_the_stop_as_sent() -> None:
+    """A stopped thread whose stop never comes (a model the proxy got wrong):
+    after PLACE_ROUNDS looks and PLACE_WAIT seconds the stop goes to the one
+    candidate if there is exactly one, else to the client as the stub sent it."""
+    now = [0.0]
+    d = Driver(clock=lambda: now[0])
+    d.client(b"QNonStop:1")
+    d.stub(b"OK")
+    d.client(b"vCont;c:p3a4d.-1")
+    d.stub(b"OK")
+    d.stub(b"OK")
+    acts = _thread_less(d, b"S05", [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_TRAP])
+    for _ in range(PLACE_ROUNDS - 1):
+        now[0] += PLACE_WAIT
+        assert bodies(acts, ToStub) == [b"qfThreadInfo"]
+        acts = _look(d, [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_TRAP])
+    assert bodies(acts, ToStub) == [b"Hg" + THREAD, b"g", b"Hg" + WORKER, b"g"]
+    acts = _regs(d, [PROBE, PROBE])  # two at the probe: cannot tell
+    assert acts == [ToClientRaw(frame_notification(b"Stop:S05"))]
+    assert d.s.stats.ns_unplaced == 1 and d.s.stats.hidden_stops == 0
