@@ -338,15 +338,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 return self._client_qxfer(body, raw)
             if head in (b"D", b"k") or body.startswith(b"vKill"):
                 return self._client_leave(body, raw)
-            if body.startswith((b"vRun;", b"vAttach;")):
-                self._new_process()  # its stop reply is snooped as `?`'s (_on_client_reply)
-                return self._forward(body, raw)
-            if head == b"R":
-                # Extended-remote restart: gdbserver answers nothing (it
-                # restarts the program and waits for the next request).
-                self._new_process()
-                self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
-                return None
+            if body.startswith((b"vRun;", b"vAttach;")) or head == b"R":
+                return self._client_new_process(body, raw)
             if head in (b"G", b"P") and self._stopped is not None:
                 self._stopped.pc = None  # the client may have moved the pc
             if head in (b"G", b"P", b"M", b"X") and self._stopped is not None:

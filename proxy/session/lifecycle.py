@@ -16,7 +16,7 @@ from rsp.threads import ThreadId
 
 from proxy.identity import UNDECIDED, Identity
 
-from .actions import Close, Notice, ToStubRaw
+from .actions import Close, Notice, ToStub, ToStubRaw
 from .breakpoints import BpKey
 from .probes import Probe
 from .procedure import Exchange, Procedure
@@ -106,12 +106,44 @@ class CaptureLifecycle(SessionBase):
         """The proxy has something in the program to take out before it goes."""
         return bool(self.bps.proxy_only()) or self._capture_installed or self._capture_interrupt
 
+    def _client_new_process(self, body: bytes, raw: bytes | None) -> None:
+        """vRun, vAttach, R: another process. If the one the proxy follows
+        still holds its things (a client that runs or attaches without a kill
+        first: gdbserver's vRun and vAttach start the new process beside the
+        old one, which runs on; gdb does so for a second inferior), they come
+        out of it first: the capture uninstalled (uprobes: the links closed,
+        waiting, as at a detach), the hidden breakpoints removed. Dropped, an
+        int3 left in the old process was a SIGTRAP nobody expected. Not at
+        `R`: gdbserver kills every process before it restarts."""
+        if body[:1] != b"R" and self._planted and not (self._left or self._program_exited):
+            self._start_proc(self._proc_new_process(body, raw))
+            return
+        self._new_process_then(body, raw)
+
+    def _proc_new_process(self, body: bytes, raw: bytes | None) -> Procedure:
+        yield from self._uninstall_capture(replant=False)
+        keys = self.bps.proxy_only()
+        if keys:
+            yield Exchange(tuple(z_packet(False, k) for k in keys))
+        self._proc = None
+        self._new_process_then(body, raw)
+
+    def _new_process_then(self, body: bytes, raw: bytes | None) -> None:
+        self._new_process()
+        if body[:1] == b"R":
+            # Extended-remote restart: gdbserver answers nothing (it restarts
+            # the program and waits for the next request).
+            self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+        else:
+            self._forward(body, raw)  # its stop reply is snooped as `?`'s (_on_client_reply)
+
     def _new_process(self) -> None:
         """Extended-remote: the client starts or attaches another process (vRun,
         vAttach, R). Nothing of the proxy's is in it: the capture is planned
         again for it at its first resume, and its graph starts fresh (a new
-        target). The old process is gone (gdb kills it first; `R` and vRun
-        make gdbserver kill it), so nothing is taken out of it."""
+        target). The old process is gone (gdb kills it first, `R` makes
+        gdbserver kill it, or it exited), or its things were taken out first
+        (_client_new_process): nothing is taken out of it here."""
         if self._capture_counts:
             self._fold_capture_counts()
         if self.capture is not None and self._capture_installed:
@@ -139,6 +171,7 @@ class CaptureLifecycle(SessionBase):
         self._resume = None
         self._interrupt_forwarded = self._interrupt_pending = self._interrupt_at_resume = False
         self._interrupted_for_leave = False
+        self._ns_held.clear()
         self.processes += 1
 
     def _proc_plant_then_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:

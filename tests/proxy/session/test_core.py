@@ -684,3 +684,33 @@ def test_hang_up_keeps_the_stub_only_in_all_stop_while_the_program_lives() -> No
     acts = n.s.take_actions()
     assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]
     assert not any(isinstance(a, Close) and a.keep_stub for a in acts)
+
+
+@pytest.mark.parametrize("request_", [b"vRun;", b"vAttach;3a60"])
+def test_another_process_without_a_kill_takes_the_probes_out_of_the_old_one(request_: bytes) -> None:
+    """Extended-remote: the client runs or attaches another process while the
+    one the proxy follows still lives (gdbserver's vRun and vAttach start the
+    new one beside it; gdb with a second inferior). The proxy's breakpoints
+    come out of the old process first - left in, one was a SIGTRAP nobody
+    expected - then the request goes on; the new process gets its own at its
+    first resume."""
+    d = Driver()
+    d.start_running()
+    assert bodies(d.stub(stop_at(0x1000)), ToClientRaw) == [frame(stop_at(0x1000))]
+    acts = d.client(request_)
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()]
+    assert not bodies(acts, ToStubRaw)
+    assert bodies(d.stub(b"OK"), ToStubRaw) == [frame(request_)]
+    assert d.s.processes == 2 and not d.s.bps.proxy
+
+
+def test_another_process_after_a_kill_goes_at_once() -> None:
+    """After a kill (gdb's `run` again) nothing of the proxy's is left: the
+    vRun goes to the stub as it is."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000))
+    assert bodies(d.client(b"vKill;3a4d"), ToStub) == [f"z0,{PROBE:x},1".encode()]
+    assert bodies(d.stub(b"OK"), ToStubRaw) == [frame(b"vKill;3a4d")]
+    d.stub(b"OK")
+    assert bodies(d.client(b"vRun;"), ToStubRaw) == [frame(b"vRun;")]
