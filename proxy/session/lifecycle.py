@@ -115,7 +115,8 @@ class CaptureLifecycle(SessionBase):
         waiting, as at a detach), the hidden breakpoints removed. Dropped, an
         int3 left in the old process was a SIGTRAP nobody expected. Not at
         `R`: gdbserver kills every process before it restarts."""
-        if body[:1] != b"R" and self._planted and not (self._left or self._program_exited):
+        if body[:1] != b"R" and (self._planted or self._capture_installed) \
+                and not (self._left or self._program_exited):  # _capture_installed: an early install
             self._start_proc(self._proc_new_process(body, raw))
             return
         self._new_process_then(body, raw)

@@ -472,18 +472,21 @@ def test_switch_before_the_first_resume_takes_the_early_install_out() -> None:
     assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
 
 
-def test_a_new_process_drops_the_early_install() -> None:
-    """Extended-remote: a vRun before the first resume (gdb killed the old process):
-    the backend frees what it holds without waiting (`dropped`), and the new
-    process's first stop starts again."""
-    rec = EarlyCounter()
-    s = _early_session(rec)
-    _first_stop(s)
-    assert bodies(client(s, b"vRun;"), ToStubRaw) == [frame(b"vRun;")]
-    assert "dropped" in rec.calls and s.capture is None and not s._early
-    rec.calls.clear()
-    stub(s, THREAD_STOP)
-    assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"]
+def test_a_new_process_takes_the_early_install_out() -> None:
+    """Extended-remote before the first resume: a vRun beside the old process (no
+    kill first) takes the early install out of it first, as at a detach; an `R`
+    (gdbserver kills every process) has the backend free what it holds without
+    waiting (`dropped`). The new process's first stop starts again."""
+    for new, gone in ((b"vRun;", "uninstall"), (b"R00", "dropped")):
+        rec = EarlyCounter()
+        s = _early_session(rec)
+        _first_stop(s)
+        assert bodies(client(s, new), ToStubRaw) == [frame(new)]
+        assert rec.calls[-1] == gone and s.capture is None and not s._early and not s._capture_installed
+        rec.calls.clear()
+        client(s, b"?")
+        stub(s, THREAD_STOP)
+        assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"]
 
 
 def test_ctrl_c_while_the_first_stop_prepares_waits_for_the_continue() -> None:
