@@ -55,12 +55,7 @@ def _code_byte(pid: int, addr: int) -> int:
 
 
 def _run_a_little(peer: RawPeer) -> None:
-    peer.send_packet(b"vCont;c")
-    assert peer.read_ack() == b"+"
-    time.sleep(0.3)
-    peer.send(b"\x03")
-    reply, _ = peer.read_packet()
-    peer.send(b"+")
+    reply = peer.run_a_little()
     assert reply[:1] == b"T", reply
 
 

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,51 @@ def test_non_stop_stub_without_thread_ids_two_threads_at_hidden_probes(ui: str) 
     assert printed and printed.group(1) == str(n * n) and printed.group(2) == str(n), px.text()[-2000:]
     assert re.search(r"^\s*probed: (\d+)$", out, re.M).group(1) == str(n), out[-3000:]  # type: ignore[union-attr]
     assert f"hidden stops: {n}" in out, out[-3000:]
+
+
+def test_extended_remote_run_beside_a_live_process_takes_the_probes_out_of_it() -> None:
+    """gdbserver --multi, a raw client: `vRun` while the first process still
+    lives (stopped, the hidden probe in it; gdbserver starts the second beside
+    it). The proxy takes its breakpoint out of the first process before the
+    vRun goes on: detached, the first process runs its 2 s loop through
+    probed() to its end ("spun ok"). Left in, the int3 killed it (SIGTRAP)
+    once detached."""
+    require_tool("gdbserver")
+    from integration.harness.programs import build
+    from integration.harness.rawrsp import RawPeer
+
+    prog = build("spin")
+    gport, pport = _port(), _port()
+    server = _Proc(["gdbserver", "--once", "--multi", f"127.0.0.1:{gport}"], b"Listening on port")
+    try:
+        px = _proxy(f"127.0.0.1:{gport}", pport, "--probe", "^probed$")
+        try:
+            peer = RawPeer.connect(f"127.0.0.1:{pport}")
+            peer.request(b"qSupported:multiprocess+;swbreak+;hwbreak+;vContSupported+")
+            assert peer.request(b"!") == b"OK"  # extended mode, as `target extended-remote`
+
+            def run(seconds: str) -> int:
+                stop = peer.request(b"vRun;%s;%s" % (str(prog).encode().hex().encode(), seconds.encode().hex().encode()))
+                m = re.search(rb"thread:p([0-9a-f]+)\.", stop)
+                assert stop[:1] == b"T" and m, stop
+                return int(m.group(1), 16)
+
+            first = run("2")
+            stop = peer.run_a_little()  # the probe goes in at the first resume
+            assert stop[:1] == b"T", stop
+            second = run("60")
+            assert second != first
+            assert peer.request(b"D;%x" % first) == b"OK"
+            assert peer.request(b"vKill;%x" % second) == b"OK"
+            deadline = time.monotonic() + 30
+            while "spun" not in server.text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            peer.close()
+        finally:
+            px.close()
+        log = px.text()
+    finally:
+        server.close()
+    out = server.text()
+    assert "spun ok" in out, out[-2000:] + log[-2000:]
+    assert "planted 1 probe(s)" in log, log

@@ -111,6 +111,16 @@ class RawPeer:
             raise AssertionError(f"bad checksum on the reply to {payload!r}")
         return expand_rle(reply)
 
+    def run_a_little(self, seconds: float = 0.3) -> bytes:
+        """`vCont;c`, then a Ctrl-C after `seconds`: the stop reply (acked)."""
+        self.send_packet(b"vCont;c")
+        assert self.read_ack() == b"+"
+        time.sleep(seconds)
+        self.send(b"\x03")
+        reply, _ = self.read_packet()
+        self.send(b"+")
+        return reply
+
     def closed(self, timeout: float = 5.0) -> bool:
         """True when the peer closes within ``timeout`` (data is discarded)."""
         deadline = time.monotonic() + timeout
