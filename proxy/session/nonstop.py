@@ -174,11 +174,44 @@ class NonStop(SessionBase):
         stops = [first] if first != b"OK" else []
         if stops:
             stops += yield from self._ns_drain()
+        yield from self._ns_status_held(stops)
         self._proc = None
         self._ns_queue.clear()
         self._ns_queue.extend(stops)
         self._ns_notified = bool(stops)
         self._reply(stops[0] if stops else b"OK")
+
+    def _ns_status_held(self, stops: list[bytes]) -> Procedure:
+        """`?` answers a stop for every thread whose stop gdbserver reported
+        and nobody resumed since: those are the client's now (_ns_held). A
+        stub that names no thread: when there are as many stopped threads
+        as stops, they are those threads; otherwise the ones not yet known
+        stay unknown (a later stop without a thread may then wait out the
+        bound, _ns_place)."""
+        self._ns_held.clear()
+        parsed = []
+        for body in stops:
+            try:
+                parsed.append(parse_stop_reply(body))
+            except MalformedPacket:
+                continue
+        for sr in parsed:
+            if sr.thread is not None:
+                self._ns_held.add(_key(sr.thread))  # type: ignore[arg-type]
+        unnamed = [sr for sr in parsed if self._ns_placeable(sr)]
+        if not unnamed:
+            return
+        threads = yield from self._ns_threads()
+        if len(threads) == 1:
+            self._ns_held.add(_key(threads[0]))  # type: ignore[arg-type]
+            return
+        if not threads or not feature_on(self.stub_features, "qXfer:siginfo:read"):
+            return
+        seen = yield from self._ns_seen(threads)
+        if self._ns_restore():
+            yield Exchange(self._ns_restore())
+        if len(seen) == len(unnamed):
+            self._ns_held.update(_key(t.thread) for t in seen)  # type: ignore[misc]
 
     def _ns_client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
         for action in resume.actions:

@@ -219,3 +219,24 @@ def test_counts_that_never_meet_give_the_stop_as_sent() -> None:
     acts = _regs(d, [PROBE, PROBE])  # two at the probe: cannot tell
     assert acts == [ToClientRaw(frame_notification(b"Stop:S05"))]
     assert d.s.stats.ns_unplaced == 1 and d.s.stats.hidden_stops == 0
+
+
+def test_the_threads_a_status_reply_names_without_a_thread_are_the_clients() -> None:
+    """`?` in non-stop mode: gdbserver answers a stop for every thread whose
+    stop it reported and nobody resumed. With as many stopped threads as
+    stops, those threads are the client's: a later stop without a thread is
+    placed without them, at once."""
+    d = _non_stop_running()
+    d.s.stub_features = [Feature("qXfer:siginfo:read", "+")]
+    assert bodies(d.client(b"?"), ToStub) == [b"?"]
+    assert bodies(d.stub(b"S05"), ToStub) == [b"vStopped"]
+    assert bodies(d.stub(b"S00"), ToStub) == [b"vStopped"]
+    acts = _look(d, [THREAD, WORKER], [SIGINFO_TRAP, _siginfo(19, 0)], drained=True)
+    assert acts == [ToClient(b"S05")]
+    assert d.client(b"vStopped") == [ToClient(b"S00")]
+    assert d.client(b"vStopped") == [ToClient(b"OK")]
+    d.client(b"vCont;c:" + WORKER)  # the worker runs again, main stays the client's
+    d.stub(b"OK")
+    acts = _thread_less(d, b"S05", [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_TRAP])
+    assert bodies(acts, ToStub) == [b"Hg" + WORKER, b"g"]  # main apart: no waiting
+    assert bodies(_regs(d, [PROBE]), ToStub) == [b"Hg" + WORKER]
