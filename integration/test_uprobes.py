@@ -407,7 +407,9 @@ def test_client_breakpoint_step_and_reads_over_a_probed_entry() -> None:
     assert "Breakpoint 2, probed" in proxied[5][1] and "exited normally" in proxied[-1][1]
 
 
-def test_detach_leaves_the_file_bytes_and_the_program_runs_to_its_exit() -> None:
+def _detach_and_check(steps_before: list[object], capture: str = "uprobes", wait_armed: bool = False) -> None:
+    """spin with the probe on `probed`: `steps_before`, a look at the probe's bytes (0xcc: probed),
+    gdb's `detach`, then the program's memory (the file's bytes back) and its exit (0, after 3 s)."""
     prog = cprogs.build("spin")
     site = _addr(prog, "probed")
     orig = _file_bytes(prog, "probed", 4)
@@ -415,7 +417,11 @@ def test_detach_leaves_the_file_bytes_and_the_program_runs_to_its_exit() -> None
     become_subreaper()  # once gdbserver lets it go, the program is our child: its status is ours
 
     def before(con: object, stub: Any, route: str) -> None:
-        seen["before"] = _mem(stub.find_inferior(), site, 4)
+        pid = stub.find_inferior()
+        until = time.monotonic() + (5 if wait_armed else 0)
+        while _mem(pid, site, 1) != b"\xcc" and time.monotonic() < until:
+            time.sleep(0.01)  # an attach in its thread (install_early) may still be on its way
+        seen["before"] = _mem(pid, site, 4)
 
     def after(con: object, stub: Any, route: str) -> None:
         pid = stub.find_inferior()
@@ -428,13 +434,24 @@ def test_detach_leaves_the_file_bytes_and_the_program_runs_to_its_exit() -> None
         seen["exit"] = code if code is not None else (int(m.group(1)) if m else None)
         seen["output"] = stub.output_text()
 
-    steps = ["break main", "continue", "delete", before, "detach", after]
-    _gdb_run(prog, ["3"], steps, ["^probed$"], "proxy")
+    _gdb_run(prog, ["3"], [*steps_before, before, "detach", after], ["^probed$"], "proxy", capture=capture)
     assert seen["before"][:1] == b"\xcc"  # probed while gdb held the program  # type: ignore[index]
     assert seen["alive"], "the program ended before it could be checked"
     assert seen["after"] == orig  # the links closed before the stub let it go
     # spin ran its 3 s and returned 0 (it prints "spun ok" just before)
     assert seen["exit"] == 0 or (seen["exit"] is None and "spun ok" in str(seen["output"])), seen
+
+
+def test_detach_leaves_the_file_bytes_and_the_program_runs_to_its_exit() -> None:
+    _detach_and_check(["break main", "continue", "delete"])
+
+
+def test_detach_before_the_first_resume_takes_the_early_uprobes_out() -> None:
+    """`--probe` under the default auto: the count uprobe is attached from gdb's `target
+    remote` on (the client's first stop, in a thread), before the program ever ran. A detach
+    right then: the link is closed before the stub lets the program go, which runs to its
+    exit with the file's bytes at the probe (no int3 of a link left behind)."""
+    _detach_and_check([], capture="auto", wait_armed=True)
 
 
 def test_more_client_breakpoints_at_probe_sites_than_debug_registers_hands_over() -> None:
