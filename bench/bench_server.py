@@ -23,6 +23,9 @@ most:
 * ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
                     watched;
 * ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-every`` the same with --uprobe-every: the coroutines created and
+                    completed inside one poll of their parent recorded too
+                    (by default they are counted in the kernel only);
 * ``uprobes-changes`` the same with --uprobe-changes: only the polls that
                     change the graph recorded, every poll counted in the kernel;
 * ``uprobes-rets``  the same with --uprobe-rets: the exits of resume functions
@@ -109,6 +112,7 @@ CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-rets": ["--capture", "uprobes", "--mode", "full", "--uprobe-rets"],
             "uprobes-changes": ["--capture", "uprobes", "--mode", "full", "--uprobe-changes"],
+            "uprobes-every": ["--capture", "uprobes", "--mode", "full", "--uprobe-every"],
             "uprobes-sampled-rets": ["--capture", "uprobes", "--sample", "64", "--uprobe-rets"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
@@ -117,7 +121,7 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
          "uprobes-sampled-rets", "uprobes-sliced",
          "uprobes-tasks-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
 

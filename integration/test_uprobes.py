@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from types import SimpleNamespace
 
@@ -986,32 +987,25 @@ def test_only_graph_changes_recorded_and_every_poll_counted(config: str) -> None
     assert any(ln.startswith("recorded: only the polls that changed the graph") for ln in lines), lines
 
 
-def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None:
-    """The corpus' keep-alive http_server under --uprobe-changes: a connection's
-    future is polled again and again in the same state (waiting for the next
-    request), which writes no record; its polls are counted in the kernel and
-    equal the server's own count exactly (`conn_polls`: the `Timed` wrapper
-    `conn_task` polls once per poll of its own; `connection` is inlined in the
-    release build), and so do the kernel's totals and the entry probes' hits
-    of every resume function."""
+def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture,
+                     at_stop: Callable[[], None] | None = None) -> tuple[str, dict[int, int], dict[str, int], list[str]]:
+    """The keep-alive http_server under `cap`: 400 requests on 2 connections, then
+    `at_stop` with the server stopped (SIGSTOP) and everything folded (`cap.sync`),
+    then /quit; `cap` synced after the exit and uninstalled. The server's output,
+    and after its exit the hits per site, the counters and the stats lines."""
     import http.client
 
     from integration.harness.stubs import free_port, port_listening
-    from proxy.capture.uprobes import bpf as B
 
-    prog = _binary("release", "http_server")
-    inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
-    eng = Engine(Catalog(inv, bias), keep_log=False)
     port = free_port()
     out_r, out_w = os.pipe()
     pid = spawn_stopped([str(prog), str(port)], stdout=out_w)
     os.close(out_w)
-    cap = UprobeCapture(unwind_share=0.0, record_changes=True)
     try:
         cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv,  # type: ignore[arg-type]
                                  bias=bias, engine=eng, note=None, extra={}))
-        assert cap.plan_ is not None and cap.changes
+        assert cap.plan_ is not None
         assert cap.install() is None and cap.attached, cap.note
         os.kill(pid, signal.SIGCONT)
         deadline = time.monotonic() + 30
@@ -1024,6 +1018,12 @@ def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None
             assert c.getresponse().read()
             if i % 50 == 0:
                 cap.poll()
+        if at_stop is not None:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.2)
+            cap.sync()
+            at_stop()
+            os.kill(pid, signal.SIGCONT)
         for c in conns:
             c.close()
         q = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -1032,18 +1032,37 @@ def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None
             q.getresponse().read()
         except OSError:
             pass  # the server may close the connection as it ends
-        _, status = os.waitpid(pid, 0)
+        os.waitpid(pid, 0)
         pid = 0
         cap.sync()
         assert cap._prog is not None
-        hits = cap._prog.site_hits(list(range(len(cap.plan_.sites))))
-        counters = cap.counters()
-        cap.uninstall()
+        after = (cap._prog.site_hits(list(range(len(cap.plan_.sites)))), cap.counters(), cap.stats_lines())
     finally:
         if pid:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         cap.uninstall()
+    with os.fdopen(out_r) as f:
+        return (f.read(), *after)
+
+
+def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None:
+    """The corpus' keep-alive http_server under --uprobe-changes: a connection's
+    future is polled again and again in the same state (waiting for the next
+    request), which writes no record; its polls are counted in the kernel and
+    equal the server's own count exactly (`conn_polls`: the `Timed` wrapper
+    `conn_task` polls once per poll of its own; `connection` is inlined in the
+    release build), and so do the kernel's totals and the entry probes' hits
+    of every resume function."""
+    from proxy.capture.uprobes import bpf as B
+
+    prog = _binary("release", "http_server")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = Engine(Catalog(inv, bias), keep_log=False)
+    cap = UprobeCapture(unwind_share=0.0, record_changes=True)
+    out, hits, counters, _lines = _http_server_run(prog, inv, eng, cap)
+    assert cap.changes and cap.plan_ is not None
     assert counters.get("drops", 0) == 0 and counters.get("scope misses", 0) == 0, counters
     kernel: dict[int, int] = {}
     for by_fn in (cap.polls_by_fn, cap.live_polls_by_fn):
@@ -1058,8 +1077,7 @@ def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None
     assert len(conn) == 1, [s.name for s in cap.plan_.sites]
     [fn] = conn
     assert kernel[fn] >= 800, kernel[fn]  # two polls a request at least
-    with os.fdopen(out_r) as f:
-        own = re.search(r"server done requests=(\d+) connections=\d+ conn_polls=(\d+)", f.read())
+    own = re.search(r"server done requests=(\d+) connections=\d+ conn_polls=(\d+)", out)
     assert own and int(own.group(1)) == 401, own
     assert kernel[fn] == int(own.group(2)), (kernel[fn], own.group(0))
     d = cap.decoder.stats  # type: ignore[union-attr]
@@ -1070,3 +1088,66 @@ def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None
     assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
     conn_ids = [t.id for t in eng.tasks() if t.parent is None and "conn_task" in (t.path or "")]
     assert conn_ids and sum(eng.timing.of(i).polls for i in conn_ids if eng.timing.of(i)) == kernel[fn]
+
+
+class _EntryCounting(Engine):
+    """Counts the entries fed per site (recorded, sent late, or read at a stop)."""
+
+    entries_by_site: dict[int, int]
+
+    def feed(self, ev: Any) -> Any:
+        if isinstance(ev, PollEnter):
+            self.entries_by_site = getattr(self, "entries_by_site", {})
+            self.entries_by_site[ev.site] = self.entries_by_site.get(ev.site, 0) + 1
+        return super().feed(ev)
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_nested_coroutines_done_in_one_poll_counted_not_recorded(config: str) -> None:
+    """Full mode (every poll recorded) elides the coroutines created and completed
+    inside one poll of their parent (uprobes.bpf.c CFG_ELIDE): in the keep-alive
+    http_server, the socket's `ready` future inside `write_all` (writable at once;
+    release) or the Mutex's `lock` (free; debug) writes no record.
+    Checked with the program stopped mid-run: every entry probe's hits = the
+    entries the engine got (recorded, sent late, or read at the stop) + the polls
+    elided in the kernel, per resume function, exactly; the engine took the elided
+    coroutines as finished tasks; then at the end the connection tasks' polls in
+    the graph equal the server's own count (`conn_polls`)."""
+    from proxy.capture.uprobes import bpf as B
+
+    prog = _binary(config, "http_server")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = _EntryCounting(Catalog(inv, bias), keep_log=False)
+    cap = UprobeCapture(unwind_share=0.0)
+    seen: dict[str, Any] = {}
+
+    def at_stop() -> None:  # everything folded, the held-back entries and elided counts read
+        assert cap._prog is not None and cap.plan_ is not None
+        seen.update(hits=cap._prog.site_hits(list(range(len(cap.plan_.sites)))), counters=cap.counters(),
+                    elided=cap.elided_by_fn(), entries=dict(eng.entries_by_site), eng_elided=eng._g.c.elided)
+
+    out, _hits, _counters, lines = _http_server_run(prog, inv, eng, cap, at_stop)
+    assert cap.elide and not cap.changes and cap.plan_ is not None
+    hits, counters, elided = seen["hits"], seen["counters"], seen["elided"]
+    assert counters.get("drops", 0) == 0 and counters.get("scope misses", 0) == 0, counters
+    assert counters.get("elided", 0) >= 300, counters  # about once a request at least
+    by_site: dict[int, int] = {}
+    for i, s in enumerate(cap.plan_.sites):
+        if s.spec.kind == B.KIND_ENTRY:
+            by_site[s.info.site] = by_site.get(s.info.site, 0) + hits.get(i, 0)
+    got = dict(seen["entries"])
+    for site, n in elided.items():
+        got[site] = got.get(site, 0) + n
+    assert {k: v for k, v in got.items() if v} == {k: v for k, v in by_site.items() if v}, (got, by_site, elided)
+    # nested coroutines only (release: the socket's `ready` inside the inlined write_all;
+    # debug: the Mutex's lock and acquire, ...), never a task's root
+    roots = {s.info.site for s in cap.plan_.sites if re.search(r"::(conn_task|backend|serve)\b", s.name)}
+    assert elided and not set(elided) & roots, (elided, roots)
+    assert 0 < seen["eng_elided"] <= counters["elided"], (seen["eng_elided"], counters)
+    own = re.search(r"server done requests=(\d+) connections=\d+ conn_polls=(\d+)", out)
+    assert own and int(own.group(1)) == 401, own
+    conn_ids = [t.id for t in eng.tasks() if t.parent is None and "conn_task" in (t.path or "")]
+    assert conn_ids and sum(eng.timing.of(i).polls for i in conn_ids if eng.timing.of(i)) == int(own.group(2))
+    assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
+    assert any(ln.startswith("recorded: every poll, but for coroutines created and completed") for ln in lines), lines

@@ -77,6 +77,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="uprobe capture, full mode: record only the polls that change the graph (a new "
                         "coroutine, state, parent or thread, a completion); repeat polls are counted in the "
                         "kernel, POLLS and BUSY stay exact (default: every poll recorded)")
+    p.add_argument("--uprobe-every", action="store_true",
+                   help="uprobe capture, full mode: record the coroutines created and completed inside one "
+                        "poll of their parent too (by default they are counted in the kernel, not recorded, "
+                        "and make no graph task: the graph at any stop is the same); for comparison")
     p.add_argument("--sample-time", type=_percent, metavar="PCT",
                    help="uprobe capture: time slices, the probes in for PCT%% of the running time (50 ms at a "
                         "time) and out for the rest (the program runs bare); counts, busy times and the graph "

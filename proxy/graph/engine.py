@@ -228,6 +228,14 @@ class Engine:
         self._reserved = ids
         self._g.reserved = ids
 
+    def elided(self, count: int) -> None:
+        """`count` coroutines were created and completed inside one poll of their
+        parent without being recorded (uprobe capture's full mode, CFG_ELIDE): each
+        takes the task id it would have had and counts as seen and finished, so the
+        ids and the finished count stay those of every poll recorded. Not in the
+        event log (uprobe capture keeps none)."""
+        self._g.skip_finished(count)
+
     @property
     def highest_id(self) -> int:
         return self._g.next_id - 1

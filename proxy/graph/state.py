@@ -169,6 +169,7 @@ class Counters:
     tasks_seen: int = 0
     completed_evicted: int = 0
     stale_evicted: int = 0
+    elided: int = 0  # finished without being recorded (Engine.elided)
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -405,6 +406,15 @@ class GraphState:
         if len(self.tasks) > self.limits.max_tasks:
             self._evict_stale()
         return rec
+
+    def skip_finished(self, count: int) -> None:
+        """Engine.elided: `count` tasks seen and finished, never in the table."""
+        for _ in range(max(count, 0)):
+            while self.next_id in self.reserved:
+                self.next_id += 1
+            self.next_id += 1
+        self.c.tasks_seen += max(count, 0)
+        self.c.elided += max(count, 0)
 
     def _supersede(self, rec: TaskRec) -> None:
         """The object's memory now holds another coroutine: the old one was dropped."""

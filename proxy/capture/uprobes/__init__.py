@@ -28,6 +28,8 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
         kw["sample_every"] = 64  # the kernel folds the counts: one root poll in 64 recorded
     if opts.get("uprobe_changes"):
         kw["record_changes"] = True  # type: ignore[assignment]
+    if opts.get("uprobe_every"):
+        kw["elide_nested"] = False  # type: ignore[assignment]
     if opts.get("uprobe_rets"):
         kw["learn_returns"] = False  # type: ignore[assignment]
     share = opts.get("sample_time")

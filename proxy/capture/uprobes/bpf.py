@@ -50,11 +50,12 @@ CFG_DEDUPE = 1  # drop a hit that repeats the thread's last (ip, sp): two links 
 CFG_OFF = 2  # the program returns at once (the benchmark's floor: the traps alone)
 CFG_NOFOLD = 4  # every poll recorded: no instance totals in the kernel, no KIND_STATS records
 CFG_CHANGES = 8  # only what changes the graph recorded, every poll folded in the kernel
+CFG_ELIDE = 16  # full mode: coroutines created and completed inside one poll of their parent write no record
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 # struct inst_stats: polls, raw ns, hits, recorded polls, then (CFG_CHANGES) its last poll's parent, thread, state
 INST_STATS = struct.Struct("<QQQQQIIQ")
-# struct thread_state (a thread's task-local storage): hits, depth, recording, last ip, last sp, epoch, pad,
-# then MAX_DEPTH scopes: sp self ts hits ret state fn recorded state_off state_size cookie flags pad ip
+# struct thread_state (a thread's task-local storage): hits, depth, recording, last ip, last sp, epoch, elided,
+# then MAX_DEPTH scopes: sp self ts hits ret state fn recorded state_off state_size cookie flags elided_before ip
 THREAD_HEAD = struct.Struct("<QIIQQII")
 SCOPE = struct.Struct("<QQQQQQIIIIIHHQ")
 MAX_DEPTH = 32
@@ -69,7 +70,7 @@ CHUNK = 256
 STACK_MAX = 16384
 
 COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries",
-            "skipped", "stats lost", "duplicates", "uncovered", "retsite other", "flushed")
+            "skipped", "stats lost", "duplicates", "uncovered", "retsite other", "flushed", "elided")
 
 
 class BpfError(Exception):
@@ -185,8 +186,8 @@ class Program:
         self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, name))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
-            for name in ("events", "sites", "config", "counters", "site_hits", "instances", "retsites",
-                         "rets_seen", "tstate")
+            for name in ("events", "sites", "config", "counters", "site_hits", "site_elided", "instances",
+                         "retsites", "rets_seen", "tstate")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -208,7 +209,8 @@ class Program:
         ok = False
         try:
             ring = PAGE if count_only else _pow2_pages(ring_bytes)
-            sizes = [("events", ring), ("sites", max(max_sites, 1)), ("site_hits", max(max_sites, 1))]
+            sizes = [("events", ring), ("sites", max(max_sites, 1)), ("site_hits", max(max_sites, 1)),
+                     ("site_elided", max(max_sites, 1))]
             if count_only:  # the LRU map's 262144 entries are preallocated: ~0.1 s
                 sizes += [("instances", 1), ("retsites", 1), ("rets_seen", 1)]
             for name, n in sizes:
@@ -273,28 +275,36 @@ class Program:
         """Only what changes the graph is recorded; every poll folded in `instances`."""
         self._set_flag(CFG_CHANGES, on)
 
-    def pending_entries(self, tid: int) -> list[tuple[tuple[int, ...], tuple[int, int] | None]]:
-        """CFG_CHANGES, the program stopped: the entries of thread `tid`'s polls in
-        progress that went out as no record (its scope stack in its task storage,
-        read through a pidfd of the thread), bottom first, as SCOPE tuples with the
-        (self, fn) of the poll each runs inside; they are marked recorded, so their
-        exits go out."""
+    def set_elide(self, on: bool) -> None:
+        """Full mode: coroutines created and completed inside one poll of their parent
+        write no record (counted per site in `site_elided`, per thread for the engine's ids)."""
+        self._set_flag(CFG_ELIDE, on)
+
+    def pending_entries(self, tid: int) -> tuple[list[tuple[tuple[int, ...], tuple[int, int] | None]], int]:
+        """CFG_CHANGES or CFG_ELIDE, the program stopped: the entries of thread `tid`'s
+        polls in progress that went out as no record (its scope stack in its task
+        storage, read through a pidfd of the thread), bottom first, as SCOPE tuples
+        with the (self, fn) of the poll each runs inside; they are marked recorded, so
+        their exits go out. With them, the coroutines elided on the thread since its
+        last record (CFG_ELIDE; taken: set to 0)."""
         try:
             pidfd = os.pidfd_open(tid, PIDFD_THREAD)
         except OSError:
-            return []  # gone, or a kernel without thread pidfds
+            return [], 0  # gone, or a kernel without thread pidfds
         try:
             lib = self._lib.lib
             key = ctypes.c_int(pidfd)
             size = THREAD_HEAD.size + MAX_DEPTH * SCOPE.size
             val = ctypes.create_string_buffer(size)
             if lib.bpf_map_lookup_elem(self.fds["tstate"], ctypes.byref(key), val) != 0:
-                return []  # no hit on this thread yet
+                return [], 0  # no hit on this thread yet
             head = THREAD_HEAD.unpack_from(val.raw)
-            depth, epoch = head[1], head[5]
+            depth, epoch, elided = head[1], head[5], head[6]
             if epoch != getattr(self, "_epoch", 0):
-                return []  # stale: emptied at the thread's next hit
+                return [], 0  # stale: emptied at the thread's next hit
             raw = bytearray(val.raw)
+            if elided:
+                struct.pack_into("<I", raw, THREAD_HEAD.size - 4, 0)
             out: list[tuple[tuple[int, ...], tuple[int, int] | None]] = []
             below: tuple[int, int] | None = None
             for i in range(min(depth, MAX_DEPTH)):
@@ -303,11 +313,12 @@ class Program:
                 if not sc[7]:  # recorded
                     out.append((sc, below))
                     struct.pack_into("<I", raw, off + 52, 1)
+                    struct.pack_into("<H", raw, off + 70, 0)  # elided_before: taken
                 below = (sc[1], sc[6])  # self, fn
-            if out:
+            if out or elided:
                 buf = ctypes.create_string_buffer(bytes(raw), size)
                 lib.bpf_map_update_elem(self.fds["tstate"], ctypes.byref(key), buf, 2)  # BPF_EXIST
-            return out
+            return out, elided
         finally:
             os.close(pidfd)
 
@@ -381,13 +392,14 @@ class Program:
             out[name] = sum(struct.unpack_from(f"<{self.ncpus}Q", buf.raw))
         return out
 
-    def site_hits(self, cookies: list[int]) -> dict[int, int]:
-        """Hits of each site (cookie = its index), summed over CPUs."""
+    def site_hits(self, cookies: list[int], which: str = "site_hits") -> dict[int, int]:
+        """Hits of each site (cookie = its index), summed over CPUs (`which`="site_elided":
+        the polls elided there, CFG_ELIDE)."""
         out: dict[int, int] = {}
         buf = ctypes.create_string_buffer(8 * self.ncpus)
         for c in cookies:
             k = ctypes.c_uint32(c)
-            if self._lib.lib.bpf_map_lookup_elem(self.fds["site_hits"], ctypes.byref(k), buf) == 0:
+            if self._lib.lib.bpf_map_lookup_elem(self.fds[which], ctypes.byref(k), buf) == 0:
                 out[c] = sum(struct.unpack_from(f"<{self.ncpus}Q", buf.raw))
         return out
 

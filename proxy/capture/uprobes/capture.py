@@ -51,7 +51,18 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   none of them (a rewind needs a stub that executes in reverse, rr, and
   uprobes capture runs on a live process only). By default every poll is
   recorded (the kernel folds nothing, ``set_nofold``: the engine counts each
-  one).
+  one), except the coroutines created and completed inside one poll of their
+  parent (``elide_nested``, ``set_elide``; ``--uprobe-every`` turns it off):
+  such a poll writes no record, it is counted per entry site in the kernel
+  (``site_elided``, read for ``stats``) and per thread, and the next record of
+  the thread carries that count, which the engine takes as finished tasks
+  (``Engine.elided``: their task ids skipped, the finished count kept). Their
+  entries are held back in their scopes and go out late when anything else
+  happens inside them or they do not complete; at a stop ``sync`` reads the
+  held-back ones out of the threads' scope stacks (``pending_entries``), so the
+  graph at any stop is the one every poll recorded gives. Not there: the
+  elided coroutines' own rows in ``top`` and ``tasks --all`` (finished, never
+  graph tasks) and their polls in the histograms.
 * Return sites (``_returns_step``): a resume function polled through a
   vtable starts with its exits on its rets (single-stepped by the kernel, a
   link of their own) while the BPF side notes each poll's return address;
@@ -148,6 +159,7 @@ class UprobeCapture(CaptureBase):
         learn_entries: int = 300,
         learn_returns: bool = True,
         record_changes: bool = False,
+        elide_nested: bool = True,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -258,6 +270,11 @@ class UprobeCapture(CaptureBase):
         # slices, tasks mode or entries only: their records are chosen otherwise)
         self.changes = (record_changes and self.sample_every <= 1 and self.slice_duty >= 1.0
                         and not tasks_only and not entry_only)
+        # full mode with every other poll recorded: coroutines created and completed inside one poll
+        # of their parent write no record (CFG_ELIDE; exits needed: not in entry-only mode)
+        self.elide = (elide_nested and not self.changes and self.sample_every <= 1 and self.slice_duty >= 1.0
+                      and not tasks_only and not entry_only)
+        self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
         self._ret_links: dict[int, int] = {}  # fn index -> the link of its rets (while probed)
         self._ret_closing: list[Any] = []  # threads closing rets' links
@@ -538,6 +555,7 @@ class UprobeCapture(CaptureBase):
             # (and a KIND_STATS record per new life: ~2 a request on the axum service) are not read
             prog.set_nofold(not self._folded)
             prog.set_changes(self.changes)
+            prog.set_elide(self.elide)
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]
@@ -1042,7 +1060,7 @@ class UprobeCapture(CaptureBase):
             self._fold(budget_s=None)
             self._end_slice(self._prog)
         self._fold(budget_s=None)
-        if self.changes:
+        if self.changes or self.elide:
             self._feed_pending()
         if self._folded:
             self._apply_kernel_totals()
@@ -1056,11 +1074,36 @@ class UprobeCapture(CaptureBase):
         """Polls are counted in the kernel (sampling, or only changes recorded)."""
         return self.sample_every > 1 or self.changes
 
+    def elided_by_fn(self) -> dict[int, int]:
+        """Resume function (runtime low_pc) -> its polls elided (CFG_ELIDE), from the kernel."""
+        if self._prog is None or self.decoder is None:
+            return {}
+        sites = self.decoder.sites
+        out: dict[int, int] = {}
+        for cookie, n in self._prog.site_hits(list(range(len(sites))), "site_elided").items():
+            if n and sites[cookie].kind == B.KIND_ENTRY:
+                out[sites[cookie].site] = out.get(sites[cookie].site, 0) + n
+        return out
+
+    def elided_line(self, c: dict[str, int]) -> str:
+        by_fn = self.elided_by_fn()
+        names = ""
+        if by_fn and self.engine is not None:
+            cat = self.engine.catalog
+            top3 = sorted(by_fn.items(), key=lambda kv: -kv[1])[:3]
+            names = " (" + ", ".join(f"{cat.type_key(site)}: {n:,}" for site, n in top3) + \
+                (", ..." if len(by_fn) > 3 else "") + ")"
+        return (f"recorded: every poll, but for coroutines created and completed inside one poll of their "
+                f"parent: {c.get('elided', 0):,} such polls counted in the kernel, not recorded{names}; they "
+                "are finished tasks that take their ids (not in top or tasks --all); entries held back "
+                f"and sent late: {c.get('flushed', 0):,}, read at stops: {self.pending_fed:,}")
+
     def _feed_pending(self) -> None:
-        """At a stop (only changes recorded): the polls in progress whose entries
-        went out as no record, fed to the engine from each thread's scope stack
-        (bottom first, after every record), and marked recorded in the kernel so
-        that their exits go out."""
+        """At a stop (only changes recorded, or nested coroutines elided): the polls
+        in progress whose entries went out as no record, fed to the engine from each
+        thread's scope stack (bottom first, after every record), and marked recorded
+        in the kernel so that their exits go out; with each, the coroutines elided on
+        the thread before it, and then those elided since (their task ids in order)."""
         prog, engine, dec = self._prog, self.engine, self.decoder
         if prog is None or engine is None or dec is None or not self._pid:
             return
@@ -1069,8 +1112,12 @@ class UprobeCapture(CaptureBase):
         except OSError:
             return
         for tid in tids:
-            for sc, below in prog.pending_entries(tid):
-                sp, self_ptr, ts, _hits, ret, state, _fn, _rec, _off, _size, cookie, flags, _pad, _ip = sc
+            pending, elided = prog.pending_entries(tid)
+            for sc, below in pending:
+                sp, self_ptr, ts, _hits, ret, state, _fn, _rec, _off, _size, cookie, flags, before, _ip = sc
+                if before:  # elided before it (CFG_ELIDE): their task ids come first
+                    engine.elided(before)
+                    self.elided_at_stops += before
                 if cookie >= len(dec.sites):
                     continue
                 p_site = self._fn_site.get(below[1]) if below is not None else None
@@ -1078,6 +1125,9 @@ class UprobeCapture(CaptureBase):
                                         state if flags & F_STATE else None, ts,
                                         (below[0], p_site) if below is not None and p_site else None))
                 self.pending_fed += 1
+            if elided:  # elided since the thread's last record, after the polls in progress began
+                engine.elided(elided)
+                self.elided_at_stops += elided
 
     def _credit(self, tot: InstanceTotals, engine: Engine) -> None:
         """An instance's exact totals (closed: its address starts a new life, or it
@@ -1249,6 +1299,9 @@ class UprobeCapture(CaptureBase):
             ev = decode(buf, off, n)
             if ev is None:
                 continue
+            if dec.elided:  # coroutines elided on the record's thread before it (full mode)
+                engine.elided(dec.elided)
+                dec.elided = 0
             if type(ev) is InstanceTotals:
                 self._credit(ev, engine)
                 continue
@@ -1485,6 +1538,8 @@ class UprobeCapture(CaptureBase):
                 lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
                              f"{self.closed_polls:,} of completed or dropped ones; {unseen:,} polls of instances "
                              "the graph never saw (not in top)")
+        if self.elide:
+            lines.append(self.elided_line(c))
         if self.sample_every > 1:
             lines.append(f"sampling: one root poll in {self.sample_every} per coroutine instance recorded (at random), "
                          f"with the polls nested in it, and every new instance's first; hits not recorded: "

@@ -28,6 +28,10 @@ What the engine gets:
   starts a new life, the old one's polls, raw ns and hits go out first): an
   ``InstanceTotals``, not an event; the capture credits it to the engine's
   node at that address;
+* the coroutines created and completed inside one poll of their parent that
+  went out as no record (full mode, ``CFG_ELIDE``): counted on the next record
+  of their thread (``F_ELIDED``, the count in ``rax``), left in
+  ``Decoder.elided`` for the capture to give the engine before that record's event;
 * a completion's exit when only graph changes are recorded (``F_TOTALS``: the
   instance's totals in ret/rax/ip, its function's index + 1 in
   ``stack_len``): the ``PollExit``, and its ``InstanceTotals`` left in
@@ -46,7 +50,7 @@ from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit
 from proxy.graph.fast import slot_maker
 
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_STATS = 0, 1, 2, 4
-F_SELF, F_STATE, F_TOTALS, F_PARENT = 1, 2, 8, 16
+F_SELF, F_STATE, F_TOTALS, F_PARENT, F_ELIDED = 1, 2, 8, 16, 32
 
 EXIT_REC = struct.Struct("<HHIIIQQQQQQQ")  # kind flags cookie tid stack_len ts ip sp self ret rax state
 # ... then rbp rbx r12 r13 r14 r15, parent self, parent sp, parent fn, pad, stack bytes
@@ -120,6 +124,9 @@ class Decoder:
         self.seq = first_seq - 1
         self.stats = DecodeStats()
         self.totals: InstanceTotals | None = None  # the last exit's (F_TOTALS), until the capture takes it
+        # coroutines elided on a thread before the last records (F_ELIDED: in rax), until the capture
+        # gives them to the engine (Engine.elided) before feeding the record's event
+        self.elided = 0
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -141,6 +148,8 @@ class Decoder:
             st.bad += 1
             return None
         kind, flags, cookie, tid, slen, ts, _ip, sp, self_ptr, ret, _rax, state = _unpack_exit(buf, off)
+        if flags & F_ELIDED:
+            self.elided += _rax
         if kind == KIND_STATS:  # cookie = the function's index, ret/rax/state/ip = the totals
             st.closed += 1
             return InstanceTotals(self_ptr, cookie, ret, _rax, state, _ip)

@@ -114,6 +114,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_UNCOVERED 4 /* an entry whose return site is not probed: its exit will not be seen */
 #define F_TOTALS 8 /* a completion's exit (CFG_CHANGES): its instance's totals in ret, rax, ip */
 #define F_PARENT 16 /* an entry (CFG_CHANGES) naming the poll it runs inside: parent_self, parent_fn */
+#define F_ELIDED 32 /* CFG_ELIDE: rax holds the coroutines elided on the thread since its last record */
 
 #define CHUNK 256
 #define MAX_CHUNKS 64 /* 16 KiB of stack at most */
@@ -131,8 +132,9 @@ char LICENSE[] SEC("license") = "GPL";
 #define C_DUPLICATES 9 /* hits run twice (two links on one site, cfg DEDUPE): the second dropped */
 #define C_UNCOVERED 10 /* polls whose return address is not a probed return site (REG_RETSITES) */
 #define C_RETSITE_OTHER 11 /* return-site hits that end no poll of ours (another callee) */
-#define C_FLUSHED 12 /* entries written late (CFG_CHANGES): counted skipped at the hit, records or drops then */
-#define N_COUNTERS 13
+#define C_FLUSHED 12 /* entries written late (CFG_CHANGES, CFG_ELIDE): counted skipped at the hit, records or drops then */
+#define C_ELIDED 13 /* CFG_ELIDE: polls of coroutines created and completed inside one poll of their parent */
+#define N_COUNTERS 14
 
 struct site {
 	__u8 kind;
@@ -172,6 +174,22 @@ struct config {
 #define CFG_NOFOLD 4
 /* Only what changes the graph is recorded, every poll folded (see the top). */
 #define CFG_CHANGES 8
+/* Full mode (every poll recorded, CFG_NOFOLD, no sampling): a coroutine created
+ * and completed inside one poll of its parent writes no record. A nested entry in
+ * the Unresumed state (a new coroutine) is held back in its scope (not recorded);
+ * its exit, when it leaves Returned, writes nothing either: the poll is counted in
+ * `site_elided` (per entry site) and the thread's `elided` count, which the next
+ * record written on the thread carries (F_ELIDED, in rax: the engine skips as many
+ * task ids and counts them finished, so the ids stay those of every poll recorded;
+ * a held-back entry keeps those elided before it, elided_before, which its late
+ * record carries, so the ids keep their order).
+ * Anything else - an entry recorded inside it, an exit that suspends, panics or
+ * whose state is unreadable - writes the held-back entries first (emit_pending,
+ * bottom first: the poll below each went out before it), so the engine sees what it would have seen. At a
+ * stop the proxy reads the held-back entries out of the threads' scope stacks, as
+ * for CFG_CHANGES. At most MAX_PEND are held back on a thread at once. */
+#define CFG_ELIDE 16
+#define MAX_PEND 4
 
 #define ST_RETURNED 1 /* __state after a completion (a generator's Returned, Panicked) */
 #define ST_PANICKED 2
@@ -190,7 +208,7 @@ struct scope_val {
 	__u32 state_size;
 	__u32 cookie;   /* the entry's site (a pending entry's late record) */
 	__u16 flags;    /* the entry's record flags */
-	__u16 pad;
+	__u16 elided_before; /* CFG_ELIDE, held back: the thread's elided coroutines before its entry */
 	__u64 ip;
 };
 
@@ -205,7 +223,7 @@ struct thread_state {
 	__u64 last_ip;  /* the thread's last hit (CFG_DEDUPE) */
 	__u64 last_sp;
 	__u32 epoch;    /* config's epoch when this state was last reset */
-	__u32 pad;
+	__u32 elided;   /* CFG_ELIDE: coroutines elided since the thread's last record */
 	struct scope_val scopes[MAX_DEPTH]; /* [0]: the root poll */
 };
 
@@ -290,6 +308,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct rec);
 } scratch SEC(".maps");
+
+/* CFG_ELIDE: polls elided per entry site (cookie), per CPU; sized by the proxy to its sites */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u64);
+} site_elided SEC(".maps");
 
 /* hits per site (cookie), per CPU; sized by the proxy to its sites */
 struct {
@@ -495,6 +521,17 @@ static __always_inline void emit_stats(struct inst_key *ik, struct inst_stats *s
 	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 }
 
+/* CFG_ELIDE: the coroutines elided on the thread since its last record ride on
+ * this one (after its flags are set); given back when the record is dropped. */
+static __always_inline void take_elided(struct thread_state *th, struct rec *r)
+{
+	if (th && th->elided) {
+		r->flags |= F_ELIDED;
+		r->rax = th->elided;
+		th->elided = 0;
+	}
+}
+
 /* Reserve a fixed-size record in the ring (once more when the ring's lock gave
  * up: with 4+ threads on 2 CPUs its resilient spinlock, Linux 6.15+, fails now
  * and then; a full ring fails again and the hit counts as dropped). */
@@ -508,8 +545,11 @@ static __always_inline void emit_stats(struct inst_key *ik, struct inst_stats *s
 
 /* CFG_CHANGES: the entry of the thread's scope `i`, pending until now, as a
  * record (no stack slice, no callee-saved registers), naming the poll below it. */
-static __always_inline void emit_late(struct thread_state *th, int i, __u64 id)
+static __noinline void emit_late(struct thread_state *th, int i, __u64 id, int named)
 {
+	/* a subprogram, not inlined: its paths (ring full or not, a parent or not)
+	 * meet again at its return, so the verifier does not multiply them over the
+	 * up to 4 places it is called from (inlined: 26 s of verification) */
 	struct scope_val *sc = &th->scopes[i & (MAX_DEPTH - 1)];
 	if (sc->recorded)
 		return;
@@ -518,6 +558,8 @@ static __always_inline void emit_late(struct thread_state *th, int i, __u64 id)
 	struct rec *r = RESERVE(ENTRY_SIZE);
 	if (!r) {
 		count(C_DROPS);
+		th->elided += sc->elided_before; /* a later record carries them */
+		sc->elided_before = 0;
 		return;
 	}
 	r->kind = KIND_ENTRY;
@@ -534,12 +576,17 @@ static __always_inline void emit_late(struct thread_state *th, int i, __u64 id)
 	r->state = sc->state;
 	/* no callee-saved registers (no stack slice either), no parent yet */
 	__builtin_memset(&r->rbp, 0, ENTRY_SIZE - EXIT_SIZE);
-	if (i > 0) {
+	if (i > 0 && named) { /* CFG_ELIDE: the poll below went out before it (no name needed) */
 		struct scope_val *up = &th->scopes[(i - 1) & (MAX_DEPTH - 1)];
 		r->flags |= F_PARENT;
 		r->parent_self = up->self;
 		r->parent_sp = up->sp;
 		r->parent_fn = up->fn;
+	}
+	if (sc->elided_before) { /* CFG_ELIDE: those elided before it, not those inside it */
+		r->flags |= F_ELIDED;
+		r->rax = sc->elided_before;
+		sc->elided_before = 0;
 	}
 	bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 	count(C_RECORDS);
@@ -568,7 +615,37 @@ static __always_inline void emit_same_object(struct thread_state *th, __u32 upto
 		int j = low + k;
 		if (j >= (int)upto)
 			break;
-		emit_late(th, j, id);
+		emit_late(th, j, id, 1);
+	}
+}
+
+/* CFG_ELIDE: how many held-back entries lie right below the thread's scope `upto`
+ * (they are the top of the stack: a record flushes those below it), MAX_PEND at most. */
+static __always_inline int pending_below(struct thread_state *th, __u32 upto)
+{
+	int n = 0;
+	for (int k = 0; k < MAX_PEND; k++) {
+		int j = (int)upto - 1 - k;
+		if (j < 0)
+			break;
+		barrier_var(j); /* keeps the mask: the verifier needs the bound */
+		if (th->scopes[j & (MAX_DEPTH - 1)].recorded)
+			break;
+		n++;
+	}
+	return n;
+}
+
+/* CFG_ELIDE: before a record over the thread's scopes [0, upto): the held-back
+ * entries right below it, bottom first. */
+static __always_inline void emit_pending(struct thread_state *th, __u32 upto, __u64 id)
+{
+	int low = (int)upto - pending_below(th, upto);
+	for (int k = 0; k < MAX_PEND; k++) {
+		int j = low + k;
+		if (j >= (int)upto)
+			break;
+		emit_late(th, j, id, 0);
 	}
 }
 
@@ -636,6 +713,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		__u64 xstate = 0;
 		__u16 xflags = 0;
 		int done = 0; /* CFG_CHANGES: a completion, its totals in the record */
+		int elide = 0; /* CFG_ELIDE: a held-back coroutine completed in its first poll */
 		if (sc) {
 			self = sc->self;
 			recorded = sc->recorded;
@@ -649,12 +727,21 @@ int asyncrsp_poll(struct pt_regs *ctx)
 				if (!recorded && (s->kind == KIND_UNWIND || !(xflags & F_STATE) || !(sc->flags & F_STATE) ||
 						  xstate != sc->state)) {
 					emit_same_object(th, (__u32)si, self, id);
-					emit_late(th, si, id);
+					emit_late(th, si, id, 1);
 					recorded = 1;
 				}
 				if (st) {
 					st->state = xstate;
 					done = recorded && (xflags & F_STATE) && (xstate == ST_RETURNED || xstate == ST_PANICKED);
+				}
+			}
+			if (!(cfg->flags & CFG_CHANGES) && (cfg->flags & CFG_ELIDE) && !recorded) {
+				xstate = read_state_at(self, st_off, st_size, &xflags);
+				if (s->kind != KIND_UNWIND && (xflags & F_STATE) && xstate == ST_RETURNED) {
+					elide = 1;
+				} else { /* it suspended, panicked or is not known: its entry goes out late */
+					emit_pending(th, (__u32)si + 1, id);
+					recorded = 1;
 				}
 			}
 			if (st) { /* its poll was counted at its entry */
@@ -663,6 +750,20 @@ int asyncrsp_poll(struct pt_regs *ctx)
 				st->recorded += recorded;
 			}
 			th->depth = si; /* popped, with any scope left above it */
+			if (elide) {
+				__u32 ck = sc->cookie;
+				__u64 *n = bpf_map_lookup_elem(&site_elided, &ck);
+				if (n)
+					*n += 1;
+				/* one coroutine: a wrapper's inner resume function (the same object
+				 * right below: GenFuture::poll and its generator) is counted by the outer */
+				int below = si - 1;
+				barrier_var(below); /* keeps the mask: the verifier needs the bound */
+				if (si == 0 || th->scopes[below & (MAX_DEPTH - 1)].self != self)
+					th->elided += 1;
+				th->elided += sc->elided_before;
+				count(C_ELIDED);
+			}
 		} else {
 			count(C_SCOPE_MISS);
 		}
@@ -687,6 +788,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		} else {
 			fill_exit(r, st_off, st_size, self);
 		}
+		take_elided(th, r);
 		if (done) {
 			/* the instance is over: its totals ride on its last exit, and it leaves the map */
 			r->flags |= F_TOTALS;
@@ -796,6 +898,15 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			th->recording = n <= 1 || fresh || !st || bpf_get_prandom_u32() % n == 0;
 		}
 		recording = th->recording;
+		if (recording && (cfg->flags & CFG_ELIDE)) {
+			/* a new coroutine inside another poll is held back (see CFG_ELIDE);
+			 * anything else recorded writes the held-back entries below it first */
+			if (th->depth > 0 && th->depth < MAX_DEPTH && (flags & F_STATE) && state == 0 &&
+			    !(flags & F_UNCOVERED) && pending_below(th, th->depth) < MAX_PEND)
+				recording = 0;
+			else
+				emit_pending(th, th->depth, id);
+		}
 	}
 	if (th) {
 		/* an uncovered poll gets no scope: no exit will close it */
@@ -816,6 +927,13 @@ int asyncrsp_poll(struct pt_regs *ctx)
 				sc->cookie = cookie;
 				sc->flags = flags;
 				sc->ip = PT_REGS_IP(ctx);
+				sc->elided_before = 0;
+				if (!recording && (cfg->flags & CFG_ELIDE)) {
+					/* held back: the coroutines elided before it go out with its
+					 * entry, if it ever goes out; those inside it after it */
+					sc->elided_before = th->elided > 0xffff ? 0xffff : th->elided;
+					th->elided -= sc->elided_before;
+				}
 				th->depth = d + 1;
 			} else {
 				count(C_SCOPE_FULL);
@@ -839,6 +957,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		}
 		fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now, ret);
 		fill_entry(r, ctx, self, state, flags, pself, psp, pfn);
+		take_elided(th, r);
 		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
 		count(C_RECORDS);
 		return 0;
@@ -853,6 +972,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	}
 	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now, ret);
 	fill_entry(r, ctx, self, state, flags, pself, psp, pfn);
+	take_elided(th, r);
 	__u32 want = cfg->stack_max;
 	__u32 got = 0;
 	for (int i = 0; i < MAX_CHUNKS; i++) {
@@ -871,6 +991,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		count(C_RETRIES);
 		if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP)) {
 			count(C_DROPS);
+			if (th && (r->flags & F_ELIDED))
+				th->elided += (__u32)r->rax; /* the next record carries them */
 			return 0;
 		}
 	}

@@ -278,3 +278,43 @@ def test_an_entry_names_its_parent_and_a_completion_carries_its_totals() -> None
     x = d.decode(rec)
     assert isinstance(x, PollExit) and (x.site, x.state, x.self_ptr) == (0x2000, 1, 0xbb00)
     assert d.totals == InstanceTotals(0xbb00, 1, 5, 4000, 17, 0)
+
+
+def test_an_elided_coroutine_takes_its_id_and_counts_finished() -> None:
+    """Full mode (uprobes.bpf.c CFG_ELIDE): a coroutine created and completed inside
+    one poll of its parent writes no record; the next record of its thread carries
+    the count (F_ELIDED, in rax). Fed through the capture's _feed, the graph has the
+    same tasks, ids, parents and finished count as the stream with the child's
+    entry and exit recorded, and no task for the child."""
+    from proxy.capture.uprobes.decode import EXIT_REC, F_ELIDED, F_SELF, F_STATE
+
+    def run(recs: list[bytes]) -> tuple[Engine, Decoder]:
+        eng = Engine(Catalog(_inventory(), 0), keep_log=False)
+        cap = UprobeCapture()
+        d = Decoder(SITES)
+        cap.target = SimpleNamespace(engine=eng)  # type: ignore[assignment]
+        cap.decoder = d
+        buf, spans, off = b"".join(recs), [], 0
+        for r in recs:
+            spans.append((off, len(r)))
+            off += len(r)
+        cap._feed(buf, spans, d, eng)
+        return eng, d
+
+    a_in = pack_entry(0, 1, 10, 0x1000, 0x7f00, 0xaa00, 0x5000, state=0)  # a (root)
+    b_in = pack_entry(3, 1, 20, 0x2000, 0x7e00, 0xbb00, 0x1010, state=0)  # b, new, inside a
+    b_out = pack_exit(4, 1, 30, 0x2030, 0x7e00, 0xbb00, 1)  # b returns in its first poll
+    a_out = pack_exit(1, 1, 40, 0x1040, 0x7f00, 0xaa00, 3)  # a suspends
+    a2_in = pack_entry(0, 1, 50, 0x1000, 0x7f00, 0xaa00, 0x5000, state=3)
+    c_in = pack_entry(3, 1, 60, 0x2000, 0x7e00, 0xcc00, 0x1010, state=0)  # c, new, inside a: suspends
+    c_out = pack_exit(4, 1, 70, 0x2030, 0x7e00, 0xcc00, 3)
+    every, _ = run([a_in, b_in, b_out, a_out, a2_in, c_in, c_out])
+    # b elided: a's exit carries it (rax = 1)
+    a_out_el = EXIT_REC.pack(KIND_EXIT, F_SELF | F_STATE | F_ELIDED, 1, 1, 0, 40, 0x1040, 0x7f00, 0xaa00, 0, 1, 3)
+    elided, d = run([a_in, a_out_el, a2_in, c_in, c_out])
+    assert d.elided == 0 and elided._g.c.elided == 1
+    ids = lambda e: sorted((t.id, t.path, t.parent, t.self_ptr) for t in e.tasks() if not t.state.kind.value == "finished")  # noqa: E731
+    assert ids(elided) == ids(every)
+    assert {t.self_ptr for t in elided.tasks()} == {0xaa00, 0xcc00}
+    assert elided.finished_count() == every.finished_count() == 1
+    assert elided.stats().tasks_seen == every.stats().tasks_seen == 3
