@@ -195,6 +195,20 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
             assert gs.stderr is not None
             while "Listening" not in gs.stderr.readline():
                 pass
+            # where each thread was when gdbserver stopped it (a syscall number, -1: in user
+            # space): the console variant's first tree has 4 tasks, 1 of them on the main
+            # thread and 3 on console-subscriber's own runtime thread; a run that answers
+            # 1 task says here whether that thread was still starting (not reproduced in 22
+            # runs at load 2.5: parked in epoll_wait, 232, in 19, in user space in 3, 4 tasks each)
+            threads = []
+            for t in sorted(os.listdir(f"/proc/{server.pid}/task"), key=int):
+                try:
+                    with open(f"/proc/{server.pid}/task/{t}/comm") as f:
+                        comm = f.read().strip()
+                    with open(f"/proc/{server.pid}/task/{t}/syscall") as f:
+                        threads.append(f"{comm}:{f.read().split()[0]}")
+                except (OSError, IndexError):
+                    threads.append(f"{t}:?")
             env = {**os.environ, "ASYNCRSP_CACHE_DIR": cache}
             prof = os.environ.get("BENCH_PROXY_PROFILE")  # a file: the proxy run under cProfile
             proxy = subprocess.Popen([sys.executable, *(["-m", "cProfile", "-o", prof] if prof else []),
@@ -250,7 +264,7 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
     return {"mode": "proxy", "seconds": dt, "peak_mb": (own + walker) / 1024, "cpu_s": round(cpu_s, 2),
             "self_mb": round(own / 1024, 1),
             "walker_mb": round(walker / 1024, 1), "answer": reply.decode(errors="replace")[:20],
-            "tasks": tree.count("task #"), "lines": tree.count("\n")}
+            "tasks": tree.count("task #"), "lines": tree.count("\n"), "threads": " ".join(threads)}
 
 
 def peer(mode: str, path: Path) -> dict[str, float] | str:
