@@ -140,6 +140,7 @@ class Run:
     lost: int = 0
     bpf: tuple[int, int] | None = None  # the BPF program's (run ns, runs) while wrk ran (bpf_stats_enabled)
     extra: dict[str, str] = field(default_factory=dict)
+    after_us: float | None = None  # the proxy's CPU a request after wrk (the records it had not folded yet)
 
 
 def ensure_wrk() -> str:
@@ -347,16 +348,26 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                 inferior = stub.find_inferior()
                 watchers = [gdb.pid, stub.proc.pid] + ([px.proc.pid] if px else [])
                 run.rps, _ = load(wrk, port, duration, conns, run, [inferior] if inferior else [], watchers)
+                px_wrk = cpu_s([px.proc.pid]) if px else 0.0
                 quit_server(port)
                 try:
                     gdb.wait(timeout=300)
                 except subprocess.TimeoutExpired:
                     run.note = "gdb did not finish"
+                px_end = cpu_s([px.proc.pid]) if px else 0.0
                 gout.join()
                 text = gout.text()
                 if os.environ.get("BENCH_SERVER_SHOW"):
                     print(text)
                 _own(stub.output_text(), run)
+                if px and run.requests and px_end >= px_wrk:  # (0: the proxy had exited)
+                    # what the CPU figures "while wrk ran" leave out: records the proxy folds
+                    # after wrk (at the exit stop), and top/stats
+                    after = px_end - px_wrk
+                    run.after_us = 1e6 * after / run.requests
+                    run.extra["after wrk"] = (f"the proxy's CPU after wrk (what was left to fold, the exit "
+                                              f"stop, top, stats): {after:.2f} s, {1e6 * after / run.requests:.1f} "
+                                              "us a request")
                 if how in CAPTURES:
                     cap = re.search(r"capture: (\S+) \((\d+) poll events", text)
                     want = CAPTURES[how][1]
@@ -506,7 +517,8 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
               + "; ".join(n[:160] for n in notes))
     print("\nCPU per request while wrk ran (µs; server | watcher: gdb + gdbserver + proxy), median of the "
           "rounds; the ratio of the total to bare's: what watching costs in CPU, far steadier than "
-          "requests/s on a loaded machine")
+          "requests/s on a loaded machine; 'proxy after wrk': the proxy's CPU a request after wrk ended "
+          "(the records it had not folded yet, at the exit stop: the watcher's figure leaves it out)")
     base = [r.cpu_us for r in bare if r.cpu_us]
     base_total = statistics.median(a + b for a, b in base) if base else float("nan")
     for how, rs in runs.items():
@@ -517,9 +529,11 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
         wat = statistics.median(b for _, b in cs)
         tot = [a + b for a, b in cs]
         bpf = [r.bpf[0] / r.bpf[1] for r in rs if r.bpf and r.ok]
+        after = [r.after_us for r in rs if r.after_us is not None and r.ok]
         print(f"{how:16} server {srv:8.1f}  watcher {wat:8.1f}  total {statistics.median(tot):8.1f}  "
               f"x bare {statistics.median(tot) / base_total:6.2f} (rounds: {', '.join(f'{t:.1f}' for t in tot)})"
-              + (f"  BPF ns/run {statistics.median(bpf):.0f} ({', '.join(f'{b:.0f}' for b in bpf)})" if bpf else ""))
+              + (f"  BPF ns/run {statistics.median(bpf):.0f} ({', '.join(f'{b:.0f}' for b in bpf)})" if bpf else "")
+              + (f"  proxy after wrk {statistics.median(after):.1f}" if after else ""))
     print("\naccuracy (the connection tasks, summed): the tool's polls and busy time against the reference "
           "of the same round (corpus: the server's own count in the same run; axum: console-subscriber's "
           "own figures in the console run), per request and per poll (runs differ in requests)")
@@ -544,6 +558,8 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
             if r.top is None or ref is None or not r.requests or not ref_req:
                 if how not in ("bare", "gdb") and r.ok:
                     print(f"{how:16} {i + 1:5} {'(no figures to compare)':>30}")
+                    for k, v in r.extra.items():
+                        print(f"{'':16} {k}: {v}")
                 continue
             (tp, tb), (op, ob) = r.top, ref
             t_pr, o_pr = tp / r.requests, op / ref_req
