@@ -1538,7 +1538,7 @@ class UprobeCapture(CaptureBase):
                 lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
                              f"{self.closed_polls:,} of completed or dropped ones; {unseen:,} polls of instances "
                              "the graph never saw (not in top)")
-        if self.elide:
+        if self.elide and c.get("elided"):  # (a count-only program elides nothing)
             lines.append(self.elided_line(c))
         if self.sample_every > 1:
             lines.append(f"sampling: one root poll in {self.sample_every} per coroutine instance recorded (at random), "
