@@ -29,6 +29,7 @@ from .wire import (
     has_signal_for,
     pc_from_g,
     step_packet,
+    stop_or_none,
     tid_of,
     without_signals,
     z_packet,
@@ -168,10 +169,7 @@ class HiddenStops(SessionBase):
         step_reply = replies[-1]
         resume = self._resume
         assert resume is not None
-        try:
-            step_sr: StopReply | None = parse_stop_reply(step_reply)
-        except MalformedPacket:
-            step_sr = None
+        step_sr = stop_or_none(step_reply)
         if step_sr is None or step_sr.kind in ("W", "X") or step_sr.signal != SIGTRAP:
             # Something else happened during the step (rule 4): put the
             # breakpoint back if the process lives, and report it.
@@ -251,11 +249,7 @@ class HiddenStops(SessionBase):
 
     def _proc_done_report(self, body: bytes) -> None:
         self._proc = None
-        try:
-            sr: StopReply | None = parse_stop_reply(body)
-        except MalformedPacket:
-            sr = None
-        self._report_stop(sr, None, body)
+        self._report_stop(stop_or_none(body), None, body)
 
     def _proc_step_off_then_resume(
         self, resume: Resume, body: bytes, raw: bytes | None, thread: ThreadId, key: BpKey

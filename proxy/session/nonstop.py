@@ -37,7 +37,7 @@ from rsp.errors import MalformedPacket
 from rsp.framing import frame_notification, rle_expand, unescape_binary
 from rsp.packets.memory import memory_bytes
 from rsp.packets.resume import Resume, ResumeAction
-from rsp.packets.stop import StopReply, parse_stop_reply
+from rsp.packets.stop import StopReply
 from rsp.threads import ThreadId
 
 from . import emulate
@@ -52,6 +52,7 @@ from .wire import (
     feature_on,
     is_trap_reason,
     pc_from_g,
+    stop_or_none,
     stopped_pc_from_g,
     z_packet,
 )
@@ -189,12 +190,7 @@ class NonStop(SessionBase):
         stay unknown (a later stop without a thread may then wait out the
         bound, _ns_place)."""
         self._ns_held.clear()
-        parsed = []
-        for body in stops:
-            try:
-                parsed.append(parse_stop_reply(body))
-            except MalformedPacket:
-                continue
+        parsed = [sr for sr in map(stop_or_none, stops) if sr is not None]
         for sr in parsed:
             if sr.thread is not None:
                 self._ns_held.add(_key(sr.thread))  # type: ignore[arg-type]
@@ -320,12 +316,7 @@ class NonStop(SessionBase):
         seconds, or more stops than threads), a stop goes to the one stopped
         thread it can be about, if there is one; otherwise to the client as
         the stub sent it, as straight."""
-        parsed: list[StopReply | None] = []
-        for body in stops:
-            try:
-                parsed.append(parse_stop_reply(body))
-            except MalformedPacket:
-                parsed.append(None)
+        parsed: list[StopReply | None] = [stop_or_none(body) for body in stops]
         hits = [True] * len(stops)
         pcs: list[int | None] = [None] * len(stops)
         t0, rounds, selected = self.config.clock(), 0, False
@@ -369,10 +360,7 @@ class NonStop(SessionBase):
                 more = yield from self._ns_reported()
                 for body in more:
                     stops.append(body)
-                    try:
-                        parsed.append(parse_stop_reply(body))
-                    except MalformedPacket:
-                        parsed.append(None)
+                    parsed.append(stop_or_none(body))
                     hits.append(True)
                     pcs.append(None)
         if selected and self._ns_restore():

@@ -12,7 +12,7 @@ from rsp.packets.breakpoints import BreakpointPacket
 from rsp.packets.memory import memory_bytes
 from rsp.packets.qsupported import Feature
 from rsp.packets.resume import Resume, ResumeAction
-from rsp.packets.stop import StopReply
+from rsp.packets.stop import StopReply, parse_stop_reply
 from rsp.threads import ThreadId
 
 from .breakpoints import BpKey
@@ -38,6 +38,15 @@ def stopped_pc_from_g(reply: bytes) -> int | None:
     if reply[256:272].count(b"x"):
         return None
     return pc_from_g(reply)
+
+
+def stop_or_none(body: bytes) -> StopReply | None:
+    """A stop reply parsed, or None when it does not parse (the session then
+    passes the stub's bytes on as they are)."""
+    try:
+        return parse_stop_reply(body)
+    except MalformedPacket:
+        return None
 
 
 def tid_of(thread: ThreadId | None) -> int:
