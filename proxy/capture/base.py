@@ -10,7 +10,8 @@ with *procedures* (generators yielding `Exchange`s, see
   plants one per entry and ret; tracepoints and uprobes plant none).
 * `reads` / `hit`: at a hidden-breakpoint hit, the packets to read in the
   same exchange as the step-over, then their replies.
-* `install_early()` (backends with `installs_early`): at the client's
+* `install_early()` (backends with `installs_early`, when
+  `may_install_early(target)` holds): at the client's
   first stop of a process proven this host's, after `plan` and
   `count_probes`: start the install now (True), ahead of the first resume,
   which then calls `install` to finish it;
@@ -87,6 +88,12 @@ class CaptureBase:
 
     # install_early may be asked (see the module docstring)
     installs_early = False
+
+    def may_install_early(self, target: object) -> bool:
+        """Before `plan`: could `install_early` start on this target? False
+        spares the session a plan it would only drop (it keeps the target for
+        the first resume instead). True says nothing yet: `install_early` decides."""
+        return self.installs_early
 
     def install_early(self) -> bool:
         """Start installing before the first resume (the program stopped at the

@@ -158,6 +158,7 @@ class CaptureLifecycle(SessionBase):
         if self.config.make_capture is not None:
             self.capture = None
         self.target = None
+        self._kept = None
         self._planted = self._found = self._early = False
         self._program_exited = False
         self._left = False
@@ -230,15 +231,19 @@ class CaptureLifecycle(SessionBase):
             self._planted_notice()
             return
         ident = yield from self._find_program()
+        kept, self._kept = self._kept, None
         probes: list[Probe] = []
-        if self.config.resolve_probes is not None:
-            try:
-                probes += self.config.resolve_probes(self.exec_file, self._entry)
-            except Exception as err:  # file problems come back as text
-                self._plant_failed = str(err)
-                self._emit(Notice(f"probes not planted: {err}"))
-        if self.config.open_target is not None:
-            self.target = self._open_target(ident)
+        if kept is not None:  # opened at the client's first stop (_prepare), for this process
+            self.target, probes = kept[0], list(kept[1])
+        else:
+            if self.config.resolve_probes is not None:
+                try:
+                    probes += self.config.resolve_probes(self.exec_file, self._entry)
+                except Exception as err:  # file problems come back as text
+                    self._plant_failed = str(err)
+                    self._emit(Notice(f"probes not planted: {err}"))
+            if self.config.open_target is not None:
+                self.target = self._open_target(ident)
         if self.capture is None and self.config.make_capture is not None and self.mode != "off":
             name = self.capture_name
             inv = getattr(self.target, "inventory", None)
@@ -349,7 +354,11 @@ class CaptureLifecycle(SessionBase):
             cap = self.config.make_capture(self.capture_name, self.mode, target)
         except Exception:  # noqa: BLE001 - said at the first resume, where it is tried again
             return
-        if not probes or cap is None or not getattr(cap, "installs_early", False):
+        if not probes or cap is None or not cap.may_install_early(target):
+            # not early (a Rust program's plan has poll sites): the first resume
+            # plans it, on the target and probes found now (no second inventory
+            # load and resolve); `_new_process` drops them with the process
+            self._kept = (target, probes)
             return
         self.target, self.capture = target, cap
         target.extra["client_breakpoints"] = self.bps

@@ -192,6 +192,9 @@ class SessionBase:
         # resume, which finishes it (lifecycle._proc_prepare)
         self._early = False
         self._preparing = False  # _proc_prepare runs: the program stopped, no resume outstanding
+        # the target and --probe list opened at the client's first stop when the
+        # capture could not start early: the first resume plans on them (lifecycle._prepare)
+        self._kept: tuple[Any, list[Probe]] | None = None
         self._residues: list[Residue] = []  # dropped backends that still hide something (tracepoints)
         # The client's resolved qSymbol answers, by symbol: a backend made after
         # them gets them too (`_new_capture`). gdb resolves gdbserver's lookups at

@@ -413,6 +413,13 @@ class UprobeCapture(CaptureBase):
             return None
         return self._proc_install(convert, leave_out)
 
+    def may_install_early(self, target: object) -> bool:
+        # only a plan of count sites starts early (_counts_only): a program with
+        # resume functions has poll sites, and its plan (CFI parse, the sites of
+        # every resume function: 0.1-1 s on a big Rust binary) would be dropped
+        inv = getattr(target, "inventory", None)
+        return inv is not None and not inv.resume_fns and not self.tasks_only and self.slice_duty >= 1.0
+
     def install_early(self) -> bool:
         """The program is stopped at the client's first `?` and proven this host's,
         the plan counts sites only and no client breakpoint is at one: the attach

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from proxy.capture.base import CaptureBase, Forward, Handover, Reply
 from proxy.capture.target import Target
+from proxy.identity import Identity
 from proxy.session.actions import Close, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session, SessionConfig
 from proxy.session.procedure import Exchange, Procedure
@@ -456,6 +457,45 @@ def test_no_early_install_for_a_remote_program_or_a_backend_that_declines() -> N
     _first_stop(s)
     assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"] and s.capture is None
     assert not s._capture_installed and not s._holds_program()
+
+
+def test_a_backend_that_cannot_start_early_is_not_planned_twice() -> None:
+    """A Rust program under uprobes has poll sites: its install cannot start at
+    the first stop (`may_install_early` is False before any plan). Nothing is
+    planned then, and the first resume plans on the target and probes opened at
+    the first stop: the program's inventory is loaded once (before, it was loaded,
+    planned and dropped at the first stop, then all of it again)."""
+    opened: list[int | None] = []
+    resolved: list[str | None] = []
+    rec = EarlyCounter()
+    rec.may_install_early = lambda target: False  # type: ignore[method-assign]
+
+    def identify(pid, auxv, path):  # type: ignore[no-untyped-def]
+        rec.calls.append(f"identify:{pid}")
+        return Identity(True, pid, pid, "test")
+        yield  # a procedure with no exchange
+
+    def open_target(path, entry, pid, feats):  # type: ignore[no-untyped-def]
+        opened.append(pid)
+        return Target(path, pid, True, feats)
+
+    def resolve(path, entry):  # type: ignore[no-untyped-def]
+        resolved.append(path)
+        return [Probe("probed", SITE)]
+
+    s = Session(SessionConfig(elf_path="/bin/true", resolve_probes=resolve, capture_name="recorder",
+                              make_capture=lambda name, mode, target: rec if mode != "off" else None,
+                              open_target=open_target, identify=identify))
+    _first_stop(s)
+    assert rec.calls == ["identify:" + PID] and s.capture is None and len(opened) == 1
+    kept = s._kept[0]
+    assert bodies(client(s, b"vCont;c"), ToStubRaw) == [frame(b"vCont;c")]
+    assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install", "counting"]
+    assert len(opened) == 1 and len(resolved) == 1 and s.target is kept and s._kept is None
+    # another process (vRun): nothing of the first is kept for it
+    s._kept = (kept, [])
+    s._new_process()
+    assert s._kept is None
 
 
 def test_switch_before_the_first_resume_takes_the_early_install_out() -> None:
