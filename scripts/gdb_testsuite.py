@@ -221,10 +221,11 @@ class Way:
     in a directory of its own (runtest writes gdb.sum and gdb.log where it
     runs); `record` sums them up."""
 
-    def __init__(self, way: str, tests: list[str], capture: str | None, cold: bool) -> None:
+    def __init__(self, way: str, tests: list[str], capture: str | None, cold: bool, files: bool = False) -> None:
         obj = ensure_testsuite()
         self.label = label_of(way, capture, cold)
         self.tests = tests
+        self.chosen_files = files  # test files named on the command line, not the subset or a part of it
         self.dir = CACHE / "runs" / self.label / time.strftime("%Y%m%d-%H%M%S")
         self.dir.mkdir(parents=True)
         self.site = obj / "site.exp"
@@ -273,12 +274,13 @@ class Way:
 
     def record(self) -> dict:
         rec = {"way": self.label, "tests": self.tests, "time": sum(self.files.values()), "dir": str(self.dir),
+               "chosen_files": self.chosen_files,
                "proxies_left": self.left, "stray": self.stray, "files": self.files, "results": self.results}
         (self.dir / "result.json").write_text(json.dumps(rec))
         return rec
 
 
-def run_ways(ways: list[str], tests: list[str], capture: str | None, cold: bool) -> list[dict]:
+def run_ways(ways: list[str], tests: list[str], capture: str | None, cold: bool, files: bool = False) -> list[dict]:
     """Run the test files, the ways taking turns file by file (the first way
     moving on by one each file): a change of load on a shared machine then
     hits every way alike, not the one that happened to run during it. A
@@ -287,7 +289,7 @@ def run_ways(ways: list[str], tests: list[str], capture: str | None, cold: bool)
     runs = []
     try:
         for way in ways:
-            runs.append(Way(way, tests, capture, cold))
+            runs.append(Way(way, tests, capture, cold, files))
         for i, test in enumerate(tests):
             for k in range(len(runs)):
                 run = runs[(i + k) % len(runs)]
@@ -450,12 +452,25 @@ def report(recs: list[dict], out=sys.stdout, files: int = 0) -> None:
                 print(f"  {title}: {name}" + (f" (x{n})" if n > 1 else ""), file=out)
 
 
-def stored(label: str, tests: list[str]) -> dict | None:
+def _chosen_files(rec: dict) -> bool:
+    # records from before the mark: a run of a few files was one named on the command line
+    return bool(rec.get("chosen_files", len(rec["tests"]) < 5))
+
+
+def stored(label: str, tests: list[str], prefer_parts: bool = True) -> dict | None:
     """The newest stored result of each of `tests` for one way, merged (for
-    --report). The time is the sum of those files' times."""
+    --report). The time is the sum of those files' times. A run of test files
+    named on the command line (a check of one file, often made later and in
+    other conditions) gives a file's figures only where no run of the subset
+    or of a part of it has them: else one file's rerun, alone and in another
+    hour, would stand in the report beside the parts' figures of the other ways.
+    `prefer_parts` False (a report of files named on the command line): the
+    newest run of each file, whatever ran it."""
     best: dict[str, dict] = {}
-    for f in sorted((CACHE / "runs" / label).glob("*/result.json")):
-        rec = json.loads(f.read_text())
+    recs = [json.loads(f.read_text()) for f in sorted((CACHE / "runs" / label).glob("*/result.json"))]
+    if prefer_parts:
+        recs.sort(key=lambda r: not _chosen_files(r))  # stable: the newest last within each kind
+    for rec in recs:
         for t in rec["tests"]:
             if t in tests:
                 best[t] = rec  # newest wins
@@ -502,12 +517,12 @@ def main(argv: list[str]) -> int:
         return 0
     ways = a.way or list(WAYS)
     if a.report:
-        recs = [r for w in ways if (r := stored(label_of(w, a.capture, a.cold), tests)) is not None]
+        recs = [r for w in ways if (r := stored(label_of(w, a.capture, a.cold), tests, prefer_parts=not a.tests)) is not None]
         report(recs, files=a.files)
         return 0
     print(f"gdb-testsuite: {len(tests)} test files, ways {', '.join(label_of(w, a.capture, a.cold) for w in ways)} "
           "taking turns file by file", file=sys.stderr, flush=True)
-    recs = run_ways(ways, tests, a.capture, a.cold)
+    recs = run_ways(ways, tests, a.capture, a.cold, files=bool(a.tests))
     report(recs, files=a.files)
     return 0
 
