@@ -21,7 +21,8 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   site get the file's bytes back, a ``Z0``/``z0`` at a site goes to the stub
   as ``Z1``/``z1`` (and its ``hwbreak`` stop is reported as ``swbreak``), and
   a client write over a site or a fifth hardware breakpoint hands the session
-  over to the breakpoints backend.
+  over to the breakpoints backend (``client_view.py``; whether this host can
+  load the BPF program at all, and which file the process runs: ``host.py``).
 * ``uninstall`` closes the links: the kernel restores the bytes. If the
   proxy dies, the kernel closes them too.
 * Sampling (``--sample N``, ``sample_every``): the BPF program folds every
@@ -97,39 +98,34 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from proxy.analysis.elf import ElfImage, open_elf
 from proxy.analysis.model import Inventory
 from proxy.capture.base import CaptureBase
-from proxy.capture.procmem import host_pid_of, restore_code
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter, PollResumed
 from proxy.session.probes import Probe
-from proxy.session.procedure import Exchange, Forward, Handover, Procedure
-from rsp.errors import MalformedPacket
-from rsp.packets.breakpoints import SOFTWARE, parse_breakpoint
-from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory
+from proxy.session.procedure import Exchange, Procedure
 
 from . import bpf as B
 from .decode import ENTRY_REC, F_STATE, PARENT, PARENT_AT, Decoder, EntryCapture, InstanceTotals, entry_capture
 from .caller_exits import return_site
+from .client_view import DEBUG_REGISTERS, ClientView
+from .host import host_check, running_file
 from .sites import Site, SitePlan, count_site, plan_sites, retsite_site
 from .unwind import StackUnwinder
 
 _COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
 BATCH = 2048  # records folded between two looks at the clock
-DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
 RETSITE_ROOM = 256  # room in the site table for learned return sites
-_MIN_KERNEL = (6, 6)  # uprobe_multi links
 # blocked in install_early's thread: they are the session's, taken in its main thread
 _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGPIPE,
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
-class UprobeCapture(CaptureBase):
+class UprobeCapture(ClientView, CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
     installs_early = True  # count sites only: attached from the client's first `?` on (install_early)
@@ -294,7 +290,7 @@ class UprobeCapture(CaptureBase):
             ident = getattr(target, "identity", None)
             return False, "uprobes: the program is not a process of the proxy's host" + (
                 f" ({ident.reason})" if ident is not None else "")
-        return _host_check()
+        return host_check()
 
     # ------------------------------------------------------------------ planning
     def plan(self, target: Target) -> list[Any]:
@@ -1366,146 +1362,6 @@ class UprobeCapture(CaptureBase):
             self.unwinder.stats.skipped += len(self._unwind_q)
         self._unwind_q.clear()
 
-    # ------------------------------------------------------------------ the client's packets
-    def client_request(self, body: bytes) -> Any:
-        """Z0/z0 at a site -> Z1/z1; a write over a site or a 5th debug register -> hand over."""
-        c = body[:1]
-        if c in (b"Z", b"z"):
-            return self._client_z(body)
-        if c in (b"M", b"X") and self._sites_by_addr:
-            try:
-                w = parse_write_memory(body)
-            except MalformedPacket:
-                return None
-            if self._overlaps(w.addr, len(w.data)):
-                return _verdict("Handover", "the client writes code at a uprobe site")
-        return None
-
-    def _client_z(self, body: bytes) -> Any:
-        try:
-            bp = parse_breakpoint(body)
-        except MalformedPacket:
-            return None
-        if bp.type != SOFTWARE:
-            if bp.insert:
-                self._client_hw.add(bp.key)
-            else:
-                self._client_hw.discard(bp.key)
-            return None
-        at_site = bp.addr in self._sites_by_addr and self.attached
-        if bp.insert:
-            if bp.addr in self._hw_converted:
-                return _verdict("Forward", b"Z1" + body[2:])
-            if not at_site:
-                self._client_sw.add(bp.addr)
-                return None
-            if len(self._client_hw) + len(self._hw_converted) >= DEBUG_REGISTERS:
-                return _verdict("Handover", "a client breakpoint at a uprobe site and no free debug register")
-            self._hw_converted.add(bp.addr)
-            return _verdict("Forward", b"Z1" + body[2:])
-        if bp.addr in self._hw_converted:
-            self._hw_converted.discard(bp.addr)
-            return _verdict("Forward", b"z1" + body[2:])
-        self._client_sw.discard(bp.addr)
-        return None
-
-    def client_reply(self, request: bytes, reply: bytes) -> bytes:
-        if reply[:1] in (b"W", b"X") and request.startswith(b"vCont") and self._own_exit(reply):
-            self._close_links()  # the process is gone: fold its last events, free the links
-            return reply
-        c = request[:1]
-        if c in (b"m", b"x") and self._mask and reply and reply[:1] != b"E":
-            return self._mask_m(request, reply)
-        if self._hw_converted and b"hwbreak" in reply and reply[:1] in (b"T", b"S"):
-            return self._swbreak(reply)
-        return reply
-
-    def _own_exit(self, reply: bytes) -> bool:
-        """The exit of our process (not of a forked child the client follows too)."""
-        from rsp.packets.stop import parse_stop_reply
-
-        try:
-            pid = parse_stop_reply(reply).pid
-        except MalformedPacket:
-            return True
-        return pid is None or not self._pid or pid == _stub_pid(self.target, self._pid)
-
-    # Fork and exec, as gdbserver reports them to a client that asked for
-    # fork-events+ / exec-events+ (gdb does); the session calls these hooks.
-    # * fork: the kernel copies the parent's code pages with the uprobes' int3s
-    #   in them, and a uprobe_multi link filtered by pid neither records the
-    #   child nor takes them out of it (checked on Linux 6.18,
-    #   integration/test_uprobes.py: the child runs, each of its calls traps
-    #   into the kernel for nothing). The child is stopped at the report: its
-    #   memory gets the file's bytes back through /proc/CHILD/mem. The capture
-    #   stays with the parent.
-    # * vfork: the child shares the parent's memory until it execs: nothing of
-    #   its own to clean (and its calls are not recorded: another pid).
-    # * exec: a new image. A link on the same file would probe it again (the
-    #   kernel keys uprobes by inode) with a plan made for the old one: the
-    #   links close and the capture stops, said in stats.
-    def forked(self, child: object) -> Procedure | None:
-        pid = int(getattr(child, "pid", 0) or getattr(child, "tid", 0) or 0)
-        if pid > 0 and pid != _stub_pid(self.target, self._pid) and self._mask:
-            host = host_pid_of(self.target, pid)
-            if host is None:
-                self.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: it is not a "
-                                    "process of this host the proxy can prove")
-                return None
-            self._clean_child(host)
-        return None
-
-    def exec_happened(self, path: str | None) -> None:
-        self._close_links()
-        self._mask, self._sites_by_addr = [], {}
-        self._hw_converted.clear()  # the stub forgets breakpoints at an exec, and so does gdb
-        self.note = (f"uprobes: the program exec'd {path or '?'}: capture stopped, the probes are out "
-                     "of the new image (start a new session to capture it)")
-        self.notices.append(self.note)
-
-    def _clean_child(self, pid: int) -> None:
-        """Put the file's bytes back at every site in a forked child's memory."""
-        try:
-            failed = restore_code(pid, self._mask)
-        except OSError as err:
-            self.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: {err}")
-            return
-        self.children_cleaned += 1
-        if failed:
-            self.notices.append(f"uprobes: forked child {pid}: {failed} probe sites could not be restored")
-
-    def _mask_m(self, request: bytes, reply: bytes) -> bytes:
-        """The file's bytes at the sites in a memory read's reply: ``m``, or
-        ``x``, which gdb >= 16 sends to a stub that offers binary-upload+
-        (gdbserver >= 16: its reply is ``b`` + escaped bytes; lldb-server's has
-        no ``b``). gdbserver hides only its own breakpoints, not the kernel's
-        uprobe int3s: without this gdb 16 read them (x/8xb at a site: 0xcc)."""
-        try:
-            req = parse_read_memory(request)
-            b_prefix = req.binary and "binary-upload" in getattr(self.target, "stub_features", ())
-            data = parse_memory_reply(reply, binary=req.binary, b_prefix=b_prefix)
-        except (MalformedPacket, ValueError):
-            return reply
-        if not data or not self._overlaps(req.addr, len(data)):
-            return reply
-        return build_memory_reply(mask_bytes(req.addr, data, self._mask), binary=req.binary, b_prefix=b_prefix)
-
-    def _overlaps(self, addr: int, size: int) -> bool:
-        return any(a < addr + size and addr < a + len(o) for a, o in self._mask)
-
-    def _swbreak(self, reply: bytes) -> bytes:
-        """A stop at a client breakpoint we made hardware is reported as the software stop it was."""
-        from rsp.packets.stop import parse_stop_reply
-
-        try:
-            sr = parse_stop_reply(reply)
-        except MalformedPacket:
-            return reply
-        pc = sr.register_value(16)
-        if pc is None or pc not in self._hw_converted:
-            return reply
-        return reply.replace(b"hwbreak:", b"swbreak:")
-
     # ------------------------------------------------------------------ stats
     def counters(self) -> dict[str, int]:
         self._settle()
@@ -1584,55 +1440,6 @@ class UprobeCapture(CaptureBase):
         return lines
 
 
-def mask_bytes(addr: int, data: bytes, mask: list[tuple[int, bytes]]) -> bytes:
-    """`data` read at `addr` with every site's original bytes put back."""
-    out = bytearray(data)
-    end = addr + len(data)
-    for a, orig in mask:
-        if a >= end or a + len(orig) <= addr:
-            continue
-        for i, b in enumerate(orig):
-            j = a + i - addr
-            if 0 <= j < len(out):
-                out[j] = b
-    return bytes(out)
-
-
-def running_file(pid: int, path: str) -> tuple[str, str | None]:
-    """The file to analyse and attach to: `path`, or ``/proc/PID/exe`` when the
-    program's file was replaced after it started (and a note saying so).
-
-    A uprobe is keyed by inode. Replacing a file by rename (what a rebuild does:
-    integration/corpus/build.py) leaves the running process on the old inode,
-    and a link attached by path goes to the new one: it records nothing at all,
-    and its int3s are not in the process (reproduced: 0 hits by path, 393,659 in
-    0.3 s through /proc/PID/exe, integration/test_uprobes.py). /proc/PID/exe
-    opens the running file even when its name is gone. Only when its link says
-    "(deleted)": before the exec (a process stopped to be attached early)
-    /proc/PID/exe is still the parent's program."""
-    exe = f"/proc/{pid}/exe"
-    try:
-        target = os.readlink(exe)
-        if os.path.samefile(exe, path):
-            return path, None
-    except OSError:
-        return path, None
-    if target.endswith(" (deleted)"):
-        return exe, (f"uprobes: {path} was replaced after the program started: the probes and the "
-                     f"analysis use the running file ({exe})")
-    return path, None
-
-
-def _stub_pid(target: Any, pid: int) -> int:
-    """The program's pid as the stub numbers it (another in a pid namespace)."""
-    ident = getattr(target, "identity", None)
-    return ident.stub_pid if ident is not None and ident.stub_pid else pid
-
-
-def _verdict(kind: str, arg: Any) -> Forward | Handover:
-    return Forward(arg) if kind == "Forward" else Handover(arg)
-
-
 def _cfa_rule(u: StackUnwinder) -> Callable[[int], tuple[int, int] | None]:
     def rule(link_pc: int) -> tuple[int, int] | None:
         row = u._u.row_for(link_pc)
@@ -1641,64 +1448,3 @@ def _cfa_rule(u: StackUnwinder) -> Callable[[int], tuple[int, int] | None]:
         return row.cfa_reg, row.cfa_off
 
     return rule
-
-
-_HOST: tuple[bool, str] | None = None
-
-
-def _host_check() -> tuple[bool, str]:
-    """Root, a kernel with uprobe_multi, libbpf, the object, and a real load
-    (cached in the process, and a success on disk for this boot: the real
-    load takes 0.4-0.8 s, paid by every proxy start otherwise - GDB's own
-    testsuite starts 93 of them)."""
-    global _HOST
-    if _HOST is not None:
-        return _HOST
-    _HOST = _host_check_uncached()
-    return _HOST
-
-
-def _host_mark() -> Path | None:
-    """The file that says the check passed: per boot, kernel, user and BPF object."""
-    import hashlib
-
-    from proxy.analysis.cache import default_dir
-
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        st = B.OBJECT.stat()
-    except OSError:
-        return None
-    key = f"{boot} {os.uname().release} {os.geteuid()} {st.st_size} {st.st_mtime_ns}"
-    return default_dir() / f"uprobes-ok-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
-
-
-def _host_check_uncached() -> tuple[bool, str]:
-    import platform
-
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return False, f"uprobes: needs Linux on x86-64 (this is {platform.system()} {platform.machine()})"
-    rel = platform.release().split("-")[0].split(".")
-    try:
-        ver = (int(rel[0]), int(rel[1]))
-    except (ValueError, IndexError):
-        ver = (0, 0)
-    if ver < _MIN_KERNEL:
-        return False, f"uprobes: Linux {platform.release()} has no uprobe_multi links (needs >= 6.6)"
-    if os.geteuid() != 0:
-        return False, "uprobes: loading BPF needs root (CAP_BPF and CAP_PERFMON)"
-    mark = _host_mark()
-    if mark is not None and mark.exists():
-        return True, "uprobes: available"
-    try:
-        prog = B.Program.open(ring_bytes=B.PAGE, max_sites=1)
-    except B.BpfError as err:
-        return False, f"uprobes: {err}"
-    prog.close()
-    if mark is not None:
-        try:
-            mark.parent.mkdir(parents=True, exist_ok=True)
-            mark.touch()
-        except OSError:
-            pass  # the mark only saves time
-    return True, "uprobes: available"

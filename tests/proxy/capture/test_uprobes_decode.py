@@ -10,7 +10,8 @@ import pytest
 
 from proxy.analysis.model import CoroutineKind, Era, Inventory, Layout, ResumeFn, State
 from proxy.capture.uprobes import build as bpf_build
-from proxy.capture.uprobes.capture import UprobeCapture, mask_bytes
+from proxy.capture.uprobes.capture import UprobeCapture
+from proxy.capture.uprobes.client_view import mask_bytes
 from proxy.capture.uprobes.decode import (
     KIND_ENTRY,
     KIND_EXIT,
