@@ -36,6 +36,8 @@ class Catalog:
             site: inventory.layouts.get(f.layout_name) if f.layout_name else None
             for site, f in self._by_site.items()
         }
+        # site -> the task type (`type_key`): the engine's first lookup on every event
+        self.type_keys: dict[int, str] = {site: f.layout_name or f.name for site, f in self._by_site.items()}
         self._line_cache: dict[int, SourceLoc | None] = {}
         self._valid: dict[tuple[int, int], bool] = {}  # (site, __state value) -> a state of its layout
 

@@ -40,7 +40,7 @@ The engine is pure: no I/O, no clocks (times come from the events).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +197,18 @@ class Engine:
             self._cursor += 1
             if self._cursor - self._cps[-1].index >= self._every:
                 self._checkpoint()
+
+    def feeders(self) -> tuple[Callable[..., bool], Callable[..., bool]] | None:
+        """(enter, exit): ``feed`` of a ``PollEnter`` / ``PollExit`` with the event's
+        fields given one by one (``GraphState.enter``/``exit``: no event object, no
+        dispatch on its type; uprobe capture's ``Decoder.fold`` decodes records
+        straight into them), valid until the state is replaced (a rewind). None
+        when every event must go through ``feed``: the event log is on (it keeps
+        event objects), or ``feed`` is watched (overridden by a subclass, or
+        replaced on the instance)."""
+        if self._keep_log or type(self).feed is not Engine.feed or "feed" in self.__dict__:
+            return None
+        return self._g.enter, self._g.exit
 
     def feed_many(self, events: Iterable[PollEvent]) -> None:
         for ev in events:

@@ -188,6 +188,10 @@ class Snapshot:
 
 
 class GraphState:
+    # the common exit (of the innermost poll) matched inline; False: by `_pop_matching`
+    # alone (tests/proxy/capture/test_uprobes_fold.py compares the two)
+    shortcuts = True
+
     def __init__(self, catalog: Catalog, limits: Limits) -> None:
         self.catalog = catalog
         self.limits = limits
@@ -205,6 +209,7 @@ class GraphState:
         self.c = Counters()
         self.timing: PollTiming | None = None  # per-poll durations (kept across rewinds by the engine)
         self.reserved: set[int] = set()  # ids the snapshot gave to tasks found in memory (kept across rewinds)
+        self._keys = catalog.type_keys  # site -> task type (only the catalog's sites)
 
     # ---- snapshot for checkpoints -------------------------------------------------
 
@@ -245,32 +250,28 @@ class GraphState:
     def apply(self, ev: PollEvent) -> bool:
         """Fold one event; False (and a counted reason) when it was rejected."""
         kind = type(ev)  # the hot path: exact types first, subclasses below
-        if kind is not PollEnter and kind is not PollExit and kind is not EventsLost:
-            if not isinstance(ev, (PollEnter, PollExit, EventsLost)):
-                return self.reject("not an event")
-            kind = PollEnter if isinstance(ev, PollEnter) else PollExit if isinstance(ev, PollExit) else EventsLost
+        if kind is PollEnter or kind is PollResumed or (kind is not PollExit and isinstance(ev, PollEnter)):
+            return self.enter(ev.seq, ev.thread, ev.site, ev.self_ptr, ev.sp,  # type: ignore[union-attr]
+                              ev.return_addr, ev.state, ev.time_ns, ev.parent,  # type: ignore[union-attr]
+                              kind is PollResumed)
+        if kind is PollExit or isinstance(ev, PollExit):
+            return self.exit(ev.seq, ev.thread, ev.site, ev.sp, ev.state,  # type: ignore[union-attr]
+                             ev.self_ptr, ev.poll_result, ev.panicked, ev.time_ns)  # type: ignore[union-attr]
+        if isinstance(ev, EventsLost):
+            return self.lost(ev.seq, ev.count)
+        return self.reject("not an event")
+
+    def lost(self, seq: int, count: int) -> bool:
+        """An ``EventsLost``: every thread's scopes are in doubt until resynchronised."""
         last = self.last_seq
-        if last is not None and ev.seq <= last:
+        if last is not None and seq <= last:
             return self.reject("seq not increasing")
-        if kind is EventsLost:
-            self.last_seq = ev.seq
-            self.c.events_lost += max(ev.count, 0)  # type: ignore[union-attr]
-            self.resync_needed = set(self.scopes) | (self.resync_needed or set())
-        elif not self.catalog.has_site(ev.site):  # type: ignore[union-attr]
-            return self.reject("unknown site")
-        elif kind is PollEnter:
-            if ev.self_ptr <= 0:
-                return self.reject("null self pointer")
-            self.last_seq = ev.seq
-            self._enter(ev, type(ev) is PollResumed)  # type: ignore[arg-type]
-        else:
-            self.last_seq = ev.seq
-            self._exit(ev)  # type: ignore[arg-type]
+        self.last_seq = seq
+        self.c.events_lost += max(count, 0)
+        self.resync_needed = set(self.scopes) | (self.resync_needed or set())
         self.c.events += 1
-        if self.finished and (
-            len(self.finished) > self.limits.max_completed
-            or self.limits.completed_ttl_ns is not None
-        ):
+        if self.finished and (len(self.finished) > self.limits.max_completed
+                              or self.limits.completed_ttl_ns is not None):
             self._evict_finished()
         return True
 
@@ -280,103 +281,121 @@ class GraphState:
         return False
 
     # ---- entry ----------------------------------------------------------------------
+    # `enter` and `exit` take an event's fields one by one: `apply` unpacks an event
+    # object into them, and uprobe capture decodes its records straight into them
+    # (`Decoder.fold`: no event object, no dispatch on its type). The common cases
+    # (a known task entered at the thread's root or under the innermost poll; an exit
+    # of the innermost poll) run inline; the rest calls out to the helpers below.
 
-    def _enter(self, ev: PollEnter, resumed: bool = False) -> None:
-        self.c.enters += 1
-        if ev.time_ns is not None:
-            self.last_time = ev.time_ns
-        stack = self.scopes.get(ev.thread)
+    def enter(self, seq: int, thread: int, site: int, self_ptr: int, sp: int, return_addr: int | None = None,
+              state: int | None = None, time_ns: int | None = None, parent: tuple[int, int] | None = None,
+              resumed: bool = False) -> bool:
+        """A ``PollEnter`` (a ``PollResumed`` with `resumed`); False when rejected."""
+        last = self.last_seq
+        if last is not None and seq <= last:
+            return self.reject("seq not increasing")
+        key = self._keys.get(site)
+        if key is None:
+            return self.reject("unknown site")
+        if self_ptr <= 0:
+            return self.reject("null self pointer")
+        self.last_seq = seq
+        c = self.c
+        c.enters += 1
+        if time_ns is not None:
+            self.last_time = time_ns
+        stack = self.scopes.get(thread)
         if stack is None:
-            stack = self.scopes[ev.thread] = []
-        above: list[PollScope] = []
+            stack = self.scopes[thread] = []
+        above: list[PollScope] | None = None
         if resumed:
             # in progress since before the polls above it (deeper: a lower sp), which stay
             i = len(stack)
-            while i > 0 and stack[i - 1].sp < ev.sp:
+            while i > 0 and stack[i - 1].sp < sp:
                 i -= 1
             above = stack[i:]
             del stack[i:]
-        while stack and stack[-1].sp <= ev.sp:
+        while stack and stack[-1].sp <= sp:
             self._missed_exit(stack.pop())
-        self._enter_on(ev, stack)
-        if above:
-            stack.extend(above)
-
-    def _enter_on(self, ev: PollEnter, stack: list[PollScope]) -> None:
-        rec = self._task_for_entry(ev, stack)
+        # the task at this address and of this type, unless the entry starts a new life of it
+        at = self.index.get(self_ptr)
+        tid = at.get(key) if at is not None else None
+        rec = self.tasks[tid] if tid is not None else None
+        if rec is not None and rec.running_on is None and (
+                (state == 0 and rec.polls > 0) or (rec.finished and state != RETURNED and state != PANICKED)):
+            self._supersede(rec)
+            rec = None
+        if rec is None:
+            rec = self._new_task_at(self_ptr, site, key, seq, stack, parent)
         top = stack[-1] if stack else None
         if top is not None and top.task == rec.id:
             # a second resume fn of the same object (GenFuture::poll -> inner fn)
-            stack.append(_scope(ev.thread, rec.id, ev.site, ev.sp, ev.seq, ev.time_ns, True))
-            return
-        self._start_poll(rec, ev)
-        parent = self.tasks[top.task] if top is not None else None
-        if ev.parent is not None:
-            # the poll it runs inside went out as no event: the backend names it
-            hinted = self._task_at(*ev.parent)
-            if hinted is not None and hinted is not rec:
-                parent = hinted
-        if parent is None:
-            rec.parent = None
+            stack.append(_scope(thread, rec.id, site, sp, seq, time_ns, True))
         else:
-            self._link(parent, rec, ev)
-        stack.append(_scope(ev.thread, rec.id, ev.site, ev.sp, ev.seq, ev.time_ns, False))
+            if state is not None:  # the state at entry is the outcome of the previous poll
+                if state == 0:
+                    rec.phase = UNRESUMED
+                    rec.state_value = 0
+                elif rec.needs_state or rec.phase == SUSPENDED or rec.phase == UNKNOWN:
+                    self._outcome(rec, state)
+                rec.needs_state = False
+                if self.reads:
+                    self.reads.pop(rec.id, None)
+            rec.running_on = thread
+            rec.last_thread = thread
+            rec.polls += 1
+            rec.last_seq = seq
+            rec.touched = None
+            if time_ns is not None and rec.last_exit_ns is not None and time_ns > rec.last_exit_ns:
+                rec.idle_ns += time_ns - rec.last_exit_ns
+            up = self.tasks[top.task] if top is not None else None
+            if parent is not None:
+                # the poll it runs inside went out as no event: the backend names it
+                hinted = self._task_at(*parent)
+                if hinted is not None and hinted is not rec:
+                    up = hinted
+            if up is None:
+                rec.parent = None
+            else:
+                self._link(up, rec, seq, return_addr)
+            stack.append(_scope(thread, rec.id, site, sp, seq, time_ns, False))
+        if above:
+            stack.extend(above)
+        c.events += 1
+        if self.finished and (len(self.finished) > self.limits.max_completed
+                              or self.limits.completed_ttl_ns is not None):
+            self._evict_finished()
+        return True
 
     def _task_at(self, self_ptr: int, site: int) -> TaskRec | None:
         at = self.index.get(self_ptr)
         tid = at.get(self.catalog.type_key(site)) if at is not None else None
         return self.tasks.get(tid) if tid is not None else None
 
-    def _start_poll(self, rec: TaskRec, ev: PollEnter) -> None:
-        if ev.state is not None:
-            self._learn_prior_state(rec, ev.state)
-        rec.running_on = ev.thread
-        rec.last_thread = ev.thread
-        rec.polls += 1
-        rec.last_seq = ev.seq
-        rec.touched = None
-        if ev.time_ns is not None and rec.last_exit_ns is not None:
-            rec.idle_ns += max(ev.time_ns - rec.last_exit_ns, 0)
-
-    def _learn_prior_state(self, rec: TaskRec, value: int) -> None:
-        """The state at entry is the outcome of the previous poll."""
-        if value == 0:
-            rec.phase = UNRESUMED
-            rec.state_value = 0
-        elif rec.needs_state or rec.phase in (UNKNOWN, SUSPENDED):
-            self._outcome(rec, value)
-        rec.needs_state = False
-        self.reads.pop(rec.id, None)
-
-    def _task_for_entry(self, ev: PollEnter, stack: list[PollScope]) -> TaskRec:
-        key = self.catalog.type_key(ev.site)
-        at = self.index.get(ev.self_ptr)
-        tid = at.get(key) if at is not None else None
-        if tid is not None:
-            rec = self.tasks[tid]
-            if not self._is_new_life(rec, ev):
-                return rec
-            self._supersede(rec)
-        rec = self._new_task(ev, key)
-        at = self.index.setdefault(ev.self_ptr, {})
+    def _new_task_at(self, self_ptr: int, site: int, key: str, seq: int, stack: list[PollScope],
+                     parent: tuple[int, int] | None) -> TaskRec:
+        """A new task at `self_ptr`; the other types' tasks there that are not running
+        and not polls around this one are superseded (the memory was reused)."""
+        rec = self._new_task(self_ptr, site, key, seq)
+        at = self.index.setdefault(self_ptr, {})
         named: set[int] | None = None
-        for other_key, other_id in list(at.items()):
+        for _other_key, other_id in list(at.items()):
             other = self.tasks[other_id]
             if other.running_on is None and not self._is_ancestor_on(stack, other_id):
                 if named is None:
-                    named = self._named_ancestors(ev)
+                    named = self._named_ancestors(parent)
                 if other_id not in named:
                     self._supersede(other)
         at[key] = rec.id
         return rec
 
-    def _named_ancestors(self, ev: PollEnter) -> set[int]:
+    def _named_ancestors(self, parent: tuple[int, int] | None) -> set[int]:
         """The poll the entry names as its parent (``PollEnter.parent``: its entry
         went out as no event) and that one's ancestors by their known edges: polls
         in progress, though not on the thread's stack here (a child stored at its
         parent's address, as an awaitee at offset 0 is, must not supersede them)."""
         out: set[int] = set()
-        t = self._task_at(*ev.parent) if ev.parent is not None else None
+        t = self._task_at(*parent) if parent is not None else None
         while t is not None and t.id not in out:
             out.add(t.id)
             t = self.tasks.get(t.parent) if t.parent is not None else None
@@ -386,20 +405,12 @@ class GraphState:
     def _is_ancestor_on(stack: list[PollScope], tid: int) -> bool:
         return any(s.task == tid for s in stack)
 
-    @staticmethod
-    def _is_new_life(rec: TaskRec, ev: PollEnter) -> bool:
-        if rec.running_on is not None:
-            return False
-        if ev.state == 0 and rec.polls > 0:
-            return True
-        return rec.finished and ev.state not in (RETURNED, PANICKED)
-
-    def _new_task(self, ev: PollEnter, key: str) -> TaskRec:
-        gen = self.addr_gen.get(ev.self_ptr, 0)
-        self.addr_gen[ev.self_ptr] = gen + 1
+    def _new_task(self, self_ptr: int, site: int, key: str, seq: int) -> TaskRec:
+        gen = self.addr_gen.get(self_ptr, 0)
+        self.addr_gen[self_ptr] = gen + 1
         while self.next_id in self.reserved:  # proxy.snapshot.ids: a task found in memory has it
             self.next_id += 1
-        rec = TaskRec(self.next_id, ev.self_ptr, key, ev.site, gen, ev.seq)
+        rec = TaskRec(self.next_id, self_ptr, key, site, gen, seq)
         self.next_id += 1
         self.c.tasks_seen += 1
         self.tasks[rec.id] = rec
@@ -427,22 +438,22 @@ class GraphState:
             rec.dropped = True
             self._finish(rec)
 
-    def _link(self, parent: TaskRec, child: TaskRec, ev: PollEnter) -> None:
+    def _link(self, parent: TaskRec, child: TaskRec, seq: int, return_addr: int | None) -> None:
         key = (parent.id, child.id)
         edge = self.edges.get(key)
         if edge is None:
-            edge = self.edges[key] = EdgeRec(parent.id, child.id, ev.seq)
+            edge = self.edges[key] = EdgeRec(parent.id, child.id, seq)
             if parent.children is None:
                 parent.children = set()
             parent.children.add(child.id)
             if child.parents is None:
                 child.parents = set()
             child.parents.add(parent.id)
-        edge.last_seq = ev.seq
+        edge.last_seq = seq
         edge.completed = False
         edge.dropped = False
-        if ev.return_addr is not None:
-            edge.callsite_addr = ev.return_addr
+        if return_addr is not None:
+            edge.callsite_addr = return_addr
         child.parent = parent.id
         if parent.touched is None:
             parent.touched = [child.id]
@@ -451,48 +462,70 @@ class GraphState:
 
     # ---- exit -----------------------------------------------------------------------
 
-    def _exit(self, ev: PollExit) -> None:
-        self.c.exits += 1
-        if ev.time_ns is not None:
-            self.last_time = ev.time_ns
-        stack = self.scopes.get(ev.thread)
+    def exit(self, seq: int, thread: int, site: int, sp: int, state: int | None = None,
+             self_ptr: int | None = None, poll_result: int | None = None, panicked: bool = False,
+             time_ns: int | None = None) -> bool:
+        """A ``PollExit``; False when rejected."""
+        last = self.last_seq
+        if last is not None and seq <= last:
+            return self.reject("seq not increasing")
+        if site not in self._keys:
+            return self.reject("unknown site")
+        self.last_seq = seq
+        c = self.c
+        c.exits += 1
+        if time_ns is not None:
+            self.last_time = time_ns
+        stack = self.scopes.get(thread)
         if not stack:
-            self.c.unmatched_exits += 1
-            return
-        scope = self._pop_matching(stack, ev)
+            scope = None
+        elif self.shortcuts and not panicked and stack[-1].sp == sp and stack[-1].site == site:
+            scope = stack.pop()  # the innermost poll returns (what _pop_matching finds first)
+        else:
+            scope = self._pop_matching(stack, site, sp, panicked)
         if scope is None:
-            self.c.unmatched_exits += 1
-            return
-        if scope.nested:
-            return  # the wrapper's own exit carries the outcome
-        rec = self.tasks.get(scope.task)
-        if rec is None:
-            return
-        self._end_poll(rec, scope, ev.time_ns, ev.seq)
-        if ev.panicked:
-            self._outcome(rec, PANICKED)
-        elif ev.state is not None:
-            self._outcome(rec, ev.state)
-        elif ev.poll_result == 0:
-            self._outcome(rec, RETURNED)
-        else:
-            if ev.poll_result == 1:
-                rec.phase = SUSPENDED
-                rec.state_value = None
-            self._ask_state(rec)
+            c.unmatched_exits += 1
+        elif not scope.nested:  # a wrapper's inner fn: the wrapper's own exit carries the outcome
+            rec = self.tasks.get(scope.task)
+            if rec is not None:
+                rec.running_on = None
+                if time_ns is not None:
+                    t0 = scope.time_ns
+                    if t0 is not None:
+                        if time_ns > t0:
+                            rec.busy_ns += time_ns - t0
+                        if self.timing is not None:
+                            self.timing.poll(rec.id, scope.entry_seq, seq, t0, time_ns)
+                    rec.last_exit_ns = time_ns
+                if panicked:
+                    self._outcome(rec, PANICKED)
+                elif state is not None:
+                    self._outcome(rec, state)
+                elif poll_result == 0:
+                    self._outcome(rec, RETURNED)
+                else:
+                    if poll_result == 1:
+                        rec.phase = SUSPENDED
+                        rec.state_value = None
+                    self._ask_state(rec)
+        c.events += 1
+        if self.finished and (len(self.finished) > self.limits.max_completed
+                              or self.limits.completed_ttl_ns is not None):
+            self._evict_finished()
+        return True
 
-    def _pop_matching(self, stack: list[PollScope], ev: PollExit) -> PollScope | None:
-        if ev.panicked:
+    def _pop_matching(self, stack: list[PollScope], site: int, sp: int, panicked: bool) -> PollScope | None:
+        if panicked:
             i = len(stack) - 1
-            while i >= 0 and not (stack[i].site == ev.site and stack[i].sp > ev.sp):
+            while i >= 0 and not (stack[i].site == site and stack[i].sp > sp):
                 i -= 1
         else:
             i = len(stack) - 1
-            while i >= 0 and stack[i].sp < ev.sp:
+            while i >= 0 and stack[i].sp < sp:
                 i -= 1
-            if i < 0 or stack[i].sp != ev.sp or stack[i].site != ev.site:
+            if i < 0 or stack[i].sp != sp or stack[i].site != site:
                 # scopes below the exit's sp have returned; the exit itself is unknown
-                while stack and stack[-1].sp < ev.sp:
+                while stack and stack[-1].sp < sp:
                     self._missed_exit(stack.pop())
                 return None
         if i < 0:
@@ -500,15 +533,6 @@ class GraphState:
         while len(stack) > i + 1:
             self._missed_exit(stack.pop())
         return stack.pop()
-
-    def _end_poll(self, rec: TaskRec, scope: PollScope, time_ns: int | None, seq: int | None = None) -> None:
-        rec.running_on = None
-        if time_ns is not None:
-            if scope.time_ns is not None:
-                rec.busy_ns += max(time_ns - scope.time_ns, 0)
-                if self.timing is not None and seq is not None:
-                    self.timing.poll(rec.id, scope.entry_seq, seq, scope.time_ns, time_ns)
-            rec.last_exit_ns = time_ns
 
     def _missed_exit(self, scope: PollScope) -> None:
         if scope.nested:
@@ -518,7 +542,7 @@ class GraphState:
         if rec is None:
             return
         rec.exits_missed += 1
-        self._end_poll(rec, scope, None)
+        rec.running_on = None  # the poll's end, at an unknown time
         self._ask_state(rec)
 
     def _ask_state(self, rec: TaskRec) -> None:
@@ -534,23 +558,22 @@ class GraphState:
 
     def _outcome(self, rec: TaskRec, value: int) -> None:
         rec.needs_state = False
-        self.reads.pop(rec.id, None)
+        if self.reads:
+            self.reads.pop(rec.id, None)
         if value == RETURNED or value == PANICKED:
             rec.state_value = value
             rec.phase = FINISHED_OK if value == RETURNED else FINISHED_PANIC
             self._complete_parent_edge(rec)
             self._finish(rec)
-        elif value >= FIRST_SUSPEND and self._valid_state(rec, value):
+        elif value >= FIRST_SUSPEND and self.catalog.valid_state(rec.site, value):
             rec.state_value = value
             rec.phase = SUSPENDED
-            self._mark_await(rec, value)
+            if rec.touched:
+                self._mark_await(rec, value)
         else:
             rec.phase = UNKNOWN
             rec.state_value = None
             self.reject("bad __state value")
-
-    def _valid_state(self, rec: TaskRec, value: int) -> bool:
-        return self.catalog.valid_state(rec.site, value)
 
     def _mark_await(self, rec: TaskRec, value: int) -> None:
         for cid in rec.touched or ():

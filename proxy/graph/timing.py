@@ -78,9 +78,12 @@ class PollTiming:
         if exit_seq <= self._high:
             return  # refolded after a rewind: counted already
         self._high = exit_seq
-        raw = max(exit_ns - enter_ns, 0)
-        inside = max(exit_seq - enter_seq - 1, 0)
-        if inside == 0:
+        raw = exit_ns - enter_ns
+        if raw < 0:
+            raw = 0
+        hits = exit_seq - enter_seq  # 1 + the events recorded inside
+        if hits <= 1:
+            hits = 1
             self.leaf_polls += 1
             self._leaves.append(raw)
         # Least recently polled first out: a server's connection tasks live for
@@ -97,10 +100,10 @@ class PollTiming:
             tasks.move_to_end(task)
         t.polls += 1
         t.raw_ns += raw
-        t.events += inside + 1
-        t.samples.append((raw, inside + 1))
+        t.events += hits
+        t.samples.append((raw, hits))
         if raw > t.longest[0]:
-            t.longest = (raw, inside + 1)
+            t.longest = (raw, hits)
 
     def set_totals(self, task: int, polls: int, raw_ns: int, events: int) -> None:
         """A task's exact totals counted elsewhere (uprobe capture folds every poll

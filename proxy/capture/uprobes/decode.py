@@ -43,6 +43,7 @@ Records whose kind or cookie makes no sense are counted, never raised.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +59,7 @@ ENTRY_REC = struct.Struct("<HHIIIQQQQQQQQQQQQQQQII")
 PARENT = struct.Struct("<QQI")  # an entry's parent (F_PARENT): self, entry sp, fn index
 PARENT_AT = 120
 assert EXIT_REC.size == 72 and ENTRY_REC.size == 144
+EXIT_SIZE, ENTRY_SIZE = EXIT_REC.size, ENTRY_REC.size
 _unpack_exit = EXIT_REC.unpack_from
 
 
@@ -198,6 +200,74 @@ class Decoder:
                      state if flags & F_STATE else None,
                      self_ptr if flags & F_SELF else None,
                      None, kind == KIND_UNWIND, ts)
+
+
+    def fold(self, buf: Any, spans: list[tuple[int, int]], start: int, enter: Callable[..., Any],
+             exit: Callable[..., Any], elided: Callable[[int], None]) -> int:
+        """Decode the records at ``spans[start:]`` straight into the engine: `enter`
+        and `exit` get what ``decode_at`` would put in a ``PollEnter``/``PollExit``
+        (``Engine.feeders``), `elided` the count an ``F_ELIDED`` record carries,
+        before its event (``Engine.elided``). The plain records only: a plain entry
+        (no stack slice, no parent named), a plain exit (no totals); at any other
+        record (a stack slice for the unwinder, ``F_PARENT``, ``F_TOTALS``, an unwind
+        exit, ``KIND_STATS``, a bad record, coroutines elided before a bad record
+        still to give) it stops and returns that record's index, for the caller to
+        take the general way (``decode_at``); len(spans) when all were folded. The
+        same engine state and stats as ``decode_at`` + ``Engine.feed`` record by
+        record (tests/proxy/capture/test_uprobes_fold.py)."""
+        end = len(spans)
+        if self.elided:
+            return start
+        sites, fn_sites = self.sites, self.fn_sites
+        n_sites = len(sites)
+        unpack = _unpack_exit
+        plain = F_SELF | F_STATE | F_ELIDED
+        seq = self.seq
+        entries = exits = self_known = state_known = 0
+        i = start
+        while i < end:
+            off, length = spans[i]
+            if length < EXIT_SIZE:
+                break
+            kind, flags, cookie, tid, slen, ts, _ip, sp, self_ptr, ret, rax, state = unpack(buf, off)
+            if flags & ~plain or cookie >= n_sites:
+                break
+            info = sites[cookie]
+            if kind != info.kind:
+                break
+            if kind == KIND_ENTRY:
+                if length != ENTRY_SIZE:
+                    break
+                if flags & F_ELIDED:
+                    elided(rax)
+                seq += 1
+                enter(seq, tid, info.site, self_ptr, sp, ret or None, state if flags & F_STATE else None, ts)
+                entries += 1
+            elif kind == KIND_EXIT:
+                site = info.site or fn_sites.get(slen - 1, 0)  # a return site: the record names its function
+                if not site:
+                    break
+                if flags & F_ELIDED:
+                    elided(rax)
+                seq += 1
+                if flags & F_SELF:
+                    self_known += 1
+                if flags & F_STATE:
+                    state_known += 1
+                exit(seq, tid, site, sp, state if flags & F_STATE else None, self_ptr if flags & F_SELF else None,
+                     None, False, ts)
+                exits += 1
+            else:
+                break
+            i += 1
+        self.seq = seq
+        st = self.stats
+        st.records += i - start
+        st.entries += entries
+        st.exits += exits
+        st.exit_self_known += self_known
+        st.exit_state_known += state_known
+        return i
 
 
 def entry_capture(rec: bytes, ev: PollEnter, parent: tuple[int, int] | None,
