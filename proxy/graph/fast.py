@@ -3,9 +3,8 @@
 The generated ``__init__`` of a frozen dataclass sets each field through
 ``object.__setattr__``: 1.6 µs for a ``PollEnter`` here, against 0.85 µs
 when the slots are filled directly. At 50-150k events/s (uprobe capture)
-that was the largest share of decoding, and a ``PollScope`` is built on
-every entry too. The result is the same object (``==``, ``hash`` and
-``repr`` hold: tests/proxy/graph/test_fast.py).
+that was the largest share of decoding. The result is the same object
+(``==``, ``hash`` and ``repr`` hold: tests/proxy/graph/test_fast.py).
 """
 
 from __future__ import annotations

@@ -45,11 +45,10 @@ from typing import Any
 
 from proxy.graph.catalog import Catalog
 from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit, PollResumed
-from proxy.graph.fast import slot_maker
 from proxy.graph.model import PollScope, StateRead
 from proxy.graph.timing import PollTiming
 
-_scope = slot_maker(PollScope)  # one per entry: the dataclass __init__ cost twice as much
+_tuple = tuple.__new__  # _tuple(PollScope, (fields...)): one per entry, the cheapest way to build it
 
 RETURNED = 1
 PANICKED = 2
@@ -210,6 +209,8 @@ class GraphState:
         self.timing: PollTiming | None = None  # per-poll durations (kept across rewinds by the engine)
         self.reserved: set[int] = set()  # ids the snapshot gave to tasks found in memory (kept across rewinds)
         self._keys = catalog.type_keys  # site -> task type (only the catalog's sites)
+        # finished tasks past this many: evict (with a time to live: whenever there are some)
+        self._evict_past = limits.max_completed if limits.completed_ttl_ns is None else 0
 
     # ---- snapshot for checkpoints -------------------------------------------------
 
@@ -270,8 +271,7 @@ class GraphState:
         self.c.events_lost += max(count, 0)
         self.resync_needed = set(self.scopes) | (self.resync_needed or set())
         self.c.events += 1
-        if self.finished and (len(self.finished) > self.limits.max_completed
-                              or self.limits.completed_ttl_ns is not None):
+        if len(self.finished) > self._evict_past:
             self._evict_finished()
         return True
 
@@ -330,12 +330,16 @@ class GraphState:
         top = stack[-1] if stack else None
         if top is not None and top.task == rec.id:
             # a second resume fn of the same object (GenFuture::poll -> inner fn)
-            stack.append(_scope(thread, rec.id, site, sp, seq, time_ns, True))
+            stack.append(_tuple(PollScope, (thread, rec.id, site, sp, seq, time_ns, True)))
         else:
             if state is not None:  # the state at entry is the outcome of the previous poll
                 if state == 0:
                     rec.phase = UNRESUMED
                     rec.state_value = 0
+                elif state >= FIRST_SUSPEND and state == rec.state_value and rec.phase == SUSPENDED:
+                    # the state its last poll left (a repeat poll): all _outcome would do
+                    if rec.touched:
+                        self._mark_await(rec, state)
                 elif rec.needs_state or rec.phase == SUSPENDED or rec.phase == UNKNOWN:
                     self._outcome(rec, state)
                 rec.needs_state = False
@@ -358,12 +362,11 @@ class GraphState:
                 rec.parent = None
             else:
                 self._link(up, rec, seq, return_addr)
-            stack.append(_scope(thread, rec.id, site, sp, seq, time_ns, False))
+            stack.append(_tuple(PollScope, (thread, rec.id, site, sp, seq, time_ns, False)))
         if above:
             stack.extend(above)
         c.events += 1
-        if self.finished and (len(self.finished) > self.limits.max_completed
-                              or self.limits.completed_ttl_ns is not None):
+        if len(self.finished) > self._evict_past:
             self._evict_finished()
         return True
 
@@ -509,8 +512,7 @@ class GraphState:
                         rec.state_value = None
                     self._ask_state(rec)
         c.events += 1
-        if self.finished and (len(self.finished) > self.limits.max_completed
-                              or self.limits.completed_ttl_ns is not None):
+        if len(self.finished) > self._evict_past:
             self._evict_finished()
         return True
 
@@ -565,7 +567,8 @@ class GraphState:
             rec.phase = FINISHED_OK if value == RETURNED else FINISHED_PANIC
             self._complete_parent_edge(rec)
             self._finish(rec)
-        elif value >= FIRST_SUSPEND and self.catalog.valid_state(rec.site, value):
+        elif value >= FIRST_SUSPEND and (value == rec.state_value or self.catalog.valid_state(rec.site, value)):
+            # (a state_value of 3+ was checked when it was set: the same again needs no check)
             rec.state_value = value
             rec.phase = SUSPENDED
             if rec.touched:

@@ -129,6 +129,7 @@ class Decoder:
         # coroutines elided on a thread before the last records (F_ELIDED: in rax), until the capture
         # gives them to the engine (Engine.elided) before feeding the record's event
         self.elided = 0
+        self._by_cookie: list[tuple[int, int]] = []  # (kind, site) per cookie, for fold
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -218,22 +219,26 @@ class Decoder:
         end = len(spans)
         if self.elided:
             return start
-        sites, fn_sites = self.sites, self.fn_sites
-        n_sites = len(sites)
+        sites = self.sites
+        by_cookie = self._by_cookie
+        if len(by_cookie) != len(sites):  # the table only grows (return sites appended)
+            by_cookie = self._by_cookie = [(s.kind, s.site) for s in sites]
+        n_sites = len(by_cookie)
+        fn_sites = self.fn_sites
         unpack = _unpack_exit
         plain = F_SELF | F_STATE | F_ELIDED
         seq = self.seq
         entries = exits = self_known = state_known = 0
         i = start
-        while i < end:
+        for i in range(start, end):  # noqa: B007 - i is the stop
             off, length = spans[i]
             if length < EXIT_SIZE:
                 break
             kind, flags, cookie, tid, slen, ts, _ip, sp, self_ptr, ret, rax, state = unpack(buf, off)
             if flags & ~plain or cookie >= n_sites:
                 break
-            info = sites[cookie]
-            if kind != info.kind:
+            site_kind, site = by_cookie[cookie]
+            if kind != site_kind:
                 break
             if kind == KIND_ENTRY:
                 if length != ENTRY_SIZE:
@@ -241,12 +246,13 @@ class Decoder:
                 if flags & F_ELIDED:
                     elided(rax)
                 seq += 1
-                enter(seq, tid, info.site, self_ptr, sp, ret or None, state if flags & F_STATE else None, ts)
+                enter(seq, tid, site, self_ptr, sp, ret or None, state if flags & F_STATE else None, ts)
                 entries += 1
             elif kind == KIND_EXIT:
-                site = info.site or fn_sites.get(slen - 1, 0)  # a return site: the record names its function
-                if not site:
-                    break
+                if not site:  # a return site: the record names its function
+                    site = fn_sites.get(slen - 1, 0)
+                    if not site:
+                        break
                 if flags & F_ELIDED:
                     elided(rax)
                 seq += 1
@@ -259,7 +265,8 @@ class Decoder:
                 exits += 1
             else:
                 break
-            i += 1
+        else:
+            i = end
         self.seq = seq
         st = self.stats
         st.records += i - start

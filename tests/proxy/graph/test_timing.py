@@ -134,3 +134,25 @@ def test_long_lived_tasks_keep_their_counts_past_the_task_limit() -> None:
     assert [t.of(c).polls for c in range(4)] == [(MAX_TASKS + 5_000) // 4] * 4  # type: ignore[union-attr]
     assert len(t.tasks) == MAX_TASKS
     assert t.of(1_000) is None  # the first short task is forgotten
+
+
+def test_the_last_samples_are_kept_as_a_bounded_window() -> None:
+    """A task's samples (a list trimmed by halves, not a deque) are the last SAMPLES
+    polls; past SAMPLES polls busy time is the sum less the cost, not the clamped
+    samples (which no longer cover every poll)."""
+    from proxy.graph.timing import SAMPLES
+
+    t = PollTiming()
+    t.set_backend("uprobes")
+    seq = 0
+    for i in range(2 * SAMPLES + 5):
+        seq += 2
+        t.poll(1, seq - 1, seq, 0, 1000 + i)  # a leaf poll each (hits 1)
+        tt = t.of(1)
+        assert tt is not None
+        kept = list(tt.samples)
+        assert len(kept) == min(i + 1, SAMPLES) and kept[-1] == (1000 + i, 1) and kept[0] == (1000 + i + 1 - len(kept), 1)
+    assert tt.polls == 2 * SAMPLES + 5 and tt.longest == (1000 + 2 * SAMPLES + 4, 1)
+    c, _ = t.cost()
+    assert t.busy_ns(1) == max(tt.raw_ns - tt.events * c, 0)
+    assert t.durations(1) == [max(r - c, 0) for r, _ in kept]
