@@ -352,7 +352,7 @@ class GraphState:
             rec.touched = None
             if time_ns is not None and rec.last_exit_ns is not None and time_ns > rec.last_exit_ns:
                 rec.idle_ns += time_ns - rec.last_exit_ns
-            up = self.tasks[top.task] if top is not None else None
+            up = self.tasks.get(top.task) if top is not None else None  # gone: finished while in a poll elsewhere
             if parent is not None:
                 # the poll it runs inside went out as no event: the backend names it
                 hinted = self._task_at(*parent)
@@ -423,12 +423,17 @@ class GraphState:
 
     def skip_finished(self, count: int) -> None:
         """Engine.elided: `count` tasks seen and finished, never in the table."""
-        for _ in range(max(count, 0)):
-            while self.next_id in self.reserved:
+        if count <= 0:
+            return
+        if self.reserved:
+            for _ in range(count):
+                while self.next_id in self.reserved:
+                    self.next_id += 1
                 self.next_id += 1
-            self.next_id += 1
-        self.c.tasks_seen += max(count, 0)
-        self.c.elided += max(count, 0)
+        else:
+            self.next_id += count
+        self.c.tasks_seen += count
+        self.c.elided += count
 
     def _supersede(self, rec: TaskRec) -> None:
         """The object's memory now holds another coroutine: the old one was dropped."""
@@ -503,7 +508,13 @@ class GraphState:
                 if panicked:
                     self._outcome(rec, PANICKED)
                 elif state is not None:
-                    self._outcome(rec, state)
+                    if state >= FIRST_SUSPEND and state == rec.state_value and rec.phase == SUSPENDED \
+                            and not rec.needs_state:
+                        # suspended where it was (a repeat poll): all _outcome would do
+                        if rec.touched:
+                            self._mark_await(rec, state)
+                    else:
+                        self._outcome(rec, state)
                 elif poll_result == 0:
                     self._outcome(rec, RETURNED)
                 else:

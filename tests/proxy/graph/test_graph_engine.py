@@ -340,3 +340,37 @@ def test_a_child_stored_at_its_named_parents_address_does_not_supersede_it() -> 
     assert a.state.kind is StateKind.SUSPENDED and not a.dropped
     bs = [t for t in e.tasks() if t.path == "rt::b"]
     assert len(bs) == 2 and all(t.parent == a.id for t in bs)
+
+
+def test_a_poll_inside_one_whose_task_was_evicted_is_a_root() -> None:
+    """One coroutine in polls on two threads at once (bad data, or events lost) can
+    finish and be evicted while its scope stays on the other thread's stack: a poll
+    entered under that scope has no known parent (it raised KeyError)."""
+    s = Script()
+    s.enter("a", 0xA000, thread=1, state=0)
+    s.enter("a", 0xA000, thread=2, state=3)
+    s.exit(1, thread=2)  # a returns on thread 2: finished, not running; its scope stays on thread 1
+    for i in range(3):  # finished tasks past max_completed: a is evicted
+        s.enter("x", 0xB000 + 0x100 * i, thread=3, state=0)
+        s.exit(1, thread=3)
+    s.enter("c", 0xC000, thread=1, state=0)  # inside a's scope on thread 1
+    e = engine(max_completed=1)
+    e.feed_many(s.events)
+    assert e.task("0xa000") is None
+    c = e.task("0xc000")
+    assert c is not None and c.parent is None and e.stats().rejected == 0
+
+
+def test_elided_coroutines_take_ids_past_the_reserved_ones() -> None:
+    """Engine.elided skips the ids the snapshot gave to tasks found in memory, as a new task does."""
+    for reserved, next_task in (({2, 3, 5}, 7), (set(), 4)):  # elided: 1, 4, 6 (or 1, 2, 3)
+        e = engine()
+        e.reserve_ids(set(reserved))
+        e.elided(3)
+        e.elided(0)
+        e.elided(-1)
+        s = Script()
+        s.enter("a", 0xA000, state=0)
+        e.feed_many(s.events)
+        a = e.task("0xa000")
+        assert a is not None and a.id == next_task and e.stats().tasks_seen == 4
