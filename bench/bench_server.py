@@ -23,6 +23,9 @@ most:
 * ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
                     watched;
 * ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-strict`` the same with --uprobe-strict: every poll recorded even
+                    when the proxy falls behind (by default the kernel then
+                    samples until it caught up);
 * ``uprobes-every`` the same with --uprobe-every: the coroutines created and
                     completed inside one poll of their parent recorded too
                     (by default they are counted in the kernel only);
@@ -83,6 +86,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -90,6 +94,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,6 +118,7 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-rets": ["--capture", "uprobes", "--mode", "full", "--uprobe-rets"],
             "uprobes-changes": ["--capture", "uprobes", "--mode", "full", "--uprobe-changes"],
             "uprobes-every": ["--capture", "uprobes", "--mode", "full", "--uprobe-every"],
+            "uprobes-strict": ["--capture", "uprobes", "--mode", "full", "--uprobe-strict"],
             "uprobes-sampled-rets": ["--capture", "uprobes", "--sample", "64", "--uprobe-rets"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
@@ -121,7 +127,7 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-strict", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
          "uprobes-sampled-rets", "uprobes-sliced",
          "uprobes-tasks-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
 
@@ -141,6 +147,7 @@ class Run:
     bpf: tuple[int, int] | None = None  # the BPF program's (run ns, runs) while wrk ran (bpf_stats_enabled)
     extra: dict[str, str] = field(default_factory=dict)
     after_us: float | None = None  # the proxy's CPU a request after wrk (the records it had not folded yet)
+    stop_s: tuple[float | None, float | None] = (None, None)  # the client's wait for a stop: (mid-wrk, exit)
 
 
 def ensure_wrk() -> str:
@@ -323,6 +330,38 @@ continue
 {after}
 kill
 """
+# --stop-at: gdb is interrupted while wrk runs (SIGINT: a ^C to the stub), then goes on to _exit
+GDB_STOP_SCRIPT = GDB_SCRIPT.replace("continue\n", "continue\nmonitor async stats\ncontinue\n", 1)
+STOP_AT: list[float] = []  # --stop-at F: the fraction of wrk's time at which gdb is interrupted
+INTERRUPTED = re.compile(r"received signal SIGINT")
+AT_EXIT = re.compile(r"Breakpoint \d+, .*_exit")
+
+
+def _wait_for_text(pump: OutputPump, pattern: re.Pattern[str], t0: float, limit_s: float = 300.0) -> float | None:
+    """Seconds from `t0` until `pattern` shows in gdb's output (None: not within `limit_s`)."""
+    while time.monotonic() - t0 < limit_s:
+        if pattern.search(pump.text()):
+            return time.monotonic() - t0
+        time.sleep(0.005)
+    return None
+
+
+def _interrupt_later(gdb: subprocess.Popen[bytes], pump: OutputPump, delay: float, run: Run) -> Any:
+    """SIGINT to gdb after `delay` s (wrk still running); the client's wait for the stop into `run`."""
+    import threading
+
+    def go() -> None:
+        time.sleep(delay)
+        t0 = time.monotonic()
+        try:
+            os.kill(gdb.pid, signal.SIGINT)
+        except OSError:
+            return
+        run.stop_s = (_wait_for_text(pump, INTERRUPTED, t0, 120.0), run.stop_s[1])
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th
 
 
 def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
@@ -333,8 +372,9 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
         px = px_cm.__enter__() if px_cm else None
         try:
             address = px.address if px else stub.address
+            stop_at = STOP_AT[0] if STOP_AT and how != "gdb" else None
             with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
-                f.write(GDB_SCRIPT.format(address=address, after=after))
+                f.write((GDB_STOP_SCRIPT if stop_at else GDB_SCRIPT).format(address=address, after=after))
             gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-x", f.name, str(server.prog)],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -347,9 +387,14 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                 port = int(m.group(1))
                 inferior = stub.find_inferior()
                 watchers = [gdb.pid, stub.proc.pid] + ([px.proc.pid] if px else [])
+                stopper = _interrupt_later(gdb, gout, stop_at * duration, run) if stop_at else None
                 run.rps, _ = load(wrk, port, duration, conns, run, [inferior] if inferior else [], watchers)
                 px_wrk = cpu_s([px.proc.pid]) if px else 0.0
+                if stopper is not None:
+                    stopper.join(timeout=130)
+                t_quit = time.monotonic()
                 quit_server(port)
+                run.stop_s = (run.stop_s[0], _wait_for_text(gout, AT_EXIT, t_quit))
                 try:
                     gdb.wait(timeout=300)
                 except subprocess.TimeoutExpired:
@@ -380,7 +425,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     lost = re.search(r"events lost: (\d+)", text)
                     run.lost = int(lost.group(1)) if lost else 0
                     run.top = parse_top(text, server.conn_fn)
-                    for line in re.findall(r"^(?:sampl|time-sliced|tasks mode).*$", text, re.M):
+                    for line in re.findall(r"^(?:sampl|time-sliced|tasks mode|catch-up).*$", text, re.M):
                         run.extra[line.split(":")[0]] = line
                 return run
             finally:
@@ -499,6 +544,13 @@ RUNNERS: dict[str, Callable[[Server, str, float, int, str], Run]] = {
     **{k: run_gdb for k in CAPTURES}}
 
 
+def _stops(s: tuple[float | None, float | None]) -> str:
+    """The client's waits for a stop reply: under wrk (--stop-at) / at the exit after wrk."""
+    mid, end = s
+    return (f"{mid:.2f} mid-wrk / " if mid is not None else ("- mid-wrk / " if STOP_AT else "")) + \
+        (f"{end:.2f} exit" if end is not None else "- exit")
+
+
 def _fmt_rps(v: float) -> str:
     return "-" if v != v else f"{v:,.0f}"
 
@@ -530,10 +582,12 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
         tot = [a + b for a, b in cs]
         bpf = [r.bpf[0] / r.bpf[1] for r in rs if r.bpf and r.ok]
         after = [r.after_us for r in rs if r.after_us is not None and r.ok]
+        stops = [r.stop_s for r in rs if r.ok and r.stop_s != (None, None)]
         print(f"{how:16} server {srv:8.1f}  watcher {wat:8.1f}  total {statistics.median(tot):8.1f}  "
               f"x bare {statistics.median(tot) / base_total:6.2f} (rounds: {', '.join(f'{t:.1f}' for t in tot)})"
               + (f"  BPF ns/run {statistics.median(bpf):.0f} ({', '.join(f'{b:.0f}' for b in bpf)})" if bpf else "")
-              + (f"  proxy after wrk {statistics.median(after):.1f}" if after else ""))
+              + (f"  proxy after wrk {statistics.median(after):.1f}" if after else "")
+              + (f"  stop waits (s): {', '.join(_stops(s) for s in stops)}" if stops else ""))
     print("\naccuracy (the connection tasks, summed): the tool's polls and busy time against the reference "
           "of the same round (corpus: the server's own count in the same run; axum: console-subscriber's "
           "own figures in the console run), per request and per poll (runs differ in requests)")
@@ -583,7 +637,12 @@ def main() -> int:
     ap.add_argument("--sample", type=int, default=64, help="uprobes-sampled: --sample N (64)")
     ap.add_argument("--sample-time", type=int, default=10, help="uprobes-sliced: --sample-time PCT (10)")
     ap.add_argument("--split", action="store_true", help="where uprobe capture's cost goes (no gdb)")
+    ap.add_argument("--stop-at", type=float, metavar="F",
+                    help="interrupt gdb at F x --duration into wrk (e.g. 0.8) and time the client's wait for "
+                         "the stop under load (printed with the exit stop's wait, after /quit)")
     args = ap.parse_args()
+    if args.stop_at:
+        STOP_AT.append(args.stop_at)
     wrk = ensure_wrk()
     CAPTURES["uprobes-sampled"][-1] = str(args.sample)
     CAPTURES["uprobes-sampled-rets"][-2] = str(args.sample)

@@ -988,7 +988,8 @@ def test_only_graph_changes_recorded_and_every_poll_counted(config: str) -> None
 
 
 def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture,
-                     at_stop: Callable[[], None] | None = None) -> tuple[str, dict[int, int], dict[str, int], list[str]]:
+                     at_stop: Callable[[], None] | None = None,
+                     poll_every: int = 50) -> tuple[str, dict[int, int], dict[str, int], list[str]]:
     """The keep-alive http_server under `cap`: 400 requests on 2 connections, then
     `at_stop` with the server stopped (SIGSTOP) and everything folded (`cap.sync`),
     then /quit; `cap` synced after the exit and uninstalled. The server's output,
@@ -1016,7 +1017,7 @@ def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture
             c = conns[i % 2]
             c.request("GET", "/")
             assert c.getresponse().read()
-            if i % 50 == 0:
+            if i % poll_every == 0:
                 cap.poll()
         if at_stop is not None:
             os.kill(pid, signal.SIGSTOP)
@@ -1151,3 +1152,61 @@ def test_nested_coroutines_done_in_one_poll_counted_not_recorded(config: str) ->
     assert conn_ids and sum(eng.timing.of(i).polls for i in conn_ids if eng.timing.of(i)) == int(own.group(2))
     assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
     assert any(ln.startswith("recorded: every poll, but for coroutines created and completed") for ln in lines), lines
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_catch_up_samples_while_behind_and_counts_stay_exact(config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full mode samples while the proxy is behind (catchup.py, uprobes.bpf.c
+    CFG_ADAPT): a fold of 32-64 records a poll (the proxy short of CPU) and low marks
+    (200 unread records up, 150 down; a poll every 10 requests) make the capture switch the kernel to
+    sampling and back several times over the keep-alive http_server's 400
+    requests; the connection tasks live across every switch. At a stop mid-run
+    the connection tasks' polls in the graph (and the one in progress, if any:
+    counted at its exit) equal the hits of their entry probe
+    (every poll, recorded or folded: none counted twice, none missed), the
+    recording is back to every poll, and top says what was sampled; after /quit
+    they equal the server's own count (`conn_polls`). Nested one-poll coroutines
+    are still elided in the recorded root polls."""
+    from proxy.capture.uprobes import bpf as B
+    from proxy.capture.uprobes import capture as C
+
+    # With no time budget a poll folds one batch: a proxy short of CPU. The debug build's
+    # requests each start a task whose first poll is recorded whole even while sampling
+    # (~3 records a request): its proxy needs more than the release build's to catch up.
+    monkeypatch.setattr(C, "BATCH", 64 if config == "debug" else 32)
+    prog = _binary(config, "http_server")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = Engine(Catalog(inv, bias), keep_log=False)
+    cap = UprobeCapture(unwind_share=0.0, poll_budget_s=0.0, catchup_marks=(200, 150))
+    assert cap.catchup is not None and cap.elide
+    seen: dict[str, Any] = {}
+
+    def conn_polls() -> int:
+        ids = [t.id for t in eng.tasks() if t.parent is None and "conn_task" in (t.path or "")]
+        return sum(eng.timing.of(i).polls for i in ids if eng.timing.of(i))
+
+    def at_stop() -> None:
+        assert cap._prog is not None and cap.plan_ is not None and cap.catchup is not None
+        hits = cap._prog.site_hits(list(range(len(cap.plan_.sites))))
+        conn = [i for i, s in enumerate(cap.plan_.sites)
+                if s.spec.kind == B.KIND_ENTRY and re.search(r"::conn_task\b", s.name)]
+        assert conn, [s.name for s in cap.plan_.sites]
+        ids = {t.id for t in eng.tasks() if t.parent is None and "conn_task" in (t.path or "")}
+        running = sum(1 for th in eng.threads() for sc in eng.scopes(th) if sc.task in ids and not sc.nested)
+        seen.update(graph=conn_polls() + running, hits=sum(hits.get(i, 0) for i in conn), switches=cap.catchup.switches,
+                    sampling=cap.catchup.sampling, every=cap._prog._config[2], note=eng.timing.sampled)
+
+    out, _hits, counters, lines = _http_server_run(prog, inv, eng, cap, at_stop, poll_every=10)
+    assert seen["switches"] >= 2, (seen["switches"], lines)
+    assert not seen["sampling"] and seen["every"] == 1  # a stop: all folded, every poll recorded again
+    assert seen["graph"] == seen["hits"] >= 800, seen
+    assert seen["note"] and "sampled while the proxy was behind" in seen["note"], seen["note"]
+    assert counters.get("drops", 0) == 0 and counters.get("scope misses", 0) == 0, counters
+    assert counters.get("skipped", 0) > counters.get("elided", 0), counters  # some polls only counted
+    assert counters.get("elided", 0) >= 30, counters  # in the recorded root polls
+    own = re.search(r"server done requests=(\d+) connections=\d+ conn_polls=(\d+)", out)
+    assert own and int(own.group(1)) == 401, own
+    assert conn_polls() == int(own.group(2)), (conn_polls(), own.group(0))
+    assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
+    assert any(ln.startswith("catch-up: ") and " sampled " in ln for ln in lines), lines

@@ -81,6 +81,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="uprobe capture, full mode: record the coroutines created and completed inside one "
                         "poll of their parent too (by default they are counted in the kernel, not recorded, "
                         "and make no graph task: the graph at any stop is the same); for comparison")
+    p.add_argument("--uprobe-strict", action="store_true",
+                   help="uprobe capture, full mode: record every poll even when the proxy falls behind (by "
+                        "default the kernel then samples 1 root poll in 64 per coroutine until the proxy has "
+                        "caught up, POLLS and BUSY staying exact; strict, the unread records grow, are lost "
+                        "past the backlog, and a stop waits for them to be folded)")
     p.add_argument("--sample-time", type=_percent, metavar="PCT",
                    help="uprobe capture: time slices, the probes in for PCT%% of the running time (50 ms at a "
                         "time) and out for the rest (the program runs bare); counts, busy times and the graph "

@@ -30,6 +30,8 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
         kw["record_changes"] = True  # type: ignore[assignment]
     if opts.get("uprobe_every"):
         kw["elide_nested"] = False  # type: ignore[assignment]
+    if opts.get("uprobe_strict"):
+        kw["catch_up"] = False  # type: ignore[assignment]
     if opts.get("uprobe_rets"):
         kw["learn_returns"] = False  # type: ignore[assignment]
     share = opts.get("sample_time")

@@ -51,6 +51,7 @@ CFG_OFF = 2  # the program returns at once (the benchmark's floor: the traps alo
 CFG_NOFOLD = 4  # every poll recorded: no instance totals in the kernel, no KIND_STATS records
 CFG_CHANGES = 8  # only what changes the graph recorded, every poll folded in the kernel
 CFG_ELIDE = 16  # full mode: coroutines created and completed inside one poll of their parent write no record
+CFG_ADAPT = 32  # full mode sampling while the proxy is behind: every poll folded, no KIND_STATS for a life recorded whole
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 # struct inst_stats: polls, raw ns, hits, recorded polls, then (CFG_CHANGES) its last poll's parent, thread, state
 INST_STATS = struct.Struct("<QQQQQIIQ")
@@ -279,6 +280,18 @@ class Program:
         """Full mode: coroutines created and completed inside one poll of their parent
         write no record (counted per site in `site_elided`, per thread for the engine's ids)."""
         self._set_flag(CFG_ELIDE, on)
+
+    def set_adapt(self, on: bool) -> None:
+        """Full mode that samples while the proxy is behind (the proxy moves
+        `sample_every` itself): every poll folded, no totals of a life recorded whole."""
+        self._set_flag(CFG_ADAPT, on)
+
+    def set_sample_every(self, n: int) -> None:
+        """One root poll in `n` per instance recorded from the threads' next root polls
+        on (1: every poll); the flags, credits and epoch stay."""
+        tgid, stack_max, _every = getattr(self, "_config", (0, 0, 1))
+        self._config = (tgid, stack_max, max(int(n), 1))
+        self._write_config()
 
     def pending_entries(self, tid: int) -> tuple[list[tuple[tuple[int, ...], tuple[int, int] | None]], int]:
         """CFG_CHANGES or CFG_ELIDE, the program stopped: the entries of thread `tid`'s

@@ -112,12 +112,14 @@ from proxy.session.procedure import Exchange, Procedure
 from . import bpf as B
 from .decode import ENTRY_REC, F_STATE, PARENT, PARENT_AT, Decoder, EntryCapture, InstanceTotals, entry_capture
 from .caller_exits import return_site
+from .catchup import CatchUp
 from .client_view import DEBUG_REGISTERS, ClientView
 from .host import host_check, running_file
 from .sites import Site, SitePlan, count_site, plan_sites, retsite_site
 from .unwind import StackUnwinder
 
 _COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
+_REC_BYTES = 116  # a record's mean size in the ring (entries 152 with the header, exits 80)
 BATCH = 2048  # records folded between two looks at the clock
 RETSITE_ROOM = 256  # room in the site table for learned return sites
 # blocked in install_early's thread: they are the session's, taken in its main thread
@@ -156,6 +158,9 @@ class UprobeCapture(ClientView, CaptureBase):
         learn_returns: bool = True,
         record_changes: bool = False,
         elide_nested: bool = True,
+        catch_up: bool = True,
+        catchup_every: int = 64,
+        catchup_marks: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -270,6 +275,10 @@ class UprobeCapture(ClientView, CaptureBase):
         # of their parent write no record (CFG_ELIDE; exits needed: not in entry-only mode)
         self.elide = (elide_nested and not self.changes and self.sample_every <= 1 and self.slice_duty >= 1.0
                       and not tasks_only and not entry_only)
+        # full mode: sampling while the proxy is behind (catchup.py; `--uprobe-strict` turns it off)
+        self.catchup = (CatchUp(catchup_every, marks=catchup_marks)
+                        if catch_up and self.sample_every <= 1 and not self.changes and self.slice_duty >= 1.0
+                        and not tasks_only and not entry_only else None)
         self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
         self._ret_links: dict[int, int] = {}  # fn index -> the link of its rets (while probed)
@@ -559,6 +568,7 @@ class UprobeCapture(ClientView, CaptureBase):
             prog.set_nofold(not self._folded)
             prog.set_changes(self.changes)
             prog.set_elide(self.elide)
+            prog.set_adapt(self.catchup is not None)
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]
@@ -1042,7 +1052,9 @@ class UprobeCapture(ClientView, CaptureBase):
         self._slice_step()
         self._tasks_step()
         self._returns_step()
-        return self._fold(budget_s=self.poll_budget_s)
+        behind = self._fold(budget_s=self.poll_budget_s)
+        self._catchup_step()
+        return behind
 
     def before_resume(self) -> Procedure | None:
         """Time slices count the program's running time only: a stop's length is taken out."""
@@ -1063,6 +1075,7 @@ class UprobeCapture(ClientView, CaptureBase):
             self._fold(budget_s=None)
             self._end_slice(self._prog)
         self._fold(budget_s=None)
+        self._catchup_step(stopped=True)
         if self.changes or self.elide:
             self._feed_pending()
         if self._folded:
@@ -1074,8 +1087,27 @@ class UprobeCapture(ClientView, CaptureBase):
 
     @property
     def _folded(self) -> bool:
-        """Polls are counted in the kernel (sampling, or only changes recorded)."""
-        return self.sample_every > 1 or self.changes
+        """Polls are counted in the kernel (sampling, only changes recorded, or full mode
+        that samples while behind)."""
+        return self.sample_every > 1 or self.changes or self.catchup is not None
+
+    def unread(self) -> int:
+        """Records not folded yet: the backlog's, and the ring's (by their bytes)."""
+        ring = self._ring
+        return self._backlog_n + (ring.pending() // _REC_BYTES if ring is not None else 0)
+
+    def _catchup_step(self, stopped: bool = False) -> None:
+        """Full mode: the kernel samples while the proxy is behind, and records every
+        poll again once it caught up (catchup.py); at a stop (all folded) at once."""
+        cu, prog = self.catchup, self._prog
+        if cu is None or prog is None:
+            return
+        now = time.monotonic()
+        every = cu.step(0 if stopped else self.unread(), now)
+        if every is None:
+            return
+        prog.set_sample_every(every)
+        cu.switched(every, now, prog.counters().get("hits", 0))
 
     def elided_by_fn(self) -> dict[int, int]:
         """Resume function (runtime low_pc) -> its polls elided (CFG_ELIDE), from the kernel."""
@@ -1153,6 +1185,15 @@ class UprobeCapture(ClientView, CaptureBase):
             return
         polls = recorded = unseen = 0
         totals = prog.instances()
+        # The kernel counts a poll at its entry, the engine at its exit: a poll the
+        # engine holds open (its entry recorded, or read at this stop) is in the
+        # kernel's count already and will be counted again when its exit is folded.
+        # Its raw time and hits are added at the exit on both sides.
+        open_polls: dict[int, int] = {}
+        for t in engine.threads():
+            for sc in engine.scopes(t):
+                if not sc.nested:
+                    open_polls[sc.task] = open_polls.get(sc.task, 0) + 1
         for (self_ptr, fn), (n, raw, hits, rec) in totals.items():
             polls += n
             recorded += rec
@@ -1161,11 +1202,14 @@ class UprobeCapture(ClientView, CaptureBase):
             if node is None:
                 unseen += n
             elif n:
-                engine.timing.set_totals(node, n, raw, hits)
+                engine.timing.set_totals(node, max(n - open_polls.get(node, 0), 0), raw, hits)
         self._kernel_totals = (len(totals), polls, recorded, unseen)
         self.live_polls_by_fn = {}
         for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
             self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
+        if self.catchup is not None:
+            engine.timing.sampled = self.catchup.note(recorded, polls)
+            return
         if self.changes:
             # said once a poll was not recorded (until then every poll is in the histograms)
             counters = prog.counters()  # one read of the kernel's counters
@@ -1197,7 +1241,10 @@ class UprobeCapture(ClientView, CaptureBase):
             return False
         t0 = time.perf_counter()
         deadline = None if budget_s is None else t0 + budget_s
+        n0 = self.events
         behind = not self._fold_backlog(dec, engine, deadline) or not self._fold_ring(dec, engine, deadline)
+        if self.catchup is not None:
+            self.catchup.measured(self.events - n0, time.perf_counter() - t0)
         if behind:
             self._drain_ring()
         if self._prog is not None:
@@ -1213,19 +1260,23 @@ class UprobeCapture(ClientView, CaptureBase):
         """Fold the backlog (chunks copied out of the ring, drop markers) in
         batches until the deadline; True when it is empty."""
         backlog = self._backlog
+        n = 0  # records since the last look at the clock (chunks may be small: a look a batch)
         while backlog:
             item = backlog.popleft()
             if type(item) is int:  # the ring's drops, in stream order (_check_drops)
                 self._lost_here(item, dec, engine)
                 continue
             buf, spans = item  # type: ignore[misc]
-            if len(spans) > BATCH:
-                backlog.appendleft((buf, spans[BATCH:]))
-                spans = spans[:BATCH]
+            if len(spans) > BATCH - n:
+                backlog.appendleft((buf, spans[BATCH - n:]))
+                spans = spans[:BATCH - n]
             self._backlog_n -= len(spans)
+            n += len(spans)
             self._feed(buf, spans, dec, engine)
-            if deadline is not None and time.perf_counter() > deadline:
-                return not backlog
+            if n >= BATCH:
+                n = 0
+                if deadline is not None and time.perf_counter() > deadline:
+                    return not backlog
         return True
 
     def _fold_ring(self, dec: Decoder, engine: Engine, deadline: float | None) -> bool:
@@ -1256,7 +1307,7 @@ class UprobeCapture(ClientView, CaptureBase):
         them while threads wait to be resynchronised after lost events)."""
         if self._resync:
             return 1 << 62
-        if not self._keep_q:
+        if not self._keep_q or (self.catchup is not None and self.catchup.sampling):
             return 0
         return max((self._unwind_q.maxlen or 0) - len(self._unwind_q) - self._backlog_n, 0)
 
@@ -1419,6 +1470,8 @@ class UprobeCapture(ClientView, CaptureBase):
                              "the graph never saw (not in top)")
         if self.elide and c.get("elided"):  # (a count-only program elides nothing)
             lines.append(self.elided_line(c))
+        if self.catchup is not None and c and not self._count_only_loaded:
+            lines.append(self.catchup.line(time.monotonic(), c.get("hits", 0)))
         if self.sample_every > 1:
             lines.append(f"sampling: one root poll in {self.sample_every} per coroutine instance recorded (at random), "
                          f"with the polls nested in it, and every new instance's first; hits not recorded: "

@@ -190,6 +190,18 @@ struct config {
  * for CFG_CHANGES. At most MAX_PEND are held back on a thread at once. */
 #define CFG_ELIDE 16
 #define MAX_PEND 4
+/* Full mode that samples while the proxy is behind (capture.py, "Catching up"):
+ * the proxy switches sample_every between 1 and N by itself, and every poll is
+ * folded into `instances` all the time (no CFG_NOFOLD), so POLLS and BUSY stay
+ * exact over the switches. A life whose polls all went out as records is counted
+ * by the engine, and one with none recorded is no graph node: neither sends its
+ * KIND_STATS record (full-mode periods then send none, and a sampled period one
+ * per life the graph saw in part: the nested coroutines' new lives, ~2 a request
+ * on the axum service, under an unrecorded root poll send none). Under sampling, a thread's unrecorded root poll holds nothing back: the
+ * CFG_ELIDE exit rules apply inside recorded root polls only. An elided
+ * coroutine's instance leaves `instances` (its poll is in `site_elided`): a
+ * later life at its address must not close it as a node the graph knows. */
+#define CFG_ADAPT 32
 
 #define ST_RETURNED 1 /* __state after a completion (a generator's Returned, Panicked) */
 #define ST_PANICKED 2
@@ -735,7 +747,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 					done = recorded && (xflags & F_STATE) && (xstate == ST_RETURNED || xstate == ST_PANICKED);
 				}
 			}
-			if (!(cfg->flags & CFG_CHANGES) && (cfg->flags & CFG_ELIDE) && !recorded) {
+			if (!(cfg->flags & CFG_CHANGES) && (cfg->flags & CFG_ELIDE) && !recorded && th->recording) {
 				xstate = read_state_at(self, st_off, st_size, &xflags);
 				if (s->kind != KIND_UNWIND && (xflags & F_STATE) && xstate == ST_RETURNED) {
 					elide = 1;
@@ -763,6 +775,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 					th->elided += 1;
 				th->elided += sc->elided_before;
 				count(C_ELIDED);
+				if (st) /* CFG_ADAPT: folded at its entry, never a graph task */
+					bpf_map_delete_elem(&instances, &ik);
 			}
 		} else {
 			count(C_SCOPE_MISS);
@@ -862,7 +876,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 		bpf_map_update_elem(&instances, &ik, &zero, BPF_ANY);
 		fresh = 1;
 	} else if (st && (flags & F_STATE) && state == 0 && st->polls > 0) {
-		emit_stats(&ik, st, (__u32)id);
+		if (!(cfg->flags & CFG_ADAPT) || (st->recorded && st->recorded < st->polls))
+			emit_stats(&ik, st, (__u32)id);
 		st->polls = 0;
 		st->raw_ns = 0;
 		st->hits = 0;

@@ -1,0 +1,123 @@
+"""Full mode under load: the kernel samples while the proxy is behind.
+
+Full mode records every poll (`capture.py`), and the proxy folds each record
+in Python (~10 µs). A busy server writes more than one core's worth of that:
+the axum benchmark, ~22,000 requests/s at 8 records each, needs 1.5-1.9
+cores of folding and the proxy gets ~0.6. Without a bound the unread records
+(the ring, then the backlog copied out of it) grow until the backlog is full
+and records are lost, and a stop waits for all of them to be folded first
+(~6 s after 5 s of load, docs/speed.md).
+
+`CatchUp` bounds them. After each fold the capture tells it how many records
+are unread; past the high-water mark the BPF program is switched to sampling
+(`sample_every` N, one map write, no relinking): one root poll in N per
+coroutine instance recorded, every new instance's first poll recorded. Once
+the proxy is down to the low-water mark, and at every stop (everything is
+folded then), every poll is recorded again. The marks are in seconds of
+folding (the cost per record is measured as the capture folds), so the time
+a stop waits for the fold stays about the high-water mark's.
+
+What stays exact: under the catch-up the kernel folds every poll into its
+instance's totals all the time (`CFG_ADAPT`, no `CFG_NOFOLD`), and the
+capture gives the engine those totals at each stop (`set_totals` replaces
+what the recorded polls added up to: a poll both recorded and folded counts
+once). A life whose every poll was recorded sends no totals (the engine
+counted it); one with unrecorded polls sends them when its address starts a
+new life. So POLLS and BUSY of every task are exact across the switches;
+the graph's edges and states, the histograms and LONGEST come from the
+recorded polls, and `top` and `stats` say so once any sampling happened.
+"""
+
+from __future__ import annotations
+
+HIGH_S = 0.25  # fold time of the unread records past which the kernel samples
+LOW_S = 0.05  # ... under which every poll is recorded again
+COST_S = 10e-6  # a record's fold before any is measured (axum, docs/speed.md)
+
+
+class CatchUp:
+    """When to sample (sans-IO: the capture gives it the unread records and the
+    clock, it answers with the `sample_every` to write; the kernel's hit counter
+    at each switch gives the share of the hits sampled)."""
+
+    def __init__(self, every: int = 64, high_s: float = HIGH_S, low_s: float = LOW_S,
+                 marks: tuple[int, int] | None = None) -> None:
+        self.every = max(int(every), 2)
+        self.high_s, self.low_s = high_s, low_s
+        self.fixed = marks  # (high, low) in records, instead of the measured ones (tests)
+        self.cost_s = COST_S
+        self.sampling = False
+        self.t0: float | None = None
+        self.switches = 0  # times it went to sampling
+        self.sampled_s = 0.0  # time spent sampling, closed periods
+        self._since = 0.0
+        self.hits_sampled = 0  # probe hits while sampling, closed periods
+        self._hits_at = 0
+        self.peak = 0  # most records unread at a look
+        self.longest_s = 0.0  # the longest sampling period
+
+    def measured(self, records: int, seconds: float) -> None:
+        """A fold of `records` took `seconds` (the consumer's cost per record)."""
+        if records >= 256 and seconds > 0:
+            self.cost_s = 0.8 * self.cost_s + 0.2 * seconds / records
+
+    def marks(self) -> tuple[int, int]:
+        """(high, low) water in records."""
+        if self.fixed is not None:
+            return self.fixed
+        return max(round(self.high_s / self.cost_s), 1000), max(round(self.low_s / self.cost_s), 100)
+
+    def step(self, unread: int, now: float) -> int | None:
+        """After a fold, `unread` records left: the `sample_every` to write now, or
+        None (no change; then `switched` once it is written)."""
+        if self.t0 is None:
+            self.t0 = now
+        self.peak = max(self.peak, unread)
+        high, low = self.marks()
+        if not self.sampling and unread > high:
+            return self.every
+        if self.sampling and unread <= low:
+            return 1
+        return None
+
+    def switched(self, every: int, now: float, hits: int) -> None:
+        """The program now samples 1 in `every` (1: records every poll)."""
+        if every > 1 and not self.sampling:
+            self.sampling, self._since, self._hits_at = True, now, hits
+            self.switches += 1
+        elif every <= 1 and self.sampling:
+            self.sampling = False
+            self.sampled_s += now - self._since
+            self.longest_s = max(self.longest_s, now - self._since)
+            self.hits_sampled += max(hits - self._hits_at, 0)
+
+    def totals(self, now: float, hits: int) -> tuple[float, float, int]:
+        """(seconds sampled, seconds since the first look, hits while sampling) so far."""
+        s, h = self.sampled_s, self.hits_sampled
+        if self.sampling:
+            s += now - self._since
+            h += max(hits - self._hits_at, 0)
+        return s, (now - self.t0) if self.t0 is not None else 0.0, h
+
+    def line(self, now: float, hits: int) -> str:
+        """`stats`: when and how long the capture sampled."""
+        high, low = self.marks()
+        s, total, h = self.totals(now, hits)
+        head = (f"catch-up: every poll recorded while the proxy keeps up; past {high:,} unread records "
+                f"(~{high * self.cost_s:.2f} s of folding at {self.cost_s * 1e6:.1f} µs a record) the kernel "
+                f"samples 1 root poll in {self.every} per instance until {low:,} are left")
+        if not self.switches:
+            return head + f"; never behind (at most {self.peak:,} unread)"
+        return (head + f"; sampled {self.switches} times ({'sampling now; ' if self.sampling else ''}"
+                f"{s:.1f} s of {total:.1f} s = {s / total if total > 0 else 0:.1%} of the time, the longest "
+                f"{self.longest_s:.2f} s; {h:,} of {hits:,} probe hits = {h / hits if hits else 0:.1%} in "
+                f"sampled periods; at most {self.peak:,} unread); POLLS and BUSY exact (every poll counted "
+                "in the kernel), the graph's edges, the histograms and LONGEST from the recorded polls")
+
+    def note(self, recorded: int, polls: int) -> str | None:
+        """`top`'s caveat once sampling happened (None: every poll recorded so far)."""
+        if not self.switches:
+            return None
+        return (f"sampled while the proxy was behind ({self.switches} times, {self.sampled_s:.1f} s; "
+                f"{recorded:,} of {polls:,} polls of the live instances recorded): POLLS and BUSY are exact "
+                "(counted in the kernel), LONGEST and histograms from the recorded polls")

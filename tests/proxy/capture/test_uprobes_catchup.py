@@ -1,0 +1,43 @@
+"""When full mode samples (proxy/capture/uprobes/catchup.py): the marks, the switches, what stats says."""
+
+from __future__ import annotations
+
+from proxy.capture.uprobes.catchup import CatchUp
+
+
+def test_samples_past_the_high_mark_and_records_again_at_the_low_one() -> None:
+    cu = CatchUp(every=64, marks=(1000, 100))
+    assert cu.step(500, 0.0) is None and cu.step(1000, 0.1) is None  # at the mark: not past it
+    assert cu.step(1001, 0.2) == 64
+    cu.switched(64, 0.2, hits=10_000)
+    assert cu.sampling and cu.switches == 1
+    assert cu.step(5000, 0.3) is None and cu.step(101, 0.4) is None  # between the marks: stays
+    assert cu.step(100, 1.2) == 1
+    cu.switched(1, 1.2, hits=14_000)
+    assert not cu.sampling and cu.sampled_s == 1.0 and cu.hits_sampled == 4000
+    assert cu.step(0, 2.2) is None
+    s, total, h = cu.totals(2.2, 20_000)
+    assert (round(s, 6), round(total, 6), h) == (1.0, 2.2, 4000)
+    line = cu.line(2.2, 20_000)
+    assert "sampled 1 times" in line and "45.5% of the time" in line and "4,000 of 20,000 probe hits = 20.0%" in line
+    assert "at most 5,000 unread" in line
+    note = cu.note(recorded=10, polls=100)
+    assert note is not None and "POLLS and BUSY are exact" in note
+
+
+def test_the_marks_follow_the_measured_cost_of_a_record() -> None:
+    cu = CatchUp(high_s=0.25, low_s=0.05)
+    assert cu.marks() == (25_000, 5_000)  # 10 µs a record before any fold is measured
+    for _ in range(50):
+        cu.measured(10_000, 0.05)  # 5 µs a record
+    high, low = cu.marks()
+    assert 49_000 <= high <= 50_000 and 9_800 <= low <= 10_000
+    cu.measured(10, 1.0)  # too few records to say
+    assert cu.marks() == (high, low)
+
+
+def test_never_behind_says_so_and_top_says_nothing() -> None:
+    cu = CatchUp(marks=(1000, 100))
+    assert cu.step(20, 0.0) is None
+    assert cu.line(1.0, 500).endswith("never behind (at most 20 unread)")
+    assert cu.note(5, 5) is None
