@@ -334,14 +334,18 @@ kill
 GDB_STOP_SCRIPT = GDB_SCRIPT.replace("continue\n", "continue\nmonitor async stats\ncontinue\n", 1)
 STOP_AT: list[float] = []  # --stop-at F: the fraction of wrk's time at which gdb is interrupted
 INTERRUPTED = re.compile(r"received signal SIGINT")
-AT_EXIT = re.compile(r"Breakpoint \d+, .*_exit")
+AT_EXIT = re.compile(r"Breakpoint [\d.]+, .*_exit")
 
 
-def _wait_for_text(pump: OutputPump, pattern: re.Pattern[str], t0: float, limit_s: float = 300.0) -> float | None:
-    """Seconds from `t0` until `pattern` shows in gdb's output (None: not within `limit_s`)."""
+def _wait_for_text(gdb: subprocess.Popen[bytes], pump: OutputPump, pattern: re.Pattern[str], t0: float,
+                   limit_s: float = 300.0) -> float | None:
+    """Seconds from `t0` until `pattern` shows in gdb's output (None: gdb ended
+    without it, or not within `limit_s`)."""
     while time.monotonic() - t0 < limit_s:
         if pattern.search(pump.text()):
             return time.monotonic() - t0
+        if gdb.poll() is not None:
+            return None
         time.sleep(0.005)
     return None
 
@@ -357,7 +361,7 @@ def _interrupt_later(gdb: subprocess.Popen[bytes], pump: OutputPump, delay: floa
             os.kill(gdb.pid, signal.SIGINT)
         except OSError:
             return
-        run.stop_s = (_wait_for_text(pump, INTERRUPTED, t0, 120.0), run.stop_s[1])
+        run.stop_s = (_wait_for_text(gdb, pump, INTERRUPTED, t0, 120.0), run.stop_s[1])
 
     th = threading.Thread(target=go, daemon=True)
     th.start()
@@ -394,7 +398,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     stopper.join(timeout=130)
                 t_quit = time.monotonic()
                 quit_server(port)
-                run.stop_s = (run.stop_s[0], _wait_for_text(gout, AT_EXIT, t_quit))
+                run.stop_s = (run.stop_s[0], _wait_for_text(gdb, gout, AT_EXIT, t_quit))
                 try:
                     gdb.wait(timeout=300)
                 except subprocess.TimeoutExpired:
