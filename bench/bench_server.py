@@ -426,8 +426,10 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                             ln for ln in text.splitlines() if "capture" in ln)[:200]
                     else:
                         run.events = int(cap.group(2))
-                    lost = re.search(r"events lost: (\d+)", text)
-                    run.lost = int(lost.group(1)) if lost else 0
+                    # stats: "events: N (enters .., exits .., lost L, ...)" and the ring's "dropped: D"
+                    lost = re.search(r"^events: \d+ \(.*?lost (\d+)", text, re.M)
+                    dropped = re.search(r"; dropped: (\d+)", text)
+                    run.lost = max(int(lost.group(1)) if lost else 0, int(dropped.group(1)) if dropped else 0)
                     run.top = parse_top(text, server.conn_fn)
                     for line in re.findall(r"^(?:sampl|time-sliced|tasks mode|catch-up).*$", text, re.M):
                         run.extra[line.split(":")[0]] = line
@@ -555,6 +557,10 @@ def _stops(s: tuple[float | None, float | None]) -> str:
         (f"{end:.2f} exit" if end is not None else "- exit")
 
 
+def _extra(key: str, value: str) -> str:
+    return value if value.startswith(key) else f"{key}: {value}"
+
+
 def _fmt_rps(v: float) -> str:
     return "-" if v != v else f"{v:,.0f}"
 
@@ -615,9 +621,10 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
                 ref, ref_req = console[i].top, console[i].requests
             if r.top is None or ref is None or not r.requests or not ref_req:
                 if how not in ("bare", "gdb") and r.ok:
-                    print(f"{how:16} {i + 1:5} {'(no figures to compare)':>30}")
+                    ev = f"{r.events:,}" if r.events is not None else "-"
+                    print(f"{how:16} {i + 1:5} {r.requests:9,} {'(no figures to compare)':>30} events {ev} lost {r.lost:,}")
                     for k, v in r.extra.items():
-                        print(f"{'':16} {k}: {v}")
+                        print(f"{'':16} {_extra(k, v)}")
                 continue
             (tp, tb), (op, ob) = r.top, ref
             t_pr, o_pr = tp / r.requests, op / ref_req
@@ -627,7 +634,7 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
                   f"{t_bp:8.2f}us {o_bp:8.2f}us {t_bp / o_bp if o_bp else 0:6.3f} {ev:>11} {r.lost:5}")
             for k, v in r.extra.items():
                 if k not in ("console",):
-                    print(f"{'':16} {k}: {v}")
+                    print(f"{'':16} {_extra(k, v)}")
 
 
 def main() -> int:
