@@ -46,6 +46,11 @@ most:
                     (the program bare) for the rest; figures from the slices;
 * ``uprobes-tasks-sliced`` --mode tasks inside --sample-time slices;
 * ``uprobes-entry`` the same with --mode entry (exits inferred);
+* ``console-uprobes`` / ``console-tasks`` (axum only) the console build
+                    watched by asyncrsp (--mode full / --mode tasks) while
+                    console-subscriber runs in it: top's figures against
+                    console's for the very same tasks, in the same run (the
+                    "same tasks, same run" table, tasks paired by poll count);
 * ``tracepoints``   gdb -> asyncrsp --capture tracepoints -> gdbserver;
 * ``breakpoints``   gdb -> asyncrsp --capture breakpoints -> gdbserver.
 
@@ -125,11 +130,13 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-sliced": ["--capture", "uprobes", "--sample-time", "10"],
             "uprobes-tasks": ["--capture", "uprobes", "--mode", "tasks"],
             "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
+            "console-uprobes": ["--capture", "uprobes", "--mode", "full"],
+            "console-tasks": ["--capture", "uprobes", "--mode", "tasks"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
 ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-strict", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
          "uprobes-sampled-rets", "uprobes-sliced",
-         "uprobes-tasks-sliced", "uprobes-entry", "tracepoints", "breakpoints"]
+         "uprobes-tasks-sliced", "uprobes-entry", "console-uprobes", "console-tasks", "tracepoints", "breakpoints"]
 
 
 @dataclass
@@ -148,6 +155,8 @@ class Run:
     extra: dict[str, str] = field(default_factory=dict)
     after_us: float | None = None  # the proxy's CPU a request after wrk (the records it had not folded yet)
     stop_s: tuple[float | None, float | None] = (None, None)  # the client's wait for a stop: (mid-wrk, exit)
+    # console-*: the connection tasks, each (id, polls, busy µs): top's and console-subscriber's of the same run
+    same: tuple[list[tuple[str, int, float]], list[tuple[str, int, float]]] | None = None
 
 
 def ensure_wrk() -> str:
@@ -243,18 +252,63 @@ def _us(cell: str) -> float:
     return float(m.group(1)) * {"ns": 1e-3, "us": 1, "ms": 1e3, "s": 1e6}[m.group(2)] if m else float("nan")
 
 
-def parse_top(out: str, fn: str = "conn_task") -> tuple[int, float] | None:
-    """(polls, busy µs) summed over the rows of `top` whose async fn matches `fn`
+def top_rows(out: str, fn: str = "conn_task") -> list[tuple[str, int, float]]:
+    """(task id, polls, busy µs) of each row of `top` whose async fn matches `fn`
     (a regex: `::conn_task`, the corpus server's connection tasks; axum's
     connection task is the async block its `serve` spawns per connection)."""
-    polls, busy, seen = 0, 0.0, False
+    rows = []
     for line in out.splitlines():
         cols = line.split()
         if len(cols) >= 7 and cols[0].startswith("#") and cols[2].isdigit() and re.search(fn, " ".join(cols[6:])):
-            polls += int(cols[2])
-            busy += _us(cols[1])
-            seen = True
-    return (polls, busy) if seen else None
+            rows.append((cols[0], int(cols[2]), _us(cols[1])))
+    return rows
+
+
+def parse_top(out: str, fn: str = "conn_task") -> tuple[int, float] | None:
+    """(polls, busy µs) summed over `top_rows`; None when there is none."""
+    rows = top_rows(out, fn)
+    return (sum(p for _, p, _ in rows), sum(b for _, _, b in rows)) if rows else None
+
+
+def console_rows(text: str) -> list[tuple[str, int, float]]:
+    """(console's task id, polls, busy µs) of each connection task in `console_stats` output."""
+    rows = []
+    for line in text.splitlines():
+        m = re.match(r"task id=(\d+) loc=(\S+) polls=(\d+) busy_ns=(\d+)", line)
+        if m and CONN_LOC_AXUM.search(m.group(2)):
+            rows.append((m.group(1), int(m.group(3)), int(m.group(4)) / 1000))
+    return rows
+
+
+@dataclass
+class Match:
+    """Our connection tasks paired with console-subscriber's: by poll count, the
+    one figure both count exactly and independently (console's task ids are its
+    span ids, ours the engine's; neither sees the other's). Tasks with the same
+    count pair in order of busy time: within such a group the pairing is a
+    guess, the group's sums are not."""
+    pairs: list[tuple[tuple[str, int, float], tuple[str, int, float]]]
+    ours_left: list[tuple[str, int, float]]
+    console_left: list[tuple[str, int, float]]
+    ambiguous: int  # tasks in groups of 2+ with one count
+
+
+def match_tasks(ours: list[tuple[str, int, float]], console: list[tuple[str, int, float]]) -> Match:
+    by: dict[int, tuple[list[tuple[str, int, float]], list[tuple[str, int, float]]]] = {}
+    for r in ours:
+        by.setdefault(r[1], ([], []))[0].append(r)
+    for r in console:
+        by.setdefault(r[1], ([], []))[1].append(r)
+    m = Match([], [], [], 0)
+    for _, (a, b) in sorted(by.items()):
+        a.sort(key=lambda r: r[2])
+        b.sort(key=lambda r: r[2])
+        k = min(len(a), len(b))
+        m.pairs += list(zip(a[:k], b[:k]))
+        m.ambiguous += k if k > 1 else 0
+        m.ours_left += a[k:]
+        m.console_left += b[k:]
+    return m
 
 
 class Server:
@@ -280,8 +334,10 @@ def run_bare(server: Server, wrk: str, duration: float, conns: int, how: str = "
     prog = server.console_prog if how == "console" else server.prog
     run = Run(how)
     assert prog is not None
+    bind = console_bind()
     proc = subprocess.Popen([str(prog), *server.args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "TOKIO_CONSOLE_BIND": bind})
     out = OutputPump(proc.stdout)
     try:
         m = out.wait_for(READY, 30)
@@ -291,7 +347,7 @@ def run_bare(server: Server, wrk: str, duration: float, conns: int, how: str = "
         port = int(m.group(1))
         run.rps, _ = load(wrk, port, duration, conns, run, [proc.pid])
         if how == "console":
-            run.extra["console"] = console_figures(server, port)
+            run.extra["console"] = console_figures(server, port, f"http://{bind}")
         quit_server(port)
         proc.wait(timeout=30)
         out.join()
@@ -305,20 +361,27 @@ def run_bare(server: Server, wrk: str, duration: float, conns: int, how: str = "
         kill_tree(proc)
 
 
-def console_figures(server: Server, port: int) -> str:
+def console_bind() -> str:
+    """Where console-subscriber serves its gRPC API (TOKIO_CONSOLE_BIND): a free
+    port, not its default 6669, which another run on the machine may hold."""
+    from integration.harness.stubs import free_port
+
+    return f"127.0.0.1:{free_port()}"
+
+
+def console_figures(server: Server, port: int, addr: str = "http://127.0.0.1:6669") -> str:
     """console-subscriber's own figures for the connection tasks, summed:
     `console conn_polls=P conn_busy_us=B tasks=N` plus its raw lines."""
-    import build_server  # type: ignore[import-not-found]  # bench/server, on the path (Server)
-
-    text = str(build_server.console_stats(server.config))
-    polls = busy = n = 0
-    for line in text.splitlines():
-        m = re.match(r"task id=\d+ loc=(\S+) polls=(\d+) busy_ns=(\d+)", line)
-        if m and CONN_LOC_AXUM.search(m.group(1)):
-            polls += int(m.group(2))
-            busy += int(m.group(3))
-            n += 1
-    return f"console conn_polls={polls} conn_busy_us={busy // 1000} tasks={n}\n{text}"
+    # the console_stats built beside the console server (Server built both): calling
+    # build_server.console_stats would run cargo again, which rebuilds the shared target
+    # when the last build came from another worktree (minutes, in the middle of a run)
+    assert server.console_prog is not None
+    res = subprocess.run([str(server.console_prog.parent / "console_stats"), addr], capture_output=True,
+                         text=True, timeout=60, check=False)
+    text = res.stdout + (f"console_stats failed: {res.stderr.strip()[-300:]}" if res.returncode else "")
+    rows = console_rows(text)
+    polls, busy = sum(p for _, p, _ in rows), sum(b for _, _, b in rows)
+    return f"console conn_polls={polls} conn_busy_us={busy:.0f} tasks={len(rows)}\n{text}"
 
 
 GDB_SCRIPT = """set pagination off
@@ -371,7 +434,21 @@ def _interrupt_later(gdb: subprocess.Popen[bytes], pump: OutputPump, delay: floa
 def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
     run = Run(how)
     after = "" if how == "gdb" else "monitor async top 64\nmonitor async stats"
-    with start_stub("gdbserver", server.prog, server.args) as stub:
+    # console-*: the console build, console-subscriber and asyncrsp watching the same tasks
+    same = how.startswith("console-")
+    prog = server.console_prog if same else server.prog
+    assert prog is not None
+    bind = console_bind()
+    was = os.environ.get("TOKIO_CONSOLE_BIND")
+    os.environ["TOKIO_CONSOLE_BIND"] = bind  # gdbserver's environment is the program's
+    try:
+        stub_cm = start_stub("gdbserver", prog, server.args)
+    finally:
+        if was is None:
+            os.environ.pop("TOKIO_CONSOLE_BIND", None)
+        else:
+            os.environ["TOKIO_CONSOLE_BIND"] = was
+    with stub_cm as stub:
         px_cm = start_proxy(stub.address, extra=CAPTURES[how]) if how in CAPTURES else None
         px = px_cm.__enter__() if px_cm else None
         try:
@@ -379,7 +456,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
             stop_at = STOP_AT[0] if STOP_AT and how != "gdb" else None
             with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
                 f.write((GDB_STOP_SCRIPT if stop_at else GDB_SCRIPT).format(address=address, after=after))
-            gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-x", f.name, str(server.prog)],
+            gdb = subprocess.Popen(["gdb", "-nx", "-batch", "-x", f.name, str(prog)],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    start_new_session=True)
             gout = OutputPump(gdb.stdout)
@@ -394,6 +471,13 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                 stopper = _interrupt_later(gdb, gout, stop_at * duration, run) if stop_at else None
                 run.rps, _ = load(wrk, port, duration, conns, run, [inferior] if inferior else [], watchers)
                 px_wrk = cpu_s([px.proc.pid]) if px else 0.0
+                console = ""
+                if same:
+                    # wrk's connections closed: their tasks end within ms (console
+                    # keeps a dropped task's figures). Read before /quit, whose own
+                    # connection only asyncrsp then sees (it is left unmatched).
+                    time.sleep(0.5)
+                    console = console_figures(server, port, f"http://{bind}")
                 if stopper is not None:
                     stopper.join(timeout=130)
                 t_quit = time.monotonic()
@@ -431,6 +515,15 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     dropped = re.search(r"; dropped: (\d+)", text)
                     run.lost = max(int(lost.group(1)) if lost else 0, int(dropped.group(1)) if dropped else 0)
                     run.top = parse_top(text, server.conn_fn)
+                    if same:
+                        run.same = (top_rows(text, server.conn_fn), console_rows(console))
+                        run.extra["console"] = console.split("\n", 1)[0]
+                        if os.environ.get("BENCH_SERVER_SHOW"):
+                            print(console)
+                        run.extra["console dropped"] = " ".join(re.findall(r"console dropped_events=\d+", console))
+                        cost = re.search(r"capture cost subtracted: .*", text)
+                        if cost:
+                            run.extra["cost"] = cost.group(0)
                     for line in re.findall(r"^(?:sampl|time-sliced|tasks mode|catch-up).*$", text, re.M):
                         run.extra[line.split(":")[0]] = line
                 return run
@@ -615,6 +708,8 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
                 print(f"{how:16} {i + 1:5} {r.requests:9,} {p:9,} {p / r.requests:9.3f} {'(the reference)':>16} "
                       f"{b / p if p else 0:8.2f}us")
                 continue
+            if r.same is not None:
+                continue  # in the same-run table below
             ref: tuple[int, float] | None = r.own
             ref_req = r.requests
             if ref is None and i < len(console) and console[i].top is not None:
@@ -635,6 +730,36 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
             for k, v in r.extra.items():
                 if k not in ("console",):
                     print(f"{'':16} {_extra(k, v)}")
+
+
+def report_same(runs: dict[str, list[Run]]) -> None:
+    """console-*: top's figures against console-subscriber's for the very same tasks and polls."""
+    rows = [(how, i, r) for how, rs in runs.items() for i, r in enumerate(rs) if r.same is not None]
+    if not rows:
+        return
+    print("\nsame tasks, same run (console-*: the console build, console-subscriber and asyncrsp both watching): "
+          "the connection tasks paired by poll count (exact in both); polls and busy summed over the pairs, "
+          "busy/poll ratio ours/console, and per pair (min / median / max). console's busy: from its span's "
+          "enter to its exit (tracing's dispatch and the subscriber's callbacks inside, and our probes' whole "
+          "cost); ours: the resume function's entry probe to its exit probe, the capture cost subtracted")
+    print(f"{'how':16} {'round':>5} {'tasks us/con':>12} {'paired':>6} {'ambig':>5} {'polls us':>9} {'con':>9} "
+          f"{'busy/poll us':>12} {'con':>9} {'ratio':>6} {'per pair':>18}")
+    for how, i, r in rows:
+        assert r.same is not None
+        ours, con = r.same
+        m = match_tasks(ours, con)
+        op, cp = sum(a[1] for a, _ in m.pairs), sum(b[1] for _, b in m.pairs)
+        ob, cb = sum(a[2] for a, _ in m.pairs), sum(b[2] for _, b in m.pairs)
+        per = sorted(a[2] / b[2] for a, b in m.pairs if b[2] > 0)
+        per_s = (f"{per[0]:.2f}/{statistics.median(per):.2f}/{per[-1]:.2f}" if per else "-")
+        print(f"{how:16} {i + 1:5} {len(ours):>5}/{len(con):<6} {len(m.pairs):6} {m.ambiguous:5} {op:9,} {cp:9,} "
+              f"{ob / op if op else 0:10.2f}us {cb / cp if cp else 0:7.2f}us {ob / cb if cb else 0:6.3f} {per_s:>18}")
+        for what, left in (("ours", m.ours_left), ("console's", m.console_left)):
+            if left:
+                print(f"{'':16} unpaired {what}: " + ", ".join(f"{t} polls={p} busy={b:.0f}us" for t, p, b in left))
+        for k in ("cost", "console", "console dropped"):
+            if r.extra.get(k):
+                print(f"{'':16} {r.extra[k]}")
 
 
 def main() -> int:
@@ -661,7 +786,7 @@ def main() -> int:
     CAPTURES["uprobes-tasks-sliced"][-1] = str(args.sample_time)
     server = Server(args.server, args.config)
     hows = [h for h in (args.only or (SPLIT if args.split else ORDER))
-            if h != "console" or server.console_prog is not None]
+            if not h.startswith("console") or server.console_prog is not None]
     if "bare" not in hows:
         hows.insert(0, "bare")
     print(f"server: {server.prog} ({args.server}, {args.config}); wrk -t1 -c{args.connections} "
@@ -680,6 +805,7 @@ def main() -> int:
         if stats_was is not None and stats_was != "1":
             BPF_STATS.write_text(stats_was)
     report(runs, args.rounds)
+    report_same(runs)
     print(f"load average at the end {os.getloadavg()[0]:.1f} (2 cores)")
     return 0
 

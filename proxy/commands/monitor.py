@@ -25,6 +25,7 @@ from proxy.commands.tree import render_tree
 from proxy.commands.values import ReadMemory, decode_member
 from proxy.commands.waits import render_deadlocks, render_waits
 from proxy.graph.engine import Engine
+from proxy.reflect.memory import Budget
 from proxy.snapshot.model import Snapshot, StateKind
 
 
@@ -104,7 +105,16 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
         if ctx.engine is None:
             return "\n".join([f"asyncrsp: {ctx.note or 'no async code found in this program'}", *ctx.proxy_lines])
         return _stats(cmd.args, ctx, ctx.engine)
-    snap = ctx.snapshot() if ctx.snapshot is not None else None
+    try:
+        snap = ctx.snapshot() if ctx.snapshot is not None else None
+    except Budget as e:
+        if cmd.name != "top" or ctx.engine is None:
+            raise
+        # top needs the snapshot only for its names: a stop whose walk reads more than the
+        # budget (the axum console build at its exit, 10,000 tasks retained) still gets the
+        # engine's figures, named by their paths
+        return f"note: the snapshot was not built ({e}): async fns named by the engine's paths\n" + \
+            render_top(ctx.engine, cmd.args)
     if snap is None:
         return f"asyncrsp: {ctx.note or 'no async code found in this program'}"
     if ctx.engine is not None and len(ctx.engine.catalog) == 0 and not snap.tasks:

@@ -8,6 +8,7 @@ work back exactly.
 
 from __future__ import annotations
 
+import pytest
 from graphfix import Script, engine, monitor_context
 
 from proxy.commands.monitor import run_monitor
@@ -156,3 +157,23 @@ def test_the_last_samples_are_kept_as_a_bounded_window() -> None:
     c, _ = t.cost()
     assert t.busy_ns(1) == max(tt.raw_ns - tt.events * c, 0)
     assert t.durations(1) == [max(r - c, 0) for r, _ in kept]
+
+
+def test_top_answers_when_the_snapshot_reads_past_its_budget() -> None:
+    """The axum console build at its exit stop (bench_server console-uprobes): the
+    snapshot's walk read more than 64 MiB; top still gives the engine's figures."""
+    from dataclasses import replace
+
+    from proxy.reflect.memory import Budget
+
+    def over() -> None:
+        raise Budget("more than 64 MiB read")
+
+    e = spinner_and_sleeper()
+    ctx = replace(monitor_context(e), snapshot=over)
+    out = run_monitor("async top", ctx).splitlines()
+    assert out[0].startswith("note: the snapshot was not built (more than 64 MiB read)")
+    assert [line.split()[-1] for line in out[3:]] == ["rt::a", "rt::c", "rt::x"]
+    assert out[3].split()[1:3] == ["20.1ms", "10"]
+    with pytest.raises(Budget):  # the other commands need the snapshot: still an error (the session says so)
+        run_monitor("async tree", ctx)
