@@ -88,6 +88,7 @@ the same tasks. asyncrsp's event count and lost events come from `stats`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -98,10 +99,10 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "integration" / "corpus"))
@@ -378,7 +379,7 @@ def console_figures(server: Server, port: int, addr: str = "http://127.0.0.1:666
     assert server.console_prog is not None
     res = subprocess.run([str(server.console_prog.parent / "console_stats"), addr], capture_output=True,
                          text=True, timeout=60, check=False)
-    text = res.stdout + (f"console_stats failed: {res.stderr.strip()[-300:]}" if res.returncode else "")
+    text = res.stdout + (f"console_stats failed: {res.stderr.strip()[:400]}" if res.returncode else "")
     rows = console_rows(text)
     polls, busy = sum(p for _, p, _ in rows), sum(b for _, _, b in rows)
     return f"console conn_polls={polls} conn_busy_us={busy:.0f} tasks={len(rows)}\n{text}"
@@ -431,6 +432,28 @@ def _interrupt_later(gdb: subprocess.Popen[bytes], pump: OutputPump, delay: floa
     return th
 
 
+@contextlib.contextmanager
+def _stub_in_env(prog: Path, args: list[str], env: dict[str, str]) -> Iterator[Any]:
+    """gdbserver started with `env` added to this process's environment (which it
+    gives the program): set while it starts, not after (start_stub is a context
+    manager: nothing starts until it is entered)."""
+    was = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    cm = start_stub("gdbserver", prog, args)
+    try:
+        stub = cm.__enter__()
+    finally:
+        for k, v in was.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield stub
+    finally:
+        cm.__exit__(None, None, None)
+
+
 def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
     run = Run(how)
     after = "" if how == "gdb" else "monitor async top 64\nmonitor async stats"
@@ -439,16 +462,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
     prog = server.console_prog if same else server.prog
     assert prog is not None
     bind = console_bind()
-    was = os.environ.get("TOKIO_CONSOLE_BIND")
-    os.environ["TOKIO_CONSOLE_BIND"] = bind  # gdbserver's environment is the program's
-    try:
-        stub_cm = start_stub("gdbserver", prog, server.args)
-    finally:
-        if was is None:
-            os.environ.pop("TOKIO_CONSOLE_BIND", None)
-        else:
-            os.environ["TOKIO_CONSOLE_BIND"] = was
-    with stub_cm as stub:
+    with _stub_in_env(prog, server.args, {"TOKIO_CONSOLE_BIND": bind}) as stub:
         px_cm = start_proxy(stub.address, extra=CAPTURES[how]) if how in CAPTURES else None
         px = px_cm.__enter__() if px_cm else None
         try:
