@@ -118,7 +118,7 @@ WRK_RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
 WRK_REQUESTS = re.compile(r"(\d+) requests in")
 # axum 0.8's serve spawns each connection as an async block of its serve module;
 # console-subscriber names the task by its spawn location (axum's serve.rs)
-CONN_FN_AXUM = r"axum::serve::.*async_block"
+CONN_FN_AXUM = r"axum::serve::handle_connection::"  # (not serve's accept loop, into_future's block)
 CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-rets": ["--capture", "uprobes", "--mode", "full", "--uprobe-rets"],
