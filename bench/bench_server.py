@@ -119,7 +119,9 @@ WRK_REQUESTS = re.compile(r"(\d+) requests in")
 # axum 0.8's serve spawns each connection as an async block of its serve module;
 # console-subscriber names the task by its spawn location (axum's serve.rs)
 CONN_FN_AXUM = r"axum::serve::handle_connection::"  # (not serve's accept loop, into_future's block)
-CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve")
+# (axum 0.8.9's serve/mod.rs:389, the `{async_block@389}` of handle_connection; its
+# serve/mod.rs:276 is another spawn, 1 poll, no connection)
+CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve/mod\.rs:389$")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-rets": ["--capture", "uprobes", "--mode", "full", "--uprobe-rets"],
             "uprobes-changes": ["--capture", "uprobes", "--mode", "full", "--uprobe-changes"],
