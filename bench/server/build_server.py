@@ -15,7 +15,10 @@ with the console variant.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,12 +47,44 @@ def sid_registry() -> str:
     return lines[-1]
 
 
+def source_copy() -> Path:
+    """The service's sources, copied under OUT into a directory named by their
+    hash: cargo's fingerprints hold the sources' path, so building from each git
+    worktree's own bench/server rebuilt the whole server (4-5 min) into the shared
+    target dirs, replacing the binaries another checkout was measuring. The same
+    sources now build from the same path (a warm build is cargo's no-op again)."""
+    files = [HERE / "Cargo.toml", HERE / "Cargo.lock", *sorted((HERE / "src").rglob("*.rs"))]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(HERE)).encode() + b"\0" + f.read_bytes() + b"\0")
+    where = OUT / "src" / h.hexdigest()[:16]
+    if not (where / "Cargo.toml").exists():
+        tmp = where.with_name(where.name + f".{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        for f in files:
+            (tmp / f.relative_to(HERE)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, tmp / f.relative_to(HERE))
+        try:
+            tmp.rename(where)
+        except OSError:  # another build made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return where
+
+
 def build(config: str = "release", variant: str = "bare", jobs: int = 2) -> Path:
-    """The variant's target dir after `cargo build` (a warm build is cargo's no-op)."""
+    """The variant's target dir after `cargo build` (a warm build is cargo's no-op).
+    One build at a time (a lock under OUT): checkouts share the target dirs."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    with open(OUT / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(config, variant, jobs)
+
+
+def _build(config: str, variant: str, jobs: int) -> Path:
     target = OUT / f"{variant}-target"
     env = dict(os.environ)
     argv = [str(CARGO if CARGO.exists() else "cargo"), "build", "--offline", "-j", str(jobs),
-            "--manifest-path", str(HERE / "Cargo.toml"), "--target-dir", str(target),
+            "--manifest-path", str(source_copy() / "Cargo.toml"), "--target-dir", str(target),
             "--config", 'source.crates-io.replace-with="debian-sid"',
             "--config", f'source.debian-sid.directory="{sid_registry()}"']
     if config == "release":
