@@ -25,7 +25,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-OUT = ROOT / "integration" / "build" / "bench-server"
+# resolved: a git worktree's integration/build may be a link to the shared build dir, and the
+# sources' copy (source_copy) must have one path whichever checkout builds
+OUT = (ROOT / "integration" / "build").resolve() / "bench-server"
 CARGO = Path.home() / ".cargo" / "bin" / "cargo"
 
 
@@ -86,7 +88,9 @@ def _build(config: str, variant: str, jobs: int) -> Path:
     argv = [str(CARGO if CARGO.exists() else "cargo"), "build", "--offline", "-j", str(jobs),
             "--manifest-path", str(source_copy() / "Cargo.toml"), "--target-dir", str(target),
             "--config", 'source.crates-io.replace-with="debian-sid"',
-            "--config", f'source.debian-sid.directory="{sid_registry()}"']
+            # resolved: a worktree reaches the shared crates through its integration/build link,
+            # and cargo's fingerprints hold the registry's path as well as the sources'
+            "--config", f'source.debian-sid.directory="{Path(sid_registry()).resolve()}"']
     if config == "release":
         argv.append("--release")
     if variant == "console":
