@@ -34,12 +34,12 @@ from proxy.graph.catalog import Catalog
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter, PollResumed
 
+from .test_uprobes_decode import SITES as DECODE_SITES
 from .test_uprobes_decode import _inventory
 
-# a: entry 0, exit 1, unwind 2; b: entry 3, exit 4; a learned return site (5) serving both
-SITES = [SiteInfo(KIND_ENTRY, 0x1000, 0x1000), SiteInfo(KIND_EXIT, 0x1000, 0x1040),
-         SiteInfo(KIND_UNWIND, 0x1000, 0x1050), SiteInfo(KIND_ENTRY, 0x2000, 0x2000),
-         SiteInfo(KIND_EXIT, 0x2000, 0x2030), SiteInfo(KIND_EXIT, 0, 0x3008, -8)]
+# a: entry 0, exit 1, unwind 2; b: entry 3, exit 4 (the decoder's tests' table); a learned
+# return site (5) serving both
+SITES = [*DECODE_SITES, SiteInfo(KIND_EXIT, 0, 0x3008, -8)]
 FN_SITES = {0: 0x1000, 1: 0x2000}
 SELFS = [0xAA00, 0xBB00, 0xCC00]
 SPS = [0x7F00, 0x7E00, 0x7D00, 0x7C00]
