@@ -990,8 +990,10 @@ def test_only_graph_changes_recorded_and_every_poll_counted(config: str) -> None
 
 def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture,
                      at_stop: Callable[[], None] | None = None,
-                     poll_every: int = 50) -> tuple[str, dict[int, int], dict[str, int], list[str]]:
-    """The keep-alive http_server under `cap`: 400 requests on 2 connections, then
+                     poll_every: int = 50,
+                     late_conn_at: int | None = None) -> tuple[str, dict[int, int], dict[str, int], list[str]]:
+    """The keep-alive http_server under `cap`: 400 requests on 2 connections (and one
+    more request on a third connection opened after request `late_conn_at`, left open), then
     `at_stop` with the server stopped (SIGSTOP) and everything folded (`cap.sync`),
     then /quit; `cap` synced after the exit and uninstalled. The server's output,
     and after its exit the hits per site, the counters and the stats lines."""
@@ -1020,6 +1022,10 @@ def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture
             assert c.getresponse().read()
             if i % poll_every == 0:
                 cap.poll()
+            if i == late_conn_at:
+                conns.append(http.client.HTTPConnection("127.0.0.1", port, timeout=30))
+                conns[-1].request("GET", "/")
+                assert conns[-1].getresponse().read()
         if at_stop is not None:
             os.kill(pid, signal.SIGSTOP)
             time.sleep(0.2)
@@ -1211,3 +1217,68 @@ def test_catch_up_samples_while_behind_and_counts_stay_exact(config: str, monkey
     assert conn_polls() == int(own.group(2)), (conn_polls(), own.group(0))
     assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
     assert any(ln.startswith("catch-up: ") and " sampled " in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_catch_up_within_a_cpu_budget_holds_back_new_tasks(config: str) -> None:
+    """The proxy's CPU budget (catchup.py; `--uprobe-budget`): a budget of 0.1% of a
+    core (the test's own CPU is the proxy process's here) leaves the fold held at every
+    poll, so the unread records pass the high mark and the kernel samples until the stop.
+    While sampling, a new task's first poll is held back (uprobes.bpf.c CFG_HOLD_NEW):
+    the http_server's `backend` task (debug build), spawned per request and done in its first poll,
+    writes no record (without the hold-back every one of them went out whole: 0 elided
+    at its site); a connection opened while sampling suspends in its first poll, so its
+    entry goes out late and it is in the graph at the stop. Exact all the same: at the
+    stop the backend probe's hits = the backend entries the engine got + the polls
+    elided there, the 3 connection tasks' polls = their entry probe's hits; after
+    /quit = the server's own `conn_polls`."""
+    from proxy.capture.uprobes import bpf as B
+
+    prog = _binary(config, "http_server")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = _EntryCounting(Catalog(inv, bias), keep_log=False)
+    cap = UprobeCapture(unwind_share=0.0, catchup_marks=(200, 150), cpu_budget=0.001)
+    assert cap.catchup is not None and cap.elide and cap.catchup.budget == 0.001
+    seen: dict[str, Any] = {}
+
+    def conn_ids() -> list[int]:
+        return [t.id for t in eng.tasks() if t.parent is None and "conn_task" in (t.path or "")]
+
+    def conn_polls() -> int:
+        return sum(eng.timing.of(i).polls for i in conn_ids() if eng.timing.of(i))
+
+    def at_stop() -> None:
+        assert cap._prog is not None and cap.plan_ is not None and cap.catchup is not None
+        ids = set(conn_ids())
+        running = sum(1 for th in eng.threads() for sc in eng.scopes(th) if sc.task in ids and not sc.nested)
+        seen.update(hits=cap._prog.site_hits(list(range(len(cap.plan_.sites)))), elided=cap.elided_by_fn(),
+                    entries=dict(eng.entries_by_site), conns=len(ids), graph=conn_polls() + running,
+                    switches=cap.catchup.switches, held=cap.catchup.held, counters=cap.counters())
+
+    out, _hits, counters, lines = _http_server_run(prog, inv, eng, cap, at_stop, poll_every=5, late_conn_at=300)
+    assert cap.plan_ is not None
+    assert seen["switches"] >= 1 and seen["held"] >= 50, seen
+    assert counters.get("drops", 0) == 0 and counters.get("scope misses", 0) == 0, counters
+    by_site: dict[int, int] = {}
+    conn_hits = 0
+    for i, s in enumerate(cap.plan_.sites):
+        if s.spec.kind == B.KIND_ENTRY:
+            by_site[s.info.site] = by_site.get(s.info.site, 0) + seen["hits"].get(i, 0)
+            if re.search(r"::conn_task\b", s.name):
+                conn_hits += seen["hits"].get(i, 0)
+    # every backend task is new, so its one poll is recorded or held back even while
+    # sampling: recorded + elided = its probe's hits (other polls were sampled out);
+    # in the release build `backend` is inlined into tokio's harness (no resume function)
+    backend = {s.info.site for s in cap.plan_.sites if re.search(r"::backend\b", s.name)}
+    assert bool(backend) == (config == "debug"), backend
+    for b in backend:
+        assert seen["entries"].get(b, 0) + seen["elided"].get(b, 0) == by_site[b] >= 401, (b, seen, by_site)
+        assert seen["elided"].get(b, 0) >= 50, (seen["elided"], b)
+    assert seen["conns"] == 3 and seen["graph"] == conn_hits >= 800, seen
+    own = re.search(r"server done requests=(\d+) connections=\d+ conn_polls=(\d+)", out)
+    assert own and int(own.group(1)) == 402, own
+    assert conn_polls() == int(own.group(2)), (conn_polls(), own.group(0))
+    assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
+    assert any(ln.startswith("catch-up: ") and "CPU budget 0.1% of a core" in ln and "held back" in ln
+               for ln in lines), lines

@@ -86,6 +86,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "default the kernel then samples 1 root poll in 64 per coroutine until the proxy has "
                         "caught up, POLLS and BUSY staying exact; strict, the unread records grow, are lost "
                         "past the backlog, and a stop waits for them to be folded)")
+    p.add_argument("--uprobe-budget", type=_budget, metavar="PCT",
+                   help="uprobe capture, full mode: the share of one core the proxy may use while the program "
+                        "runs (default 10; measured with the proxy's own CPU clock). Past it the proxy folds "
+                        "nothing until its next tick, and once its unread records pass ~0.25 s of folding the "
+                        "kernel samples (as without a budget when the proxy falls behind); POLLS and BUSY stay "
+                        "exact, stats says what was sampled and what the proxy took. 0: no budget")
     p.add_argument("--sample-time", type=_percent, metavar="PCT",
                    help="uprobe capture: time slices, the probes in for PCT%% of the running time (50 ms at a "
                         "time) and out for the rest (the program runs bare); counts, busy times and the graph "
@@ -121,6 +127,17 @@ def _percent(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
     if not 1 <= v <= 100:
         raise argparse.ArgumentTypeError(f"a percentage from 1 to 100, not {v}")
+    return v
+
+
+def _budget(text: str) -> float:
+    """--uprobe-budget: a share of one core in percent, 0 (no budget) to 99."""
+    try:
+        v = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 <= v < 100:
+        raise argparse.ArgumentTypeError(f"a percentage from 0 (no budget) to 99, not {text}")
     return v
 
 

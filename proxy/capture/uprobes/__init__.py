@@ -5,6 +5,7 @@ from __future__ import annotations
 from proxy.capture.target import Target
 
 from .capture import UprobeCapture
+from .catchup import BUDGET
 
 
 def available(target: Target | None) -> str | None:
@@ -32,6 +33,9 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
         kw["elide_nested"] = False  # type: ignore[assignment]
     if opts.get("uprobe_strict"):
         kw["catch_up"] = False  # type: ignore[assignment]
+    budget = opts.get("uprobe_budget")
+    # the share of one core the watcher may take while the program runs (catchup.py); 0: no bound
+    kw["cpu_budget"] = (BUDGET if not isinstance(budget, (int, float)) else budget / 100.0)  # type: ignore[assignment]
     if opts.get("uprobe_rets"):
         kw["learn_returns"] = False  # type: ignore[assignment]
     share = opts.get("sample_time")

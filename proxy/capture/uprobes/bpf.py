@@ -52,6 +52,7 @@ CFG_NOFOLD = 4  # every poll recorded: no instance totals in the kernel, no KIND
 CFG_CHANGES = 8  # only what changes the graph recorded, every poll folded in the kernel
 CFG_ELIDE = 16  # full mode: coroutines created and completed inside one poll of their parent write no record
 CFG_ADAPT = 32  # full mode sampling while the proxy is behind: every poll folded, no KIND_STATS for a life recorded whole
+CFG_HOLD_NEW = 64  # with CFG_ADAPT + CFG_ELIDE, while sampling: a new task's first poll held back, elided if done in it
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 # struct inst_stats: polls, raw ns, hits, recorded polls, then (CFG_CHANGES) its last poll's parent, thread, state
 INST_STATS = struct.Struct("<QQQQQIIQ")
@@ -285,6 +286,11 @@ class Program:
         """Full mode that samples while the proxy is behind (the proxy moves
         `sample_every` itself): every poll folded, no totals of a life recorded whole."""
         self._set_flag(CFG_ADAPT, on)
+
+    def set_hold_new(self, on: bool) -> None:
+        """Catch-up sampling: a new task's first poll is held back like a nested new
+        coroutine's (CFG_ELIDE): nothing written when it completes in that poll."""
+        self._set_flag(CFG_HOLD_NEW, on)
 
     def set_sample_every(self, n: int) -> None:
         """One root poll in `n` per instance recorded from the threads' next root polls

@@ -161,6 +161,7 @@ class UprobeCapture(ClientView, CaptureBase):
         catch_up: bool = True,
         catchup_every: int = 64,
         catchup_marks: tuple[int, int] | None = None,
+        cpu_budget: float | None = None,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -276,10 +277,12 @@ class UprobeCapture(ClientView, CaptureBase):
         self.elide = (elide_nested and not self.changes and self.sample_every <= 1 and self.slice_duty >= 1.0
                       and not tasks_only and not entry_only)
         # full mode: sampling while the proxy is behind (catchup.py; `--uprobe-strict` turns it off)
-        self.catchup = (CatchUp(catchup_every, marks=catchup_marks)
+        # and (cpu_budget, a share of one core) paced by the process's CPU while the program runs
+        self.catchup = (CatchUp(catchup_every, marks=catchup_marks, budget=cpu_budget)
                         if catch_up and self.sample_every <= 1 and not self.changes and self.slice_duty >= 1.0
                         and not tasks_only and not entry_only else None)
         self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
+        self._running = True  # the program runs (from the install on; false from a stop to the next resume)
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
         self._ret_links: dict[int, int] = {}  # fn index -> the link of its rets (while probed)
         self._ret_closing: list[Any] = []  # threads closing rets' links
@@ -569,6 +572,7 @@ class UprobeCapture(ClientView, CaptureBase):
             prog.set_changes(self.changes)
             prog.set_elide(self.elide)
             prog.set_adapt(self.catchup is not None)
+            prog.set_hold_new(self.catchup is not None and self.elide)
             prog.set_sites([s.spec for s in sites])
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]
@@ -1052,12 +1056,27 @@ class UprobeCapture(ClientView, CaptureBase):
         self._slice_step()
         self._tasks_step()
         self._returns_step()
-        behind = self._fold(budget_s=self.poll_budget_s)
+        budget_s = self.poll_budget_s
+        cu = self.catchup
+        allow = cu.allowance(time.monotonic(), time.process_time()) if cu is not None and self._running else None
+        if allow is not None and allow <= 0:
+            # the CPU budget is spent (catchup.py): no fold until the next tick, the
+            # unread records grow (past the high mark the kernel samples); the ring is
+            # only emptied into the backlog when it fills
+            ring = self._ring
+            if ring is not None and ring.pending() > self.ring_bytes // 2:
+                self._drain_ring()
+            self._catchup_step()
+            return False
+        if allow is not None:
+            budget_s = min(budget_s, allow)
+        behind = self._fold(budget_s=budget_s)
         self._catchup_step()
-        return behind
+        return behind and (allow is None or allow > budget_s)  # paced: the next tick, not at once
 
     def before_resume(self) -> Procedure | None:
         """Time slices count the program's running time only: a stop's length is taken out."""
+        self._running = True
         if self._stopped_at is not None:
             self._slice_t0 += time.monotonic() - self._stopped_at
             self._stopped_at = None
@@ -1065,6 +1084,9 @@ class UprobeCapture(ClientView, CaptureBase):
 
     def sync(self) -> Procedure | None:
         self._settle()
+        self._running = False  # the CPU budget paces the fold while the program runs only
+        if self.catchup is not None:
+            self.catchup.stopped()
         if self.slice_duty < 1.0 and self._stopped_at is None:
             self._stopped_at = time.monotonic()
         if self._sliced_out and self._prog is not None:
@@ -1128,8 +1150,9 @@ class UprobeCapture(ClientView, CaptureBase):
             top3 = sorted(by_fn.items(), key=lambda kv: -kv[1])[:3]
             names = " (" + ", ".join(f"{cat.type_key(site)}: {n:,}" for site, n in top3) + \
                 (", ..." if len(by_fn) > 3 else "") + ")"
+        held = " (and, while catching up, tasks done in their first poll)" if self.catchup is not None else ""
         return (f"recorded: every poll, but for coroutines created and completed inside one poll of their "
-                f"parent: {c.get('elided', 0):,} such polls counted in the kernel, not recorded{names}; they "
+                f"parent{held}: {c.get('elided', 0):,} such polls counted in the kernel, not recorded{names}; they "
                 "are finished tasks that take their ids (not in top or tasks --all); entries held back "
                 f"and sent late: {c.get('flushed', 0):,}, read at stops: {self.pending_fed:,}")
 

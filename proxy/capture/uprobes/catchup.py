@@ -26,6 +26,23 @@ counted it); one with unrecorded polls sends them when its address starts a
 new life. So POLLS and BUSY of every task are exact across the switches;
 the graph's edges and states, the histograms and LONGEST come from the
 recorded polls, and `top` and `stats` say so once any sampling happened.
+While sampling, a new task's first poll is held back (CFG_HOLD_NEW): a task
+done in its first poll writes nothing (counted in the kernel, the engine's
+ids and finished count kept), one that suspends goes out late, so every task
+alive at a stop is in the graph.
+
+The CPU budget (`--uprobe-budget`, 10% of a core by default): being behind
+is not the only harm. On a 2-core machine a watcher that folds whenever
+records are unread is always runnable and takes its CPU from the program
+(the axum benchmark: ~0.97 of a core, the single-threaded server got ~0.65).
+So while the program runs the fold is paced by the process's own CPU clock
+(a token bucket: `budget` CPU seconds a second, at most `BURST_S` saved up;
+everything the process did counts, the fold, the ring, the unwinder): once
+spent, the capture folds nothing until the next tick, the unread records
+grow, and past the high mark the kernel samples. The share of the time every
+poll was recorded then follows the budget (about budget / the CPU that
+recording every poll would need). At a stop the program does not run: the
+fold takes what it needs, so a stop still waits for about the high mark.
 """
 
 from __future__ import annotations
@@ -33,6 +50,8 @@ from __future__ import annotations
 HIGH_S = 0.25  # fold time of the unread records past which the kernel samples
 LOW_S = 0.05  # ... under which every poll is recorded again
 COST_S = 10e-6  # a record's fold before any is measured (axum, docs/speed.md)
+BUDGET = 0.10  # share of one core the watcher may take while the program runs (--uprobe-budget)
+BURST_S = 0.05  # CPU seconds the watcher may save up in a quiet spell and spend at once
 
 
 class CatchUp:
@@ -41,8 +60,14 @@ class CatchUp:
     at each switch gives the share of the hits sampled)."""
 
     def __init__(self, every: int = 64, high_s: float = HIGH_S, low_s: float = LOW_S,
-                 marks: tuple[int, int] | None = None) -> None:
+                 marks: tuple[int, int] | None = None, budget: float | None = None) -> None:
         self.every = max(int(every), 2)
+        self.budget = budget if budget is not None and 0 < budget < 1 else None  # None: fold at will
+        self._tokens = 0.0  # CPU seconds the watcher may still spend (below 0: overspent)
+        self._clock: tuple[float, float] | None = None  # (wall, CPU) at the last look while running
+        self.run_s = 0.0  # the program's running time under the budget (looks while running)
+        self.cpu_s = 0.0  # the watcher's CPU over that time
+        self.held = 0  # looks that folded nothing: the budget spent
         self.high_s, self.low_s = high_s, low_s
         self.fixed = marks  # (high, low) in records, instead of the measured ones (tests)
         self.cost_s = COST_S
@@ -60,6 +85,28 @@ class CatchUp:
         """A fold of `records` took `seconds` (the consumer's cost per record)."""
         if records >= 256 and seconds > 0:
             self.cost_s = 0.8 * self.cost_s + 0.2 * seconds / records
+
+    def allowance(self, now: float, cpu: float) -> float | None:
+        """While the program runs, at each look: the seconds of folding the budget
+        allows now (0: none until the next look; None: no budget). `cpu` is the
+        process's own CPU clock: whatever it spent since the last look is paid."""
+        if self.budget is None:
+            return None
+        if self._clock is not None:
+            dw, dc = max(now - self._clock[0], 0.0), max(cpu - self._clock[1], 0.0)
+            self.run_s += dw
+            self.cpu_s += dc
+            self._tokens = max(min(self._tokens + self.budget * dw - dc, BURST_S), -BURST_S)
+        self._clock = (now, cpu)
+        if self._tokens <= 0:
+            self.held += 1
+            return 0.0
+        return self._tokens
+
+    def stopped(self) -> None:
+        """The program stopped: the fold at the stop is not paced (the program does not
+        run), and the clock starts again at the first look after the resume."""
+        self._clock = None
 
     def marks(self) -> tuple[int, int]:
         """(high, low) water in records."""
@@ -106,6 +153,8 @@ class CatchUp:
         head = (f"catch-up: every poll recorded while the proxy keeps up; past {high:,} unread records "
                 f"(~{high * self.cost_s:.2f} s of folding at {self.cost_s * 1e6:.1f} µs a record) the kernel "
                 f"samples 1 root poll in {self.every} per instance until {low:,} are left")
+        head += ("; while sampling a new task's first poll is held back (done in it: counted, not recorded)"
+                 + self.budget_part())
         if not self.switches:
             return head + f"; never behind (at most {self.peak:,} unread)"
         return (head + f"; sampled {self.switches} times ({'sampling now; ' if self.sampling else ''}"
@@ -114,10 +163,20 @@ class CatchUp:
                 f"sampled periods; at most {self.peak:,} unread); POLLS and BUSY exact (every poll counted "
                 "in the kernel), the graph's edges, the histograms and LONGEST from the recorded polls")
 
+    def budget_part(self) -> str:
+        """`stats`: the budget and what the watcher took while the program ran."""
+        if self.budget is None:
+            return "; no CPU budget (the proxy folds whenever records are unread)"
+        share = self.cpu_s / self.run_s if self.run_s > 0 else 0.0
+        return (f"; CPU budget {self.budget * 100:g}% of a core while the program runs: the proxy took "
+                f"{self.cpu_s:.2f} s of CPU in {self.run_s:.1f} s running = {share:.1%} of a core "
+                f"(folding held {self.held:,} times)")
+
     def note(self, recorded: int, polls: int) -> str | None:
         """`top`'s caveat once sampling happened (None: every poll recorded so far)."""
         if not self.switches:
             return None
         return (f"sampled while the proxy was behind ({self.switches} times, {self.sampled_s:.1f} s; "
                 f"{recorded:,} of {polls:,} polls of the live instances recorded): POLLS and BUSY are exact "
-                "(counted in the kernel), LONGEST and histograms from the recorded polls")
+                "(counted in the kernel), LONGEST and histograms from the recorded polls; tasks done in their "
+                "first poll while sampling are not rows (stats counts them)")

@@ -41,3 +41,43 @@ def test_never_behind_says_so_and_top_says_nothing() -> None:
     assert cu.step(20, 0.0) is None
     assert cu.line(1.0, 500).endswith("never behind (at most 20 unread)")
     assert cu.note(5, 5) is None
+
+
+def test_the_cpu_budget_paces_the_fold_by_the_process_clock() -> None:
+    """10% of a core: 5 ms of folding a 50 ms tick; what the process spent is paid,
+    an overspend is repaid before the next fold, savings are capped (BURST_S)."""
+    from proxy.capture.uprobes.catchup import BURST_S
+
+    cu = CatchUp(marks=(1000, 100), budget=0.10)
+    assert cu.allowance(0.0, 0.0) == 0.0  # the first look: nothing earned yet
+    allow = cu.allowance(0.05, 0.0)
+    assert allow is not None and abs(allow - 0.005) < 1e-9
+    assert cu.allowance(0.10, 0.030) == 0.0  # 30 ms spent against 10 ms earned: overspent
+    assert cu.allowance(0.20, 0.030) == 0.0  # -20 + 10 ms: still repaying
+    allow = cu.allowance(0.40, 0.030)
+    assert allow is not None and abs(allow - 0.010) < 1e-9  # -10 + 20 ms
+    assert cu.held == 3
+    allow = cu.allowance(60.0, 0.030)  # a quiet minute saves BURST_S at most
+    assert allow == BURST_S
+    assert abs(cu.run_s - 60.0) < 1e-9 and abs(cu.cpu_s - 0.030) < 1e-9
+    assert "CPU budget 10% of a core while the program runs: the proxy took 0.03 s of CPU in 60.0 s running = " \
+        "0.1% of a core (folding held 3 times)" in cu.line(60.0, 100)
+
+
+def test_a_stop_is_not_paid_from_the_budget() -> None:
+    """The fold at a stop (the program does not run) takes what it needs: the clock
+    starts again at the first look after it."""
+    cu = CatchUp(marks=(1000, 100), budget=0.10)
+    cu.allowance(0.0, 0.0)
+    cu.allowance(0.1, 0.0)  # 10 ms earned
+    cu.stopped()
+    allow = cu.allowance(5.0, 2.0)  # 2 s of CPU at the stop, 4.9 s stopped: neither counted
+    assert allow is not None and abs(allow - 0.01) < 1e-9
+    assert abs(cu.run_s - 0.1) < 1e-9 and cu.cpu_s == 0.0
+
+
+def test_no_budget() -> None:
+    for budget in (None, 0.0, 1.0):
+        cu = CatchUp(marks=(1000, 100), budget=budget)
+        assert cu.allowance(0.0, 0.0) is None and cu.allowance(1.0, 5.0) is None
+        assert "no CPU budget" in cu.line(1.0, 10)
