@@ -26,6 +26,9 @@ most:
 * ``uprobes-strict`` the same with --uprobe-strict: every poll recorded even
                     when the proxy falls behind (by default the kernel then
                     samples until it caught up);
+* ``uprobes-nobudget`` the same with --uprobe-budget 0: the proxy folds
+                    whenever records are unread (by default it takes 10% of
+                    a core at most while the program runs);
 * ``uprobes-every`` the same with --uprobe-every: the coroutines created and
                     completed inside one poll of their parent recorded too
                     (by default they are counted in the kernel only);
@@ -127,6 +130,7 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-changes": ["--capture", "uprobes", "--mode", "full", "--uprobe-changes"],
             "uprobes-every": ["--capture", "uprobes", "--mode", "full", "--uprobe-every"],
             "uprobes-strict": ["--capture", "uprobes", "--mode", "full", "--uprobe-strict"],
+            "uprobes-nobudget": ["--capture", "uprobes", "--mode", "full", "--uprobe-budget", "0"],
             "uprobes-sampled-rets": ["--capture", "uprobes", "--sample", "64", "--uprobe-rets"],
             "uprobes-entry": ["--capture", "uprobes", "--mode", "entry"],
             "uprobes-sampled": ["--capture", "uprobes", "--sample", "64"],
@@ -137,7 +141,7 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "console-tasks": ["--capture", "uprobes", "--mode", "tasks"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-strict", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-strict", "uprobes-nobudget", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
          "uprobes-sampled-rets", "uprobes-sliced",
          "uprobes-tasks-sliced", "uprobes-entry", "console-uprobes", "console-tasks", "tracepoints", "breakpoints"]
 

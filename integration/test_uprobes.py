@@ -1178,8 +1178,9 @@ def test_catch_up_samples_while_behind_and_counts_stay_exact(config: str, monkey
     from proxy.capture.uprobes import capture as C
 
     # With no time budget a poll folds one batch: a proxy short of CPU. The debug build's
-    # requests each start a task whose first poll is recorded whole even while sampling
-    # (~3 records a request): its proxy needs more than the release build's to catch up.
+    # requests each start a `backend` task (held back while sampling, CFG_HOLD_NEW, and
+    # elided: done in its first poll; before that hold-back, ~3 records a request): its
+    # proxy gets a bigger batch than the release build's.
     monkeypatch.setattr(C, "BATCH", 64 if config == "debug" else 32)
     prog = _binary(config, "http_server")
     inv = build_inventory(str(prog))

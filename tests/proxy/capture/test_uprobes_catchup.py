@@ -81,3 +81,24 @@ def test_no_budget() -> None:
         cu = CatchUp(marks=(1000, 100), budget=budget)
         assert cu.allowance(0.0, 0.0) is None and cu.allowance(1.0, 5.0) is None
         assert "no CPU budget" in cu.line(1.0, 10)
+
+
+def test_uprobe_budget_option() -> None:
+    """`--uprobe-budget PCT` reaches the capture's CatchUp (default 10%, 0: none)."""
+    import pytest
+
+    from proxy.capture.uprobes import make
+    from proxy.capture.uprobes.catchup import BUDGET
+    from proxy.cli import build_parser
+
+    def budget(*extra: str) -> float | None:
+        args = build_parser().parse_args(["serve", "--upstream", "127.0.0.1:1", *extra])
+        cap = make(options=vars(args))
+        assert cap.catchup is not None
+        return cap.catchup.budget
+
+    assert budget() == BUDGET == 0.10
+    assert budget("--uprobe-budget", "25") == 0.25
+    assert budget("--uprobe-budget", "0") is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--upstream", "x:1", "--uprobe-budget", "100"])
