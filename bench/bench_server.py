@@ -121,7 +121,9 @@ WRK_RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
 WRK_REQUESTS = re.compile(r"(\d+) requests in")
 # axum 0.8's serve spawns each connection as an async block of its serve module;
 # console-subscriber names the task by its spawn location (axum's serve.rs)
-CONN_FN_AXUM = r"axum::serve::handle_connection::"  # (not serve's accept loop, into_future's block)
+# (not serve's accept loop, into_future's block); the console build's task is named by its path
+# alone when the exit stop's snapshot is over budget ("axum::serve::handle_connection [in ...]")
+CONN_FN_AXUM = r"axum::serve::handle_connection(::|\s|$)"
 # (axum 0.8.9's serve/mod.rs:389, the `{async_block@389}` of handle_connection; its
 # serve/mod.rs:276 is another spawn, 1 poll, no connection)
 CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve/mod\.rs:389$")
@@ -278,12 +280,15 @@ def parse_top(out: str, fn: str = "conn_task") -> tuple[int, float] | None:
 
 
 def console_rows(text: str) -> list[tuple[str, int, float]]:
-    """(console's task id, polls, busy µs) of each connection task in `console_stats` output."""
+    """(console's task id, polls, busy µs) of each connection task in `console_stats` output.
+    A dropped task's polls are console's count less one: console-subscriber counts every enter
+    of the task's span, and tracing's ``Instrumented<F>`` (0.1.38+) enters it once more to drop
+    the future (its ``PinnedDrop``), after the last poll. Its busy keeps that drop's time."""
     rows = []
     for line in text.splitlines():
-        m = re.match(r"task id=(\d+) loc=(\S+) polls=(\d+) busy_ns=(\d+)", line)
+        m = re.match(r"task id=(\d+) loc=(\S+) polls=(\d+) busy_ns=(\d+)(?: dropped=(\d))?", line)
         if m and CONN_LOC_AXUM.search(m.group(2)):
-            rows.append((m.group(1), int(m.group(3)), int(m.group(4)) / 1000))
+            rows.append((m.group(1), int(m.group(3)) - (m.group(5) == "1"), int(m.group(4)) / 1000))
     return rows
 
 
@@ -316,6 +321,13 @@ def match_tasks(ours: list[tuple[str, int, float]], console: list[tuple[str, int
         m.ours_left += a[k:]
         m.console_left += b[k:]
     return m
+
+
+def same_sums(m: Match) -> tuple[int, int, float, float, list[float]]:
+    """(our polls, console's, our busy µs, console's, the per-pair busy ratios sorted) over the pairs."""
+    op, cp = sum(a[1] for a, _ in m.pairs), sum(b[1] for _, b in m.pairs)
+    ob, cb = sum(a[2] for a, _ in m.pairs), sum(b[2] for _, b in m.pairs)
+    return op, cp, ob, cb, sorted(a[2] / b[2] for a, b in m.pairs if b[2] > 0)
 
 
 class Server:
@@ -388,12 +400,16 @@ def console_figures(server: Server, port: int, addr: str = "http://127.0.0.1:666
     text = res.stdout + (f"console_stats failed: {res.stderr.strip()[:400]}" if res.returncode else "")
     rows = console_rows(text)
     polls, busy = sum(p for _, p, _ in rows), sum(b for _, _, b in rows)
-    return f"console conn_polls={polls} conn_busy_us={busy:.0f} tasks={len(rows)}\n{text}"
+    return (f"console conn_polls={polls} conn_busy_us={busy:.0f} tasks={len(rows)} (a dropped task's polls less "
+            f"the span enter at its drop)\n{text}")
 
 
+# SIGPIPE: console-subscriber's gRPC server writes to console_stats's closed connection; a
+# stop there would take `top` at it and leave the server stopped (no 'server done' line)
 GDB_SCRIPT = """set pagination off
 set confirm off
 set breakpoint pending on
+handle SIGPIPE nostop noprint pass
 target remote {address}
 break _exit
 continue
@@ -768,9 +784,7 @@ def report_same(runs: dict[str, list[Run]]) -> None:
         assert r.same is not None
         ours, con = r.same
         m = match_tasks(ours, con)
-        op, cp = sum(a[1] for a, _ in m.pairs), sum(b[1] for _, b in m.pairs)
-        ob, cb = sum(a[2] for a, _ in m.pairs), sum(b[2] for _, b in m.pairs)
-        per = sorted(a[2] / b[2] for a, b in m.pairs if b[2] > 0)
+        op, cp, ob, cb, per = same_sums(m)
         per_s = (f"{per[0]:.2f}/{statistics.median(per):.2f}/{per[-1]:.2f}" if per else "-")
         print(f"{how:16} {i + 1:5} {len(ours):>5}/{len(con):<6} {len(m.pairs):6} {m.ambiguous:5} {op:9,} {cp:9,} "
               f"{ob / op if op else 0:10.2f}us {cb / cp if cp else 0:7.2f}us {ob / cb if cb else 0:6.3f} {per_s:>18}")

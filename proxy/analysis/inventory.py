@@ -65,6 +65,7 @@ from .model import (
     ResumeFn,
     SourceLoc,
     State,
+    TypeInfo,
 )
 
 # the names the sieve judges by (one truth: proxy.analysis.sieve, which the unit walker runs too)
@@ -74,6 +75,12 @@ RUNTIME_CELLS = ("tokio::runtime::task::core::Cell<", "async_task::header::Heade
 TASK_POLL = "tokio::runtime::task::raw::poll<"
 # async-task (smol's async-executor, async-std): RawTask<F, T, S, M>::run, F = the spawned future
 ASYNC_TASK_RUN = "async_task::raw::RawTask<"
+# wrapper futures whose poll stands for the coroutine inlined into it (``_wrapped_polls``):
+# tracing's span wrapper, around every task tokio spawns under ``tokio_unstable`` (what
+# console-subscriber times) and every ``.instrument(span)``. Others qualify as well (tokio's
+# ``Coop``, axum's ``MapIntoResponseFuture``) but are nested polls a request: more traps for
+# coroutines no task-level figure needs, so they are left out.
+WRAPPERS = ("tracing::instrument::Instrumented<",)
 _KINDS = {
     "async_fn": CoroutineKind.ASYNC_FN,
     "async_block": CoroutineKind.ASYNC_BLOCK,
@@ -240,6 +247,9 @@ class _Collector:
         self.dwarf = dwarf
         self.inv = inv
         self._qual: dict[int, str] = {}
+        # a coroutine wrapper's out-of-line poll (``_future_poll``): link low_pc -> (high_pc, its
+        # return type's size, Poll's pending facts), for ``_wrapped_polls``
+        self._wrapper_polls: dict[int, tuple[int, int, tuple[int, int, int] | None]] = {}
         self._tname: dict[int, str] = {}
         self.symbol_sieve: tuple[array[int], array[int]] | None = None  # made by _symbol_tables
         self.sieve: S.Sieve | None = None
@@ -285,6 +295,7 @@ class _Collector:
             self.inv.task_run_slots = _task_vtables(self.elf, self.inv.task_runs)
         while self.types.envs:  # coroutines met inside awaited types (MaybeDone<F>, Box<F>...)
             self._layout(self.types.envs.pop())
+        self._wrapped_polls(exits)
         if self.types.truncated:
             self.inv.warnings.append("reflection types truncated: too many types reachable from awaitees")
 
@@ -358,8 +369,16 @@ class _Collector:
         t = self._pin_target(self._first_param_type(die))
         if t is None or t.tag != D.TAG_STRUCTURE or self._is_env(t):
             return
-        self.inv.future_polls[int(die.attrs[D.AT_LOW_PC])] = self.qualname(t)
+        low = int(die.attrs[D.AT_LOW_PC])
+        q = self.inv.future_polls[low] = self.qualname(t)
         self.types.add(t.offset, _TYPE_DEPTH - DYN_HOPS)
+        if q.startswith(WRAPPERS) and "_env#" in q:  # its poll may hold the coroutine's inlined
+            unit = self.dwarf.unit_of(die)
+            ranges = self.dwarf.die_ranges(unit, die) if unit is not None else []
+            high = max((hi for lo, hi in ranges if lo == low), default=0)
+            if high:
+                ret = origin.get(D.AT_TYPE)
+                self._wrapper_polls[low] = (high, self._size(ret), self._poll_pending(ret))
 
     def _origin(self, die: D.Die) -> D.Die:
         return self.dwarf.origin(die)
@@ -617,6 +636,42 @@ class _Collector:
             )
         )
 
+    def _wrapped_polls(self, exits: _ExitFinder) -> None:
+        """A coroutine whose resume function was inlined into a wrapper future's poll (tokio
+        under ``tokio_unstable`` spawns every task as ``tracing::instrument::Instrumented<F>``:
+        the async block's poll is inlined into ``Instrumented<F>::poll``) has no code of its own
+        to probe. The wrapper's poll becomes its resume function (``ResumeFn.wrapper``): self
+        is the wrapper, the layout the coroutine's shifted by its offset inside the wrapper
+        (a field, through ``ManuallyDrop``'s ``value``), exits the wrapper poll's."""
+        have = {f.low_pc for f in self.inv.resume_fns}
+        done: set[int] = set()
+        for c in self.inv.inlined:
+            low = c.parent_low_pc
+            facts = self._wrapper_polls.get(low)
+            if facts is None or low in have or low in done or c.layout_name is None:
+                continue
+            wrapper = self.inv.future_polls[low]
+            inner = self.inv.layouts.get(c.layout_name)
+            off = _field_offset(self.inv.types, wrapper, c.layout_name)
+            if inner is None or off is None:
+                continue
+            done.add(low)
+            high, ret_size, pending = facts
+            shifted = _shifted_layout(inner, wrapper, off, self.inv.types[wrapper].size)
+            self.inv.layouts.setdefault(wrapper, shifted)
+            name = c.name
+            m = ASYNC_FN_RE.match(name.split("<", 1)[0].rsplit("::", 1)[-1])
+            rets, other = exits.exits(low, high)
+            sym = self.elf.symbol_at(low)
+            st0 = inner.state(0)
+            self.inv.resume_fns.append(ResumeFn(
+                low_pc=low, high_pc=high, symbol=sym.name if sym else "", name=name,
+                path=name.split("<", 1)[0].rsplit("::", 1)[0], kind=_KINDS.get(m.group(1), CoroutineKind.UNKNOWN)
+                if m else CoroutineKind.UNKNOWN, era=Era.MODERN, decl=st0.loc if st0 else c.call_loc,
+                rets=rets, other_exits=other, layout_name=wrapper,
+                self_in="rsi" if ret_size > 16 else "rdi", poll_pending=pending, wrapper=wrapper))
+        self.inv.resume_fns.sort(key=lambda f: f.low_pc)
+
     def _genfuture_env_around(self, unit: D.Unit, die: D.Die) -> D.Die | None:
         """rustc 1.63: the inlined generator resume has no described self; its layout is
         the ENV of the nearest enclosing ``GenFuture<ENV>::poll`` (inlined or not)."""
@@ -754,6 +809,34 @@ def _task_vtables(elf: ElfImage, polls: dict[int, str]) -> dict[int, str]:
         for i in np.nonzero(np.isin(words, targets))[0].tolist():
             out.setdefault(sec[0] + 8 * i, polls[int(words[i])])
     return out
+
+
+def _field_offset(types: dict[str, TypeInfo], outer: str, inner: str, depth: int = 3) -> int | None:
+    """Where a value of type `inner` sits inside a value of type `outer`, as a field of a
+    field... (structs only, `depth` levels; ``ManuallyDrop<T>`` holds T at 0): None when not
+    found, or found at two places."""
+    info = types.get(outer)
+    if info is None or info.kind != "struct" or depth == 0:
+        return None
+    found: list[int] = []
+    for f in info.fields:
+        if f.type_name == inner or f.type_name == f"core::mem::manually_drop::ManuallyDrop<{inner}>":
+            found.append(f.offset)
+        else:
+            sub = _field_offset(types, f.type_name, inner, depth - 1)
+            if sub is not None:
+                found.append(f.offset + sub)
+    return found[0] if len(found) == 1 else None
+
+
+def _shifted_layout(layout: Layout, name: str, off: int, size: int) -> Layout:
+    """`layout` seen from a wrapper (`name`, `size` bytes) that holds the coroutine at `off`: every offset + off."""
+    def member(m: Member | None) -> Member | None:
+        return None if m is None else Member(m.name, m.offset + off, m.size, m.type_name)
+
+    states = tuple(State(s.value, s.name, s.loc, member(s.awaitee), tuple(member(x) for x in s.locals))  # type: ignore[misc]
+                   for s in layout.states)
+    return Layout(name, size, layout.state_offset + off, layout.state_size, states, layout.align)
 
 
 def _member_offset(m: D.Die) -> int:

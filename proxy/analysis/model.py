@@ -132,6 +132,13 @@ class ResumeFn:
     # size, discriminant value). None when DWARF does not tell (Pending is the
     # niche-less default variant, or no return type).
     poll_pending: tuple[int, int, int] | None = None
+    # "": the coroutine's own resume function. Else the wrapper future whose ``poll`` this is
+    # (e.g. ``tracing::instrument::Instrumented<ENV>``, which tokio puts around every task under
+    # ``tokio_unstable``): the coroutine's resume is inlined into that poll and has no code of
+    # its own, so the wrapper's poll is probed for it; self is the wrapper, ``layout_name`` the
+    # coroutine's layout shifted by where it sits inside the wrapper, and a poll's time is the
+    # wrapper's window (for Instrumented: the span's enter and exit included, console-subscriber's)
+    wrapper: str = ""
 
     @property
     def panics_unseen(self) -> bool:

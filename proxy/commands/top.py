@@ -57,7 +57,7 @@ def render_top(engine: Engine, args: tuple[str, ...], names: dict[int, str] | No
     from proxy.snapshot.names import display_name
 
     def name(t: Task) -> str:
-        return (names or {}).get(t.id) or display_name(t.path)
+        return ((names or {}).get(t.id) or display_name(t.path)) + window_mark(t)
 
     if len(args) > 1:
         raise ValueError("usage: top [N | TASK]")
@@ -81,7 +81,36 @@ def render_top(engine: Engine, args: tuple[str, ...], names: dict[int, str] | No
                      fmt_ns(timing.longest_ns(t.id)), fmt_ns(t.idle_ns), name(t)))
     more = len(tasks) - limit
     tail = [f"... {more} more (monitor async top N)"] if more > 0 else []
+    tail += window_notes(tasks[:limit])
     return "\n".join([cost_line(engine), *_table(rows), *tail])
+
+
+def window_mark(task: Task) -> str:
+    """' [in W::poll]' for a coroutine probed through its wrapper's poll (``ResumeFn.wrapper``:
+    its own poll inlined there): its POLLS are the wrapper's, its BUSY the wrapper's window."""
+    w = _wrapper(task)
+    return f" [in {w}::poll]" if w else ""
+
+
+def window_notes(tasks: list[Task]) -> list[str]:
+    """What each window mark shown means (once per wrapper)."""
+    seen = sorted({w for t in tasks if (w := _wrapper(t))})
+    return [f"[in {w}::poll]: the coroutine's poll is inlined into {w}<F>::poll (no code of its own): BUSY is "
+            f"that poll's window{WRAPPER_WINDOWS.get(w, '')}" for w in seen]
+
+
+# what a wrapper's window holds besides the coroutine's poll
+WRAPPER_WINDOWS = {"Instrumented": ", the span's enter and exit included (tracing's dispatch and the subscriber's "
+                   "callbacks: console-subscriber times from inside the enter to inside the exit)"}
+
+
+def _wrapper(task: Task) -> str:
+    from proxy.analysis.inventory import WRAPPERS
+
+    for w in WRAPPERS:
+        if task.type_name.startswith(w):
+            return w[:-1].rsplit("::", 1)[-1]
+    return ""
 
 
 def _one(engine: Engine, task: Task, name: str) -> str:
@@ -90,10 +119,11 @@ def _one(engine: Engine, task: Task, name: str) -> str:
     head = f"{task.label} {name}"
     if tt is None:
         return f"{head}: no timed poll"
+    notes = window_notes([task])
     durations = timing.durations(task.id)
     busy = timing.busy_ns(task.id)
     lines = [f"{head}: {tt.polls} polls, busy {fmt_ns(busy)}, longest {fmt_ns(timing.longest_ns(task.id))}, "
-             f"idle {fmt_ns(task.idle_ns)}", cost_line(engine)]
+             f"idle {fmt_ns(task.idle_ns)}", cost_line(engine), *notes]
     kept = f"the last {len(durations)}" if tt.polls > len(durations) else f"all {len(durations)}"
     lines.append(f"poll durations ({kept} polls; at most {SAMPLES} kept):")
     buckets = histogram(durations)

@@ -146,7 +146,7 @@ def plan_sites(
         st_size = layout.state_size if layout is not None else 0
         self_reg = {"rdi": REG_RDI, "rsi": REG_RSI}.get(fn.self_in, REG_RDI)
         entries = [MovedEntry(fn.low_pc, 0)]
-        if move_entries:
+        if move_entries and not fn.wrapper:  # a wrapper's poll: its window starts at its entry
             code = elf.read(fn.low_pc, fn.high_pc - fn.low_pc) if fn.high_pc > fn.low_pc else None
             n_states = max((st.value for st in layout.states), default=-1) + 1 if layout is not None else 0
             moved = moved_entries(code, fn.low_pc, fn.high_pc, fn.self_in, elf.read, n_states) if code else "no code"

@@ -177,3 +177,26 @@ def test_top_answers_when_the_snapshot_reads_past_its_budget() -> None:
     assert out[3].split()[1:3] == ["20.1ms", "10"]
     with pytest.raises(Budget):  # the other commands need the snapshot: still an error (the session says so)
         run_monitor("async tree", ctx)
+
+
+def test_top_says_a_wrappers_window_is_measured() -> None:
+    """A coroutine probed through its wrapper's poll (tracing's Instrumented<F>, its own poll
+    inlined there): top marks the row and says once what the window holds."""
+    from dataclasses import replace
+
+    from proxy.commands.top import render_top, window_mark
+
+    e = spinner_and_sleeper()
+    a = e.task(f"#{task_id(e, 'rt::a')}")
+    assert a is not None and window_mark(a) == ""
+    orig = e.tasks
+
+    def tasks() -> list:  # type: ignore[type-arg]
+        return [replace(t, type_name="tracing::instrument::Instrumented<rt::a::{async_fn_env#0}>")
+                if t.path == "rt::a" else t for t in orig()]
+
+    e.tasks = tasks  # type: ignore[method-assign]
+    out = render_top(e, ()).splitlines()
+    assert out[2].endswith("rt::a [in Instrumented::poll]") and not out[3].endswith("]")
+    (note,) = [ln for ln in out if ln.startswith("[in Instrumented::poll]:")]
+    assert "span's enter and exit included" in note

@@ -1,0 +1,60 @@
+"""`monitor async top` against console-subscriber's own figures for the very same tasks, in the
+same run (issue 19's accuracy check), through real gdb, gdbserver and the proxy.
+
+The server benchmark's axum service, its console build (bench/server: console-subscriber 0.5,
+``tokio_unstable``): tokio spawns every task inside tracing's ``Instrumented<F>``, and the
+connection task's async block is inlined into ``Instrumented<F>::poll``; the proxy probes that
+poll for it (``ResumeFn.wrapper``), the window console-subscriber times too (its span's enter to
+its exit). Under ``--mode tasks`` no probe of ours is inside that window (the entry probe stands
+before the span's enter, the exit after its exit), so top's BUSY, the capture's cost per poll
+subtracted, must be console's within 10%; every connection task's POLLS must be console's exactly
+(less the span enter console counts when the task's future is dropped). The run is
+bench/bench_server.py's own ``console-tasks`` row (wrk, 2 s, 4 connections)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.capture.uprobes.capture import UprobeCapture
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILT = ROOT / "integration" / "build" / "bench-server"
+CONSOLE = BUILT / "console-target" / "release" / "axum_server"
+
+sys.path.insert(0, str(ROOT / "bench"))
+from types import SimpleNamespace  # noqa: E402
+
+_OK, _WHY = UprobeCapture.available(SimpleNamespace(local=True))
+pytestmark = [pytest.mark.skipif(not _OK, reason=_WHY),
+              pytest.mark.skipif(not (CONSOLE.exists() and (CONSOLE.parent / "console_stats").exists()),
+                                 reason="the server benchmark's console build is not built "
+                                        "(python bench/server/build_server.py --variant console)")]
+
+
+def test_top_busy_and_polls_match_console_subscribers_for_the_same_tasks() -> None:
+    import shutil
+
+    import bench_server as bs  # type: ignore[import-not-found]
+
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        pytest.skip("wrk is not installed")
+    server = object.__new__(bs.Server)  # the built binaries as they are: no cargo run here
+    server.kind, server.config, server.args = "axum", "release", ["0"]
+    server.prog = server.console_prog = CONSOLE
+    server.conn_fn = bs.CONN_FN_AXUM
+    run = bs.run_gdb(server, wrk, 2.0, 4, "console-tasks")
+    assert run.same is not None, run.note
+    ours, con = run.same
+    # wrk's 4 connections (and at times a short one of its own start)
+    assert len([t for t in con if t[1] > 100]) == 4, (run.note, run.extra, con)
+    m = bs.match_tasks(ours, con)
+    # every console task paired with one of ours of exactly its polls (ours has /quit's too)
+    assert not m.console_left and len(m.pairs) >= 4, (ours, con)
+    assert all(t[1] <= 2 for t in m.ours_left), m.ours_left
+    op, cp, ob, cb, per = bs.same_sums(m)
+    assert op == cp > 400, (op, cp)
+    assert 0.9 <= ob / cb <= 1.1, (ob, cb, per, run.extra.get("cost"))
