@@ -122,6 +122,7 @@ _COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
 _REC_BYTES = 116  # a record's mean size in the ring (entries 152 with the header, exits 80)
 BATCH = 2048  # records folded between two looks at the clock
 RETSITE_ROOM = 256  # room in the site table for learned return sites
+RESYNC_CREDITS = 16  # stack slices a fold, a thread, while threads wait to be resynchronised after lost events
 # blocked in install_early's thread: they are the session's, taken in its main thread
 _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGPIPE,
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
@@ -1326,13 +1327,21 @@ class UprobeCapture(ClientView, CaptureBase):
         self._resync = set(engine.threads_to_resync())
 
     def _credits_wanted(self) -> int:
-        """Stack slices worth capturing now: room in the unwinder's queue (all of
-        them while threads wait to be resynchronised after lost events)."""
+        """Stack slices worth capturing now: room in the unwinder's queue, and
+        RESYNC_CREDITS a thread while threads wait to be resynchronised after
+        lost events (each needs one entry with its stack; the proxy sets the
+        credits again after every fold)."""
+        want = 0
+        if self._keep_q and not (self.catchup is not None and self.catchup.sampling):
+            want = max((self._unwind_q.maxlen or 0) - len(self._unwind_q) - self._backlog_n, 0)
         if self._resync:
-            return 1 << 62
-        if not self._keep_q or (self.catchup is not None and self.catchup.sampling):
-            return 0
-        return max((self._unwind_q.maxlen or 0) - len(self._unwind_q) - self._backlog_n, 0)
+            # Not unbounded: it was, and a loss then gave every entry an 8 KiB slice
+            # until the proxy had folded up to one of them, seconds later when behind
+            # (--uprobe-strict): the BPF program's ns a hit doubled and more, the 64 MiB
+            # ring filled in a fraction of a second and more records were lost, each
+            # loss starting it again (docs/speed.md, "The BPF program's cost a hit").
+            want = max(want, RESYNC_CREDITS * len(self._resync))
+        return want
 
     def _drain_ring(self) -> None:
         """Copy what the ring holds into the backlog (one copy per contiguous

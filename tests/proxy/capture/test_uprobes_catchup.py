@@ -102,3 +102,21 @@ def test_uprobe_budget_option() -> None:
     assert budget("--uprobe-budget", "0") is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--upstream", "x:1", "--uprobe-budget", "100"])
+
+
+def test_lost_events_ask_for_a_few_stack_slices_a_thread_not_every_one() -> None:
+    """After lost events each thread waiting to be resynchronised needs one entry with
+    its stack. The credits were unbounded then: behind by seconds (--uprobe-strict),
+    every entry carried an 8 KiB slice until the proxy reached one, which doubled the
+    BPF program's cost a hit and filled the ring, losing more (docs/speed.md)."""
+    from proxy.capture.uprobes.capture import RESYNC_CREDITS, UprobeCapture
+
+    cap = UprobeCapture(catch_up=False)
+    room = cap._credits_wanted()
+    assert room == 512  # the unwinder's queue
+    cap._backlog_n = 2_000_000  # far behind: no room for the unwinder's sample
+    assert cap._credits_wanted() == 0
+    cap._resync = {101, 102}
+    assert cap._credits_wanted() == 2 * RESYNC_CREDITS
+    cap._backlog_n = 0
+    assert cap._credits_wanted() == room  # the queue's room covers the resync's need

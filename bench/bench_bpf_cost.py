@@ -1,0 +1,163 @@
+"""The BPF program's cost a hit on the axum server, by mode and by program variant.
+
+    .venv/bin/python bench/bench_bpf_cost.py [--duration 4] [--rounds 2]
+                                             [--modes catchup strict] [--object NAME=PATH ...]
+
+The capture runs inside this process with no gdb (as `bench_server.py
+--split`'s `consumer` row): the axum service of `bench/server` under `wrk`,
+the consumer folding the records as the server runs. Per run: requests/s, the
+server's CPU µs a request, the BPF program's ns a run (the kernel's
+`run_time_ns / run_cnt`, kernel.bpf_stats_enabled) and, a hit, what it did
+(the program's counters: records, skipped, elided, flushed, return-site hits of
+another callee...; entries written with a stack slice). Modes: `catchup` (full
+mode, the default: every poll folded into `instances`, sampling while behind),
+`full` (the same while the proxy keeps up: the catch-up marks out of reach, never
+sampling), `strict` (`--uprobe-strict`: every poll recorded, nothing folded), `empty` (the
+program returns at once: the floor of a run). `--object NAME=PATH` adds a
+variant of the program (an object built from an edited copy of uprobes.bpf.c,
+e.g. one helper call left out) to compare with the committed one in the same
+rounds, interleaved. docs/speed.md, "The BPF program's cost a hit", has the
+figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT.parent))
+
+from bench_server import BPF_STATS, WRK_REQUESTS, WRK_RPS, Server, bpf_runs, cpu_s, ensure_wrk  # noqa: E402
+
+from integration.harness.stubs import port_listening  # noqa: E402
+from integration.test_uprobes import spawn_stopped  # noqa: E402
+
+
+def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: str | None) -> dict[str, float]:
+    from proxy.analysis.inventory import build_inventory
+    from proxy.capture.uprobes.capture import UprobeCapture
+    from proxy.graph.catalog import Catalog
+    from proxy.graph.engine import Engine
+    from integration.harness.stubs import free_port
+
+    port = free_port()
+    pid = spawn_stopped([str(server.prog), str(port)])
+    cap = None
+    out: dict[str, float] = {}
+    try:
+        inv = server.__dict__.setdefault("inventory", build_inventory(str(server.prog)))
+        bias = 0x555555554000 if inv.pie else 0
+        target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
+                                 engine=Engine(Catalog(inv, bias)), note=None, extra={})
+        marks = {"catchup_marks": (1 << 40, 1 << 39)} if mode == "full" else {}  # full: catch-up never samples
+        cap = UprobeCapture(catch_up=mode != "strict", **marks, **({"object_path": Path(obj)} if obj else {}))
+        cap.plan(target)  # type: ignore[arg-type]
+        cap.install()
+        if not cap.attached or cap._prog is None:
+            raise SystemExit(f"not attached: {cap.note}")
+        os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while not port_listening(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for _ in range(50):  # the return sites learned, as in the proxy's first 0.5 s
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
+        cap._returns_step(force=True)
+        for th in cap._ret_closing:
+            th.join()
+        cap.poll()
+        if mode == "empty":
+            cap._prog.set_off(True)
+        c0 = cap._prog.counters()
+        u0 = cap.unwinder.stats.unwound + len(cap._unwind_q) if cap.unwinder else 0
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        srv0 = cpu_s([pid])
+        b0 = bpf_runs([os.getpid()])
+        w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        while w.poll() is None:
+            cap.poll()
+            time.sleep(0.005)
+        srv1 = cpu_s([pid])
+        b1 = bpf_runs([os.getpid()])
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        text = w.stdout.read() if w.stdout else ""
+        m, req = WRK_RPS.search(text), WRK_REQUESTS.search(text)
+        n_req = int(req.group(1)) if req else 0
+        out["rps"] = float(m.group(1)) if m else float("nan")
+        out["server us/req"] = (srv1 - srv0) / max(n_req, 1) * 1e6
+        out["proxy us/req"] = ((cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)) / max(n_req, 1) * 1e6
+        runs = b1[1] - b0[1]
+        out["runs/req"] = runs / max(n_req, 1)
+        out["ns/run"] = (b1[0] - b0[0]) / max(runs, 1)
+        c1 = cap._prog.counters()
+        hits = max(c1.get("hits", 0) - c0.get("hits", 0), 1)
+        for k in ("records", "skipped", "elided", "flushed", "retsite other", "drops", "retries", "scope misses"):
+            out[k + "/hit"] = (c1.get(k, 0) - c0.get(k, 0)) / hits
+        if "slices" in c1:
+            out["slices/hit"] = (c1["slices"] - c0.get("slices", 0)) / hits
+        elif cap.unwinder is not None:  # entries kept for the unwinder (those with a slice, at most)
+            out["slices/hit"] = (cap.unwinder.stats.unwound + len(cap._unwind_q) - u0) / hits
+        out["lost"] = c1.get("drops", 0) - c0.get("drops", 0)
+        return out
+    finally:
+        if cap is not None:
+            cap.uninstall()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--duration", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--modes", nargs="+", default=["empty", "catchup", "strict"],
+                    choices=["empty", "full", "catchup", "strict"])
+    ap.add_argument("--object", action="append", default=[], metavar="NAME=PATH",
+                    help="a variant of the BPF object, run in every mode beside the committed one")
+    ap.add_argument("--no-committed", action="store_true", help="only the --object variants")
+    args = ap.parse_args()
+    wrk = ensure_wrk()
+    server = Server("axum", "release")
+    objects: list[tuple[str, str | None]] = [] if args.no_committed else [("committed", None)]
+    objects += [tuple(o.split("=", 1)) for o in args.object]  # type: ignore[misc]
+    rows = [(mode, name, obj) for mode in args.modes for name, obj in objects
+            if not (mode == "empty" and name != objects[0][0])]
+    print(f"server {server.prog}; wrk -c{args.connections} -d{args.duration:g}s; {args.rounds} rounds; "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    was = BPF_STATS.read_text().strip()
+    BPF_STATS.write_text("1")
+    results: dict[tuple[str, str], list[dict[str, float]]] = {(m, n): [] for m, n, _ in rows}
+    try:
+        for rnd in range(args.rounds):
+            for mode, name, obj in rows:
+                r = run(server, wrk, args.duration, args.connections, mode, obj)
+                results[(mode, name)].append(r)
+                print(f"round {rnd + 1} {mode:8} {name:12} {r['rps']:>9,.0f} req/s  {r['ns/run']:6.0f} ns/run  "
+                      f"server {r['server us/req']:5.1f} us/req  load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        if was != "1":
+            BPF_STATS.write_text(was)
+    keys = list(next(iter(results.values()))[0].keys())
+    print("\nmedians of the rounds:")
+    print(f"{'mode':8} {'object':12} " + " ".join(f"{k:>14}" for k in keys))
+    for (mode, name), rs in results.items():
+        print(f"{mode:8} {name:12} " + " ".join(
+            f"{statistics.median(r[k] for r in rs):>14.3f}" for k in keys))
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
