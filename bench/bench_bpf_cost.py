@@ -12,7 +12,10 @@ server's CPU µs a request, the BPF program's ns a run (the kernel's
 another callee...; entries written with a stack slice). Modes: `catchup` (full
 mode, the default: every poll folded into `instances`, sampling while behind),
 `full` (the same while the proxy keeps up: the catch-up marks out of reach, never
-sampling), `strict` (`--uprobe-strict`: every poll recorded, nothing folded), `empty` (the
+sampling; `full-nostats`: the same with kernel.bpf_stats_enabled off, so the
+server's CPU a request without the stats' own two clock reads a run; `slices`:
+the same with a stack slice at every entry, as while threads wait for a resync),
+`strict` (`--uprobe-strict`: every poll recorded, nothing folded), `empty` (the
 program returns at once: the floor of a run). `--object NAME=PATH` adds a
 variant of the program (an object built from an edited copy of uprobes.bpf.c,
 e.g. one helper call left out) to compare with the committed one in the same
@@ -60,8 +63,10 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         bias = 0x555555554000 if inv.pie else 0
         target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
                                  engine=Engine(Catalog(inv, bias)), note=None, extra={})
-        marks = {"catchup_marks": (1 << 40, 1 << 39)} if mode == "full" else {}  # full: catch-up never samples
+        marks = {"catchup_marks": (1 << 40, 1 << 39)} if mode.startswith(("full", "slices")) else {}  # full: catch-up never samples
         cap = UprobeCapture(catch_up=mode != "strict", **marks, **({"object_path": Path(obj)} if obj else {}))
+        if mode == "slices":  # every entry with its stack slice (as while threads wait for a resync)
+            cap._credits_wanted = lambda: 1 << 62  # type: ignore[method-assign]
         cap.plan(target)  # type: ignore[arg-type]
         cap.install()
         if not cap.attached or cap._prog is None:
@@ -78,6 +83,8 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         cap.poll()
         if mode == "empty":
             cap._prog.set_off(True)
+        if mode.endswith("-nostats"):
+            BPF_STATS.write_text("0")
         c0 = cap._prog.counters()
         u0 = cap.unwinder.stats.unwound + len(cap._unwind_q) if cap.unwinder else 0
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -90,6 +97,7 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
             time.sleep(0.005)
         srv1 = cpu_s([pid])
         b1 = bpf_runs([os.getpid()])
+        BPF_STATS.write_text("1")
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         text = w.stdout.read() if w.stdout else ""
         m, req = WRK_RPS.search(text), WRK_REQUESTS.search(text)
@@ -102,7 +110,8 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         out["ns/run"] = (b1[0] - b0[0]) / max(runs, 1)
         c1 = cap._prog.counters()
         hits = max(c1.get("hits", 0) - c0.get("hits", 0), 1)
-        for k in ("records", "skipped", "elided", "flushed", "retsite other", "drops", "retries", "scope misses"):
+        for k in ("records", "skipped", "elided", "flushed", "retsite other", "drops", "lost with room", "retries",
+                  "scope misses"):
             out[k + "/hit"] = (c1.get(k, 0) - c0.get(k, 0)) / hits
         if "slices" in c1:
             out["slices/hit"] = (c1["slices"] - c0.get("slices", 0)) / hits
@@ -123,7 +132,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["empty", "catchup", "strict"],
-                    choices=["empty", "full", "catchup", "strict"])
+                    choices=["empty", "full", "full-nostats", "slices", "catchup", "strict"])
     ap.add_argument("--object", action="append", default=[], metavar="NAME=PATH",
                     help="a variant of the BPF object, run in every mode beside the committed one")
     ap.add_argument("--no-committed", action="store_true", help="only the --object variants")

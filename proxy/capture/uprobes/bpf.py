@@ -56,6 +56,7 @@ CFG_HOLD_NEW = 64  # with CFG_ADAPT + CFG_ELIDE, while sampling: a new task's fi
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 # struct inst_stats: polls, raw ns, hits, recorded polls, then (CFG_CHANGES) its last poll's parent, thread, state
 INST_STATS = struct.Struct("<QQQQQIIQ")
+INST_BATCH = 4096  # instances read a syscall at a stop (BPF_MAP_LOOKUP_BATCH)
 # struct thread_state (a thread's task-local storage): hits, depth, recording, last ip, last sp, epoch, elided,
 # then MAX_DEPTH scopes: sp self ts hits ret state fn recorded state_off state_size cookie flags elided_before ip
 THREAD_HEAD = struct.Struct("<QIIQQII")
@@ -72,7 +73,7 @@ CHUNK = 256
 STACK_MAX = 16384
 
 COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries",
-            "skipped", "stats lost", "duplicates", "uncovered", "retsite other", "flushed", "elided")
+            "skipped", "stats lost", "duplicates", "uncovered", "retsite other", "flushed", "elided", "slices", "lost with room")
 
 
 class BpfError(Exception):
@@ -133,6 +134,7 @@ class _Libbpf:
             "bpf_map_lookup_elem": (i, [i, vp, vp]),
             "bpf_map_get_next_key": (i, [i, vp, vp]),
             "bpf_map_delete_elem": (i, [i, vp]),
+            "bpf_map_lookup_batch": (i, [i, vp, vp, vp, vp, ctypes.POINTER(u32), vp]),
             "libbpf_num_possible_cpus": (i, []),
             "libbpf_set_print": (vp, [vp]),
         }
@@ -347,7 +349,43 @@ class Program:
 
     def instances(self) -> dict[tuple[int, int], tuple[int, int, int, int]]:
         """Every coroutine instance's totals folded in the kernel:
-        (self, fn) -> (polls, raw ns, hits, recorded polls)."""
+        (self, fn) -> (polls, raw ns, hits, recorded polls). Read in batches
+        (BPF_MAP_LOOKUP_BATCH, INST_BATCH a syscall) rather than two syscalls an
+        instance (next key, lookup): a stop reads the whole map (full mode)."""
+        try:
+            return self._instances_batched()
+        except OSError:
+            return self._instances_one_by_one()  # a kernel without batch ops on this map type
+
+    def _instances_batched(self) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+        fd = self.fds["instances"]
+        lib = self._lib.lib
+        n = INST_BATCH
+        keys = ctypes.create_string_buffer(INST_KEY.size * n)
+        vals = ctypes.create_string_buffer(INST_STATS.size * n)
+        token_in = ctypes.create_string_buffer(INST_KEY.size)  # a hash map's token: a bucket index
+        token_out = ctypes.create_string_buffer(INST_KEY.size)
+        count = ctypes.c_uint32()
+        out: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+        first = True
+        while True:
+            count.value = n
+            ctypes.set_errno(0)
+            rc = lib.bpf_map_lookup_batch(fd, None if first else token_in, token_out, keys, vals,
+                                          ctypes.byref(count), None)
+            err = ctypes.get_errno() if rc else 0
+            got = count.value if rc == 0 or err == errno.ENOENT else 0
+            if got:
+                out.update(zip([(k[0], k[1]) for k in INST_KEY.iter_unpack(keys.raw[:got * INST_KEY.size])],
+                               [v[:4] for v in INST_STATS.iter_unpack(vals.raw[:got * INST_STATS.size])]))
+            if rc != 0:
+                if err == errno.ENOENT:  # the last batch (possibly empty)
+                    return out
+                raise OSError(err, f"BPF_MAP_LOOKUP_BATCH on instances: {_errno_text(err)}")
+            ctypes.memmove(token_in, token_out, INST_KEY.size)
+            first = False
+
+    def _instances_one_by_one(self) -> dict[tuple[int, int], tuple[int, int, int, int]]:
         fd = self.fds["instances"]
         lib = self._lib.lib
         key = ctypes.create_string_buffer(INST_KEY.size)

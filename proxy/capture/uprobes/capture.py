@@ -1480,7 +1480,10 @@ class UprobeCapture(ClientView, CaptureBase):
                          + (f"; other processes: {c['other pid']}" if c.get("other pid") else ""))
         elif c:
             lines.append(f"uprobe hits: {c.get('hits', 0)}; records: {c.get('records', 0)}; "
-                         f"dropped: {c.get('drops', 0)} (ring retries {c.get('retries', 0)}); exits without their entry: {c.get('scope misses', 0)}"
+                         f"dropped: {c.get('drops', 0)} (ring retries {c.get('retries', 0)}"
+                         + (f"; lost with room in the ring: {c['lost with room']}" if c.get("lost with room") else "")
+                         + f"); entries with a stack slice: {c.get('slices', 0)}"
+                         f"; exits without their entry: {c.get('scope misses', 0)}"
                          + (f"; other processes: {c['other pid']}" if c.get("other pid") else "")
                          + (f"; links re-created (not armed): {self.attach_retries}" if self.attach_retries else ""))
             if not c.get("hits") and self.plan_ is not None:

@@ -14,8 +14,8 @@
  *             sp_adjust: the probe may stand on the first instruction the
  *             kernel emulates, after the prologue), self (register named by the site),
  *             return address, __state through self, rbp rbx r12-r15, and the
- *             first `stack_max` bytes of the stack from the real sp while `credits` last (read page-safe in
- *             128-byte chunks: stack_len says how many were readable).
+ *             first `stack_max` bytes of the stack from the real sp while `credits` last (read a
+ *             page at a time: stack_len says how many were readable).
  *   exit   -> kind, cookie, tid, ns, ip, sp, rax (the Poll result), and self and
  *             __state when the entry's scope (its entry sp) is still on the
  *             thread's scope stack: a `ret` leaves with the entry's sp; an
@@ -116,9 +116,10 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_PARENT 16 /* an entry (CFG_CHANGES) naming the poll it runs inside: parent_self, parent_fn */
 #define F_ELIDED 32 /* CFG_ELIDE: rax holds the coroutines elided on the thread since its last record */
 
-#define CHUNK 256
+#define CHUNK 256 /* stack_max is a multiple of it */
 #define MAX_CHUNKS 64 /* 16 KiB of stack at most */
 #define STACK_MAX (CHUNK * MAX_CHUNKS)
+#define PAGE 4096
 
 #define C_HITS 0
 #define C_RECORDS 1
@@ -134,7 +135,9 @@ char LICENSE[] SEC("license") = "GPL";
 #define C_RETSITE_OTHER 11 /* return-site hits that end no poll of ours (another callee) */
 #define C_FLUSHED 12 /* entries written late (CFG_CHANGES, CFG_ELIDE): counted skipped at the hit, records or drops then */
 #define C_ELIDED 13 /* CFG_ELIDE: polls of coroutines created and completed inside one poll of their parent */
-#define N_COUNTERS 14
+#define C_SLICES 14 /* entries written with a stack slice */
+#define C_LOST_WITH_ROOM 15 /* records lost (drops, stats lost) while the ring had room for them: see RESERVE */
+#define N_COUNTERS 16
 
 struct site {
 	__u8 kind;
@@ -292,7 +295,7 @@ struct rec {
 	__u64 parent_sp;
 	__u32 parent_fn;
 	__u32 pad;
-	__u8 stack[STACK_MAX];
+	__u8 stack[STACK_MAX + PAGE]; /* the scratch record: a page-sized read may start at STACK_MAX - 1 */
 };
 
 #define EXIT_SIZE 72   /* offsetof(struct rec, rbp) */
@@ -386,6 +389,17 @@ static __always_inline void count(__u32 which)
 	__u64 *c = bpf_map_lookup_elem(&counters, &which);
 	if (c)
 		*c += 1;
+}
+
+/* A record of `size` bytes could not be written: was the ring full? Counted
+ * C_LOST_WITH_ROOM when the unread bytes plus the record's (with its 8-byte
+ * header) were still under the ring's size, read right after the failure. */
+static __always_inline void lost_with_room(__u64 size)
+{
+	__u64 unread = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 ring = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	if (unread + ((size + 8 + 7) & ~7ULL) < ring)
+		count(C_LOST_WITH_ROOM);
 }
 
 static __always_inline __u64 read_state_at(__u64 self, __u32 off, __u32 n, __u16 *flags)
@@ -526,6 +540,7 @@ static __always_inline void emit_stats(struct inst_key *ik, struct inst_stats *s
 	struct rec *r = bpf_ringbuf_reserve(&events, EXIT_SIZE, 0);
 	if (!r) {
 		count(C_STATS_LOST);
+		lost_with_room(EXIT_SIZE);
 		return;
 	}
 	r->kind = KIND_STATS;
@@ -562,6 +577,8 @@ static __always_inline void take_elided(struct thread_state *th, struct rec *r)
 	if (!_r) {								\
 		count(C_RETRIES);						\
 		_r = bpf_ringbuf_reserve(&events, (size), 0);			\
+		if (!_r)							\
+			lost_with_room(size);					\
 	}									\
 	_r; })
 
@@ -980,7 +997,7 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	/* The unwinder samples: a slice only while the proxy has credits left
 	 * (it refills them as it unwinds), so a fast program does not fill the
 	 * ring with stacks nobody reads. */
-	if (__sync_fetch_and_add(&cfg->credits, -1) <= 0 || cfg->stack_max == 0) {
+	if (cfg->stack_max == 0 || cfg->credits <= 0 || __sync_fetch_and_add(&cfg->credits, -1) <= 0) {
 		/* an entry without its stack: 120 bytes in place in the ring */
 		struct rec *r = RESERVE(ENTRY_SIZE);
 		if (!r) {
@@ -1005,30 +1022,44 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	fill_head(r, ctx, KIND_ENTRY, cookie, id, esp, now, ret);
 	fill_entry(r, ctx, self, state, flags, pself, psp, pfn);
 	take_elided(th, r);
+	/* Read up to the end of sp's page, then a page at a time: a read that
+	 * fails is past the end of the stack's mapping. Each read from user memory
+	 * costs ~100 ns on the benchmark's VM whatever its size: 256-byte chunks
+	 * made an 8 KiB slice 32 reads (docs/speed.md, "The BPF program's cost a hit"). */
 	__u32 want = cfg->stack_max;
-	__u32 got = 0;
-	for (int i = 0; i < MAX_CHUNKS; i++) {
-		if (got >= want)
-			break;
-		__u32 off = i * CHUNK;
-		if (bpf_probe_read_user(&r->stack[off & (STACK_MAX - CHUNK)], CHUNK, (void *)(sp + off)))
-			break; /* the end of the stack's mapping */
-		got = off + CHUNK;
+	__u32 got = PAGE - (__u32)(sp & (PAGE - 1));
+	barrier_var(got); /* keeps the bound below: the verifier needs it */
+	if (got > PAGE)
+		got = PAGE;
+	if (bpf_probe_read_user(&r->stack[0], got, (void *)sp)) {
+		got = 0;
+	} else {
+		for (int i = 0; i < STACK_MAX / PAGE; i++) {
+			if (got >= want)
+				break;
+			if (bpf_probe_read_user(&r->stack[got & (STACK_MAX - 1)], PAGE, (void *)(sp + got)))
+				break; /* the end of the stack's mapping */
+			got += PAGE;
+		}
 	}
+	if (got > want)
+		got = want;
 	r->stack_len = got;
 	long size = ENTRY_SIZE + (got & (STACK_MAX * 2 - 1));
-	if (size > (long)sizeof(*r))
-		size = sizeof(*r);
+	if (size > ENTRY_SIZE + STACK_MAX)
+		size = ENTRY_SIZE + STACK_MAX;
 	if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP)) {
 		count(C_RETRIES);
 		if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP)) {
 			count(C_DROPS);
+			lost_with_room(size);
 			if (th && (r->flags & F_ELIDED))
 				th->elided += (__u32)r->rax; /* the next record carries them */
 			return 0;
 		}
 	}
 	count(C_RECORDS);
+	count(C_SLICES);
 	return 0;
 }
 
