@@ -34,7 +34,11 @@ pytestmark = [pytest.mark.skipif(not _OK, reason=_WHY),
                                         "(python bench/server/build_server.py --variant console)")]
 
 
-def test_top_busy_and_polls_match_console_subscribers_for_the_same_tasks() -> None:
+@pytest.mark.parametrize("how", ["console-tasks", "console-uprobes"])
+def test_top_busy_and_polls_match_console_subscribers_for_the_same_tasks(how: str) -> None:
+    """console-uprobes (full mode): POLLS exact all the same; BUSY below console's by our own
+    probes inside the task's poll (3 a poll here, ~3.8 µs each), which console's window holds
+    and top subtracts (0.76-0.88x measured; bench/bench_console_window.py puts them back: 0.99-1.00x)."""
     import shutil
 
     import bench_server as bs  # type: ignore[import-not-found]
@@ -46,7 +50,7 @@ def test_top_busy_and_polls_match_console_subscribers_for_the_same_tasks() -> No
     server.kind, server.config, server.args = "axum", "release", ["0"]
     server.prog = server.console_prog = CONSOLE
     server.conn_fn = bs.CONN_FN_AXUM
-    run = bs.run_gdb(server, wrk, 2.0, 4, "console-tasks")
+    run = bs.run_gdb(server, wrk, 2.0, 4, how)
     assert run.same is not None, run.note
     ours, con = run.same
     # wrk's 4 connections (and at times a short one of its own start)
@@ -57,4 +61,8 @@ def test_top_busy_and_polls_match_console_subscribers_for_the_same_tasks() -> No
     assert all(t[1] <= 2 for t in m.ours_left), m.ours_left
     op, cp, ob, cb, per = bs.same_sums(m)
     assert op == cp > 400, (op, cp)
-    assert 0.9 <= ob / cb <= 1.1, (ob, cb, per, run.extra.get("cost"))
+    print(f"\n{how}: {len(m.pairs)} pairs, {op:,} polls, busy ours/console {ob / cb:.3f} (per task {per})")
+    if how == "console-tasks":
+        assert 0.9 <= ob / cb <= 1.1, (ob, cb, per, run.extra.get("cost"))
+    else:
+        assert 0.5 <= ob / cb <= 1.0, (ob, cb, per, run.extra.get("cost"))
