@@ -328,11 +328,13 @@ def test_a_stop_reads_the_instances_map_in_batches() -> None:
         n = B.INST_BATCH + 904  # more than one batch
         for i in range(n):
             k = ctypes.create_string_buffer(B.INST_KEY.pack(0x7F0000000000 + 64 * i, i % 7, 0), B.INST_KEY.size)
+            # polls i: the first is an emptied instance (an elided coroutine's), left out
             v = ctypes.create_string_buffer(B.INST_STATS.pack(i, 2 * i, 3, 1, 0, 0, 0, 0), B.INST_STATS.size)
             assert lib.bpf_map_update_elem(fd, k, v, 0) == 0
         got = prog.instances()
-        assert len(got) == n and got == prog._instances_one_by_one()
+        assert len(got) == n - 1 and got == prog._instances_one_by_one()
         assert got[(0x7F0000000000 + 64 * 5, 5)] == (5, 10, 3, 1)
+        assert (0x7F0000000000, 0) not in got
     finally:
         prog.close()
 

@@ -376,8 +376,9 @@ class Program:
             err = ctypes.get_errno() if rc else 0
             got = count.value if rc == 0 or err == errno.ENOENT else 0
             if got:
-                out.update(zip([(k[0], k[1]) for k in INST_KEY.iter_unpack(keys.raw[:got * INST_KEY.size])],
-                               [v[:4] for v in INST_STATS.iter_unpack(vals.raw[:got * INST_STATS.size])]))
+                out.update((k[:2], v[:4]) for k, v in zip(INST_KEY.iter_unpack(keys.raw[:got * INST_KEY.size]),
+                                                          INST_STATS.iter_unpack(vals.raw[:got * INST_STATS.size]))
+                           if v[0])  # polls 0: emptied (an elided coroutine's), not an instance
             if rc != 0:
                 if err == errno.ENOENT:  # the last batch (possibly empty)
                     return out
@@ -399,7 +400,8 @@ class Program:
             if lib.bpf_map_lookup_elem(fd, key, val) == 0:
                 self_ptr, fn, _ = INST_KEY.unpack(key.raw)
                 polls, raw, hits, recorded = INST_STATS.unpack(val.raw)[:4]
-                out[(self_ptr, fn)] = (polls, raw, hits, recorded)
+                if polls:  # 0: emptied (an elided coroutine's), not an instance
+                    out[(self_ptr, fn)] = (polls, raw, hits, recorded)
         return out
 
     def set_sites(self, sites: list[SiteSpec], first: int = 0) -> None:
