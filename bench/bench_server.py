@@ -550,7 +550,7 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     lost = re.search(r"^events: \d+ \(.*?lost (\d+)", text, re.M)
                     dropped = re.search(r"; dropped: (\d+)", text)
                     run.lost = max(int(lost.group(1)) if lost else 0, int(dropped.group(1)) if dropped else 0)
-                    room = re.search(r"lost with room in the ring: \d+", text)  # not a full ring
+                    room = re.search(r"lost with the ring at most half full: \d+", text)  # not a full ring
                     if room:
                         run.extra["lost with room"] = room.group(0)
                     run.top = parse_top(text, server.conn_fn)

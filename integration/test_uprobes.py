@@ -297,11 +297,11 @@ def test_c_program_near_100k_events_per_second_counts_every_drop() -> None:
 
 def test_a_full_ring_loses_records_without_room_and_says_so() -> None:
     """The program tells a full ring's losses from others (`lost with room`: a
-    reservation that failed twice while the unread bytes left room for the record,
+    reservation that failed twice with the ring at most half full right after,
     which stats prints). A stalled consumer with a 64 KiB ring: every loss is a full
     ring, none is counted with room, and every hit is a record or a drop. Losses
-    with room were seen on the axum benchmark (1 in some 5 s rounds, 5 of 3 M in
-    30 s, the ring far from full): the counter says how many were not a full ring."""
+    with the ring far from full were reported on the axum benchmark (1 in some 5 s
+    rounds, 5 of 3 M in 30 s): the counter says how many were not a full ring."""
     prog = cprogs.build("probe_count")
     cap, _eng, code = run_captured(prog, [100000, 2], _c_inventory(prog, "probed"), stalled=True,
                                    ring_bytes=1 << 16)

@@ -1481,7 +1481,7 @@ class UprobeCapture(ClientView, CaptureBase):
         elif c:
             lines.append(f"uprobe hits: {c.get('hits', 0)}; records: {c.get('records', 0)}; "
                          f"dropped: {c.get('drops', 0)} (ring retries {c.get('retries', 0)}"
-                         + (f"; lost with room in the ring: {c['lost with room']}" if c.get("lost with room") else "")
+                         + (f"; lost with the ring at most half full: {c['lost with room']}" if c.get("lost with room") else "")
                          + f"); entries with a stack slice: {c.get('slices', 0)}"
                          f"; exits without their entry: {c.get('scope misses', 0)}"
                          + (f"; other processes: {c['other pid']}" if c.get("other pid") else "")
