@@ -54,6 +54,9 @@ most:
                     console-subscriber runs in it: top's figures against
                     console's for the very same tasks, in the same run (the
                     "same tasks, same run" table, tasks paired by poll count);
+* ``console-breakpoints`` / ``console-tracepoints`` (axum, --only) the same
+                    with the other captures (the wrapper polls they probe too:
+                    polls exact, BUSY dominated by each capture's cost a hit);
 * ``tracepoints``   gdb -> asyncrsp --capture tracepoints -> gdbserver;
 * ``breakpoints``   gdb -> asyncrsp --capture breakpoints -> gdbserver.
 
@@ -141,6 +144,8 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
             "console-uprobes": ["--capture", "uprobes", "--mode", "full"],
             "console-tasks": ["--capture", "uprobes", "--mode", "tasks"],
+            "console-breakpoints": ["--capture", "breakpoints"],
+            "console-tracepoints": ["--capture", "tracepoints"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
 ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-strict", "uprobes-nobudget", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
@@ -809,7 +814,7 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=16, help="wrk's -c (16)")
     ap.add_argument("--server", choices=["corpus", "axum"], default="corpus")
     ap.add_argument("--config", choices=["release", "debug"], default="release")
-    ap.add_argument("--only", nargs="+", choices=ORDER + SPLIT, help="ways of watching (default: all that apply)")
+    ap.add_argument("--only", nargs="+", choices=ORDER + SPLIT + ["console-breakpoints", "console-tracepoints"], help="ways of watching (default: all that apply)")
     ap.add_argument("--sample", type=int, default=64, help="uprobes-sampled: --sample N (64)")
     ap.add_argument("--sample-time", type=int, default=10, help="uprobes-sliced: --sample-time PCT (10)")
     ap.add_argument("--split", action="store_true", help="where uprobe capture's cost goes (no gdb)")
