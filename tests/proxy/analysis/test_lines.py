@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -42,8 +44,20 @@ def test_frames_match_addr2line(config: str, inventory_of) -> None:  # type: ign
     assert inlined_seen or config == "debug"
 
 
-def test_line_to_pcs_round_trip(inventory_of) -> None:  # type: ignore[no-untyped-def]
-    path = corpus_binary("debug", "nested")
+def pinned(path: Path, tmp_path: Path) -> Path:
+    """A private name for the binary's file as it is now: another checkout's build may replace
+    the shared corpus binary (atomic rename, its own source paths inside) between two opens
+    of its path, and a SourceMap of one file with locations of the other finds no such file."""
+    mine = tmp_path / path.name
+    try:
+        os.link(path, mine)  # the same inode: no copy
+    except OSError:
+        shutil.copy2(path, mine)
+    return mine
+
+
+def test_line_to_pcs_round_trip(inventory_of, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = pinned(corpus_binary("debug", "nested"), tmp_path)
     sm = SourceMap(open_elf(path))
     inv = inventory_of(path)
     c = next(l for n, l in inv.layouts.items() if n == "nested::c::{async_fn_env#0}")
@@ -69,3 +83,14 @@ def test_line_rows_decoded_here_match_pyelftools(config: str) -> None:
         assert theirs is not None
         assert (ours.rows(), ours.files, ours.version) == (theirs.rows(), theirs.files, theirs.version), hex(uo)
     assert here == len(sm.dwarf.unit_offsets)
+
+
+def test_inventory_of_follows_a_replaced_binary(inventory_of, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The session's memo is of the file, not of its path: a binary replaced under the same path
+    (another checkout's build of the shared corpus) is analysed again."""
+    path = tmp_path / "prog"
+    shutil.copy2(corpus_binary("debug", "nested"), path)
+    first = inventory_of(path)
+    shutil.copy2(corpus_binary("debug", "nested"), tmp_path / "next")
+    os.replace(tmp_path / "next", path)  # as build.py's _install does
+    assert inventory_of(path) is not first
