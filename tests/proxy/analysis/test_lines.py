@@ -16,8 +16,8 @@ from proxy.analysis.lines import SourceMap
 
 @pytest.mark.skipif(shutil.which("addr2line") is None, reason="binutils addr2line is not installed")
 @pytest.mark.parametrize("config", ["debug", "release"])
-def test_frames_match_addr2line(config: str, inventory_of) -> None:  # type: ignore[no-untyped-def]
-    path = corpus_binary(config, "nested")
+def test_frames_match_addr2line(config: str, inventory_of, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = pinned(corpus_binary(config, "nested"), tmp_path)  # three readers of one file
     inv = inventory_of(path)
     elf = open_elf(path)
     sm = SourceMap(elf)
