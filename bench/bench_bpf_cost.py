@@ -27,31 +27,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import signal
 import statistics
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 
-from bench_server import BPF_STATS, WRK_REQUESTS, WRK_RPS, Server, bpf_runs, cpu_s, ensure_wrk  # noqa: E402
+from bench_server import (BPF_STATS, Server, capture_target, ensure_wrk, learn_return_sites,  # noqa: E402
+                          resume_listening, wrk_timed)
 
-from integration.harness.stubs import port_listening  # noqa: E402
 from integration.test_uprobes import spawn_stopped  # noqa: E402
 
 
 def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: str | None) -> dict[str, float]:
-    from proxy.analysis.inventory import build_inventory
     from proxy.capture.uprobes.capture import UprobeCapture
-    from proxy.graph.catalog import Catalog
-    from proxy.graph.engine import Engine
     from integration.harness.stubs import free_port
 
     port = free_port()
@@ -59,10 +51,7 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
     cap = None
     out: dict[str, float] = {}
     try:
-        inv = server.__dict__.setdefault("inventory", build_inventory(str(server.prog)))
-        bias = 0x555555554000 if inv.pie else 0
-        target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
-                                 engine=Engine(Catalog(inv, bias)), note=None, extra={})
+        target = capture_target(server, pid)
         marks = {"catchup_marks": (1 << 40, 1 << 39)} if mode.startswith(("full", "slices")) else {}  # full: catch-up never samples
         cap = UprobeCapture(catch_up=mode != "strict", **marks, **({"object_path": Path(obj)} if obj else {}))
         if mode == "slices":  # every entry with its stack slice (as while threads wait for a resync)
@@ -71,15 +60,8 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         cap.install()
         if not cap.attached or cap._prog is None:
             raise SystemExit(f"not attached: {cap.note}")
-        os.kill(pid, signal.SIGCONT)
-        deadline = time.monotonic() + 30
-        while not port_listening(port) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        for _ in range(50):  # the return sites learned, as in the proxy's first 0.5 s
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
-        cap._returns_step(force=True)
-        for th in cap._ret_closing:
-            th.join()
+        resume_listening(pid, port)
+        learn_return_sites(cap, port)
         cap.poll()
         if mode == "empty":
             cap._prog.set_off(True)
@@ -87,27 +69,14 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
             BPF_STATS.write_text("0")
         c0 = cap._prog.counters()
         u0 = cap.unwinder.stats.unwound + len(cap._unwind_q) if cap.unwinder else 0
-        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-        srv0 = cpu_s([pid])
-        b0 = bpf_runs([os.getpid()])
-        w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        while w.poll() is None:
-            cap.poll()
-            time.sleep(0.005)
-        srv1 = cpu_s([pid])
-        b1 = bpf_runs([os.getpid()])
+        t = wrk_timed(wrk, conns, duration, port, pid, poll=cap.poll)
         BPF_STATS.write_text("1")
-        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-        text = w.stdout.read() if w.stdout else ""
-        m, req = WRK_RPS.search(text), WRK_REQUESTS.search(text)
-        n_req = int(req.group(1)) if req else 0
-        out["rps"] = float(m.group(1)) if m else float("nan")
-        out["server us/req"] = (srv1 - srv0) / max(n_req, 1) * 1e6
-        out["proxy us/req"] = ((cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)) / max(n_req, 1) * 1e6
-        runs = b1[1] - b0[1]
-        out["runs/req"] = runs / max(n_req, 1)
-        out["ns/run"] = (b1[0] - b0[0]) / max(runs, 1)
+        out["rps"] = t.rps
+        out["server us/req"] = t.per_request_us(t.server_s)
+        out["proxy us/req"] = t.per_request_us(t.own_s)
+        runs = t.bpf[1]
+        out["runs/req"] = runs / max(t.requests, 1)
+        out["ns/run"] = t.bpf[0] / max(runs, 1)
         c1 = cap._prog.counters()
         hits = max(c1.get("hits", 0) - c0.get("hits", 0), 1)
         for k in ("records", "skipped", "elided", "flushed", "retsite other", "drops", "lost with room", "retries",

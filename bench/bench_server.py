@@ -583,18 +583,90 @@ SPLIT = ["bare", "empty", "empty-rets", "empty-norets", "traps-rets", "traps", "
          "consumer-changes"]
 
 
-def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
-    """The server under uprobe capture alone (no gdb): see `--split`."""
-    import resource
-    import signal
-
-    from integration.harness.stubs import free_port, port_listening
-    from integration.test_uprobes import spawn_stopped
+def capture_target(server: Server, pid: int) -> Any:
+    """What an in-process UprobeCapture plans against: the server's inventory (built
+    once per Server) and a fresh engine, the process spawned stopped with ASLR off
+    (spawn_stopped, as gdbserver does)."""
     from types import SimpleNamespace
 
     from proxy.analysis.inventory import build_inventory
     from proxy.graph.catalog import Catalog
     from proxy.graph.engine import Engine
+
+    inv = server.__dict__.setdefault("inventory", build_inventory(str(server.prog)))
+    bias = 0x555555554000 if inv.pie else 0
+    return SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
+                           engine=Engine(Catalog(inv, bias)), note=None, extra={})
+
+
+def resume_listening(pid: int, port: int) -> None:
+    """Continue the server spawned stopped and wait (30 s at most) for it to listen."""
+    from integration.harness.stubs import port_listening
+
+    os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while not port_listening(port) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def learn_return_sites(cap: Any, port: int) -> None:
+    """Warm-up: the return sites of the polls made through vtables are learned and
+    probed (capture.py _returns_step), as the proxy does in its first 0.5 s."""
+    for _ in range(50):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
+    cap._returns_step(force=True)
+    for th in cap._ret_closing:
+        th.join()  # the rets' link closed: the int3s are out
+
+
+@dataclass
+class WrkTimed:
+    """One wrk run against the server, with the CPU around it: this process's
+    (the consumer's, when it folds), the server's and the BPF programs' this
+    process holds."""
+    text: str
+    requests: int
+    rps: float
+    own_s: float
+    server_s: float
+    bpf: tuple[int, int]  # (run_time_ns, run_cnt) during the run
+
+    def per_request_us(self, seconds: float) -> float:
+        return seconds / max(self.requests, 1) * 1e6
+
+
+def wrk_timed(wrk: str, conns: int, duration: float, port: int, pid: int,
+              poll: Callable[[], Any] | None = None) -> WrkTimed:
+    """wrk -t1 against the server on `port` (pid `pid`), calling `poll` every 5 ms meanwhile."""
+    import resource
+
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    srv0 = cpu_s([pid])
+    b0 = bpf_runs([os.getpid()])
+    w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    while w.poll() is None:
+        if poll is not None:
+            poll()
+        time.sleep(0.005)
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    srv1 = cpu_s([pid])
+    b1 = bpf_runs([os.getpid()])
+    text = w.stdout.read() if w.stdout else ""
+    m, req = WRK_RPS.search(text), WRK_REQUESTS.search(text)
+    return WrkTimed(text=text, requests=int(req.group(1)) if req else 0,
+                    rps=float(m.group(1)) if m else float("nan"),
+                    own_s=(cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime),
+                    server_s=srv1 - srv0, bpf=(b1[0] - b0[0], b1[1] - b0[1]))
+
+
+def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
+    """The server under uprobe capture alone (no gdb): see `--split`."""
+    import signal
+
+    from integration.harness.stubs import free_port
+    from integration.test_uprobes import spawn_stopped
+
     from proxy.capture.uprobes import bpf as B
     from proxy.capture.uprobes.capture import UprobeCapture
 
@@ -604,10 +676,7 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
     cap = None
     try:
         if how != "bare":
-            inv = server.__dict__.setdefault("inventory", build_inventory(str(server.prog)))
-            bias = 0x555555554000 if inv.pie else 0  # spawn_stopped turns ASLR off, as gdbserver does
-            target = SimpleNamespace(path=str(server.prog), pid=pid, local=True, inventory=inv, bias=bias,
-                                     engine=Engine(Catalog(inv, bias)), note=None, extra={})
+            target = capture_target(server, pid)
             cap = UprobeCapture(ring_bytes=(512 << 20) if how.startswith("records") else 64 << 20,
                                 move_exits=how != "traps-rets", learn_returns=how not in ("traps-rets", "empty-rets"),
                                 record_changes=how.endswith("-changes"))
@@ -619,46 +688,22 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
             if not cap.attached:
                 run.note = f"not attached: {cap.note}"
                 return run
-        os.kill(pid, signal.SIGCONT)
-        deadline = time.monotonic() + 30
-        while not port_listening(port) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        resume_listening(pid, port)
         if cap is not None and cap._prog is not None:
-            # warm-up: the return sites of the polls made through vtables are learned
-            # and probed (capture.py _returns_step), as the proxy does in its first 0.5 s
-            for _ in range(50):
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
-            cap._returns_step(force=True)
-            for th in cap._ret_closing:
-                th.join()  # the rets' link closed: the int3s are out
+            learn_return_sites(cap, port)
             if how.startswith("traps"):
                 cap._prog.set_sites([B.SiteSpec(B.KIND_COUNT)] * len(cap._att_sites))
             if how.startswith("empty"):
                 cap._prog.set_off(True)
-        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-        srv0 = cpu_s([pid])
-        b0 = bpf_runs([os.getpid()])
-        w = subprocess.Popen([wrk, "-t1", f"-c{conns}", f"-d{duration:g}s", f"http://127.0.0.1:{port}/"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        while w.poll() is None:
-            if how.startswith("consumer") and cap is not None:
-                cap.poll()
-            time.sleep(0.005)
-        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-        srv1 = cpu_s([pid])
-        b1 = bpf_runs([os.getpid()])
-        if b1[1] > b0[1]:
-            run.bpf = (b1[0] - b0[0], b1[1] - b0[1])
-        text = w.stdout.read() if w.stdout else ""
-        m = WRK_RPS.search(text)
-        run.rps = float(m.group(1)) if m else float("nan")
-        run.ok = m is not None
-        req = WRK_REQUESTS.search(text)
-        if req and int(req.group(1)):
+        t = wrk_timed(wrk, conns, duration, port, pid,
+                      poll=cap.poll if how.startswith("consumer") and cap is not None else None)
+        if t.bpf[1] > 0:
+            run.bpf = t.bpf
+        run.rps = t.rps
+        run.ok = WRK_RPS.search(t.text) is not None
+        if t.requests:
             # the server's CPU, and this process's (the consumer's, when it folds) per request
-            n_req = int(req.group(1))
-            own = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
-            run.cpu_us = ((srv1 - srv0) / n_req * 1e6, own / n_req * 1e6)
+            run.cpu_us = (t.per_request_us(t.server_s), t.per_request_us(t.own_s))
         if cap is not None and cap._prog is not None:
             c = cap._prog.counters()
             hits = sum(cap._prog.site_hits(list(range(len(cap.plan_.sites)))).values()) if cap.plan_ else 0
@@ -668,7 +713,7 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
                 run.extra["records"] = f"records {c.get('records', 0):,} ({c.get('records', 0) / max(hits, 1):.2f} a hit)"
             if how.startswith("consumer") and cap.decoder is not None:
                 folded = cap.decoder.stats.records
-                used = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
+                used = t.own_s
                 run.extra["consumer"] = (f"{folded:,} records folded while running, consumer CPU "
                                          f"{used:.2f} s = {used / max(folded, 1) * 1e6:.2f} us/record")
         return run
