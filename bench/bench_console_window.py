@@ -38,7 +38,10 @@ from proxy.graph.catalog import Catalog  # noqa: E402
 from proxy.graph.engine import Engine  # noqa: E402
 from integration.test_uprobes import spawn_stopped  # noqa: E402  (as bench_server's --split does)
 
-PROG = ROOT / "integration/build/bench-server/console-target/release/axum_server"
+sys.path.insert(0, str(ROOT / "bench" / "server"))
+import build_server  # type: ignore[import-not-found]  # noqa: E402
+
+PROG = build_server.binary("console")
 BIAS = 0x555555554000  # ASLR off, as gdbserver runs it
 
 

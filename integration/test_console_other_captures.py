@@ -26,12 +26,14 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 ROOT = Path(__file__).resolve().parents[1]
-CONSOLE = ROOT / "integration" / "build" / "bench-server" / "console-target" / "release" / "axum_server"
-
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "server"))
 
-pytestmark = pytest.mark.skipif(not CONSOLE.exists(), reason="the server benchmark's console build is not built "
-                                "(python bench/server/build_server.py --variant console)")
+import build_server  # type: ignore[import-not-found]  # noqa: E402
+
+CONSOLE = build_server.binary("console")
+_MISSING = build_server.missing("console")
+pytestmark = pytest.mark.skipif(_MISSING is not None, reason=str(_MISSING))
 
 SCRIPT = """set pagination off
 set confirm off

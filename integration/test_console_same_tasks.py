@@ -21,17 +21,17 @@ import pytest
 from proxy.capture.uprobes.capture import UprobeCapture
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT = ROOT / "integration" / "build" / "bench-server"
-CONSOLE = BUILT / "console-target" / "release" / "axum_server"
-
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "server"))
 from types import SimpleNamespace  # noqa: E402
 
+import build_server  # type: ignore[import-not-found]  # noqa: E402
+
+CONSOLE = build_server.binary("console")
 _OK, _WHY = UprobeCapture.available(SimpleNamespace(local=True))
+_MISSING = build_server.missing("console", names=("axum_server", "console_stats"))
 pytestmark = [pytest.mark.skipif(not _OK, reason=_WHY),
-              pytest.mark.skipif(not (CONSOLE.exists() and (CONSOLE.parent / "console_stats").exists()),
-                                 reason="the server benchmark's console build is not built "
-                                        "(python bench/server/build_server.py --variant console)")]
+              pytest.mark.skipif(_MISSING is not None, reason=str(_MISSING))]
 
 
 @pytest.mark.parametrize("how", ["console-tasks", "console-uprobes"])
@@ -56,8 +56,12 @@ def test_top_busy_and_polls_match_console_subscribers_for_the_same_tasks(how: st
     # wrk's 4 connections (and at times a short one of its own start)
     assert len([t for t in con if t[1] > 100]) == 4, (run.note, run.extra, con)
     m = bs.match_tasks(ours, con)
-    # every console task paired with one of ours of exactly its polls (ours has /quit's too)
-    assert not m.console_left and len(m.pairs) >= 4, (ours, con)
+    # every console task paired with one of ours of exactly its polls (ours has /quit's too).
+    # Full mode, the proxy behind (a loaded machine): while the kernel samples, a new task's first
+    # poll is held back and a short connection done before the stop is never seen (CFG_HOLD_NEW,
+    # docs/uprobes.md "Catching up"): console's 2-poll one was left so, once in a fresh clone.
+    short = 2 if how == "console-uprobes" else 0
+    assert all(t[1] <= short for t in m.console_left) and len(m.pairs) >= 4, (ours, con)
     assert all(t[1] <= 2 for t in m.ours_left), m.ours_left
     op, cp, ob, cb, per = bs.same_sums(m)
     assert op == cp > 400, (op, cp)

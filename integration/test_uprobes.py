@@ -796,11 +796,13 @@ def test_exits_in_the_callers_count_every_poll_once(config: str) -> None:
     assert counts[0] == counts[1]
 
 
-_AXUM = ROOT / "integration" / "build" / "bench-server" / "bare-target" / "release" / "axum_server"
+sys.path.insert(0, str(ROOT / "bench" / "server"))
+import build_server  # type: ignore[import-not-found]  # noqa: E402
+
+_AXUM = build_server.binary("bare")
 
 
-@pytest.mark.skipif(not _AXUM.exists(), reason="the server benchmark's axum service is not built "
-                    "(python bench/server/build_server.py --variant bare)")
+@pytest.mark.skipif(build_server.missing("bare") is not None, reason=str(build_server.missing("bare")))
 def test_task_root_exits_in_tokios_harness_count_every_poll_once() -> None:
     """tokio 1.53's harness drops its TaskIdGuard through the GOT between the task
     root's return and the `jcc` on its Poll (caller_exits.py: a call in the

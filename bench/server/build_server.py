@@ -3,13 +3,17 @@
     python bench/server/build_server.py [--config release|debug] [--variant bare|console]
 
 Two variants of the same service, each in its own cargo target dir under
-``integration/build/bench-server/``: ``bare`` and ``console`` (the
-``console`` feature: console-subscriber, with ``--cfg tokio_unstable`` as
-tokio-console asks). Crates come from ``bash scripts/fetch-crates sid`` (or
-the directory in ``ASYNCRSP_SID_REGISTRY``), offline, through cargo's
-``--config`` source replacement: nothing is fetched from crates.io.
-Returns (bare axum_server, console axum_server); ``console_stats`` is built
-with the console variant.
+``<cache>/bench-server/`` (``cache_dir()`` of integration/corpus/build.py:
+``~/.cache/asyncrsp``, shared by every clone, as the corpus' cargo targets):
+``bare`` and ``console`` (the ``console`` feature: console-subscriber, with
+``--cfg tokio_unstable`` as tokio-console asks). Crates come from ``bash
+scripts/fetch-crates sid`` (or the directory in ``ASYNCRSP_SID_REGISTRY``),
+offline, through cargo's ``--config`` source replacement: nothing is fetched
+from crates.io. Returns (bare axum_server, console axum_server);
+``console_stats`` is built with the console variant. ``scripts/test`` builds
+both release variants before the suite (a warm build is cargo's no-op); the
+tests take the binaries where ``binary()`` says and skip, saying why
+(``missing()``), when they are not there.
 """
 
 from __future__ import annotations
@@ -25,9 +29,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-# resolved: a git worktree's integration/build may be a link to the shared build dir, and the
-# sources' copy (source_copy) must have one path whichever checkout builds
-OUT = (ROOT / "integration" / "build").resolve() / "bench-server"
+sys.path.insert(0, str(ROOT))
+from integration.corpus.build import cache_dir, crates_registry  # noqa: E402
+
+# In the cache that outlives a clone: a fresh clone on a machine that built it once finds it
+# warm. Resolved: the sources' copy (source_copy) must have one path whichever checkout builds.
+# (It was integration/build/bench-server, which every fresh clone built cold.)
+OUT = cache_dir().resolve() / "bench-server"
 CARGO = Path.home() / ".cargo" / "bin" / "cargo"
 
 
@@ -73,6 +81,29 @@ def source_copy() -> Path:
     return where
 
 
+def target_dir(variant: str) -> Path:
+    """The variant's cargo target dir."""
+    return OUT / f"{variant}-target"
+
+
+def binary(variant: str = "console", config: str = "release", name: str = "axum_server") -> Path:
+    """Where a built program of the service is (not building it)."""
+    return target_dir(variant) / ("release" if config == "release" else "debug") / name
+
+
+def missing(variant: str = "console", config: str = "release", names: tuple[str, ...] = ("axum_server",)) -> str | None:
+    """Why the variant's programs are not there (a test's skip reason), or None when they are."""
+    absent = [n for n in names if not binary(variant, config, n).exists()]
+    if not absent:
+        return None
+    why = (f"the server benchmark's {variant} build ({config}) is not built: {', '.join(absent)} missing "
+           f"under {binary(variant, config).parent}; scripts/test builds it "
+           f"(python bench/server/build_server.py --variant {variant})")
+    if not os.environ.get("ASYNCRSP_SID_REGISTRY") and not crates_registry("sid").is_dir():
+        why += " from Debian sid's crates, which are not fetched (bash scripts/fetch-crates sid: needs Debian's mirror)"
+    return why
+
+
 def build(config: str = "release", variant: str = "bare", jobs: int = 2) -> Path:
     """The variant's target dir after `cargo build` (a warm build is cargo's no-op).
     One build at a time (a lock under OUT): checkouts share the target dirs."""
@@ -83,7 +114,7 @@ def build(config: str = "release", variant: str = "bare", jobs: int = 2) -> Path
 
 
 def _build(config: str, variant: str, jobs: int) -> Path:
-    target = OUT / f"{variant}-target"
+    target = target_dir(variant)
     env = dict(os.environ)
     argv = [str(CARGO if CARGO.exists() else "cargo"), "build", "--offline", "-j", str(jobs),
             "--manifest-path", str(source_copy() / "Cargo.toml"), "--target-dir", str(target),
@@ -99,7 +130,7 @@ def _build(config: str, variant: str, jobs: int) -> Path:
     res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise BuildError(f"cargo build ({config}, {variant}) failed:\n{res.stderr[-2000:]}")
-    return target / ("release" if config == "release" else "debug")
+    return binary(variant, config).parent
 
 
 def build_server(config: str = "release") -> tuple[Path, Path]:

@@ -7,6 +7,7 @@ no resume function of its own for its connection task's async block: it is inlin
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,13 @@ def test_the_shifted_layout_reads_the_same_bytes_through_the_wrapper() -> None:
     assert st.loc == SourceLoc("a.rs", 3)
 
 
-CONSOLE = Path(__file__).resolve().parents[3] / "integration/build/bench-server/console-target/release/axum_server"
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "server"))
+import build_server  # type: ignore[import-not-found]  # noqa: E402
+
+CONSOLE = build_server.binary("console")
 
 
-@pytest.mark.skipif(not CONSOLE.exists(), reason="the bench server's console build is not built")
+@pytest.mark.skipif(build_server.missing("console") is not None, reason=str(build_server.missing("console")))
 def test_the_console_builds_connection_task_is_probed_through_instrumented_poll(tmp_path: Path) -> None:
     """Its async block is inlined into Instrumented<F>::poll: that poll is its resume function,
     self the Instrumented (span at 0, the block at 40), ``__state`` read at 40 + the block's."""
