@@ -47,7 +47,8 @@ PRELOAD = (
     "encodings.idna",  # the stub's address, encoded for getaddrinfo by trio (with stringprep)
 )
 _MAX_REQUEST = 1 << 20  # command line and environment, one JSON line
-_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the caller's, passed on to its session
+_SIGNALS = {*_FORWARDED, signal.SIGCHLD}
 
 
 class ResidentError(Exception):
@@ -86,17 +87,22 @@ def request(path: str, argv: Sequence[str], fds: Sequence[int] = (0, 1, 2), targ
     return int(line[4:]), conn
 
 
-def wait_status(pid: int, conn: socket.socket) -> int:
+def wait_status(pid: int, conn: socket.socket, mask: set[signal.Signals] | None = None) -> int:
     """Wait for the session's end; its exit status (128+N for a signal N).
     SIGINT, SIGTERM and SIGHUP of this process are passed on to the session
-    (it runs in a session of its own, out of reach of the terminal's)."""
+    (it runs in a session of its own, out of reach of the terminal's).
+    `mask`: the signal mask to restore once they are passed on (the caller
+    blocked them across `request`, see client_main): those that came in
+    between are passed on then."""
     def forward(signum: int, _frame: object) -> None:
         try:
             os.kill(pid, signum)
         except OSError:
             pass
 
-    before = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    before = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         line = _readline(conn)
     finally:
@@ -109,10 +115,13 @@ def wait_status(pid: int, conn: socket.socket) -> int:
 
 
 def _readline(conn: socket.socket) -> bytes:
+    """One line, a byte at a time: what follows stays in the socket. A session
+    that ends at once has its exit status sent right behind its pid (seen
+    under load: both lines in one read, and the pid unreadable)."""
     buf = b""
     while not buf.endswith(b"\n"):
         try:
-            data = conn.recv(4096)
+            data = conn.recv(1)
         except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
             continue
         if not data:
@@ -161,12 +170,18 @@ def listen_fds(argv: Sequence[str]) -> list[int]:
 def client_main(path: str, argv: Sequence[str]) -> int:
     """`asyncrsp serve --resident PATH ...`: the session in the resident,
     this process waiting for it."""
+    # The session may exist (and listen) before the resident's answer, its
+    # pid, is here; a signal then would kill this process and leave the
+    # session running (seen under load: a SIGTERM sent once the session
+    # listened). Held back from the request on, until they can be passed on.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     try:
         pid, conn = request(path, argv, fds=[0, 1, 2, *listen_fds(argv)])
     except ResidentError as err:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         print(f"asyncrsp: {err}", file=sys.stderr)
         return 2
-    return wait_status(pid, conn)
+    return wait_status(pid, conn, mask)
 
 
 # -- the resident ---------------------------------------------------------------------------

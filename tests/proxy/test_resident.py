@@ -5,12 +5,14 @@ interpreter that imported the proxy once (proxy/shell/resident.py). The
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,81 @@ def test_a_signal_at_once_after_the_pid_reaches_the_session_not_the_resident(res
         os.kill(pid, signal.SIGTERM)
         conn.settimeout(30)
         assert wait_status(pid, conn) == 128 + signal.SIGTERM
+
+
+def _pending(pid: int, sig: int) -> bool:
+    """`sig` is pending (blocked, not yet taken) in process `pid`."""
+    bit = 1 << (sig - 1)
+    with open(f"/proc/{pid}/status") as f:
+        return any(int(line.split()[1], 16) & bit for line in f if line.startswith(("SigPnd:", "ShdPnd:")))
+
+
+@contextlib.contextmanager
+def _stand_in(tmp_path: Path, *argv: str) -> Iterator[tuple[subprocess.Popen[bytes], socket.socket]]:
+    """`asyncrsp serve --resident SOCK ARGV` against a resident stand-in the
+    test answers for: (the caller, its connection once its request is in)."""
+    path = str(tmp_path / "stand-in.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    srv.settimeout(60)
+    caller = subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--resident", path, *argv],
+                              env=ENV, cwd=ROOT)
+    try:
+        conn, _ = srv.accept()
+        with conn:
+            conn.settimeout(60)
+            msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 16)
+            for fd in fds:
+                os.close(fd)
+            assert b'"serve"' in msg
+            yield caller, conn
+    finally:
+        srv.close()
+        caller.kill()
+        caller.wait()
+
+
+def _send(conn: socket.socket, data: bytes) -> None:
+    try:
+        conn.sendall(data)
+    except OSError:
+        pass  # the caller is gone already: its status says so
+
+
+def test_a_sigterm_before_the_residents_answer_reaches_the_session(tmp_path: Path) -> None:
+    """The caller's SIGTERM may come after its request went out and before the
+    resident's answer (the session's pid) came back: the session exists and
+    may already listen. A resident stand-in holds the answer back until the
+    signal has been sent; the caller must pass it on once it has the pid, not
+    die of it. Seen under load (test_the_callers_sigterm_reaches_the_session,
+    2 of 25 runs beside 4 busy loops): the caller died of the SIGTERM and the
+    session lived on."""
+    session = subprocess.Popen(["sleep", "60"])  # stands for the session the resident forked
+    try:
+        with _stand_in(tmp_path, "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1") as (caller, conn):
+            caller.send_signal(signal.SIGTERM)  # the request is in: the caller waits for the pid
+            deadline = time.monotonic() + 30
+            while caller.poll() is None and not _pending(caller.pid, signal.SIGTERM):
+                assert time.monotonic() < deadline, "the SIGTERM neither taken nor pending"
+                time.sleep(0.01)
+            _send(conn, b"pid %d\n" % session.pid)
+            deadline = time.monotonic() + 30
+            while session.poll() is None and caller.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert session.poll() == -signal.SIGTERM, f"the session did not get the SIGTERM (caller: {caller.poll()})"
+            _send(conn, b"exit %d\n" % (128 + signal.SIGTERM))  # what the resident says then
+            assert caller.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        session.kill()
+        session.wait()
+
+
+def test_the_pid_and_the_exit_status_in_one_read(tmp_path: Path) -> None:
+    """A session that ends at once (a usage error) has its exit status sent
+    right behind its pid: the caller may read both lines at once. Seen under
+    load (test_a_bad_command_line_is_the_sessions_usage_error, 2 of 5 runs
+    at load 5.8): `int(b'26507\\nexit 2\\n')` failed, status 1 for 2."""
+    with _stand_in(tmp_path, "--no-such-option") as (caller, conn):
+        conn.sendall(b"pid %d\nexit 2\n" % os.getpid())  # no signal is passed on to it here
+        assert caller.wait(timeout=30) == 2
