@@ -248,7 +248,8 @@ def run_session(client: str, stub_kind: str, scenario: Scenario, route: str,
 def _detached_exit(stub_kind: str, run: SessionRun) -> int | None:
     """Exit status of a program after ``detach``: QEMU is the program itself;
     otherwise the orphan becomes ours (subreaper) unless the stub, still alive
-    when it exits, reaps it and says so (gdbserver: "Child exited with status N")."""
+    when it exits, reaps it (gdbserver 13 stays until then and says nothing:
+    None, and the program's output is the evidence)."""
     if stub_kind == "qemu":
         return run.stub_exit
     code = wait_orphan(run.inferior_pid, timeout=15) if run.inferior_pid else None

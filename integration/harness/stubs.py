@@ -104,29 +104,54 @@ def kill_tree(proc: subprocess.Popen[bytes], extra_pids: Sequence[int] = ()) -> 
 
 
 class OutputPump:
-    """Drain a pipe on a thread into a buffer (so a chatty child never blocks)."""
+    """Drain a pipe on a thread into a buffer (so a chatty child never blocks).
+
+    ``data()`` drains the pipe itself first, so it holds everything written
+    before the call: under load the thread lagged the writers. After a
+    detach gdbserver (13.1, --once) stays until the program exits, reaps it
+    and says nothing: its output is the only sign of its exit. Seen: the
+    detach scenario straight against gdbserver (6 of 40 runs at load 5;
+    test_transparent[detach-gdb-gdbserver-uprobes] once in a suite run) read
+    the output once the program was gone, and had neither its line nor
+    gdbserver's "Detaching" in it. Every read is a non-blocking one
+    under the lock (the thread only waits for data outside it), so the bytes
+    stay in order."""
 
     def __init__(self, stream: object) -> None:
         self._stream = stream
+        self._fd = stream.fileno()  # type: ignore[attr-defined]
+        os.set_blocking(self._fd, False)
         self._buf = bytearray()
+        self._eof = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        fd = self._stream.fileno()  # type: ignore[attr-defined]
-        while True:
+    def _drain(self) -> None:
+        """Read what the pipe holds now (under the lock)."""
+        while not self._eof:
             try:
-                chunk = os.read(fd, 65536)
-            except OSError:
+                chunk = os.read(self._fd, 65536)
+            except BlockingIOError:
                 return
+            except OSError:
+                chunk = b""
             if not chunk:
+                self._eof = True
+            self._buf += chunk
+
+    def _run(self) -> None:
+        while not self._eof:
+            try:
+                select.select([self._fd], [], [])
+            except (OSError, ValueError):
                 return
             with self._lock:
-                self._buf += chunk
+                self._drain()
 
     def data(self) -> bytes:
         with self._lock:
+            self._drain()
             return bytes(self._buf)
 
     def text(self) -> str:
