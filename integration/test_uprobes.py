@@ -970,7 +970,15 @@ def test_exits_at_learned_return_sites_count_every_poll_once() -> None:
     inv = build_inventory(str(prog))
     runs = []
     for learn in (False, True):
-        cap, eng, code = run_captured(prog, [300, "ct"], inv, unwind_share=0.0, learn_returns=learn, learn_s=0.02)
+        # Learning needs a consumer poll while the program runs, after its first
+        # polls through a vtable. With 300 iterations the program ran 0.22-0.27 s
+        # at load 10 while the consumer's polls were up to 190-215 ms apart: 2 of 4
+        # runs had one such poll only, and once in a loaded suite run none came
+        # (no return site learned). 3000 iterations: 1.5-1.6 s, 6-7 polls after the
+        # first return address. Without catch-up: every poll recorded in both runs
+        # (with it the proxy, behind, had the kernel sample: 18,776 of 36,000).
+        cap, eng, code = run_captured(prog, [3000, "ct"], inv, unwind_share=0.0, learn_returns=learn, learn_s=0.02,
+                                      catch_up=False)
         assert code == 0 and cap.decoder is not None
         d, st, c = cap.decoder.stats, eng.stats(), cap.counters()
         uncovered = c.get("uncovered", 0)
