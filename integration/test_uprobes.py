@@ -1053,22 +1053,7 @@ def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture
     and after its exit the hits per site, the counters and the stats lines."""
     import http.client
 
-    from integration.harness.stubs import free_port, port_listening
-
-    bias = 0x555555554000 if inv.pie else 0
-    port = free_port()
-    out_r, out_w = os.pipe()
-    pid = spawn_stopped([str(prog), str(port)], stdout=out_w)
-    os.close(out_w)
-    try:
-        cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv,  # type: ignore[arg-type]
-                                 bias=bias, engine=eng, note=None, extra={}))
-        assert cap.plan_ is not None
-        assert cap.install() is None and cap.attached, cap.note
-        os.kill(pid, signal.SIGCONT)
-        deadline = time.monotonic() + 30
-        while not port_listening(port) and time.monotonic() < deadline:
-            time.sleep(0.01)
+    def drive(pid: int, port: int) -> list[Any]:
         conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in range(2)]
         for i in range(400):
             c = conns[i % 2]
@@ -1086,7 +1071,41 @@ def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture
             cap.sync()
             at_stop()
             os.kill(pid, signal.SIGCONT)
-        for c in conns:
+        return conns
+
+    def after() -> tuple[dict[int, int], dict[str, int], list[str]]:
+        assert cap._prog is not None and cap.plan_ is not None
+        return cap._prog.site_hits(list(range(len(cap.plan_.sites)))), cap.counters(), cap.stats_lines()
+
+    out, got = _http_server_session(prog, inv, eng, cap, drive, after)
+    return (out, *got)
+
+
+def _http_server_session(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture,
+                         drive: Callable[[int, int], list[Any]], after: Callable[[], Any]) -> tuple[str, Any]:
+    """The keep-alive http_server (spawned stopped) under `cap`: `drive(pid, port)` once it
+    listens (it returns its open connections), then the connections closed and /quit;
+    `cap` synced after the exit, `after()` taken, and `cap` uninstalled. (The server's output,
+    what `after` gave.)"""
+    import http.client
+
+    from integration.harness.stubs import free_port, port_listening
+
+    bias = 0x555555554000 if inv.pie else 0
+    port = free_port()
+    out_r, out_w = os.pipe()
+    pid = spawn_stopped([str(prog), str(port)], stdout=out_w)
+    os.close(out_w)
+    try:
+        cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv,  # type: ignore[arg-type]
+                                 bias=bias, engine=eng, note=None, extra={}))
+        assert cap.plan_ is not None
+        assert cap.install() is None and cap.attached, cap.note
+        os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while not port_listening(port) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for c in drive(pid, port):
             c.close()
         q = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
@@ -1097,15 +1116,14 @@ def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture
         os.waitpid(pid, 0)
         pid = 0
         cap.sync()
-        assert cap._prog is not None
-        after = (cap._prog.site_hits(list(range(len(cap.plan_.sites)))), cap.counters(), cap.stats_lines())
+        got = after()
     finally:
         if pid:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         cap.uninstall()
     with os.fdopen(out_r) as f:
-        return (f.read(), *after)
+        return f.read(), got
 
 
 def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None:
@@ -1337,3 +1355,111 @@ def test_catch_up_within_a_cpu_budget_holds_back_new_tasks(config: str) -> None:
     assert eng.stats().unmatched_exits == 0 and eng.stats().exits_missed == 0, eng.stats()
     assert any(ln.startswith("catch-up: ") and "CPU budget 0.1% of a core" in ln and "held back" in ln
                for ln in lines), lines
+
+
+@pytest.mark.parametrize("config", ["debug", "release"])
+def test_nested_probes_follow_the_budget(config: str) -> None:
+    """Full mode under a CPU budget takes the probes of the coroutines polled only
+    inside other polls out while the kernel samples (capture.py `_nested_step`,
+    catchup.py NestedProbes); the tasks' probes stay in. The keep-alive http_server
+    under a 0.1% budget (the fold held: the kernel samples, the nested link goes
+    out), two stops, the nested probes back in at each resume and out again. At
+    each stop: the nested link is out and its sites hold the file's bytes (the
+    tasks' sites the kernel's int3), the connection tasks' polls in the graph (+ the
+    one in progress) = their entry probe's hits, every task the graph shows at a
+    thread's root is one the program spawned (a task function, never a nested
+    one), and no nested coroutine is shown live unless it polls now (what the graph
+    knew of them went stale while out: forgotten, the tree under a task comes from
+    memory); between the stops the nested coroutines were seen again. After /quit
+    the connections' polls = the server's own `conn_polls`."""
+    from proxy.capture.uprobes import bpf as B
+
+    prog = _binary(config, "http_server")
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = _EntryCounting(Catalog(inv, bias), keep_log=False)
+    cap = UprobeCapture(unwind_share=0.0, catchup_marks=(200, 150), cpu_budget=0.001)
+    assert cap.nested is not None
+    cap.nested.min_out_s = 0.0
+    stops: list[dict[str, Any]] = []
+
+    def conn_ids() -> list[int]:
+        return [t.id for t in eng.tasks() if t.parent is None and "conn_task" in (t.path or "")]
+
+    def conn_polls() -> int:
+        return sum(eng.timing.of(i).polls for i in conn_ids() if eng.timing.of(i))
+
+    def at_stop(pid: int) -> None:
+        assert cap._prog is not None and cap.plan_ is not None and cap.nested is not None
+        ids = set(conn_ids())
+        running = sum(1 for th in eng.threads() for sc in eng.scopes(th) if sc.task in ids and not sc.nested)
+        hits = cap._prog.site_hits(list(range(len(cap._att_sites))))
+        conn = [i for i, s in enumerate(cap._att_sites)
+                if s.spec.kind == B.KIND_ENTRY and re.search(r"::conn_task\b", s.name)]
+        inner = set(cap._nested_cookies)
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            def now_bytes(s: Any) -> bytes:
+                mem.seek(s.addr)
+                return mem.read(len(s.original))
+            out_sites = [s for i, s in enumerate(cap._att_sites) if i in inner]
+            out_bytes = [(now_bytes(s), s.original) for s in out_sites]
+            in_bytes = [now_bytes(s)[:1] for i, s in enumerate(cap._att_sites) if i in conn]
+        running_tasks = {sc.task for th in eng.threads() for sc in eng.scopes(th)}
+        stops.append(dict(
+            out=cap.nested.out, split=cap._split, link=cap._nested_link, inner=set(cap._inner_sites),
+            graph=conn_polls() + running, conn_hits=sum(hits.get(i, 0) for i in conn), conns=len(ids),
+            out_bytes=out_bytes, in_bytes=in_bytes,
+            roots={t.path for t in eng.tasks() if t.parent is None and not t.finished},
+            stale=[t for t in eng.tasks() if not t.finished and t.id not in running_tasks
+                   and t.site in cap._inner_sites],
+            entries=dict(eng.entries_by_site), elided=cap.elided_by_fn(), forgotten=cap.nested_forgotten))
+
+    out, counters, lines = _http_server_stops(prog, inv, eng, cap, at_stop, [300, 150])
+    assert len(stops) == 2, stops
+    for st in stops:
+        assert st["split"] and st["out"] and st["link"] is None and st["inner"], (st["out"], lines)
+        assert st["out_bytes"] and all(now == orig for now, orig in st["out_bytes"]), st["out_bytes"]
+        assert st["in_bytes"] and set(st["in_bytes"]) == {b"\xcc"}, st["in_bytes"]
+        assert st["graph"] == st["conn_hits"] >= 300, st
+        # the program's own tasks only: connections, the accept loop, main's block, backends
+        assert all(re.search(r"::(conn_task|serve|main|backend)\b", p or "") for p in st["roots"]), st["roots"]
+        assert not st["stale"], st["stale"]
+    # between the stops the nested probes were back in: nested coroutines recorded or elided again
+    inner_seen = [sum(st["entries"].get(s, 0) + st["elided"].get(s, 0) for s in stops[0]["inner"]) for st in stops]
+    assert inner_seen[1] > inner_seen[0], inner_seen
+    assert cap.nested.outs >= 2, cap.nested.outs
+    own = re.search(r"server done requests=(\d+) connections=\d+ conn_polls=(\d+)", out)
+    assert own and int(own.group(1)) == 451, own
+    assert conn_polls() == int(own.group(2)), (conn_polls(), own.group(0))
+    assert counters.get("drops", 0) == 0, counters
+    assert any(ln.startswith("nested probes out ") and "tasks' POLLS and BUSY exact" in ln for ln in lines), lines
+
+
+def _http_server_stops(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture,
+                       at_stop: Callable[[int], None], requests: list[int]) -> tuple[str, dict[str, int], list[str]]:
+    """The keep-alive http_server under `cap` (`_http_server_session`): for each n in
+    `requests`, n requests on 2 connections (polling the capture every 5), then a stop
+    (SIGSTOP, `cap.sync`, `at_stop(pid)`, `cap.before_resume`); then /quit. The server's
+    output, and after its exit the counters and the stats lines."""
+    import http.client
+
+    def drive(pid: int, port: int) -> list[Any]:
+        conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for _ in range(2)]
+        for n in requests:
+            for i in range(n):
+                c = conns[i % 2]
+                c.request("GET", "/")
+                assert c.getresponse().read()
+                if i % 5 == 0:
+                    cap.poll()
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.2)
+            cap.sync()
+            at_stop(pid)
+            cap.before_resume()
+            os.kill(pid, signal.SIGCONT)
+        return conns
+
+    out, (counters, lines) = _http_server_session(prog, inv, eng, cap, drive,
+                                                  lambda: (cap.counters(), cap.stats_lines()))
+    return out, counters, lines

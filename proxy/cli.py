@@ -91,7 +91,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "runs (default 10; measured with the proxy's own CPU clock). Past it the proxy folds "
                         "nothing until its next tick, and once its unread records pass ~0.25 s of folding the "
                         "kernel samples (as without a budget when the proxy falls behind); POLLS and BUSY stay "
-                        "exact, stats says what was sampled and what the proxy took. 0: no budget")
+                        "exact, stats says what was sampled and what the proxy took. While it samples, the "
+                        "probes of the coroutines polled only inside other polls are taken out (the tasks' "
+                        "stay: their POLLS and BUSY exact; the nested coroutines' polls, edges and histograms "
+                        "are then of the in time only). 0: no budget, and every probe stays in")
     p.add_argument("--sample-time", type=_percent, metavar="PCT",
                    help="uprobe capture: time slices, the probes in for PCT%% of the running time (50 ms at a "
                         "time) and out for the rest (the program runs bare); counts, busy times and the graph "

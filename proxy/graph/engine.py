@@ -248,6 +248,20 @@ class Engine:
         event log (uprobe capture keeps none)."""
         self._g.skip_finished(count)
 
+    def forget_idle(self, sites: set[int]) -> int:
+        """Forget the live coroutines of these resume functions (runtime low_pc) that are
+        not polling now, with their edges (the finished ones stay: they were seen
+        finishing): what the graph knew of them is stale
+        (uprobe capture's full mode took their probes out for a while: they may have
+        completed, or been polled again, unseen). The ids are not handed out again;
+        a coroutine polled later is a new task. Not in the event log (uprobe
+        capture keeps none). The number forgotten."""
+        g = self._g
+        gone = [r for r in g.tasks.values() if r.site in sites and r.running_on is None and not r.finished]
+        for r in gone:
+            g._evict(r)  # noqa: SLF001 - the graph's own eviction
+        return len(gone)
+
     @property
     def highest_id(self) -> int:
         return self._g.next_id - 1

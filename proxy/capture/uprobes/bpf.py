@@ -190,7 +190,8 @@ class Program:
         self.prog_fd = lib.lib.bpf_program__fd(lib.lib.bpf_object__find_program_by_name(obj, name))
         self.fds = {
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
-            for name in ("events", "sites", "config", "counters", "site_hits", "site_elided", "instances",
+            for name in ("events", "sites", "config", "counters", "site_hits", "site_elided", "site_nested",
+                         "instances",
                          "retsites", "rets_seen", "tstate")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
@@ -214,7 +215,7 @@ class Program:
         try:
             ring = PAGE if count_only else _pow2_pages(ring_bytes)
             sizes = [("events", ring), ("sites", max(max_sites, 1)), ("site_hits", max(max_sites, 1)),
-                     ("site_elided", max(max_sites, 1))]
+                     ("site_elided", max(max_sites, 1)), ("site_nested", max(max_sites, 1))]
             if count_only:  # the LRU map's 262144 entries are preallocated: ~0.1 s
                 sizes += [("instances", 1), ("retsites", 1), ("rets_seen", 1)]
             for name, n in sizes:
@@ -453,7 +454,8 @@ class Program:
 
     def site_hits(self, cookies: list[int], which: str = "site_hits") -> dict[int, int]:
         """Hits of each site (cookie = its index), summed over CPUs (`which`="site_elided":
-        the polls elided there, CFG_ELIDE)."""
+        the polls elided there, CFG_ELIDE; "site_nested": the entries with a poll in
+        progress on their thread)."""
         out: dict[int, int] = {}
         buf = ctypes.create_string_buffer(8 * self.ncpus)
         for c in cookies:

@@ -105,14 +105,14 @@ from proxy.analysis.model import Inventory
 from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
-from proxy.graph.events import PollEnter, PollResumed
+from proxy.graph.events import PollEnter, PollExit, PollResumed
 from proxy.session.probes import Probe
 from proxy.session.procedure import Exchange, Procedure
 
 from . import bpf as B
 from .decode import ENTRY_REC, F_STATE, PARENT, PARENT_AT, Decoder, EntryCapture, InstanceTotals, entry_capture
 from .caller_exits import return_site
-from .catchup import CatchUp
+from .catchup import CatchUp, NestedProbes
 from .client_view import DEBUG_REGISTERS, ClientView
 from .host import host_check, running_file
 from .sites import Site, SitePlan, count_site, plan_sites, retsite_site
@@ -123,6 +123,7 @@ _REC_BYTES = 116  # a record's mean size in the ring (entries 152 with the heade
 BATCH = 2048  # records folded between two looks at the clock
 RETSITE_ROOM = 256  # room in the site table for learned return sites
 RESYNC_CREDITS = 16  # stack slices a fold, a thread, while threads wait to be resynchronised after lost events
+SETTLE_NS = 2_000_000_000  # after the nested probes came back: at most this long (stream time) dropping their events
 # blocked in install_early's thread: they are the session's, taken in its main thread
 _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGPIPE,
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
@@ -163,6 +164,7 @@ class UprobeCapture(ClientView, CaptureBase):
         catchup_every: int = 64,
         catchup_marks: tuple[int, int] | None = None,
         cpu_budget: float | None = None,
+        nested_out: bool = True,
     ) -> None:
         super().__init__()
         self._load = load_inventory
@@ -282,6 +284,26 @@ class UprobeCapture(ClientView, CaptureBase):
         self.catchup = (CatchUp(catchup_every, marks=catchup_marks, budget=cpu_budget)
                         if catch_up and self.sample_every <= 1 and not self.changes and self.slice_duty >= 1.0
                         and not tasks_only and not entry_only else None)
+        # full mode under a CPU budget: the nested-only probes out while the kernel samples (_nested_step);
+        # `--uprobe-budget 0` (no budget) keeps every probe in
+        self.nested = (NestedProbes() if nested_out and self.catchup is not None and self.catchup.budget is not None
+                       else None)
+        self._split = False  # the main link was split into the tasks' link and the nested one
+        self._inner_only: set[int] = set()  # resume functions (index) only ever entered inside another poll
+        self._root_fn_ids: set[int] = set()  # ... entered at a thread's root at least once (never taken out)
+        self._inner_sites: set[int] = set()  # the nested link's functions (runtime low_pc)
+        self._nested_cookies: list[int] = []  # the nested link's sites
+        self._nested_link: int | None = None  # the nested link while in
+        self._nested_closing: list[Any] = []  # threads closing a nested (or, at the split, the main) link
+        self._dedupe_on = False  # the split's new link and the old one both in: hits run twice
+        self._kept_links: list[int] = []  # sites moved out of the nested link (found polled at a root)
+        self._retsite_links: list[tuple[int, list[int]]] = []  # return sites' links (cookies) not split yet
+        self._retsite_ret: dict[int, int] = {}  # a return site's cookie -> the return address it serves
+        self._settle_ns: int | None = None  # the nested link came back (CLOCK_MONOTONIC ns): see _settling
+        self._settle_seen = 0  # the latest record time fed since
+        self.nested_dropped = 0  # nested events dropped: inside a task's poll begun before they came back
+        self.nested_forgotten = 0  # nested coroutines the graph forgot when their probes came back
+        self.nested_note: str | None = None  # why the nested probes stay in
         self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
         self._running = True  # the program runs (from the install on; false from a stop to the next resume)
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
@@ -827,14 +849,16 @@ class UprobeCapture(ClientView, CaptureBase):
                 return  # the site table is full: the rets stay
             prog.set_sites([st.spec for st in sites], first)
             try:
-                prog.attach(self._path, [st.file_offset for st in sites], self._pid,
-                            list(range(first, first + len(sites))))
+                link = prog.attach(self._path, [st.file_offset for st in sites], self._pid,
+                                   list(range(first, first + len(sites))))
             except B.BpfError as err:
                 for fn in list(self._ret_fns):
                     self._give_up(prog, fn, f"return sites could not be attached: {err}")
                 return
             self._att_sites += sites
             self.retsites += sites
+            self._retsite_links.append((link, list(range(first, first + len(sites)))))
+            self._retsite_ret.update(zip(range(first, first + len(sites)), new))
             if self.decoder is not None:
                 self.decoder.sites += [st.info for st in sites]
             for i, st in enumerate(sites, first):
@@ -871,6 +895,225 @@ class UprobeCapture(ClientView, CaptureBase):
                 return
         for c in self._ret_fns.get(fn, []):
             prog.set_sites([self._att_sites[c].spec], c)
+
+    # ------------------------------------------------------------------ nested probes follow the budget
+    # Full mode under a CPU budget (catchup.py NestedProbes). While the kernel
+    # samples (the proxy behind or its budget spent), most polls are not
+    # recorded, yet every probe still traps: on the axum benchmark the 6 traps a
+    # request of the coroutines polled inside a connection's poll cost the server
+    # ~9.6 µs of its 27. So while it samples, the probes of the resume functions
+    # only ever entered inside another poll (the kernel counts those entries per
+    # site: `site_nested`) are out: their link is closed, and the tasks' probes
+    # stay in their own link, so the kernel keeps folding every task poll into
+    # its totals (POLLS and BUSY exact). The first time, the main link is split:
+    # the tasks' link (with the return sites serving any other function) is
+    # attached before the old links are closed (both in meanwhile: a hit at a
+    # site both hold runs twice, the second dropped, CFG_DEDUPE); from then on
+    # only the nested link is closed and attached again. The graph across:
+    # * a nested poll in progress when its link closes never gets its exit: the
+    #   kernel pops its scope at the task poll's exit, the engine counts a missed
+    #   exit there (and asks its state);
+    # * when the nested probes come back (once the catch-up records every poll
+    #   again and they were out long enough, or at a stop: before the resume),
+    #   everything is folded first, and the graph forgets the nested coroutines
+    #   not polling now (`Engine.forget_idle`: they may have completed or moved
+    #   on unseen; the tree at a stop comes from memory under each task anyway);
+    # * then a thread's nested events are dropped while it is in a task poll
+    #   begun before they came back (`_settling`): an inner coroutine entered
+    #   before would be missing between the task and the ones entered after, and
+    #   its exit would match nothing.
+    # A function first polled at a thread's root while its probes are out is
+    # not seen then (found at the next in time: it stays in from then on); new
+    # return sites learned after the split stay in their own links.
+    def _nested_step(self) -> None:
+        ns, prog, cu = self.nested, self._prog, self.catchup
+        if ns is None or prog is None or cu is None or self._link is None:
+            return
+        self._nested_reap(prog)
+        now = time.monotonic()
+        want = ns.want(cu.sampling, now)
+        if want is True:
+            self._nested_take_out(prog, now)
+        elif want is False:
+            self._nested_put_back(prog, now)
+
+    def _nested_reap(self, prog: B.Program) -> None:
+        """The closes done: their threads joined, CFG_DEDUPE off after the split's swap;
+        the settling over (see `_settling`)."""
+        if self._nested_closing and not any(th.is_alive() for th in self._nested_closing):
+            for th in self._nested_closing:
+                th.join()
+            self._nested_closing = []
+            if self._dedupe_on:
+                prog.set_dedupe(False)
+                self._dedupe_on = False
+        if self._settle_ns is not None and self._settle_seen > self._settle_ns + 10_000_000:
+            eng = self.engine
+            old = eng is not None and any(
+                sc and (sc[0].time_ns or 0) < self._settle_ns for sc in (eng.scopes(t) for t in eng.threads()))
+            if not old or self._settle_seen > self._settle_ns + SETTLE_NS:
+                self._settle_ns = None
+
+    def _classify(self, prog: B.Program) -> None:
+        """Which resume functions were only ever entered inside another poll (the kernel's
+        `site_nested` against `site_hits`, per entry site): `_inner_only`. Once entered at
+        a thread's root, a function is a task's and stays in."""
+        by_fn: dict[int, list[int]] = {}
+        for i, st in enumerate(self._att_sites):
+            if st.spec.kind == B.KIND_ENTRY:
+                by_fn.setdefault(st.spec.fn, []).append(i)
+        cookies = [c for cs in by_fn.values() for c in cs]
+        hits, nested = prog.site_hits(cookies), prog.site_hits(cookies, "site_nested")
+        inner = set()
+        for fn, cs in by_fn.items():
+            h, n = sum(hits.get(c, 0) for c in cs), sum(nested.get(c, 0) for c in cs)
+            if h > n:
+                self._root_fn_ids.add(fn)
+            elif h and fn not in self._root_fn_ids:
+                inner.add(fn)
+        self._inner_only = inner
+
+    def _is_inner(self, cookie: int, served: dict[int, set[int]]) -> bool:
+        st = self._att_sites[cookie]
+        if st.spec.kind == B.KIND_RETSITE:  # a return site: inner when each function returning there is
+            fns = served.get(self._retsite_ret.get(cookie, -1), set())
+            return bool(fns) and fns <= self._inner_only
+        return st.spec.kind in (B.KIND_ENTRY, B.KIND_EXIT, B.KIND_UNWIND) and st.spec.fn in self._inner_only
+
+    def _nested_split(self, prog: B.Program) -> bool:
+        """The first time out: the main link and the return sites' links become the
+        tasks' link (attached first) and the nested sites (attached when they come back)."""
+        self._classify(prog)
+        if not self._inner_only:
+            return False
+        served: dict[int, set[int]] = {}
+        for ret, fn in prog.rets_seen():
+            served.setdefault(ret, set()).add(fn)
+        main = list(self._cookie_list) if self._cookie_list is not None else list(range(len(self._offsets)))
+        rets = [c for _link, cs in self._retsite_links for c in cs]
+        inner = [c for c in main + rets if self._is_inner(c, served)]
+        keep = [c for c in main + rets if c not in set(inner)]
+        if not inner or not keep:
+            return False
+        prog.set_dedupe(True)
+        try:
+            link = prog.attach(self._path or "", [self._att_sites[c].file_offset for c in keep], self._pid, keep)
+        except B.BpfError as err:
+            prog.set_dedupe(False)
+            self.nested, self.nested_note = None, f"the tasks' probes could not be linked apart ({err})"
+            self.notices.append(f"uprobes: nested probes stay in: {self.nested_note}")
+            return False
+        old = [self._link, *(lk for lk, _cs in self._retsite_links)]
+        self._link, self._cookie_list = link, keep
+        self._offsets = [self._att_sites[c].file_offset for c in keep]
+        self._retsite_links = []
+        self._nested_cookies = inner
+        self._dedupe_on = True
+        self._nested_closing += [prog.detach_later(lk) for lk in old if lk is not None]
+        self._split = True
+        return True
+
+    def _nested_take_out(self, prog: B.Program, now: float) -> None:
+        assert self.nested is not None
+        if self._nested_closing:
+            return  # the last close (or the split's) is not done yet
+        if not self._split:
+            if not self._nested_split(prog):
+                return
+        else:
+            if self._nested_link is None:
+                return
+            self._classify(prog)
+            moved = [c for c in self._nested_cookies if self._att_sites[c].spec.fn in self._root_fn_ids]
+            if moved:  # polled at a thread's root since: in a link of their own, for good
+                prog.set_dedupe(True)
+                try:
+                    self._kept_links.append(prog.attach(self._path or "", [self._att_sites[c].file_offset
+                                                                           for c in moved], self._pid, moved))
+                except B.BpfError as err:
+                    prog.set_dedupe(False)
+                    self.notices.append(f"uprobes: nested probes stay in: {err}")
+                    self.nested = None
+                    return
+                self._dedupe_on = True
+                self._nested_cookies = [c for c in self._nested_cookies if c not in set(moved)]
+            self._nested_closing.append(prog.detach_later(self._nested_link))
+            self._nested_link = None
+        fns = {self._att_sites[c].spec.fn for c in self._nested_cookies}
+        self._inner_sites = {self._fn_site[f] for f in fns if f in self._fn_site}
+        self.nested.moved(True, now)
+
+    def _nested_put_back(self, prog: B.Program, now: float) -> None:
+        assert self.nested is not None
+        if any(th.is_alive() for th in self._nested_closing):
+            return  # the close is not done yet: the next look
+        self._nested_reap(prog)
+        if not self._nested_cookies:
+            self.nested.moved(False, now)
+            return
+        if self._running:
+            self._fold(budget_s=None)  # the graph up to now first (the catch-up left little unread)
+        self._forget_inner()
+        t = time.monotonic_ns()  # the BPF program's clock (CLOCK_MONOTONIC)
+        try:
+            self._nested_link = prog.attach(self._path or "", [self._att_sites[c].file_offset
+                                                               for c in self._nested_cookies],
+                                            self._pid, self._nested_cookies)
+        except B.BpfError as err:
+            self.nested_note = f"the nested probes could not be attached again ({err}): they stay out"
+            self.notices.append(f"uprobes: {self.nested_note}")
+            self.nested.moved(False, now)
+            self.nested = None
+            return
+        self._settle_ns, self._settle_seen = t, 0
+        self.nested.moved(False, now)
+
+    def _forget_inner(self) -> None:
+        """The graph forgets the nested coroutines not polling now (stale while their probes were out)."""
+        if self.engine is not None and self._inner_sites:
+            self.nested_forgotten += self.engine.forget_idle(self._inner_sites)
+
+    def _settling(self, ev: Any, engine: Engine) -> bool:
+        """After the nested probes came back: whether `ev` (an entry or exit of a nested
+        function) is dropped, its thread being in a task poll begun before they came back."""
+        t = getattr(ev, "time_ns", None)
+        if t is not None and t > self._settle_seen:
+            self._settle_seen = t
+        if type(ev) not in (PollEnter, PollExit) or ev.site not in self._inner_sites:
+            return False
+        scopes = engine.scopes(ev.thread)
+        if scopes and (scopes[0].time_ns or 0) < (self._settle_ns or 0):
+            self.nested_dropped += 1
+            return True
+        return False
+
+    def nested_line(self) -> str | None:
+        """`stats`: the nested probes' out time and what it costs."""
+        ns = self.nested
+        if ns is None:
+            if self.nested_note:
+                return f"nested probes: {self.nested_note}"
+            return None
+        if not self._split:
+            return ("nested probes: taken out while the kernel samples (the resume functions polled only inside "
+                    "other polls; none out so far)")
+        out, run = ns.totals(time.monotonic())
+        names = sorted({self._fn_name(self._att_sites[c].spec.fn)[:50] for c in self._nested_cookies
+                        if self._att_sites[c].spec.kind == B.KIND_ENTRY})
+        return (f"nested probes out {out / run if run > 0 else 0:.0%} of the running time (budget; {out:.1f} s of "
+                f"{run:.1f} s, {ns.outs} times, the longest {ns.longest_s:.1f} s{', out now' if ns.out else ''}): "
+                f"{len(names)} resume functions polled only inside other polls ({', '.join(names[:3])}"
+                f"{' ...' if len(names) > 3 else ''}); their polls, the edges under the tasks and the histograms "
+                f"are of the in time only, tasks' POLLS and BUSY exact (their probes stay in); nested coroutines "
+                f"forgotten when their probes came back: {self.nested_forgotten:,}, their events dropped inside "
+                f"a task poll begun before: {self.nested_dropped:,}; `--uprobe-budget 0` keeps every probe in")
+
+    def nested_note_for_top(self) -> str | None:
+        ns = self.nested
+        if ns is None or not ns.outs:
+            return None
+        return (f"nested probes out {ns.share(time.monotonic()):.0%} of the running time (budget): their polls, "
+                "the edges and histograms are of the in time only; tasks' POLLS and BUSY exact")
 
     def returns_line(self) -> str | None:
         if not self._ret_fns:
@@ -1010,11 +1253,13 @@ class UprobeCapture(ClientView, CaptureBase):
         if self._prog is None:
             return
         t0 = time.perf_counter()
-        for th in (self._closing, self._swap, *self._ret_closing):
+        for th in (self._closing, self._swap, *self._ret_closing, *self._nested_closing):
             if th is not None:
                 th.join()
         self._closing = self._swap = None
         self._ret_closing = []
+        self._nested_closing = []
+        self._nested_link = None
         self._ret_links = {}
         if self._lazy_close:
             # The program dies (a kill) or is gone: its hits are final now, and
@@ -1068,16 +1313,29 @@ class UprobeCapture(ClientView, CaptureBase):
             if ring is not None and ring.pending() > self.ring_bytes // 2:
                 self._drain_ring()
             self._catchup_step()
+            self._nested_step()
             return False
         if allow is not None:
             budget_s = min(budget_s, allow)
         behind = self._fold(budget_s=budget_s)
         self._catchup_step()
+        self._nested_step()
         return behind and (allow is None or allow > budget_s)  # paced: the next tick, not at once
 
     def before_resume(self) -> Procedure | None:
-        """Time slices count the program's running time only: a stop's length is taken out."""
+        """Time slices count the program's running time only: a stop's length is taken out.
+        The nested probes taken out while behind come back before the program runs (the
+        stop folded everything: the catch-up records every poll again)."""
         self._running = True
+        ns, prog = self.nested, self._prog
+        if ns is not None and prog is not None:
+            now = time.monotonic()
+            ns.resume(now)
+            if ns.out and ns.want(False, now, stopped=True) is False:
+                if self._nested_closing:
+                    for th in self._nested_closing:
+                        th.join()  # ~30 ms at most: the close was decided before the stop
+                self._nested_put_back(prog, now)
         if self._stopped_at is not None:
             self._slice_t0 += time.monotonic() - self._stopped_at
             self._stopped_at = None
@@ -1099,6 +1357,10 @@ class UprobeCapture(ClientView, CaptureBase):
             self._end_slice(self._prog)
         self._fold(budget_s=None)
         self._catchup_step(stopped=True)
+        if self.nested is not None:
+            self.nested.stop(time.monotonic())
+            if self.nested.out:
+                self._forget_inner()  # what the graph knew of them is stale: the tree comes from memory
         if self.changes or self.elide:
             self._feed_pending()
         if self._folded:
@@ -1232,7 +1494,8 @@ class UprobeCapture(ClientView, CaptureBase):
         for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
             self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
         if self.catchup is not None:
-            engine.timing.sampled = self.catchup.note(recorded, polls)
+            notes = [n for n in (self.catchup.note(recorded, polls), self.nested_note_for_top()) if n]
+            engine.timing.sampled = "; ".join(notes) or None
             return
         if self.changes:
             # said once a poll was not recorded (until then every poll is in the histograms)
@@ -1379,7 +1642,8 @@ class UprobeCapture(ClientView, CaptureBase):
         pages or a chunk copied out of them) and feed them to the engine: the
         plain ones straight into it (``Decoder.fold``: no event objects, half the
         CPU a record, docs/speed.md), the others one by one (``_feed_each``)."""
-        feeders = None if self.slice_duty < 1.0 or self._learning or self._resync else engine.feeders()
+        feeders = (None if self.slice_duty < 1.0 or self._learning or self._resync or self._settle_ns is not None
+                   else engine.feeders())
         if feeders is None:
             self._feed_each(buf, spans, dec, engine)
             return
@@ -1414,6 +1678,8 @@ class UprobeCapture(ClientView, CaptureBase):
                 dec.totals = None
                 continue
             if sliced and not self._feed_sliced(ev, engine):
+                continue
+            if self._settle_ns is not None and self._settling(ev, engine):
                 continue
             if self._learning and type(ev) is PollEnter:
                 self._learn_entries += 1
@@ -1526,6 +1792,9 @@ class UprobeCapture(ClientView, CaptureBase):
         rl = self.returns_line()
         if rl is not None:
             lines.append(rl)
+        nl = self.nested_line() if self.catchup is not None and not self._count_only_loaded else None
+        if nl is not None:
+            lines.append(nl)
         if c.get("duplicates"):
             lines.append(f"hits run twice while a link was swapped (dropped): {c['duplicates']}")
         if self.decoder is not None and self.decoder.stats.bad:

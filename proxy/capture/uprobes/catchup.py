@@ -43,6 +43,19 @@ grow, and past the high mark the kernel samples. The share of the time every
 poll was recorded then follows the budget (about budget / the CPU that
 recording every poll would need). At a stop the program does not run: the
 fold takes what it needs, so a stop still waits for about the high mark.
+
+The nested probes follow the budget (`NestedProbes`, full mode under a CPU
+budget): while the kernel samples, the probes of the resume functions polled
+only inside other polls (the kernel counts, per entry site, the entries made
+with a poll in progress on their thread: `site_nested`) are taken out (their
+link closed: no trap at all there), and the tasks' own probes stay, so the
+kernel still folds every task poll into its totals (POLLS and BUSY exact). On
+the axum benchmark a request then traps 4 times instead of 10. They come back
+once the proxy caught up (every poll recorded again) and were out at least
+`MIN_OUT_S`, and at every stop (the stop folds everything). What the out time
+costs the user: the nested coroutines' polls, the edges under the tasks and
+the histograms are of the in time only (capture.py `_nested_step` says how the
+graph stays consistent across the switches).
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ LOW_S = 0.05  # ... under which every poll is recorded again
 COST_S = 10e-6  # a record's fold before any is measured (axum, docs/speed.md)
 BUDGET = 0.10  # share of one core the watcher may take while the program runs (--uprobe-budget)
 BURST_S = 0.05  # CPU seconds the watcher may save up in a quiet spell and spend at once
+MIN_OUT_S = 0.5  # the nested probes stay out at least this long once taken out (NestedProbes)
 
 
 class CatchUp:
@@ -180,3 +194,73 @@ class CatchUp:
                 f"{recorded:,} of {polls:,} polls of the live instances recorded): POLLS and BUSY are exact "
                 "(counted in the kernel), LONGEST and histograms from the recorded polls; tasks done in their "
                 "first poll while sampling are not rows (stats counts them)")
+
+
+class NestedProbes:
+    """When full mode's nested-only probes are in (sans-IO: the capture gives it
+    the catch-up's state and the clock, it answers take out / put back / leave).
+
+    Out while the catch-up samples (the proxy behind, or its CPU budget spent);
+    back in once the catch-up records every poll again and they were out at
+    least `min_out_s` (hysteresis: each switch costs a link's close, ~30 ms of
+    the kernel's in a thread, and an attach, 10-24 ms, and the graph forgets
+    the nested coroutines it knew; the catch-up's own marks already keep the
+    switches seconds apart under a steady load), and at a stop whatever the
+    time (everything is folded then: the catch-up records every poll again)."""
+
+    def __init__(self, min_out_s: float = MIN_OUT_S) -> None:
+        self.min_out_s = min_out_s
+        self.out = False
+        self.outs = 0  # times taken out
+        self.out_s = 0.0  # closed out periods
+        self.longest_s = 0.0
+        self._since = 0.0  # the current out period's start
+        self.t0: float | None = None  # the first look
+        self.stopped_s = 0.0  # time the program was stopped (not running time)
+        self._stopped_at: float | None = None
+
+    def want(self, sampling: bool, now: float, stopped: bool = False) -> bool | None:
+        """True: take the nested probes out now; False: put them back now; None: leave them."""
+        if self.t0 is None:
+            self.t0 = now
+        if not self.out:
+            return True if sampling and not stopped else None
+        if stopped or (not sampling and now - self._since >= self.min_out_s):
+            return False
+        return None
+
+    def moved(self, out: bool, now: float) -> None:
+        """The probes are now out (True) or in (False)."""
+        if out and not self.out:
+            self.out, self._since = True, now
+            self.outs += 1
+        elif not out and self.out:
+            self.out = False
+            spent = now - self._since - self._stopped_within(now)
+            self.out_s += spent
+            self.longest_s = max(self.longest_s, spent)
+
+    def _stopped_within(self, now: float) -> float:
+        return (now - self._stopped_at) if self._stopped_at is not None and self._stopped_at >= self._since else 0.0
+
+    def stop(self, now: float) -> None:
+        if self._stopped_at is None:
+            self._stopped_at = now
+
+    def resume(self, now: float) -> None:
+        if self._stopped_at is not None:
+            self.stopped_s += now - self._stopped_at
+            if self.out:  # out across the stop: the stop is not out time
+                self._since += now - self._stopped_at
+            self._stopped_at = None
+
+    def totals(self, now: float) -> tuple[float, float]:
+        """(seconds out, seconds running since the first look)."""
+        out = self.out_s + (now - self._since - self._stopped_within(now) if self.out else 0.0)
+        stopped = self.stopped_s + (now - self._stopped_at if self._stopped_at is not None else 0.0)
+        run = (now - self.t0 - stopped) if self.t0 is not None else 0.0
+        return max(out, 0.0), max(run, 0.0)
+
+    def share(self, now: float) -> float:
+        out, run = self.totals(now)
+        return out / run if run > 0 else 0.0

@@ -30,7 +30,10 @@
  * missed: their frames are gone), and an exit finds its scope by its entry sp,
  * popping it and any left above it.
  *
- * Every hit also counts in `site_hits[cookie]` (per CPU). A count site
+ * Every hit also counts in `site_hits[cookie]` (per CPU), and an entry with a
+ * poll in progress on its thread in `site_nested[cookie]` too: the proxy tells
+ * the resume functions polled only inside other polls (full mode takes their
+ * probes out while it is behind, capture.py `_nested_step`). A count site
  * (KIND_COUNT: the user's `--probe` functions) only counts there and writes
  * no record. When every site is one (a C program: no resume functions), the
  * proxy loads `asyncrsp_count` below instead, alone: the kernel's verifier
@@ -342,6 +345,15 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } site_elided SEC(".maps");
+
+/* entries at a poll in progress on their thread (nested), per entry site (cookie), per CPU;
+ * sized by the proxy to its sites */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u64);
+} site_nested SEC(".maps");
 
 /* hits per site (cookie), per CPU; sized by the proxy to its sites */
 struct {
@@ -897,6 +909,9 @@ int asyncrsp_poll(struct pt_regs *ctx)
 			pself = up->self;
 			psp = up->sp;
 			pfn = up->fn;
+			__u64 *nn = bpf_map_lookup_elem(&site_nested, &cookie);
+			if (nn)
+				*nn += 1;
 		}
 	}
 

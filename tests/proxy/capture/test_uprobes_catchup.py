@@ -120,3 +120,61 @@ def test_lost_events_ask_for_a_few_stack_slices_a_thread_not_every_one() -> None
     assert cap._credits_wanted() == 2 * RESYNC_CREDITS
     cap._backlog_n = 0
     assert cap._credits_wanted() == room  # the queue's room covers the resync's need
+
+
+def test_nested_probes_out_while_sampling_back_after_the_minimum_out_time() -> None:
+    """Full mode's nested-only probes (catchup.py NestedProbes): out as soon as the
+    catch-up samples; back once it records every poll again and they were out at
+    least min_out_s (hysteresis: a close and an attach each time), whatever the
+    catch-up does in between; the out time counts the running time only."""
+    from proxy.capture.uprobes.catchup import NestedProbes
+
+    ns = NestedProbes(min_out_s=0.5)
+    assert ns.want(False, 0.0) is None  # keeps up: they stay in
+    assert ns.want(True, 1.0) is True  # sampling: out
+    ns.moved(True, 1.0)
+    assert ns.out and ns.outs == 1
+    assert ns.want(True, 1.2) is None  # still sampling
+    assert ns.want(False, 1.3) is None  # caught up, but out 0.3 s only: they stay out
+    assert ns.want(True, 1.4) is None
+    assert ns.want(False, 1.5) is False  # caught up and out 0.5 s: back
+    ns.moved(False, 1.5)
+    assert not ns.out and abs(ns.out_s - 0.5) < 1e-9 and abs(ns.longest_s - 0.5) < 1e-9
+    assert ns.want(False, 1.6) is None
+    out, run = ns.totals(2.0)
+    assert abs(out - 0.5) < 1e-9 and abs(run - 2.0) < 1e-9 and abs(ns.share(2.0) - 0.25) < 1e-9
+
+
+def test_nested_probes_come_back_at_a_stop_and_a_stop_is_not_out_time() -> None:
+    from proxy.capture.uprobes.catchup import NestedProbes
+
+    ns = NestedProbes(min_out_s=10.0)
+    assert ns.want(True, 0.0) is True
+    ns.moved(True, 0.0)
+    ns.stop(1.0)  # stopped after 1 s out, for 3 s
+    assert ns.want(True, 4.0, stopped=True) is False  # at a stop: back whatever the minimum
+    assert ns.want(True, 4.0) is None  # (running and sampling: they stay out)
+    ns.resume(4.0)
+    out, run = ns.totals(4.0)
+    assert abs(out - 1.0) < 1e-9 and abs(run - 1.0) < 1e-9  # the stop is neither
+    ns.moved(False, 4.0)
+    assert abs(ns.out_s - 1.0) < 1e-9
+    assert ns.want(True, 4.0, stopped=True) is None  # never taken out at a stop
+
+
+def test_nested_probes_follow_the_budget_option() -> None:
+    """Full mode under a budget takes the nested probes out while sampling; `--uprobe-budget 0`
+    (no budget), `--uprobe-strict` and the other modes keep every probe in."""
+    from proxy.capture.uprobes import make
+    from proxy.cli import build_parser
+
+    def nested(*extra: str, mode: str = "full") -> bool:
+        args = build_parser().parse_args(["serve", "--upstream", "127.0.0.1:1", *extra])
+        return make(mode=mode, options=vars(args)).nested is not None
+
+    assert nested()
+    assert nested("--uprobe-budget", "25")
+    assert not nested("--uprobe-budget", "0")
+    assert not nested("--uprobe-strict")
+    assert not nested(mode="tasks")
+    assert not nested("--sample", "8")
