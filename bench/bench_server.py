@@ -4,6 +4,7 @@
                                            [--server corpus|axum] [--config release|debug]
                                            [--only bare gdb uprobes ...]
     .venv/bin/python bench/bench_server.py --split [--rounds 3] ...
+                                           [--stats-window 2]
 
 The server: the corpus' `http_server` (tokio 1.24, current-thread runtime;
 `--server corpus`, the default) or the axum 0.8 / tokio 1.53 service of
@@ -78,6 +79,14 @@ only graph changes recorded, as under ``uprobes-changes``); ``consumer`` /
 ``consumer-changes`` (the proxy's consumer
 folding every record into an engine as the server runs; its CPU time per
 event is printed). Each with requests/s, the ratio to bare and the events.
+
+The kernel's BPF stats are off in every timed run. With kernel.bpf_stats_enabled the kernel
+reads its clock twice around each run of a BPF program (~100 ns a hit here, ~1 µs a request in full
+mode; docs/speed.md "Bench rows without the BPF stats' own cost"), which no user pays. The BPF
+program's ns a hit comes from one more run of each row whose watcher runs one (uprobes), after the
+rounds: `--stats-window` seconds (2) of wrk with the stats on, its throughput not reported. A row
+named ``X+stats`` (`--only uprobes uprobes+stats`) is X with the stats on while timed, interleaved
+with the others in every round: what the stats cost, in the same run.
 
 Each run: start, wait for `server ready`, `wrk` for D seconds, `GET /quit`;
 under gdb the program then stops at `_exit`, where gdb asks the proxy for
@@ -165,7 +174,7 @@ class Run:
     top: tuple[int, float] | None = None  # top's (polls, busy µs) summed over connection tasks
     events: int | None = None
     lost: int = 0
-    bpf: tuple[int, int] | None = None  # the BPF program's (run ns, runs) while wrk ran (bpf_stats_enabled)
+    bpf: tuple[int, int] | None = None  # the BPF program's (run ns, runs) while wrk ran (the stats on: X+stats)
     extra: dict[str, str] = field(default_factory=dict)
     after_us: float | None = None  # the proxy's CPU a request after wrk (the records it had not folded yet)
     stop_s: tuple[float | None, float | None] = (None, None)  # the client's wait for a stop: (mid-wrk, exit)
@@ -199,6 +208,30 @@ def cpu_s(pids: list[int]) -> float:
 
 
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+STATS = "+stats"  # a row's suffix: the same way of watching, the BPF stats on while timed
+
+
+@contextlib.contextmanager
+def bpf_stats(on: bool) -> Iterator[bool]:
+    """kernel.bpf_stats_enabled set to `on` inside, put back after; yields whether it could be
+    set (root only)."""
+    want = "1" if on else "0"
+    try:
+        was: str | None = BPF_STATS.read_text().strip()
+        BPF_STATS.write_text(want)
+    except OSError:
+        was = None
+    try:
+        yield was is not None
+    finally:
+        if was is not None and was != want:
+            BPF_STATS.write_text(was)
+
+
+def runs_bpf(how: str) -> bool:
+    """Whether the row's watcher runs a BPF program (the uprobe capture, in or out of process)."""
+    how = how.removesuffix(STATS)
+    return "uprobes" in CAPTURES.get(how, ()) or (how in SPLIT and how != "bare")
 
 
 def bpf_runs(pids: list[int]) -> tuple[int, int]:
@@ -747,7 +780,8 @@ def _fmt_rps(v: float) -> str:
     return "-" if v != v else f"{v:,.0f}"
 
 
-def report(runs: dict[str, list[Run]], rounds: int) -> None:
+def report(runs: dict[str, list[Run]], rounds: int, hit: dict[str, Run] | None = None,
+           window: float = 0.0) -> None:
     bare = runs.get("bare", [])
     print(f"\n{'how':14} {'requests/s per round':>36} {'median':>9} {'vs bare (range)':>20}  notes")
     for how, rs in runs.items():
@@ -773,11 +807,15 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
         wat = statistics.median(b for _, b in cs)
         tot = [a + b for a, b in cs]
         bpf = [r.bpf[0] / r.bpf[1] for r in rs if r.bpf and r.ok]
+        h = (hit or {}).get(how)
+        hit_s = (f"  BPF ns/run {h.bpf[0] / h.bpf[1]:.0f} (the {window:g} s run with the stats on, after the rounds)"
+                 if h is not None and h.bpf else "")
         after = [r.after_us for r in rs if r.after_us is not None and r.ok]
         stops = [r.stop_s for r in rs if r.ok and r.stop_s != (None, None)]
         print(f"{how:16} server {srv:8.1f}  watcher {wat:8.1f}  total {statistics.median(tot):8.1f}  "
               f"x bare {statistics.median(tot) / base_total:6.2f} (rounds: {', '.join(f'{t:.1f}' for t in tot)})"
-              + (f"  BPF ns/run {statistics.median(bpf):.0f} ({', '.join(f'{b:.0f}' for b in bpf)})" if bpf else "")
+              + (f"  BPF ns/run {statistics.median(bpf):.0f} ({', '.join(f'{b:.0f}' for b in bpf)}; the stats on "
+                 "while timed)" if bpf else hit_s)
               + (f"  proxy after wrk {statistics.median(after):.1f}" if after else "")
               + (f"  stop waits (s): {', '.join(_stops(s) for s in stops)}" if stops else ""))
     print("\naccuracy (the connection tasks, summed): the tool's polls and busy time against the reference "
@@ -788,7 +826,7 @@ def report(runs: dict[str, list[Run]], rounds: int) -> None:
     console = runs.get("console", [])
     for how, rs in runs.items():
         for i, r in enumerate(rs):
-            if how in SPLIT[1:]:
+            if how.removesuffix(STATS) in SPLIT[1:]:
                 print(f"{how:16} {i + 1:5} events {r.events or 0:,} lost {r.lost:,} "
                       + "; ".join(r.extra.values()))
                 continue
@@ -847,7 +885,7 @@ def report_same(runs: dict[str, list[Run]]) -> None:
         for k in ("cost", "console", "console dropped"):
             if r.extra.get(k):
                 print(f"{'':16} {r.extra[k]}")
-        if how == "console-uprobes":
+        if how.removesuffix(STATS) == "console-uprobes":
             print(f"{'':16} (full mode: console's window also holds our probes inside the task's poll, whose cost "
                   "top subtracts: bench/bench_console_window.py measures them)")
 
@@ -859,7 +897,12 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=16, help="wrk's -c (16)")
     ap.add_argument("--server", choices=["corpus", "axum"], default="corpus")
     ap.add_argument("--config", choices=["release", "debug"], default="release")
-    ap.add_argument("--only", nargs="+", choices=ORDER + SPLIT + ["console-breakpoints", "console-tracepoints"], help="ways of watching (default: all that apply)")
+    hows_known = ORDER + SPLIT + ["console-breakpoints", "console-tracepoints"]
+    ap.add_argument("--only", nargs="+", metavar="HOW", choices=hows_known + [h + STATS for h in hows_known if runs_bpf(h)],
+                    help=f"ways of watching (default: all that apply); X{STATS}: X with the BPF stats on while timed")
+    ap.add_argument("--stats-window", type=float, default=2.0, metavar="S",
+                    help="after the rounds, each uprobes row once more for S s with the BPF stats on, for the "
+                         "BPF program's ns a hit (2; 0: not run)")
     ap.add_argument("--sample", type=int, default=64, help="uprobes-sampled: --sample N (64)")
     ap.add_argument("--sample-time", type=int, default=10, help="uprobes-sliced: --sample-time PCT (10)")
     ap.add_argument("--split", action="store_true", help="where uprobe capture's cost goes (no gdb)")
@@ -883,21 +926,38 @@ def main() -> int:
           f"-d{args.duration:g}s; {args.rounds} interleaved rounds; load average "
           f"{os.getloadavg()[0]:.1f} at the start", flush=True)
     runs: dict[str, list[Run]] = {h: [] for h in hows}
-    stats_was = None
-    try:  # the BPF program's ns per run (root only; put back at the end)
-        stats_was = BPF_STATS.read_text().strip()
-        BPF_STATS.write_text("1")
-    except OSError:
-        stats_was = None
-    try:
+    with bpf_stats(False) as can:  # every timed run without the stats' own cost
+        if not can:
+            print("note: kernel.bpf_stats_enabled cannot be set (not root): as it is, no BPF ns a hit", flush=True)
         run_rounds(server, wrk, args, hows, runs)
-    finally:
-        if stats_was is not None and stats_was != "1":
-            BPF_STATS.write_text(stats_was)
-    report(runs, args.rounds)
+        hit = hit_cost_runs(server, wrk, args, hows) if can and args.stats_window > 0 else {}
+    report(runs, args.rounds, hit, args.stats_window)
     report_same(runs)
     print(f"load average at the end {os.getloadavg()[0]:.1f} (2 cores)")
     return 0
+
+
+def run_one(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
+    """One run of a row; X+stats: X with the BPF stats on while it runs."""
+    base = how.removesuffix(STATS)
+    with bpf_stats(how.endswith(STATS)):
+        r = RUNNERS[base](server, wrk, duration, conns, base)
+    r.how = how
+    return r
+
+
+def hit_cost_runs(server: Server, wrk: str, args: argparse.Namespace, hows: list[str]) -> dict[str, Run]:
+    """The BPF program's ns a hit of each row that runs one (not X+stats, whose timed runs have it):
+    one more run, `--stats-window` s, with the stats on; its throughput is not reported."""
+    out = {}
+    for how in hows:
+        if how.endswith(STATS) or not runs_bpf(how):
+            continue
+        r = run_one(server, wrk, args.stats_window, args.connections, how + STATS)
+        out[how] = r
+        ns = f"{r.bpf[0] / r.bpf[1]:.0f} ns/run over {r.bpf[1]:,} runs" if r.bpf else "no BPF runs counted"
+        print(f"stats on, {args.stats_window:g} s: {how:14} {ns}{' ' + r.note if r.note else ''}", flush=True)
+    return out
 
 
 def run_rounds(server: Server, wrk: str, args: argparse.Namespace, hows: list[str],
@@ -905,7 +965,7 @@ def run_rounds(server: Server, wrk: str, args: argparse.Namespace, hows: list[st
     for rnd in range(args.rounds):
         for how in hows:
             t0 = time.monotonic()
-            r = RUNNERS[how](server, wrk, args.duration, args.connections, how)
+            r = run_one(server, wrk, args.duration, args.connections, how)
             runs[how].append(r)
             print(f"round {rnd + 1} {how:14} {_fmt_rps(r.rps):>10} req/s "
                   f"({time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f}){' ' + r.note if r.note else ''}",
