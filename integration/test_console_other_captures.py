@@ -51,7 +51,10 @@ CONN = re.compile(r"^(#\d+)\s+\S+\s+(\d+)\s.*Instrumented<axum::serve::handle_co
 
 TREE = re.compile(r"^task #\d+ .*Instrumented<axum::serve::handle_connection.*\n"
                   r"╼ tracing::instrument::Instrumented<axum::serve::handle_connection::\{async_block@389\}.*\n"
-                  r"└╼ tokio::select!", re.M)
+                  r"└╼ tokio::select!\n"
+                  # axum's `conn.as_mut()` between requests: hyper-util's connection, pending (not an
+                  # `Option (None) [completed]`: test_bench_server_tree.py)
+                  r" *├╼ \[branch 0\] hyper_util::server::conn::auto::UpgradeableConnection \(pending", re.M)
 
 
 def _text_equals_file(pid: int, prog: Path) -> list[int]:

@@ -57,6 +57,25 @@ def _field(r: Reflector, type_name: str, suffix: str):  # type: ignore[no-untype
     return None
 
 
+def _held_type(r: Reflector, type_name: str) -> str:
+    """The future a ``Pin<&mut F>`` / ``&mut F`` / ``Box<F>`` stands for, by type alone: F."""
+    from .walker import _pointee
+
+    for _ in range(4):
+        t = r.type(type_name)
+        if t is None:
+            break
+        if type_name.startswith("core::pin::Pin<") and t.fields:
+            type_name = t.fields[0].type_name
+        elif t.kind == "pointer" and t.pointee and type_name.startswith("&"):
+            type_name = t.pointee
+        elif type_name.startswith("alloc::boxed::Box<") and t.fields and (p := _pointee(r, r.type(t.fields[0].type_name))):
+            type_name = p
+        else:
+            break
+    return type_name
+
+
 def _deref_chain(r: Reflector, addr: int, type_name: str) -> tuple[int, str] | None:
     """Follow ``&mut &mut T`` to (address of T, T)."""
     for _ in range(4):
@@ -110,6 +129,11 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
             child = Node("leaf", _label_of(r, el.type_name), taddr + el.offset, el.type_name, status="completed")
         else:
             child = r.child(taddr + el.offset, el.type_name, depth, seen)
+            if select and child.kind == "leaf" and child.detail.startswith(NOTHING_IN_FLIGHT):
+                # select! has not seen it finish: name the branch by the future it holds (axum's
+                # `conn.as_mut()`: hyper-util's connection, not hyper's dispatcher inside it)
+                child = Node("leaf", _short(_held_type(r, el.type_name)), taddr + el.offset, el.type_name,
+                             detail=f"pending; inside, {child.label} has {child.detail}")
         child.branch = f"branch {i}"
         node.children.append(child)
     return node
@@ -693,6 +717,7 @@ def _by_ref(field: str, label: str, what: str, link: bool = False) -> Describer:
 # -- one-field wrappers ------------------------------------------------------------------
 
 _NOT_WRAPPERS = ("core::pin::Pin<", "alloc::boxed::Box<", "core::future::from_generator::GenFuture<")
+NOTHING_IN_FLIGHT = "nothing in flight"  # the detail of a holder whose sub-future slot is empty
 
 
 def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
@@ -716,7 +741,18 @@ def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
             return _poll_fn_leaf(r, addr, type_name, addr, type_name, depth, seen)
         if len(futs) != 1:
             return None
-        return r.child(addr + futs[0].offset, futs[0].type_name, depth - 1, seen)
+        child = r.child(addr + futs[0].offset, futs[0].type_name, depth - 1, seen)
+        if len(t.fields) > 1 and child.kind == "leaf" and child.status == "completed" and \
+                child.type_name.startswith("core::option::Option<"):
+            # A holder, not a wrapper: a future with state of its own around an Option slot for
+            # a sub-future (hyper's HTTP/1 dispatcher: `in_flight: Option<service future>`, None
+            # between requests; an Option is no future, so its None is no future's end). Nothing
+            # in flight, not the holder finished: shown as the holder, not as a finished `Option
+            # (None)` (which also left the connection task waiting on its other select! branch
+            # alone: "nothing can wake"). A one-field holder (futures' Fuse) stays finished.
+            return Node("leaf", _short(type_name), addr, type_name,
+                        detail=f"{NOTHING_IN_FLIGHT}: its {futs[0].name} is {child.detail}")
+        return child
     if not _futurish(r, type_name):
         return None
     v, ok = _enum_variant(r, addr, type_name)
