@@ -930,6 +930,8 @@ class UprobeCapture(ClientView, CaptureBase):
         if ns is None or prog is None or cu is None or self._link is None:
             return
         self._nested_reap(prog)
+        if not self._running:
+            return  # stopped (the shell polls on its tick): as they are until the resume (before_resume)
         now = time.monotonic()
         want = ns.want(cu.sampling, now)
         if want is True:
