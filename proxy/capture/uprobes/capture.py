@@ -297,6 +297,7 @@ class UprobeCapture(ClientView, CaptureBase):
         self._nested_closing: list[Any] = []  # threads closing a nested (or, at the split, the main) link
         self._dedupe_on = False  # the split's new link and the old one both in: hits run twice
         self._kept_links: list[int] = []  # sites moved out of the nested link (found polled at a root)
+        self._nested_extra: list[int] = []  # nested return sites learned while in: closed with the nested link
         self._retsite_links: list[tuple[int, list[int]]] = []  # return sites' links (cookies) not split yet
         self._retsite_ret: dict[int, int] = {}  # a return site's cookie -> the return address it serves
         self._settle_ns: int | None = None  # the nested link came back (CLOCK_MONOTONIC ns): see _settling
@@ -848,17 +849,35 @@ class UprobeCapture(ClientView, CaptureBase):
             if first + len(sites) > self._site_cap:
                 return  # the site table is full: the rets stay
             prog.set_sites([st.spec for st in sites], first)
+            cookies = list(range(first, first + len(sites)))
+            # After the nested probes' split, a return site serving only nested
+            # functions belongs to the nested probes: out with them, or it traps
+            # for every other call returning there. The axum benchmark's handler
+            # future returns into futures_util's Map::poll after a vtable call
+            # that every boxed future of a request passes through: 438,234 hits
+            # in 5 s, 420,421 of them other calls' ("retsite other"), ~1.9 traps
+            # a request while the nested probes were out (docs/speed.md).
+            served = self._served(prog) if self._split and self.nested is not None else {}
+            inner = [c for c, ret in zip(cookies, new) if self._inner_fns(served.get(ret, set()))]
+            outer = [c for c in cookies if c not in inner]
+            offsets = {c: st.file_offset for c, st in zip(cookies, sites)}
             try:
-                link = prog.attach(self._path, [st.file_offset for st in sites], self._pid,
-                                   list(range(first, first + len(sites))))
+                # the nested ones: attached now only while the nested probes are in
+                link_out = prog.attach(self._path, [offsets[c] for c in outer], self._pid, outer) if outer else None
+                link_in = (prog.attach(self._path, [offsets[c] for c in inner], self._pid, inner)
+                           if inner and self.nested is not None and not self.nested.out else None)
             except B.BpfError as err:
                 for fn in list(self._ret_fns):
                     self._give_up(prog, fn, f"return sites could not be attached: {err}")
                 return
             self._att_sites += sites
             self.retsites += sites
-            self._retsite_links.append((link, list(range(first, first + len(sites)))))
-            self._retsite_ret.update(zip(range(first, first + len(sites)), new))
+            if link_out is not None:
+                self._retsite_links.append((link_out, outer))
+            if link_in is not None:
+                self._nested_extra.append(link_in)
+            self._nested_cookies += inner
+            self._retsite_ret.update(zip(cookies, new))
             if self.decoder is not None:
                 self.decoder.sites += [st.info for st in sites]
             for i, st in enumerate(sites, first):
@@ -975,12 +994,27 @@ class UprobeCapture(ClientView, CaptureBase):
                 inner.add(fn)
         self._inner_only = inner
 
-    def _is_inner(self, cookie: int, served: dict[int, set[int]]) -> bool:
+    @staticmethod
+    def _served(prog: B.Program) -> dict[int, set[int]]:
+        """Return address -> the resume functions (index) seen returning there."""
+        served: dict[int, set[int]] = {}
+        for ret, fn in prog.rets_seen():
+            served.setdefault(ret, set()).add(fn)
+        return served
+
+    def _fns_of(self, cookie: int, served: dict[int, set[int]]) -> set[int]:
+        """The resume functions a site serves: its own, or those returning at a return site."""
         st = self._att_sites[cookie]
-        if st.spec.kind == B.KIND_RETSITE:  # a return site: inner when each function returning there is
-            fns = served.get(self._retsite_ret.get(cookie, -1), set())
-            return bool(fns) and fns <= self._inner_only
-        return st.spec.kind in (B.KIND_ENTRY, B.KIND_EXIT, B.KIND_UNWIND) and st.spec.fn in self._inner_only
+        if st.spec.kind == B.KIND_RETSITE:
+            return served.get(self._retsite_ret.get(cookie, -1), set())
+        return {st.spec.fn} if st.spec.kind in (B.KIND_ENTRY, B.KIND_EXIT, B.KIND_UNWIND) else set()
+
+    def _is_inner(self, cookie: int, served: dict[int, set[int]]) -> bool:
+        """A return site is inner when each function returning there is."""
+        return self._inner_fns(self._fns_of(cookie, served))
+
+    def _inner_fns(self, fns: set[int]) -> bool:
+        return bool(fns) and fns <= self._inner_only
 
     def _nested_split(self, prog: B.Program) -> bool:
         """The first time out: the main link and the return sites' links become the
@@ -988,9 +1022,7 @@ class UprobeCapture(ClientView, CaptureBase):
         self._classify(prog)
         if not self._inner_only:
             return False
-        served: dict[int, set[int]] = {}
-        for ret, fn in prog.rets_seen():
-            served.setdefault(ret, set()).add(fn)
+        served = self._served(prog)
         main = list(self._cookie_list) if self._cookie_list is not None else list(range(len(self._offsets)))
         rets = [c for _link, cs in self._retsite_links for c in cs]
         inner = [c for c in main + rets if self._is_inner(c, served)]
@@ -1023,10 +1055,11 @@ class UprobeCapture(ClientView, CaptureBase):
             if not self._nested_split(prog):
                 return
         else:
-            if self._nested_link is None:
+            if self._nested_link is None and not self._nested_extra:
                 return
             self._classify(prog)
-            moved = [c for c in self._nested_cookies if self._att_sites[c].spec.fn in self._root_fn_ids]
+            served = self._served(prog)
+            moved = [c for c in self._nested_cookies if self._fns_of(c, served) & self._root_fn_ids]
             if moved:  # polled at a thread's root since: in a link of their own, for good
                 prog.set_dedupe(True)
                 try:
@@ -1039,9 +1072,11 @@ class UprobeCapture(ClientView, CaptureBase):
                     return
                 self._dedupe_on = True
                 self._nested_cookies = [c for c in self._nested_cookies if c not in set(moved)]
-            self._nested_closing.append(prog.detach_later(self._nested_link))
-            self._nested_link = None
-        fns = {self._att_sites[c].spec.fn for c in self._nested_cookies}
+            self._nested_closing += [prog.detach_later(lk) for lk in (self._nested_link, *self._nested_extra)
+                                     if lk is not None]
+            self._nested_link, self._nested_extra = None, []
+        fns = {self._att_sites[c].spec.fn for c in self._nested_cookies
+               if self._att_sites[c].spec.kind == B.KIND_ENTRY}
         self._inner_sites = {self._fn_site[f] for f in fns if f in self._fn_site}
         self.nested.moved(True, now)
 
@@ -1261,7 +1296,7 @@ class UprobeCapture(ClientView, CaptureBase):
         self._closing = self._swap = None
         self._ret_closing = []
         self._nested_closing = []
-        self._nested_link = None
+        self._nested_link, self._nested_extra = None, []
         self._ret_links = {}
         if self._lazy_close:
             # The program dies (a kill) or is gone: its hits are final now, and
