@@ -16,7 +16,10 @@ is a wait whose possible wakers memory tells:
 * a channel (oneshot, mpsc) and a Notify: the other tasks whose live locals
   hold a pointer to it (the channel's ``Arc``, the Notify or its ``Arc``).
   Its ``Arc`` strong count says whether every handle was found: a handle held
-  where no task's locals are (a thread's stack, a static) makes it unknown.
+  where no task's locals are (a thread's stack, a static) makes it unknown. A
+  Notify's Arc is a guess (16 bytes before it): counts no live Arc has (0, or
+  huge: a Notify that is a field further in, watch's ``notify_tx``) make it
+  unknown too.
   A channel whose senders are all dropped (strong count 1: only the
   receiver) wakes its receiver: not a wait. A Notify stored inside the
   waiting task's own future can be reached by no other task;
@@ -250,8 +253,16 @@ class _Context:
         assert self.r is not None
         n_others = len(holders[0]) - (1 if mine_too else 0)
         strong = self.r.mem.word(arc)
-        if strong is None or strong > 1 << 32:
+        weak = self.r.mem.word(arc + 8)
+        if strong is None or weak is None:
             return ev + f"; its Arc at 0x{arc:x} is unreadable (unknown)", None, False
+        # a Notify's Arc is a guess (the Notify at the start of an Arc's data); a Notify that is a
+        # field further in (watch's Shared.notify_tx) has other fields there, often 0. A live
+        # ArcInner's counts are both >= 1 (the strongs hold one weak): anything else is no Arc
+        # header, and "strong count 0" must not read as "nobody else holds it"
+        if not (0 < strong <= 1 << 32 and 0 < weak <= 1 << 32):
+            return (ev + f"; no live Arc header at 0x{arc:x} (strong {strong}, weak {weak}): who holds it"
+                    " is unknown"), None, False
         if res.kind in _CHANNELS and strong <= 1:
             return ev + "; every sender is dropped: the receive ends", (), True
         mine = 1 if res.kind in _CHANNELS else 0  # the waiter's own receiver holds one

@@ -80,3 +80,55 @@ def test_running_and_finished_tasks_wait_on_nothing() -> None:
     t = Task(1, t.addr, t.type_name, t.name, running, t.tree)
     graph, _ = analyse([t], None, inventory(), 0)
     assert graph.waits == () and graph.findings == ()
+
+
+class _Mem:
+    """Process memory as words (8-byte little endian); a word never written is unreadable."""
+
+    def __init__(self, words: dict[int, int]) -> None:
+        self.words = words
+
+    def word(self, addr: int) -> int | None:
+        return self.words.get(addr)
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        return None
+
+
+class _Reader:
+    def __init__(self, words: dict[int, int]) -> None:
+        self.mem = _Mem(words)
+
+
+# tokio's watch channel: Arc<Shared<T>>, Shared { value, state, ref_count_rx, notify_rx: BigNotify
+# ([Notify; 8]), notify_tx: Notify }. Sender::closed() waits on notify_tx, a field far into the
+# Arc's data: the 16 bytes before it are the end of notify_rx's last Notify (its waiter list's
+# head and tail, null when nobody waits), not an ArcInner's counts.
+WATCH_ARC = 0x10000
+NOTIFY_TX = WATCH_ARC + 0x10 + 0x1b8
+WATCH_WORDS = {WATCH_ARC: 2, WATCH_ARC + 8: 1, NOTIFY_TX - 16: 0, NOTIFY_TX - 8: 0, NOTIFY_TX: 0}
+
+
+def test_a_notify_inside_a_watch_channels_shared_is_not_read_as_an_arc() -> None:
+    """axum's connection task waits on `watch::Sender::closed()`: reading notify_tx's preceding word
+    as a strong count gave 0 and "nothing can wake"; a live Arc's counts are >= 1: unknown."""
+    t = task(1, "axum::serve::handle_connection",
+             [leaf("tokio::sync::Notify::notified", Resource("Notify", NOTIFY_TX))])
+    graph, _ = analyse([t], _Reader(WATCH_WORDS), inventory("axum::serve::handle_connection"), 0)
+    assert graph.findings == ()
+    [w] = graph.waits
+    assert w.wakers is None and "no live Arc header" in w.evidence and "unknown" in w.evidence, w.evidence
+    # absurd counts are no Arc header either (a pointer where the strong count would be)
+    huge = {**WATCH_WORDS, NOTIFY_TX - 16: 0x7f00_0000_1000, NOTIFY_TX - 8: 0x7f00_0000_2000}
+    graph, _ = analyse([t], _Reader(huge), inventory("axum::serve::handle_connection"), 0)
+    assert graph.findings == () and graph.waits[0].wakers is None, graph.waits
+
+
+def test_a_real_arc_header_is_still_read() -> None:
+    """The counts check keeps what a real ArcInner says: an mpsc receiver's Arc, strong 1 (its
+    own handle) and weak 1: every sender is dropped, the receive ends."""
+    t = task(4, "app::d", [leaf("tokio::sync::mpsc::Receiver::recv", Resource("mpsc", 0x4000))])
+    graph, _ = analyse([t], _Reader({0x4000: 1, 0x4008: 1}), inventory("app::d"), 0)
+    assert graph.findings == ()
+    [w] = graph.waits
+    assert w.wakers == () and w.external and "every sender is dropped" in w.evidence, w.evidence
