@@ -9,11 +9,17 @@ mask says which ended: branch 0 has not. Between two requests hyper's HTTP/1 dis
 service future in flight (`Server { in_flight: Pin<Box<Option<F>>>, .. }` is None): the tree showed
 that as branch 0 `core::option::Option (None) [completed]`, and the wait analysis then saw the task
 waiting on its other branch alone (the watch channel's Notify) and reported "nothing can wake" it.
-Branch 0 is hyper-util's connection, pending (it waits on its socket)."""
+Branch 0 is hyper-util's connection, pending (it waits on its socket).
+
+That Notify is watch's `notify_tx`, a field 0x100 into the channel's Arc data, awaited by
+`Sender::closed()` in the connection task and in the main task: the word 16 bytes before it (the end
+of another Notify, 0) was read as an Arc strong count, "references held by no other task (Arc strong
+count 0)", no waker. Counts no live Arc has make the wait unknown (`tree --json`'s waits)."""
 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import subprocess
@@ -52,6 +58,8 @@ def test_an_idle_connections_select_branch_is_its_pending_connection(variant: st
         time.sleep(0.3)  # the response written: the connection task back in its select!, idle
         out = subprocess.run([sys.executable, "-m", "proxy", "tree", str(p.pid)], cwd=ROOT, capture_output=True,
                              text=True, timeout=300)
+        js = subprocess.run([sys.executable, "-m", "proxy", "tree", "--json", str(p.pid)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
         assert p.poll() is None, "the server died"
         conn.request("GET", "/")  # and it goes on serving
         assert conn.getresponse().read()
@@ -68,3 +76,11 @@ def test_an_idle_connections_select_branch_is_its_pending_connection(variant: st
                         "hyper::proto::h1::dispatch::Server has nothing in flight: its in_flight is None)"], task.group(0)
     assert "[completed]" not in task.group(0), task.group(0)
     assert not re.search(rf"^(nothing can wake|blocked): #{task.group(1)} ", text, re.M), text[-3000:]
+    # the waits on watch::Sender::closed() (the connection task's and the main task's): unknown
+    assert js.returncode == 0, js.stderr
+    closed = [w for t in json.loads(js.stdout)["tasks"] for w in t["waits"]
+              if w["resource"]["kind"] == "Notify" and "tokio::sync::watch::" in w["evidence"]
+              and "::closed::" in w["evidence"]]
+    assert closed, js.stdout[-3000:]
+    for w in closed:
+        assert w["wakers"] is None and "no live Arc header" in w["evidence"], w

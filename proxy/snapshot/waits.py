@@ -259,7 +259,8 @@ class _Context:
         # a Notify's Arc is a guess (the Notify at the start of an Arc's data); a Notify that is a
         # field further in (watch's Shared.notify_tx) has other fields there, often 0. A live
         # ArcInner's counts are both >= 1 (the strongs hold one weak): anything else is no Arc
-        # header, and "strong count 0" must not read as "nobody else holds it"
+        # header, and "strong count 0" must not read as "nobody else holds it" (a weak count that
+        # `Arc::get_mut` has locked, usize::MAX, reads unknown too: the safe side)
         if not (0 < strong <= 1 << 32 and 0 < weak <= 1 << 32):
             return (ev + f"; no live Arc header at 0x{arc:x} (strong {strong}, weak {weak}): who holds it"
                     " is unknown"), None, False

@@ -100,12 +100,13 @@ class _Reader:
         self.mem = _Mem(words)
 
 
-# tokio's watch channel: Arc<Shared<T>>, Shared { value, state, ref_count_rx, notify_rx: BigNotify
-# ([Notify; 8]), notify_tx: Notify }. Sender::closed() waits on notify_tx, a field far into the
-# Arc's data: the 16 bytes before it are the end of notify_rx's last Notify (its waiter list's
+# tokio's watch channel: Arc<Shared<T>>; tokio 1.53's Shared<()> (the bench server's axum, release,
+# read from its DWARF): notify_rx: BigNotify ([Notify; 8], 256 bytes) at 0, notify_tx: Notify at
+# 0x100, then value, state, ref_count_rx, ref_count_tx. Sender::closed() waits on notify_tx, far into
+# the Arc's data: the 16 bytes before it are the end of notify_rx's last Notify (its waiter list's
 # head and tail, null when nobody waits), not an ArcInner's counts.
 WATCH_ARC = 0x10000
-NOTIFY_TX = WATCH_ARC + 0x10 + 0x1b8
+NOTIFY_TX = WATCH_ARC + 0x10 + 0x100
 WATCH_WORDS = {WATCH_ARC: 2, WATCH_ARC + 8: 1, NOTIFY_TX - 16: 0, NOTIFY_TX - 8: 0, NOTIFY_TX: 0}
 
 
