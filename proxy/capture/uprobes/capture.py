@@ -1051,6 +1051,12 @@ class UprobeCapture(ClientView, CaptureBase):
         assert self.nested is not None
         if self._nested_closing:
             return  # the last close (or the split's) is not done yet
+        # the return addresses the nested functions' entries noted while in are
+        # learned now, not at the next step: a function polled through a vtable
+        # keeps its rets probed until then, and those would trap at every return
+        # while its entries are out (each an exit without its entry: 17,700 in
+        # the first 0.3 s out on the axum benchmark, single-stepped)
+        self._returns_step(force=True)
         if not self._split:
             if not self._nested_split(prog):
                 return
