@@ -644,7 +644,7 @@ def resume_listening(pid: int, port: int) -> None:
 
 def learn_return_sites(cap: Any, port: int) -> None:
     """Warm-up: the return sites of the polls made through vtables are learned and
-    probed (capture.py _returns_step), as the proxy does in its first 0.5 s."""
+    probed (returns.py _returns_step), as the proxy does in its first 0.5 s."""
     for _ in range(50):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
     cap._returns_step(force=True)

@@ -925,7 +925,7 @@ def test_time_slices_take_the_probes_out_and_keep_the_graph_sound() -> None:
 def test_time_slices_wait_for_the_cpu_budget() -> None:
     """--sample-time under the watcher's CPU budget (`--uprobe-budget`): a slice
     begins only once the proxy's CPU since the last one began is within the
-    budget of the time since (capture.py `_slice_step`). tokio_bench polls in a
+    budget of the time since (slices.py `_slice_step`). tokio_bench polls in a
     tight loop: at 50% duty the proxy folds far more than 10% of a core's worth.
     The same run with the budget and without (2,000,000 iterations: 0.51-0.58 of
     a core and 41-42% of the time in slices without it; 0.10-0.11 and 1-3% with
@@ -956,7 +956,9 @@ def test_time_slices_wait_for_the_cpu_budget() -> None:
         got[budget] = (float(share.group(1)) / 100, cpu, cap.slice_held, line)
     (share0, cpu0, held0, line0), (share1, cpu1, held1, line1) = got[None], got[0.1]
     assert held0 == 0 and "no CPU budget" in line0, line0
-    assert cpu0 > 0.25, got  # the premise: unbounded, folding the slices takes most of a core
+    # the premise: unbounded, folding the slices takes well over the budget (0.51-0.58 of a core
+    # on the quiet machine, 0.22 at load 6-7, where the proxy gets what the others leave)
+    assert cpu0 > 0.1 * 1.5, got
     assert held1 >= 1 and "the CPU budget (10% of a core" in line1 and "held" in line1, line1
     assert share1 < share0 * 0.75, got
     assert cpu1 < 0.1 * 1.6, got  # the fold of the slice under way runs past the check
@@ -1004,7 +1006,7 @@ def test_exits_at_learned_return_sites_count_every_poll_once() -> None:
     data: no direct caller to put its exit probes after) starts with its rets
     probed while its entries note their return addresses; the proxy checks each
     (a call ends there, then a straight window to an emulated instruction) and
-    probes it, and the rets' link is closed (capture.py ``_returns_step``). The
+    probes it, and the rets' link is closed (returns.py ``_returns_step``). The
     same current-thread run with its rets probed all along: the same entries,
     entries = exits + the polls that returned to an address not probed yet
     (counted at their entry), and nothing unmatched."""
@@ -1406,7 +1408,7 @@ def test_catch_up_within_a_cpu_budget_holds_back_new_tasks(config: str) -> None:
 @pytest.mark.parametrize("config", ["debug", "release"])
 def test_nested_probes_follow_the_budget(config: str) -> None:
     """Full mode under a CPU budget takes the probes of the coroutines polled only
-    inside other polls out while the kernel samples (capture.py `_nested_step`,
+    inside other polls out while the kernel samples (nested.py `_nested_step`,
     catchup.py NestedProbes); the tasks' probes stay in. The keep-alive http_server
     under a 0.1% budget (the fold held: the kernel samples, the nested link goes
     out), two stops, the nested probes back in at each resume and out again. At

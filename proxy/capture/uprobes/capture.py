@@ -64,7 +64,7 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   graph at any stop is the one every poll recorded gives. Not there: the
   elided coroutines' own rows in ``top`` and ``tasks --all`` (finished, never
   graph tasks) and their polls in the histograms.
-* Return sites (``_returns_step``): a resume function polled through a
+* Return sites (``returns.py``): a resume function polled through a
   vtable starts with its exits on its rets (single-stepped by the kernel, a
   link of their own) while the BPF side notes each poll's return address;
   every ``learn_s`` the new ones are checked (``caller_exits.return_site``)
@@ -87,11 +87,16 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   (docs/uprobes.md, "Where the probes stand").
   Where the plan or the attach fails, the session keeps them as hidden
   breakpoints (``counting``).
+
+What changes the links while the program runs has a module each, mixed into
+``UprobeCapture`` (whose ``__init__`` holds their state): the time slices
+(``slices.py``), the tasks-mode swap (``tasks_mode.py``), the learned return
+sites (``returns.py``) and full mode's nested link under the CPU budget
+(``nested.py``; when: ``catchup.py``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import struct
@@ -105,17 +110,20 @@ from proxy.analysis.model import Inventory
 from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
-from proxy.graph.events import PollEnter, PollExit, PollResumed
+from proxy.graph.events import PollEnter, PollResumed
 from proxy.session.probes import Probe
 from proxy.session.procedure import Exchange, Procedure
 
 from . import bpf as B
 from .decode import ENTRY_REC, F_STATE, PARENT, PARENT_AT, Decoder, EntryCapture, InstanceTotals, entry_capture
-from .caller_exits import return_site
 from .catchup import CatchUp, NestedProbes
 from .client_view import DEBUG_REGISTERS, ClientView
+from .nested import NestedLinks
+from .returns import LearnedReturns
+from .slices import TimeSlices
+from .tasks_mode import TasksMode
 from .host import host_check, running_file
-from .sites import Site, SitePlan, count_site, plan_sites, retsite_site
+from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
 
 _COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
@@ -123,13 +131,12 @@ _REC_BYTES = 116  # a record's mean size in the ring (entries 152 with the heade
 BATCH = 2048  # records folded between two looks at the clock
 RETSITE_ROOM = 256  # room in the site table for learned return sites
 RESYNC_CREDITS = 16  # stack slices a fold, a thread, while threads wait to be resynchronised after lost events
-SETTLE_NS = 2_000_000_000  # after the nested probes came back: at most this long (stream time) dropping their events
 # blocked in install_early's thread: they are the session's, taken in its main thread
 _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGPIPE,
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
-class UprobeCapture(ClientView, CaptureBase):
+class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientView, CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
     installs_early = True  # count sites only: attached from the client's first `?` on (install_early)
@@ -703,500 +710,6 @@ class UprobeCapture(ClientView, CaptureBase):
             return True
         return self._prog is not None and (bool(self._prog.links) or self._sliced_out)
 
-    # ------------------------------------------------------------------ time slices
-    # `--sample-time PCT`: the probes are in for `slice_on_s` (50 ms; as long as
-    # the shell's next poll comes), then out (the links closed: the kernel takes
-    # the int3s out, the program runs bare) for as long as makes the duty PCT%
-    # of that. Closing the link is what removes the int3s; a disabled program
-    # would still trap. Closing waits for the kernel (~30 ms: a thread does it,
-    # off the proxy's loop; the probes record until it returns). The first
-    # slice lasts until a task's poll was seen whole (the roots below are
-    # learnt). Before the next slice attaches, the close done:
-    # * the ring is folded (the records written before the close), then every
-    #   poll still open in the engine is dropped (its exit comes after the
-    #   slice: resync_thread with no frames) and the kernel's scope and thread
-    #   tables are cleared, so an entry without its exit never pairs with a
-    #   later exit at the same (thread, sp);
-    # * in the next slice a thread's events are fed only from its first entry
-    #   called from where only root polls (tasks) were seen called from, its
-    #   return address (_root_ok): a slice that begins in the middle of a
-    #   task's poll would otherwise make the inner coroutines look like tasks
-    #   of their own. tokio_bench polls one async fn both as a spawned task
-    #   and inside its main future, at times at the same stack pointer: the
-    #   function or the sp is not enough (integration/test_uprobes.py). The first slice starts at install, the program
-    #   stopped: every thread is fed from the start and the roots are learnt.
-    # The watcher's CPU budget (`--uprobe-budget`, 10% of a core) holds the next
-    # slice back until the proxy's CPU since the last slice began is within the
-    # budget of the time since: a slice of every probe records every poll, and
-    # folding them took the proxy ~19% of a core at 10% duty on the axum
-    # benchmark (2.5 µs a request of the watcher's against the server's 11.1).
-    # The duty is then what the budget allows (`stats` gives the share).
-    def _slice_step(self) -> None:
-        prog = self._prog
-        if self.slice_duty >= 1.0 or prog is None or not self._offsets or self._stopped_at is not None:
-            return
-        now = time.monotonic()
-        spent = now - self._slice_t0
-        if not self._sliced_out:
-            if spent < self.slice_on_s or (self.slices == 0 and not self._root_rets - self._nested_rets):
-                return  # the first slice lasts until a task's poll was seen whole
-            t0 = time.perf_counter()
-            if self._link is not None:
-                self._closing = prog.detach_later(self._link)
-                self._link = None
-            self.slice_detach_s.append(time.perf_counter() - t0)
-            self._sliced_out = True
-            self.slice_in_s += spent
-            if not self.slices:
-                self.first_slice_s = spent
-            # the off time keeps the duty of what the slice lasted (a loaded proxy polls late:
-            # slices of 50 ms measured 300 ms at load 9); the first may last long, idle: at most
-            # 2 slices' worth
-            self._last_in = spent if self.slices else min(spent, 2 * self.slice_on_s)
-            self._slice_t0 = now
-            return
-        off_s = self._last_in * (1.0 - self.slice_duty) / self.slice_duty
-        if spent < off_s:
-            return
-        if self.slice_budget is not None and self._slice_clock is not None:
-            wall0, cpu0 = self._slice_clock
-            if time.process_time() - cpu0 > self.slice_budget * (now - wall0):
-                if not self._held_since:
-                    self._held_since, self.slice_held = now, self.slice_held + 1
-                return  # the budget spent: the program runs bare a while longer
-        if self._held_since:
-            self.slice_held_s += now - self._held_since
-            self._held_since = 0.0
-        if self._closing is not None:
-            self._closing.join()  # the last slice's link is closed (it takes ~30 ms, off the loop)
-            self._closing = None
-        self._fold(budget_s=None)  # everything the last slice wrote (until its link was closed)
-        self._end_slice(prog)
-        t0 = time.perf_counter()
-        try:
-            self._link = prog.attach(self._path or "", self._offsets, self._pid, self._cookie_list)
-        except B.BpfError as err:
-            self.notices.append(f"uprobes: time slice {self.slices + 1} could not attach: {err}")
-            self._offsets = []  # no more slices: the capture is out
-            self._sliced_out = False
-            return
-        self.slice_attach_s.append(time.perf_counter() - t0)
-        self._slice_clock = (now, time.process_time())
-        self._sliced_out = False
-        self.slice_out_s += spent
-        self._slice_t0 = now
-        self.slices += 1
-
-    # ------------------------------------------------------------------ task-level probes
-    # `--mode tasks`: every resume function is probed at first, and the engine's
-    # scopes say which are polled at the root of a thread (tasks: their runtime
-    # polls them) and which only inside another poll. Each time `learn_s` (0.5 s)
-    # passed and `learn_entries` (300) more polls were recorded, the link is swapped
-    # for one without the latter (when there are new ones): a request through axum then traps 4 times (its connection task's
-    # entry and exit, twice), not 10. The new link is attached before the old one
-    # is closed, so no poll goes unseen; meanwhile a hit at a site both hold runs
-    # the BPF program twice, and the second run is dropped (CFG_DEDUPE, same ip
-    # and sp on the thread). Functions never polled while learning stay probed
-    # (a later task kind); polls nested in a task's poll then come only from the
-    # coroutines still probed, and the await tree under a task is read from
-    # memory at each stop (reflection), as in `--mode off`. The kernel keeps
-    # every probed poll's count and time per instance (sampling's fold), so the
-    # tasks' POLLS and BUSY in `top` stay exact.
-    def _tasks_step(self) -> None:
-        prog = self._prog
-        if self._swap is not None and not self._swap.is_alive():
-            self._swap.join()
-            self._swap = None
-            if prog is not None:
-                prog.set_dedupe(False)
-        if not self._learning or prog is None or self._link is None or self._sliced_out or self._swap is not None:
-            return
-        if time.monotonic() - self._learn_t0 < self.learn_s or self._learn_entries < self.learn_entries:
-            return
-        nested_only = self._nested_fns - self._root_fns
-        keep = [(i, st) for i, st in zip(self._cookie_list or range(len(self._att_sites)), self._kept_sites())
-                if st.spec.kind == B.KIND_COUNT or st.info.site not in nested_only]
-        self._learn_t0, self._learn_entries = time.monotonic(), 0
-        if len(keep) == len(self._offsets) or not keep:
-            return
-        offsets, cookies = [st.file_offset for _, st in keep], [i for i, _ in keep]
-        prog.set_dedupe(True)
-        try:
-            link = prog.attach(self._path or "", offsets, self._pid, cookies)
-        except B.BpfError as err:
-            prog.set_dedupe(False)
-            self._learning = False
-            self.notices.append(f"uprobes: task-level probes could not be attached, all stay: {err}")
-            return
-        old, self._link = self._link, link
-        self._offsets, self._cookie_list = offsets, cookies
-        self._swap = prog.detach_later(old)
-        self.swaps += 1
-        names = {st.info.site: st.name for st in self._att_sites if st.spec.kind == B.KIND_ENTRY}
-        self.tasks_left_out = sorted(names.get(f, hex(f)) for f in nested_only)
-
-    def _returns_step(self, force: bool = False) -> None:
-        """Exits at learned return sites. A resume function polled through a vtable
-        has no direct caller whose next instruction could hold its exit probe, so
-        its exits start on its single-stepped rets (a link of their own) while its
-        entries note each return address (``rets_seen``). Every ``learn_s``, each
-        new return address is checked (``return_site``: the instruction before it
-        is a call, then a straight window to an emulated instruction that no
-        branch lands in) and probed there; a function whose return addresses are
-        all probed then has its entries check theirs (REG_RETSITES) and its rets'
-        link is closed. A poll that returns to an address not probed yet is
-        counted at its entry (``uncovered`` in stats; its exit is not seen) and
-        its return site is probed at the next step. A return address that fails
-        the check gives the function its rets back for good."""
-        prog = self._prog
-        if prog is None or not self._ret_fns or self._elf is None or self._path is None:
-            return
-        now = time.monotonic()
-        if not force and now - self._returns_t0 < self.learn_s:
-            return
-        self._returns_t0 = now
-        bias = int(getattr(self.target, "bias", 0) or 0)
-        starts = [fn.low_pc for fn in self.inventory.resume_fns] if self.inventory is not None else []
-        new: dict[int, Site] = {}  # return address (runtime) -> its probe
-        for (ret, fn), _n in sorted(prog.rets_seen().items()):
-            if ret in self._covered or ret in new or fn in self._given_up or fn not in self._ret_fns:
-                continue
-            got = return_site(self._elf, ret - bias, starts)
-            site = retsite_site(self._elf, got, ret - bias, bias) if not isinstance(got, str) else None
-            if site is None or site.addr in self._sites_by_addr or site.addr in self._client_sw:
-                why = got if isinstance(got, str) else f"its return site 0x{ret:x} is probed or watched already"
-                self._give_up(prog, fn, why)
-                continue
-            new[ret] = site
-        if new:
-            first = len(self._att_sites)
-            sites = list(new.values())
-            if first + len(sites) > self._site_cap:
-                return  # the site table is full: the rets stay
-            prog.set_sites([st.spec for st in sites], first)
-            cookies = list(range(first, first + len(sites)))
-            # After the nested probes' split, a return site serving only nested
-            # functions belongs to the nested probes: out with them, or it traps
-            # for every other call returning there. The axum benchmark's handler
-            # future returns into futures_util's Map::poll after a vtable call
-            # that every boxed future of a request passes through: 438,234 hits
-            # in 5 s, 420,421 of them other calls' ("retsite other"), ~1.9 traps
-            # a request while the nested probes were out (docs/speed.md).
-            served = self._served(prog) if self._split and self.nested is not None else {}
-            inner = [c for c, ret in zip(cookies, new) if self._inner_fns(served.get(ret, set()))]
-            outer = [c for c in cookies if c not in inner]
-            offsets = {c: st.file_offset for c, st in zip(cookies, sites)}
-            try:
-                # the nested ones: attached now only while the nested probes are in
-                link_out = prog.attach(self._path, [offsets[c] for c in outer], self._pid, outer) if outer else None
-                link_in = (prog.attach(self._path, [offsets[c] for c in inner], self._pid, inner)
-                           if inner and self.nested is not None and not self.nested.out else None)
-            except B.BpfError as err:
-                for fn in list(self._ret_fns):
-                    self._give_up(prog, fn, f"return sites could not be attached: {err}")
-                return
-            self._att_sites += sites
-            self.retsites += sites
-            if link_out is not None:
-                self._retsite_links.append((link_out, outer))
-            if link_in is not None:
-                self._nested_extra.append(link_in)
-            self._nested_cookies += inner
-            self._retsite_ret.update(zip(cookies, new))
-            if self.decoder is not None:
-                self.decoder.sites += [st.info for st in sites]
-            for i, st in enumerate(sites, first):
-                self._sites_by_addr[st.addr] = st
-                self._cookies[st.addr] = i
-            self._mask = sorted(self._mask + [(st.addr, st.original) for st in sites])
-            prog.add_retsites(list(new))
-            self._covered.update(new)
-        # functions whose every return address seen is probed: their rets go
-        seen = prog.rets_seen()
-        for fn, link in list(self._ret_links.items()):
-            if fn in self._given_up or not any(f == fn for _r, f in seen):
-                continue
-            if all(r in self._covered for r, f in seen if f == fn):
-                for c in self._ret_fns[fn]:
-                    prog.set_sites([dataclasses.replace(self._att_sites[c].spec, cfa_reg=B.REG_RETSITES)], c)
-                del self._ret_links[fn]
-                self._ret_closing.append(prog.detach_later(link))
-
-    def _give_up(self, prog: B.Program, fn: int, why: str) -> None:
-        """The function's exits stay on (or go back to) its rets: the rets' link
-        first, then its entries stop checking their return addresses (REG_LEARN:
-        none uncovered). If the rets cannot be probed again, the entries keep
-        checking: its polls are still counted, at their entries."""
-        self._given_up[fn] = why
-        if fn not in self._ret_links and self._path is not None:
-            mine = [i for i, st in enumerate(self._att_sites) if st.group == fn + 1]
-            try:
-                self._ret_links[fn] = prog.attach(self._path, [self._att_sites[i].file_offset for i in mine],
-                                                  self._pid, mine)
-            except B.BpfError as err:
-                self.notices.append(f"uprobes: the rets of {self._fn_name(fn)[:60]} could not be probed "
-                                    f"again ({err}): its polls are counted at their entries, exits not seen")
-                return
-        for c in self._ret_fns.get(fn, []):
-            prog.set_sites([self._att_sites[c].spec], c)
-
-    # ------------------------------------------------------------------ nested probes follow the budget
-    # Full mode under a CPU budget (catchup.py NestedProbes). While the kernel
-    # samples (the proxy behind or its budget spent), most polls are not
-    # recorded, yet every probe still traps: on the axum benchmark the 6 traps a
-    # request of the coroutines polled inside a connection's poll cost the server
-    # ~9.6 µs of its 27. So while it samples, the probes of the resume functions
-    # only ever entered inside another poll (the kernel counts those entries per
-    # site: `site_nested`) are out: their link is closed, and the tasks' probes
-    # stay in their own link, so the kernel keeps folding every task poll into
-    # its totals (POLLS and BUSY exact). The first time, the main link is split:
-    # the tasks' link (with the return sites serving any other function) is
-    # attached before the old links are closed (both in meanwhile: a hit at a
-    # site both hold runs twice, the second dropped, CFG_DEDUPE); from then on
-    # only the nested link is closed and attached again. The graph across:
-    # * a nested poll in progress when its link closes never gets its exit: the
-    #   kernel pops its scope at the task poll's exit, the engine counts a missed
-    #   exit there (and asks its state);
-    # * when the nested probes come back (once the catch-up records every poll
-    #   again and they were out long enough, or at a stop: before the resume),
-    #   everything is folded first, and the graph forgets the nested coroutines
-    #   not polling now (`Engine.forget_idle`: they may have completed or moved
-    #   on unseen; the tree at a stop comes from memory under each task anyway);
-    # * then a thread's nested events are dropped while it is in a task poll
-    #   begun before they came back (`_settling`): an inner coroutine entered
-    #   before would be missing between the task and the ones entered after, and
-    #   its exit would match nothing.
-    # A function first polled at a thread's root while its probes are out is
-    # not seen then (found at the next in time: it stays in from then on); new
-    # return sites learned after the split stay in their own links.
-    def _nested_step(self) -> None:
-        ns, prog, cu = self.nested, self._prog, self.catchup
-        if ns is None or prog is None or cu is None or self._link is None:
-            return
-        self._nested_reap(prog)
-        if not self._running:
-            return  # stopped (the shell polls on its tick): as they are until the resume (before_resume)
-        now = time.monotonic()
-        want = ns.want(cu.sampling, now)
-        if want is True:
-            self._nested_take_out(prog, now)
-        elif want is False:
-            self._nested_put_back(prog, now)
-
-    def _nested_reap(self, prog: B.Program) -> None:
-        """The closes done: their threads joined, CFG_DEDUPE off after the split's swap;
-        the settling over (see `_settling`)."""
-        if self._nested_closing and not any(th.is_alive() for th in self._nested_closing):
-            for th in self._nested_closing:
-                th.join()
-            self._nested_closing = []
-            if self._dedupe_on:
-                prog.set_dedupe(False)
-                self._dedupe_on = False
-        if self._settle_ns is not None and self._settle_seen > self._settle_ns + 10_000_000:
-            eng = self.engine
-            old = eng is not None and any(
-                sc and (sc[0].time_ns or 0) < self._settle_ns for sc in (eng.scopes(t) for t in eng.threads()))
-            if not old or self._settle_seen > self._settle_ns + SETTLE_NS:
-                self._settle_ns = None
-
-    def _classify(self, prog: B.Program) -> None:
-        """Which resume functions were only ever entered inside another poll (the kernel's
-        `site_nested` against `site_hits`, per entry site): `_inner_only`. Once entered at
-        a thread's root, a function is a task's and stays in."""
-        by_fn: dict[int, list[int]] = {}
-        for i, st in enumerate(self._att_sites):
-            if st.spec.kind == B.KIND_ENTRY:
-                by_fn.setdefault(st.spec.fn, []).append(i)
-        cookies = [c for cs in by_fn.values() for c in cs]
-        hits, nested = prog.site_hits(cookies), prog.site_hits(cookies, "site_nested")
-        inner = set()
-        for fn, cs in by_fn.items():
-            h, n = sum(hits.get(c, 0) for c in cs), sum(nested.get(c, 0) for c in cs)
-            if h > n:
-                self._root_fn_ids.add(fn)
-            elif h and fn not in self._root_fn_ids:
-                inner.add(fn)
-        self._inner_only = inner
-
-    @staticmethod
-    def _served(prog: B.Program) -> dict[int, set[int]]:
-        """Return address -> the resume functions (index) seen returning there."""
-        served: dict[int, set[int]] = {}
-        for ret, fn in prog.rets_seen():
-            served.setdefault(ret, set()).add(fn)
-        return served
-
-    def _fns_of(self, cookie: int, served: dict[int, set[int]]) -> set[int]:
-        """The resume functions a site serves: its own, or those returning at a return site."""
-        st = self._att_sites[cookie]
-        if st.spec.kind == B.KIND_RETSITE:
-            return served.get(self._retsite_ret.get(cookie, -1), set())
-        return {st.spec.fn} if st.spec.kind in (B.KIND_ENTRY, B.KIND_EXIT, B.KIND_UNWIND) else set()
-
-    def _is_inner(self, cookie: int, served: dict[int, set[int]]) -> bool:
-        """A return site is inner when each function returning there is."""
-        return self._inner_fns(self._fns_of(cookie, served))
-
-    def _inner_fns(self, fns: set[int]) -> bool:
-        return bool(fns) and fns <= self._inner_only
-
-    def _nested_split(self, prog: B.Program) -> bool:
-        """The first time out: the main link and the return sites' links become the
-        tasks' link (attached first) and the nested sites (attached when they come back)."""
-        self._classify(prog)
-        if not self._inner_only:
-            return False
-        served = self._served(prog)
-        main = list(self._cookie_list) if self._cookie_list is not None else list(range(len(self._offsets)))
-        rets = [c for _link, cs in self._retsite_links for c in cs]
-        inner = [c for c in main + rets if self._is_inner(c, served)]
-        keep = [c for c in main + rets if c not in set(inner)]
-        if not inner or not keep:
-            return False
-        prog.set_dedupe(True)
-        try:
-            link = prog.attach(self._path or "", [self._att_sites[c].file_offset for c in keep], self._pid, keep)
-        except B.BpfError as err:
-            prog.set_dedupe(False)
-            self.nested, self.nested_note = None, f"the tasks' probes could not be linked apart ({err})"
-            self.notices.append(f"uprobes: nested probes stay in: {self.nested_note}")
-            return False
-        old = [self._link, *(lk for lk, _cs in self._retsite_links)]
-        self._link, self._cookie_list = link, keep
-        self._offsets = [self._att_sites[c].file_offset for c in keep]
-        self._retsite_links = []
-        self._nested_cookies = inner
-        self._dedupe_on = True
-        self._nested_closing += [prog.detach_later(lk) for lk in old if lk is not None]
-        self._split = True
-        return True
-
-    def _nested_take_out(self, prog: B.Program, now: float) -> None:
-        assert self.nested is not None
-        if self._nested_closing:
-            return  # the last close (or the split's) is not done yet
-        # the return addresses the nested functions' entries noted while in are
-        # learned now, not at the next step: a function polled through a vtable
-        # keeps its rets probed until then, and those would trap at every return
-        # while its entries are out (each an exit without its entry: 17,700 in
-        # the first 0.3 s out on the axum benchmark, single-stepped)
-        self._returns_step(force=True)
-        if not self._split:
-            if not self._nested_split(prog):
-                return
-        else:
-            if self._nested_link is None and not self._nested_extra:
-                return
-            self._classify(prog)
-            served = self._served(prog)
-            moved = [c for c in self._nested_cookies if self._fns_of(c, served) & self._root_fn_ids]
-            if moved:  # polled at a thread's root since: in a link of their own, for good
-                prog.set_dedupe(True)
-                try:
-                    self._kept_links.append(prog.attach(self._path or "", [self._att_sites[c].file_offset
-                                                                           for c in moved], self._pid, moved))
-                except B.BpfError as err:
-                    prog.set_dedupe(False)
-                    self.notices.append(f"uprobes: nested probes stay in: {err}")
-                    self.nested = None
-                    return
-                self._dedupe_on = True
-                self._nested_cookies = [c for c in self._nested_cookies if c not in set(moved)]
-            self._nested_closing += [prog.detach_later(lk) for lk in (self._nested_link, *self._nested_extra)
-                                     if lk is not None]
-            self._nested_link, self._nested_extra = None, []
-        fns = {self._att_sites[c].spec.fn for c in self._nested_cookies
-               if self._att_sites[c].spec.kind == B.KIND_ENTRY}
-        self._inner_sites = {self._fn_site[f] for f in fns if f in self._fn_site}
-        self.nested.moved(True, now)
-
-    def _nested_put_back(self, prog: B.Program, now: float) -> None:
-        assert self.nested is not None
-        if any(th.is_alive() for th in self._nested_closing):
-            return  # the close is not done yet: the next look
-        self._nested_reap(prog)
-        if not self._nested_cookies:
-            self.nested.moved(False, now)
-            return
-        if self._running:
-            self._fold(budget_s=None)  # the graph up to now first (the catch-up left little unread)
-        self._forget_inner()
-        t = time.monotonic_ns()  # the BPF program's clock (CLOCK_MONOTONIC)
-        try:
-            self._nested_link = prog.attach(self._path or "", [self._att_sites[c].file_offset
-                                                               for c in self._nested_cookies],
-                                            self._pid, self._nested_cookies)
-        except B.BpfError as err:
-            self.nested_note = f"the nested probes could not be attached again ({err}): they stay out"
-            self.notices.append(f"uprobes: {self.nested_note}")
-            self.nested.moved(False, now)
-            self.nested = None
-            return
-        self._settle_ns, self._settle_seen = t, 0
-        self.nested.moved(False, now)
-
-    def _forget_inner(self) -> None:
-        """The graph forgets the nested coroutines not polling now (stale while their probes were out)."""
-        if self.engine is not None and self._inner_sites:
-            self.nested_forgotten += self.engine.forget_idle(self._inner_sites)
-
-    def _settling(self, ev: Any, engine: Engine) -> bool:
-        """After the nested probes came back: whether `ev` (an entry or exit of a nested
-        function) is dropped, its thread being in a task poll begun before they came back."""
-        t = getattr(ev, "time_ns", None)
-        if t is not None and t > self._settle_seen:
-            self._settle_seen = t
-        if type(ev) not in (PollEnter, PollExit) or ev.site not in self._inner_sites:
-            return False
-        scopes = engine.scopes(ev.thread)
-        if scopes and (scopes[0].time_ns or 0) < (self._settle_ns or 0):
-            self.nested_dropped += 1
-            return True
-        return False
-
-    def nested_line(self) -> str | None:
-        """`stats`: the nested probes' out time and what it costs."""
-        ns = self.nested
-        if ns is None:
-            if self.nested_note:
-                return f"nested probes: {self.nested_note}"
-            return None
-        if not self._split:
-            return ("nested probes: taken out while the kernel samples (the resume functions polled only inside "
-                    "other polls; none out so far)")
-        out, run = ns.totals(time.monotonic())
-        names = sorted({self._fn_name(self._att_sites[c].spec.fn)[:50] for c in self._nested_cookies
-                        if self._att_sites[c].spec.kind == B.KIND_ENTRY})
-        return (f"nested probes out {out / run if run > 0 else 0:.0%} of the running time (budget; {out:.1f} s of "
-                f"{run:.1f} s, {ns.outs} times, the longest {ns.longest_s:.1f} s{', out now' if ns.out else ''}): "
-                f"{len(names)} resume functions polled only inside other polls ({', '.join(names[:3])}"
-                f"{' ...' if len(names) > 3 else ''}); their polls, the edges under the tasks and the histograms "
-                f"are of the in time only, tasks' POLLS and BUSY exact (their probes stay in); nested coroutines "
-                f"forgotten when their probes came back: {self.nested_forgotten:,}, their events dropped inside "
-                f"a task poll begun before: {self.nested_dropped:,}; `--uprobe-budget 0` keeps every probe in")
-
-    def nested_note_for_top(self) -> str | None:
-        ns = self.nested
-        if ns is None or not ns.outs:
-            return None
-        return (f"nested probes out {ns.share(time.monotonic()):.0%} of the running time (budget): their polls, "
-                "the edges and histograms are of the in time only; tasks' POLLS and BUSY exact")
-
-    def returns_line(self) -> str | None:
-        if not self._ret_fns:
-            return None
-        c = self.counters()
-        moved = len(self._ret_fns) - len(self._ret_links)
-        line = (f"{len(self._ret_fns)} resume functions polled through a vtable: {moved} with their exits at "
-                f"{len(self.retsites)} return sites learned at run time (the emulated instruction after the "
-                f"return address; their rets no longer probed); polls that returned to an address not probed yet "
-                f"(counted at their entry, exit not seen): {c.get('uncovered', 0):,}; return-site hits of other "
-                f"calls: {c.get('retsite other', 0):,}")
-        if self._given_up:
-            line += "; exits left on the rets: " + "; ".join(
-                f"{self._fn_name(fn)[:50]} ({why})" for fn, why in self._given_up.items())
-        return line
 
     def _fn_name(self, fn: int) -> str:
         inv = self.inventory
@@ -1207,90 +720,6 @@ class UprobeCapture(ClientView, CaptureBase):
         if self._cookie_list is None:
             return list(self._att_sites)
         return [self._att_sites[i] for i in self._cookie_list]
-
-    def tasks_line(self) -> str | None:
-        if not self.tasks_only:
-            return None
-        if not self.swaps:
-            return (f"tasks mode: learning which resume functions are tasks' roots ({len(self._root_fns)} so far, "
-                    f"{len(self._nested_fns - self._root_fns)} only inside other polls); every one is probed")
-        n_fn = len({st.info.site for st in self._att_sites if st.spec.kind == B.KIND_ENTRY})
-        return (f"tasks mode: {n_fn - len(self.tasks_left_out)} of {n_fn} resume functions probed "
-                f"({self.swaps} swaps, each after {self.learn_s:g} s and {self.learn_entries} polls seen); "
-                f"{len(self.tasks_left_out)} seen only inside other polls are "
-                "left out (their polls after that are not seen: the await tree under a task comes from memory "
-                "at each stop)" + (f": {', '.join(n[:60] for n in self.tasks_left_out[:4])}"
-                                   + (" ..." if len(self.tasks_left_out) > 4 else "") if self.tasks_left_out else ""))
-
-    def _end_slice(self, prog: B.Program) -> None:
-        engine = self.engine
-        if engine is not None:
-            for t in engine.threads():
-                engine.resync_thread(t, [])
-        prog.new_epoch()
-        self._settled = set()
-        self._resync.clear()
-
-    def _root_ok(self, ev: PollEnter) -> bool:
-        """An entry that starts a root poll for sure: called from a place (its
-        return address) where root polls were seen and never a poll nested in
-        another. A runtime polls its tasks from its own code; a coroutine polls
-        another from inside its resume function or a combinator it calls."""
-        ret = ev.return_addr
-        return ret in self._root_rets and ret not in self._nested_rets
-
-    def _feed_sliced(self, ev: Any, engine: Engine) -> bool:
-        """Whether `ev` is fed (time slices): see _slice_step. Learns the root sites."""
-        t = getattr(ev, "thread", None)
-        if t is None:
-            return True
-        settled = self._settled
-        enter = type(ev) is PollEnter
-        if settled is not None and t not in settled:
-            if not (enter and self._root_ok(ev)):
-                self.slice_skipped += 1
-                return False
-            settled.add(t)
-        if enter:
-            if engine.current_scope(t) is None:
-                self._root_rets.add(ev.return_addr)
-            else:
-                self._nested_rets.add(ev.return_addr)
-        return True
-
-    def slice_line(self) -> str | None:
-        if self.slice_duty >= 1.0:
-            return None
-        # the share after the first slice, which lasts until a task's poll was seen whole
-        # (a server waiting for its first request: probes in, nothing hit)
-        in_s, out_s = self.slice_in_s, self.slice_out_s
-        if self._offsets and (self.slices or self.first_slice_s):  # the period under way counts too
-            now = self._stopped_at if self._stopped_at is not None else time.monotonic()
-            cur = max(now - self._slice_t0, 0.0)
-            if self._sliced_out:
-                out_s += cur
-            else:
-                in_s += cur
-        total = in_s + out_s - self.first_slice_s
-        share = (in_s - self.first_slice_s) / total if total > 0 else 1.0
-        cost = ""
-        if self.slice_attach_s:
-            cost = (f"; attach {1e3 * sum(self.slice_attach_s) / len(self.slice_attach_s):.2f} ms, detach "
-                    f"{1e3 * sum(self.slice_detach_s) / max(len(self.slice_detach_s), 1):.2f} ms a slice")
-        return (f"time-sliced: probes in {self.slice_duty:.0%} of the time at most, {self.slice_on_s * 1e3:.0f} ms "
-                f"at a time (the first until a task's poll was seen whole: {self.first_slice_s:.1f} s; then "
-                f"{self.slices} slices, in {in_s - self.first_slice_s:.1f} s of {total:.1f} s = "
-                f"{share:.1%}); POLLS, BUSY, the histograms and the graph's edges come from the slices only "
-                f"(not exact: about {share:.1%} of the polls); events dropped at slice starts (their thread's "
-                f"root poll began outside the slice): {self.slice_skipped:,}{cost}{self._slice_budget_part()}")
-
-    def _slice_budget_part(self) -> str:
-        if self.slice_budget is None:
-            return "; no CPU budget (slices at the duty whatever the proxy's CPU)"
-        held = (f"held {self.slice_held:,} slices back for {self.slice_held_s:.1f} s in all"
-                if self.slice_held else "never held a slice back")
-        return (f"; the CPU budget ({self.slice_budget * 100:g}% of a core: a slice begins once the proxy's CPU "
-                f"since the last one began is within it) {held}")
 
 
     def uninstall(self) -> Procedure | None:

@@ -54,7 +54,7 @@ the axum benchmark a request then traps 4 times instead of 10. They come back
 once the proxy caught up (every poll recorded again) and were out at least
 `MIN_OUT_S`, and at every stop (the stop folds everything). What the out time
 costs the user: the nested coroutines' polls, the edges under the tasks and
-the histograms are of the in time only (capture.py `_nested_step` says how the
+the histograms are of the in time only (nested.py `_nested_step` says how the
 graph stays consistent across the switches).
 """
 
