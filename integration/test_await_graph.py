@@ -31,10 +31,11 @@ SRC = "tokio_app.rs"
 
 
 def _binary(config: str, program: str) -> Path:
+    """The built program's own hard link (build.pinned): one file for the whole test."""
     got = build.build(configs=[config], programs=[program]).get((config, program))
     if not isinstance(got, Path):
         pytest.skip(f"{program} ({config}) not built: {got}")
-    return got
+    return build.pinned(got)
 
 
 def _free_port() -> int:

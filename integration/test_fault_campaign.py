@@ -42,7 +42,7 @@ def _one(backend: str, victim: str) -> faults.Outcome:
     sys.path.insert(0, "integration/corpus")
     import build  # type: ignore[import-not-found]
 
-    prog = build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")]
+    prog = build.pinned(build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")])
     if backend == "uprobes":
         from types import SimpleNamespace
 

@@ -51,7 +51,7 @@ def _program(name: str = "tokio_app") -> Path:
     got = build.build(configs=["debug"], programs=[name]).get(("debug", name))
     if not isinstance(got, Path):
         pytest.skip(f"{name} (debug) not built: {got}")
-    return got
+    return build.pinned(got)
 
 
 def _popen(argv: list[str], **kw: object) -> subprocess.Popen[bytes]:

@@ -62,7 +62,7 @@ def binary(config: str, program: str) -> Path:
     skip = build.skip_reason(config)
     if skip is not None:
         pytest.skip(str(skip))
-    return build.binary(config, program)
+    return build.pinned(build.binary(config, program))
 
 
 def expected(program: str) -> list:  # type: ignore[type-arg]

@@ -43,7 +43,7 @@ def _bench() -> Path:
     got = build.build(configs=["debug"], programs=["tokio_bench"]).get(("debug", "tokio_bench"))
     if not isinstance(got, Path):
         pytest.skip(f"tokio_bench (debug) not built: {got}")
-    return got
+    return build.pinned(got)
 
 
 def _code_byte(pid: int, addr: int) -> int:

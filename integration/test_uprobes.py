@@ -42,11 +42,7 @@ _OK, _WHY = UprobeCapture.available(SimpleNamespace(local=True))
 pytestmark = pytest.mark.skipif(not _OK, reason=_WHY)
 
 
-def _binary(config: str, program: str) -> Path:
-    got = build.build(configs=[config], programs=[program]).get((config, program))
-    if not isinstance(got, Path):
-        pytest.skip(f"{program} ({config}) not built: {got}")
-    return got
+_binary = ag._binary  # a pinned hard link of the corpus binary (build.pinned)
 
 
 # ---------------------------------------------------------------- without gdb
@@ -71,10 +67,12 @@ def spawn_stopped(argv: list[str], stdout: int | None = None) -> int:
 
 def run_captured(prog: Path, args: list[str], inv: Inventory, *, stalled: bool = False,
                  eng: Engine | None = None, cap: UprobeCapture | None = None,
+                 before_exec: Callable[[], None] = lambda: None,
                  **kw: object) -> tuple[UprobeCapture, Engine, int]:
     """Run `prog` to its exit under uprobe capture alone; (capture, engine, exit status).
     `stalled`: the consumer reads nothing until the program has exited. `cap`: this
-    capture instead of one made with `kw`."""
+    capture instead of one made with `kw`. `before_exec`: called once the probes are
+    attached, before the program's exec."""
     bias = 0x555555554000 if inv.pie else 0
     eng = eng if eng is not None else Engine(Catalog(inv, bias), keep_log=False)
     pid = spawn_stopped([str(prog), *map(str, args)])
@@ -84,6 +82,7 @@ def run_captured(prog: Path, args: list[str], inv: Inventory, *, stalled: bool =
     cap.plan(target)  # type: ignore[arg-type]
     assert cap.install() is None
     assert cap.attached, cap.note
+    before_exec()
     os.kill(pid, signal.SIGCONT)
     t0 = time.perf_counter()
     while True:
@@ -127,6 +126,36 @@ def test_exact_counts_on_the_c_probe_program(calls: int, threads: int) -> None:
     assert st.exits_missed == 0 and st.rejected == 1 and st.rejected_reasons == (("null self pointer", 1),)
     assert st.unmatched_exits == 1  # the exit of that rejected entry
     assert not st.log_kept and st.log_entries == 0  # nothing rewinds a uprobe capture: no event log
+
+
+def test_a_binary_replaced_between_the_attach_and_the_exec_is_run_unprobed_unless_pinned(tmp_path: Path) -> None:
+    """Another checkout's build() renames a new file over the shared corpus binary (same
+    bytes or not) after a test attached its probes through the path and before the program's
+    exec: the probes sit on the old file (a uprobe belongs to an inode), the program runs
+    the new one and records nothing (a suite flake: 0 entries). A test's own hard link of
+    the binary (build.pinned, what _binary gives) is one file throughout."""
+    import shutil
+
+    shared = tmp_path / "corpus" / "tokio_bench"  # stands for integration/build/corpus/release/...
+    shared.parent.mkdir()
+    shutil.copy2(_binary("release", "tokio_bench"), shared)
+    pin = build.pinned(shared, tmp_path / "pins")
+    inv = build_inventory(str(pin))
+
+    def install() -> None:  # as build.py's _install: a copy renamed over the path
+        shutil.copy2(shared, tmp_path / "next")
+        os.replace(tmp_path / "next", shared)
+
+    def entries(prog: Path, before_exec: Callable[[], None] = lambda: None) -> int:
+        cap, _, code = run_captured(prog, [300, "ct"], inv, unwind_share=0.0, catch_up=False,
+                                    before_exec=before_exec)
+        assert code == 0 and cap.decoder is not None
+        return cap.decoder.stats.entries
+
+    polls = entries(pin)
+    assert polls > 0
+    assert entries(shared, install) == 0  # the kernel fact: probes on the old file
+    assert entries(pin, install) == polls  # the pinned link: still the file probed
 
 
 def test_release_build_without_frame_pointers_unwinds_from_the_slice() -> None:

@@ -10,7 +10,9 @@ crates.io with ``/usr/share/cargo/registry`` and sets ``offline``).
 A *configuration* is a toolchain plus a profile plus flags. Each one has its
 own cargo target dir, ``<cache>/cargo-target/<config>`` (``cache_dir()``), so cargo's
 own freshness check makes a warm build a no-op; the finished binaries are
-copied (atomically, by rename) to ``integration/build/corpus/<config>/<program>``.
+copied (atomically, by rename) to ``integration/build/corpus/<config>/<program>``
+when they changed. Checkouts share that file (a worktree's ``integration/build`` may
+be a link), so a test runs, analyses and probes its own hard link of it: ``pinned()``.
 
 Toolchains:
 
@@ -40,13 +42,14 @@ Usage::
 
     python integration/corpus/build.py [--config NAME ...] [--program NAME ...]
 
-and from Python: ``build(configs=None, programs=None)`` and
-``binary(config, program)``.
+and from Python: ``build(configs=None, programs=None)``,
+``binary(config, program)`` and ``pinned(path)``.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import fcntl
 import os
 import re
@@ -283,16 +286,101 @@ def _cargo_command(config: Config, tools: Toolchain, programs: Iterable[str]) ->
 
 
 def _install(config: Config, program: str) -> Path:
-    """Copies cargo's binary to the output dir by an atomic rename."""
+    """Copies cargo's binary to the output dir by an atomic rename, unless the output
+    already is a copy of that very build (a no-op build keeps the output's file)."""
     profile_dir = "release" if config.release else "debug"
     built = TARGET_ROOT / config.name / (config.target or "") / profile_dir / program
     target = output_path(config.name, program)
+    if _same_build(built, target):
+        # A rename puts a new file (inode) at the path, and uprobes attached to the old
+        # file never fire in a program started from the new one (see pinned()).
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{program}.")
     os.close(fd)
     shutil.copy2(built, tmp)
     os.replace(tmp, target)
     return target
+
+
+def _same_build(built: Path, target: Path) -> bool:
+    """Is ``target`` the copy of ``built`` that ``_install`` made? Cargo writes a new file
+    each time it links (a fresh mtime; a no-op build leaves it alone), copy2 gives the copy
+    the built file's mtime to the nanosecond, and the copy is renamed into place whole."""
+    try:
+        have, want = target.stat(), built.stat()
+    except FileNotFoundError:
+        return False
+    return (have.st_size, have.st_mtime_ns) == (want.st_size, want.st_mtime_ns)
+
+
+PINNED_DIR = BUILD_DIR / "pinned"  # pinned()'s default: a directory per process, <pid>
+
+
+def pinned(path: Path, directory: Path | None = None) -> Path:
+    """A private name for ``path``'s file as it is now: a hard link (a copy across file
+    systems) ``<directory>/<dev>-<inode>/<name>``; the same file pinned again gets the same
+    name. By default ``directory`` is this process's own under ``PINNED_DIR``, removed at
+    its exit.
+
+    Fact (Linux): a uprobe belongs to a file (inode), not to a path. Every checkout's
+    ``build()`` renames a new file over the shared corpus binary when its build differs
+    (a checkout rebuilds after another one's: ``_claim``), and probes attached through
+    the path before such a rename never fire in a program started through it after
+    (0 entries: integration/test_uprobes.py::test_a_binary_replaced_between_the_attach_and_the_exec_...);
+    an analysis of one file also finds no such sources or addresses in the other. A test
+    that runs, analyses and probes its pinned name has one file throughout."""
+    directory = _own_pin_dir() if directory is None else directory
+    st = os.stat(path)
+    known = directory / f"{st.st_dev:x}-{st.st_ino}" / path.name
+    if known.exists():
+        return known
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".pin-"))
+    mine = staging / path.name
+    try:
+        os.link(path, mine)  # the same inode: no copy
+    except OSError:
+        shutil.copy2(path, mine)
+    st = os.stat(mine)  # the file linked, if the path was replaced since the stat above
+    final = directory / f"{st.st_dev:x}-{st.st_ino}"
+    try:
+        staging.rename(final)
+    except OSError:  # pinned already (same inode): keep that one
+        shutil.rmtree(staging, ignore_errors=True)
+    return final / path.name
+
+
+_pin_dir: Path | None = None
+
+
+def _own_pin_dir() -> Path:
+    """This process's pin directory; the ones of processes gone (killed before their
+    exit) are removed on the way."""
+    global _pin_dir
+    if _pin_dir is None:
+        PINNED_DIR.mkdir(parents=True, exist_ok=True)
+        for other in PINNED_DIR.iterdir():
+            if other.name.isdigit() and not _alive(int(other.name)):
+                shutil.rmtree(other, ignore_errors=True)
+        _pin_dir = PINNED_DIR / str(os.getpid())
+        atexit.register(_remove_pin_dir, _pin_dir, os.getpid())
+    return _pin_dir
+
+
+def _remove_pin_dir(directory: Path, owner: int) -> None:
+    if os.getpid() == owner:  # not in a forked child that exits through Python
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's
+        pass
+    return True
 
 
 def _check_programs(programs: Iterable[str], known: Sequence[str] = PROGRAMS) -> list[str]:

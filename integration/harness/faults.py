@@ -305,7 +305,7 @@ def main(argv: list[str]) -> int:  # pragma: no cover - scripts/fault-campaign
         if a.backends == ap.get_default("backends"):
             a.backends = "none,breakpoints,tracepoints"
 
-    prog = build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")]
+    prog = build.pinned(build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")])
     t0 = time.monotonic()
     res = campaign(prog, a.backends.split(","), a.victims.split(","), a.runs, a.seed,
                    progress=lambda o: print(o.line(), flush=True), straight=a.straight,

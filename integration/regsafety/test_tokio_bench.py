@@ -50,7 +50,7 @@ def bench() -> Path:
     reason = build.skip_reason("debug")
     if reason is not None:
         pytest.skip(str(reason))
-    return Path(build.binary("debug", "tokio_bench"))
+    return build.pinned(build.binary("debug", "tokio_bench"))  # one file for the module's runs
 
 
 def resume_addresses(prog: Path) -> list[int]:

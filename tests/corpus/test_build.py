@@ -3,6 +3,8 @@ integration/corpus/test_corpus.py builds and runs the real programs)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,59 @@ def test_modern_configs_build_their_own_package() -> None:
     assert corpus.CONFIGS["sid-release"].release and "axum_svc" in corpus.CONFIGS["sid-release"].programs
     with pytest.raises(corpus.CorpusError, match="unknown program"):
         corpus.build_config("sid-debug", ["astd"])
+
+
+def _cargo_output(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, data: bytes) -> Path:
+    monkeypatch.setattr(corpus, "TARGET_ROOT", tmp_path / "target")
+    monkeypatch.setattr(corpus, "OUT_DIR", tmp_path / "out")
+    built = tmp_path / "target" / "debug" / "debug" / "nested"
+    built.parent.mkdir(parents=True, exist_ok=True)
+    tmp = built.with_name("next")
+    tmp.write_bytes(data)
+    os.replace(tmp, built)  # as the linker: a new file
+    return built
+
+
+def test_a_no_op_build_keeps_the_installed_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A new file at the shared path on every build() made probes attached to the old one
+    miss the program (pinned()): only a changed build is installed again."""
+    config = corpus.CONFIGS["debug"]
+    _cargo_output(monkeypatch, tmp_path, b"build 1")
+    first = corpus._install(config, "nested")
+    ino = first.stat().st_ino
+    assert corpus._install(config, "nested").stat().st_ino == ino  # cargo's no-op
+    built = _cargo_output(monkeypatch, tmp_path, b"build 2")  # a relink: the same size here,
+    mtime = first.stat().st_mtime_ns + 1000  # a later mtime (the clock's tick may be coarser)
+    os.utime(built, ns=(mtime, mtime))
+    again = corpus._install(config, "nested")
+    assert again.stat().st_ino != ino and again.read_bytes() == b"build 2"
+
+
+def test_a_pinned_binary_is_the_file_as_it_was(tmp_path: Path) -> None:
+    shared = tmp_path / "corpus" / "nested"
+    shared.parent.mkdir()
+    shared.write_bytes(b"one")
+    pin = corpus.pinned(shared, tmp_path / "pins")
+    assert pin.name == "nested" and pin.stat().st_ino == shared.stat().st_ino  # a link, no copy
+    assert corpus.pinned(shared, tmp_path / "pins") == pin  # the same file: the same name
+    (tmp_path / "next").write_bytes(b"two")
+    os.replace(tmp_path / "next", shared)  # another checkout's build (_install)
+    assert pin.read_bytes() == b"one"
+    other = corpus.pinned(shared, tmp_path / "pins")
+    assert other != pin and other.read_bytes() == b"two"
+
+
+def test_the_default_pins_are_the_processes_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Under PINNED_DIR/<pid>, removed at exit; a killed process' directory is removed by
+    the next process that pins."""
+    monkeypatch.setattr(corpus, "PINNED_DIR", tmp_path / "pinned")
+    monkeypatch.setattr(corpus, "_pin_dir", None)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / "pinned" / str(gone.pid) / "1-2").mkdir(parents=True)
+    (tmp_path / "file").write_bytes(b"x")
+    pin = corpus.pinned(tmp_path / "file")
+    assert pin.parent.parent == tmp_path / "pinned" / str(os.getpid())
+    assert sorted(p.name for p in (tmp_path / "pinned").iterdir()) == [str(os.getpid())]
+    corpus._remove_pin_dir(tmp_path / "pinned" / str(os.getpid()), os.getpid() + 1)  # a forked child's exit
+    assert pin.exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus_util import corpus_binary
+from corpus_util import corpus_binary, corpus_build
 from proxy.analysis.elf import open_elf
 from proxy.analysis.lines import SourceMap
 
@@ -17,7 +17,7 @@ from proxy.analysis.lines import SourceMap
 @pytest.mark.skipif(shutil.which("addr2line") is None, reason="binutils addr2line is not installed")
 @pytest.mark.parametrize("config", ["debug", "release"])
 def test_frames_match_addr2line(config: str, inventory_of, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    path = pinned(corpus_binary(config, "nested"), tmp_path)  # three readers of one file
+    path = corpus_build.pinned(corpus_binary(config, "nested"), tmp_path)  # three readers of one file
     inv = inventory_of(path)
     elf = open_elf(path)
     sm = SourceMap(elf)
@@ -44,20 +44,8 @@ def test_frames_match_addr2line(config: str, inventory_of, tmp_path: Path) -> No
     assert inlined_seen or config == "debug"
 
 
-def pinned(path: Path, tmp_path: Path) -> Path:
-    """A private name for the binary's file as it is now: another checkout's build may replace
-    the shared corpus binary (atomic rename, its own source paths inside) between two opens
-    of its path, and a SourceMap of one file with locations of the other finds no such file."""
-    mine = tmp_path / path.name
-    try:
-        os.link(path, mine)  # the same inode: no copy
-    except OSError:
-        shutil.copy2(path, mine)
-    return mine
-
-
 def test_line_to_pcs_round_trip(inventory_of, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    path = pinned(corpus_binary("debug", "nested"), tmp_path)
+    path = corpus_build.pinned(corpus_binary("debug", "nested"), tmp_path)
     sm = SourceMap(open_elf(path))
     inv = inventory_of(path)
     c = next(l for n, l in inv.layouts.items() if n == "nested::c::{async_fn_env#0}")
