@@ -371,7 +371,8 @@ def _stats(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
         lines.append("  rejected: " + ", ".join(f"{r} {n}" for r, n in s.rejected_reasons))
     lines += [
         f"tasks: {s.tasks_live} live, {s.tasks_retained} retained, {s.tasks_seen} seen;"
-        f" evicted {s.completed_evicted} completed, {s.stale_evicted} stale",
+        f" evicted {s.completed_evicted} completed, {s.stale_evicted} stale"
+        + (f"; {s.ended_unseen} ended in a poll not recorded (read at stops)" if s.ended_unseen else ""),
         f"edges: {s.edges}; pending state reads: {s.pending_reads}",
         f"exits missed (recovered by sp): {s.exits_missed}; unmatched exits: {s.unmatched_exits}",
         f"graph: {'complete' if s.complete else 'incomplete (events lost)'}",

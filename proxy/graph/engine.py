@@ -248,6 +248,18 @@ class Engine:
         event log (uprobe capture keeps none)."""
         self._g.skip_finished(count)
 
+    def polled_unseen(self, unseen: dict[int, int]) -> None:
+        """At a stop: `unseen` = task id -> the polls of it that went out as no event so far
+        (uprobe capture that samples: the kernel counts every poll, records some). A task
+        polled unseen since the last call may have ended in such a poll: its ``__state`` is
+        read at this stop (``pending_reads``); Returned or Panicked finish it, and a state
+        its memory cannot hold after a poll (Unresumed, or not one of its type's: the slot
+        was freed or holds a new coroutine) drops it (``EngineStats.ended_unseen``).
+        Without this such a task stayed live until a new coroutine's first poll at its
+        address, shown from memory that was no longer its own. Not in the event log
+        (uprobe capture keeps none)."""
+        self._g.polled_unseen(unseen)
+
     def forget_idle(self, sites: set[int]) -> int:
         """Forget the live coroutines of these resume functions (runtime low_pc) that are
         not polling now, with their edges (the finished ones stay: they were seen
@@ -437,7 +449,7 @@ class Engine:
             completed_evicted=c.completed_evicted, stale_evicted=c.stale_evicted,
             edges=len(g.edges), pending_reads=len(g.reads), complete=self.complete,
             log_entries=len(self._log), oldest_rewind_seq=self.oldest_rewind_seq,
-            last_seq=g.last_seq, log_kept=self._keep_log,
+            last_seq=g.last_seq, log_kept=self._keep_log, ended_unseen=c.ended_unseen,
         )
 
     def loc_of(self, task: Task) -> SourceLoc | None:

@@ -174,3 +174,4 @@ class EngineStats:
     oldest_rewind_seq: int | None
     last_seq: int | None
     log_kept: bool = True  # False: the event log is off (Engine(keep_log=False), Engine.stop_log)
+    ended_unseen: int = 0  # tasks read at a stop as gone after polls no event told of (Engine.polled_unseen)

@@ -169,6 +169,7 @@ class Counters:
     completed_evicted: int = 0
     stale_evicted: int = 0
     elided: int = 0  # finished without being recorded (Engine.elided)
+    ended_unseen: int = 0  # read at a stop as no longer there after polls no event told of (resolve)
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -208,6 +209,8 @@ class GraphState:
         self.c = Counters()
         self.timing: PollTiming | None = None  # per-poll durations (kept across rewinds by the engine)
         self.reserved: set[int] = set()  # ids the snapshot gave to tasks found in memory (kept across rewinds)
+        self.unseen: dict[int, int] = {}  # task id -> its polls no event told of, at the last `polled_unseen`
+        self.asked_unseen: set[int] = set()  # tasks whose state `polled_unseen` asked for (until read)
         self._keys = catalog.type_keys  # site -> task type (only the catalog's sites)
         # finished tasks past this many: evict (with a time to live: whenever there are some)
         self._evict_past = limits.max_completed if limits.completed_ttl_ns is None else 0
@@ -678,12 +681,40 @@ class GraphState:
         rec = self.tasks.get(read.task)
         if rec is None or self.reads.get(read.task) != read or not rec.needs_state:
             return False
-        if data is None or len(data) < read.size:
+        unseen = rec.id in self.asked_unseen
+        self.asked_unseen.discard(rec.id)
+        value = int.from_bytes(data[: read.size], "little") if data is not None and len(data) >= read.size else None
+        if rec.running_on is None and rec.polls > 0 and (
+                (value is None and unseen) or value == 0
+                or (value is not None and value >= FIRST_SUSPEND and value != rec.state_value
+                    and not self.catalog.valid_state(rec.site, value))):
+            # Read at a stop, not polling now, and polled before: a coroutine never goes back
+            # to Unresumed, and its state is always one of its type's. Its memory holds
+            # something else now (freed, or a new coroutine not polled yet), or is no longer
+            # mapped (freed, the heap trimmed: for a task polled unseen, `polled_unseen`; a
+            # failed read of another may be the stub's): it ended in a poll no event told of
+            # (sampled out), and was dropped.
+            self.c.ended_unseen += 1
+            self._supersede(rec)
+            return True
+        if value is None:
             self.reads.pop(read.task, None)
             rec.needs_state = False
             return self.reject("state read failed")
-        self._outcome(rec, int.from_bytes(data[: read.size], "little"))
+        self._outcome(rec, value)
         return True
+
+    def polled_unseen(self, unseen: dict[int, int]) -> None:
+        """Engine.polled_unseen: ask the state of the tasks polled unseen since the last call."""
+        last = self.unseen
+        self.asked_unseen &= self.reads.keys()  # (the others were answered)
+        for tid, n in unseen.items():
+            if n > last.get(tid, 0):
+                rec = self.tasks.get(tid)
+                if rec is not None and not rec.finished and rec.running_on is None and not rec.needs_state:
+                    self._ask_state(rec)
+                    self.asked_unseen.add(tid)
+        self.unseen = dict(unseen)
 
     def resync(self, thread: int, frames: list[tuple[int, int, int]]) -> None:
         """Keep only the scopes that a real unwind still finds on the stack."""

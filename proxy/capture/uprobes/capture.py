@@ -996,6 +996,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             for sc in engine.scopes(t):
                 if not sc.nested:
                     open_polls[sc.task] = open_polls.get(sc.task, 0) + 1
+        polled_unseen: dict[int, int] = {}
         for (self_ptr, fn), (n, raw, hits, rec) in totals.items():
             polls += n
             recorded += rec
@@ -1005,6 +1006,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                 unseen += n
             elif n:
                 engine.timing.set_totals(node, max(n - open_polls.get(node, 0), 0), raw, hits)
+                polled_unseen[node] = n - rec - open_polls.get(node, 0)
+        engine.polled_unseen(polled_unseen)  # a task may have ended in one: its state is read now
         self._kernel_totals = (len(totals), polls, recorded, unseen)
         self.live_polls_by_fn = {}
         for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
