@@ -95,10 +95,11 @@ class NestedLinks:
         self._inner_only = inner
 
     @staticmethod
-    def _served(prog: B.Program) -> dict[int, set[int]]:
-        """Return address -> the resume functions (index) seen returning there."""
+    def _served(seen: dict[tuple[int, int], int]) -> dict[int, set[int]]:
+        """Return address -> the resume functions (index) seen returning there (`seen`:
+        the kernel's ``rets_seen``)."""
         served: dict[int, set[int]] = {}
-        for ret, fn in prog.rets_seen():
+        for ret, fn in seen:
             served.setdefault(ret, set()).add(fn)
         return served
 
@@ -122,7 +123,7 @@ class NestedLinks:
         self._classify(prog)
         if not self._inner_only:
             return False
-        served = self._served(prog)
+        served = self._served(prog.rets_seen())
         main = list(self._cookie_list) if self._cookie_list is not None else list(range(len(self._offsets)))
         rets = [c for _link, cs in self._retsite_links for c in cs]
         inner = [c for c in main + rets if self._is_inner(c, served)]
@@ -164,7 +165,7 @@ class NestedLinks:
             if self._nested_link is None and not self._nested_extra:
                 return
             self._classify(prog)
-            served = self._served(prog)
+            served = self._served(prog.rets_seen())
             moved = [c for c in self._nested_cookies if self._fns_of(c, served) & self._root_fn_ids]
             if moved:  # polled at a thread's root since: in a link of their own, for good
                 prog.set_dedupe(True)

@@ -36,7 +36,8 @@ class LearnedReturns:
         bias = int(getattr(self.target, "bias", 0) or 0)
         starts = [fn.low_pc for fn in self.inventory.resume_fns] if self.inventory is not None else []
         new: dict[int, Site] = {}  # return address (runtime) -> its probe
-        for (ret, fn), _n in sorted(prog.rets_seen().items()):
+        seen = prog.rets_seen()  # one read of the kernel's map a step (a syscall an entry)
+        for (ret, fn), _n in sorted(seen.items()):
             if ret in self._covered or ret in new or fn in self._given_up or fn not in self._ret_fns:
                 continue
             got = return_site(self._elf, ret - bias, starts)
@@ -60,7 +61,7 @@ class LearnedReturns:
             # that every boxed future of a request passes through: 438,234 hits
             # in 5 s, 420,421 of them other calls' ("retsite other"), ~1.9 traps
             # a request while the nested probes were out (docs/speed.md).
-            served = self._served(prog) if self._split and self.nested is not None else {}
+            served = self._served(seen) if self._split and self.nested is not None else {}
             inner = [c for c, ret in zip(cookies, new) if self._inner_fns(served.get(ret, set()))]
             outer = [c for c in cookies if c not in inner]
             offsets = {c: st.file_offset for c, st in zip(cookies, sites)}
@@ -90,7 +91,6 @@ class LearnedReturns:
             prog.add_retsites(list(new))
             self._covered.update(new)
         # functions whose every return address seen is probed: their rets go
-        seen = prog.rets_seen()
         for fn, link in list(self._ret_links.items()):
             if fn in self._given_up or not any(f == fn for _r, f in seen):
                 continue
