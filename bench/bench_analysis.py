@@ -4,7 +4,7 @@ full pyelftools DIE walk of the same file as the same-run baseline.
 Each measurement runs in its own subprocess (a fresh interpreter: imports
 counted, peak RSS and CPU time from resource.getrusage of that process alone).
 
-    .venv/bin/python bench/bench_analysis.py [BINARY] [--no-walk] [--peers]
+    .venv/bin/python -m bench.bench_analysis [BINARY] [--no-walk] [--peers]
 
 ``--peers`` adds, on the same binary in the same run: gdb loading its
 symbols and answering ``info functions ::poll$`` (``gdb -batch``: wall time
@@ -26,7 +26,7 @@ units while the first scans them): its CPU time is both processes', its peak RSS
 both processes' peaks (``self_mb`` + ``walker_mb``). ``ASYNCRSP_WALK_PROCESS=0`` measures
 it in one process.
 
-Targets (issue 3): cold <= 2 s, warm <= 0.3 s, peak memory <= 250 MB.
+Targets: cold <= 2 s, warm <= 0.3 s, peak memory <= 250 MB.
 """
 
 from __future__ import annotations
@@ -133,7 +133,6 @@ def measure_proxy(path: Path) -> dict[str, float] | str:
     import threading
     import time
 
-    sys.path.insert(0, str(REPO))
     from integration.harness.rawrsp import RawPeer
     from integration.harness.stubs import free_port
 
@@ -276,7 +275,6 @@ def peer(mode: str, path: Path) -> dict[str, float] | str:
 
 
 def default_binary() -> Path:
-    sys.path.insert(0, str(REPO))
     from integration.corpus.build import binary
 
     return binary("debug", "tokio_app")

@@ -1,6 +1,6 @@
 """The BPF program's cost a hit on the axum server, by mode and by program variant.
 
-    .venv/bin/python bench/bench_bpf_cost.py [--duration 4] [--rounds 2]
+    .venv/bin/python -m bench.bench_bpf_cost [--duration 4] [--rounds 2]
                                              [--modes catchup strict] [--object NAME=PATH ...]
 
 The capture runs inside this process with no gdb (as `bench_server.py
@@ -19,7 +19,7 @@ the same with a stack slice at every entry, as while threads wait for a resync),
 program returns at once: the floor of a run). `--object NAME=PATH` adds a
 variant of the program (an object built from an edited copy of uprobes.bpf.c,
 e.g. one helper call left out) to compare with the committed one in the same
-rounds, interleaved. docs/speed.md, "The BPF program's cost a hit", has the
+rounds, interleaved. docs/history/2026-speed.md, "The BPF program's cost a hit", has the
 figures.
 """
 
@@ -32,14 +32,11 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT.parent))
-
-from bench_server import (BPF_STATS, Server, capture_target, ensure_wrk, learn_return_sites,  # noqa: E402
+from bench.bench_server import (BPF_STATS, Server, capture_target, ensure_wrk, learn_return_sites,
                           resume_listening, wrk_timed)
+from integration.harness.uprobes import spawn_stopped
 
-from integration.test_uprobes import spawn_stopped  # noqa: E402
+ROOT = Path(__file__).resolve().parent
 
 
 def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: str | None) -> dict[str, float]:

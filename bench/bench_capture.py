@@ -1,9 +1,9 @@
 """Cost of one poll event for every way of watching polls, in the same run.
 
-    .venv/bin/python bench/bench_capture.py [--sizes 3 30] [--method-sizes uprobes=30,400 ...]
+    .venv/bin/python -m bench.bench_capture [--sizes 3 30] [--method-sizes uprobes=30,400 ...]
                                             [--configs debug release]
                                             [--modes ct mt] [--repeat 1] [--only M ...]
-    .venv/bin/python bench/bench_capture.py --timing [--repeat 3]
+    .venv/bin/python -m bench.bench_capture --timing [--repeat 3]
 
 Program: the corpus `tokio_bench` (rustc 1.95; `debug`, and `release` with
 debug info), current-thread (`ct`) and 2-worker multi-thread (`mt`) tokio
@@ -45,7 +45,7 @@ counts printed are the same as the floor's:
                   the events the proxy gets.
 
 Each run is timed inside gdb (or the raw client) from ``main`` to ``_exit``,
-including the ``monitor async stats`` that makes the proxy drain and count.
+including the ``monitor async stats --all`` that makes the proxy drain and count.
 The slope between two sizes cancels start-up and the final drain's fixed
 part: µs/event = (Δt(method) - Δt(bare)) / Δevents, with ``bare`` run at the
 method's own two sizes in the same run (``--method-sizes``: the floor and
@@ -75,19 +75,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from pathlib import Path
 
+from integration.corpus import build
+from integration.harness.gdb import gdb_batch
+from integration.harness.rspdriver import GDB_FEATURES, RspClient, StopReply
+from integration.harness.stubs import start_proxy, start_stub
+from proxy.analysis.inventory import build_inventory
+from proxy.capture.trace_program import build_program, state_window
+from rsp.agent import Op, Opcode, assemble
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-sys.path.insert(0, str(ROOT / "integration" / "regsafety"))
-sys.path.insert(0, str(ROOT))
-
-import build  # type: ignore[import-not-found]  # noqa: E402
-from rspdriver import GDB_FEATURES, RspClient, StopReply  # type: ignore[import-not-found]  # noqa: E402
-
-from integration.harness.gdb import gdb_batch  # noqa: E402
-from integration.harness.stubs import start_proxy, start_stub  # noqa: E402
-from proxy.analysis.inventory import build_inventory  # noqa: E402
-from proxy.capture.trace_program import build_program, state_window  # noqa: E402
-from rsp.agent import Op, Opcode, assemble  # noqa: E402
 
 PIE_BASE = 0x555555554000  # gdbserver disables address randomisation by default
 DONE = re.compile(r"bench done n=\d+ mode=\w+ leaves=\d+ acc=\d+ check=(\w+)")
@@ -155,7 +151,7 @@ def _proxy(capture: str, extra: list[str], stub_kind: str = "gdbserver") -> Call
     def run(case: Case, n: int) -> Run:
         with start_stub(stub_kind, case.prog, [str(n), case.mode]) as stub, \
                 start_proxy(stub.address, extra=["--capture", capture, *extra]) as px:
-            out = _gdb_timed(px.address, case.prog, [], ["monitor async stats"])
+            out = _gdb_timed(px.address, case.prog, [], ["monitor async stats --all"])
             program_out = stub.output_text()
         m = re.search(r"capture: (\S+) \((\d+) poll events", out)
         note = ""

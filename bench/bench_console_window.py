@@ -1,6 +1,6 @@
 """Why full mode's BUSY is below console-subscriber's for the same tasks: the probes inside the window.
 
-    python bench/bench_console_window.py [--strict] [--duration S]
+    python -m bench.bench_console_window [--strict] [--duration S]
 
 The server benchmark's axum console build (bench/server, console-subscriber inside) under
 uprobe capture in full mode, in this process (no gdb: the engine's per-task figures are
@@ -26,20 +26,15 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from bench import bench_server as bs
+from proxy.analysis.inventory import build_inventory
+from proxy.capture.uprobes.capture import UprobeCapture
+from proxy.graph.catalog import Catalog
+from proxy.graph.engine import Engine
+from integration.harness.uprobes import spawn_stopped  # as bench_server's --split does
+from bench.server import build_server
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_server as bs  # noqa: E402
-
-from proxy.analysis.inventory import build_inventory  # noqa: E402
-from proxy.capture.uprobes.capture import UprobeCapture  # noqa: E402
-from proxy.graph.catalog import Catalog  # noqa: E402
-from proxy.graph.engine import Engine  # noqa: E402
-from integration.test_uprobes import spawn_stopped  # noqa: E402  (as bench_server's --split does)
-
-sys.path.insert(0, str(ROOT / "bench" / "server"))
-import build_server  # type: ignore[import-not-found]  # noqa: E402
 
 PROG = build_server.binary("console")
 BIAS = 0x555555554000  # ASLR off, as gdbserver runs it

@@ -1,6 +1,6 @@
 """The proxy's consumer under uprobe capture: CPU per ring record, replayed from real records.
 
-    .venv/bin/python bench/bench_consumer.py [--records PATH] [--record] [--rounds 5] [--reps 3]
+    .venv/bin/python -m bench.bench_consumer [--records PATH] [--record] [--rounds 5] [--reps 3]
                                              [--against REF] [--profile] [--server axum|corpus]
 
 A recording (made first when PATH does not exist, or again with `--record`):
@@ -64,12 +64,10 @@ def default_path(server: str) -> Path:
 
 def record(path: Path, server_kind: str, seconds: float, conns: int) -> None:
     """The server under full-mode uprobes, nobody reading; the ring's records to `path`."""
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_server as bs  # type: ignore[import-not-found]
+    from bench import bench_server as bs
 
     from integration.harness.stubs import free_port, port_listening
-    from integration.test_uprobes import spawn_stopped
+    from integration.harness.uprobes import spawn_stopped
     from proxy.analysis.inventory import build_inventory
     from proxy.capture.uprobes.capture import UprobeCapture
     from proxy.graph.catalog import Catalog
@@ -285,7 +283,6 @@ def main() -> int:
     if args.worker:
         worker(path, args.reps, args.worker)
         return 0
-    sys.path.insert(0, str(ROOT))
     if args.record or not path.exists():
         record(path, args.server, args.seconds, args.connections)
     if args.profile:

@@ -3,10 +3,12 @@
 Each iteration polls a root that awaits a chain of 3 inline coroutines (8
 events), and every 10th iteration the chain finishes and a new task takes
 its place, so creation, edge completion and eviction are all exercised.
-Prints µs per event with the event log on (the default) and off, and the
+Prints µs per event with the event log on (the default) and off, off without
+the poll log the timeline reads (``proxy.graph.polls``: every poll with both
+timestamps, one record a poll, here one poll per two events) too, and the
 same-run baseline of a bare loop over the events (the floor of any feed).
 
-    .venv/bin/python bench/bench_engine.py [EVENTS]
+    .venv/bin/python -m bench.bench_engine [EVENTS]
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ def stream(n_events: int) -> list[PollEvent]:
     return events[:n_events]
 
 
-def per_event_us(events: list[PollEvent], **kw: int | bool) -> float:
+def per_event_us(events: list[PollEvent], polls: bool = True, **kw: int | bool) -> float:
     e = Engine(catalog(), **kw)  # type: ignore[arg-type]
+    if not polls:
+        e._g.polls = None  # noqa: SLF001 - the cost of the timeline's poll log, measured by leaving it out
     t0 = time.perf_counter()
     for ev in events:
         e.feed(ev)
@@ -75,10 +79,13 @@ def main() -> None:
     events = stream(n)
     with_log = min(per_event_us(events) for _ in range(3))
     no_log = min(per_event_us(events, keep_log=False) for _ in range(3))
+    no_polls = min(per_event_us(events, polls=False, keep_log=False) for _ in range(3))
     floor = min(floor_us(events) for _ in range(3))
     print(f"events: {n}")
     print(f"feed() with event log : {with_log:.2f} us/event")
     print(f"feed() without log    : {no_log:.2f} us/event")
+    print(f"  ... nor the poll log: {no_polls:.2f} us/event  (the timeline's poll log: "
+          f"{(no_log - no_polls) * 1000:+.0f} ns/event, {no_log / no_polls:.3f}x)")
     print(f"bare loop (baseline)  : {floor:.3f} us/event  (feed = {with_log / floor:.0f}x the loop)")
 
 

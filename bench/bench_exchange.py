@@ -1,7 +1,7 @@
 """What the proxy's hop costs on the wire: a real gdbserver, a real program,
 a client over real sockets, straight against through the proxy, interleaved.
 
-    .venv/bin/python bench/bench_exchange.py [--rounds 3] [--count 400] [--gdb-steps 300] [--base DIR]
+    .venv/bin/python -m bench.bench_exchange [--rounds 3] [--count 400] [--gdb-steps 300] [--base DIR]
                                              [--ways straight,resident,serve,probe] [--only raw|gdb]
 
 Each round runs every way once, the first way moving on by one each round
@@ -47,14 +47,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from integration.harness import debuggers
+from integration.harness.programs import build
+from integration.harness.rawrsp import RawPeer
+from integration.harness.stubs import OutputPump, kill_tree, start_stub, venv_python
+from proxy.shell.resident import request
 
-from integration.harness import debuggers  # noqa: E402
-from integration.harness.programs import build  # noqa: E402
-from integration.harness.rawrsp import RawPeer  # noqa: E402
-from integration.harness.stubs import OutputPump, kill_tree, start_stub, venv_python  # noqa: E402
-from proxy.shell.resident import request  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 WAYS = ("straight", "resident", "serve", "probe")
 KINDS = ("vCont;s", "g", "p10", "m pc", "p7", "m sp", "Hg", "qXfer:threads")

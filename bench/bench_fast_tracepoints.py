@@ -1,6 +1,6 @@
 """Where a fast tracepoint's time goes: probe_count (non-PIE, 1 thread) per call.
 
-    nice .venv/bin/python bench/bench_fast_tracepoints.py SMALL LARGE REPEAT [VARIANT ...]
+    nice .venv/bin/python -m bench.bench_fast_tracepoints SMALL LARGE REPEAT [VARIANT ...]
 
 Each variant runs gdb -> asyncrsp -> gdbserver on `probe_count N 1` to its
 exit; the slope between N=SMALL and N=LARGE (median of REPEAT) is µs per
@@ -11,21 +11,18 @@ and the ret), fast-agent (--inproc: the entry fast, the 1-byte ret a trap).
 The last column is the ratio to trap-noagent measured in the same run.
 """
 import sys, time, statistics
-from pathlib import Path
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / "integration"))
 from integration.harness.gdb import gdb_batch
 from integration.harness.stubs import start_proxy, start_stub
 from integration.harness import programs as cprogs
-import test_tracepoints as T
 prog = cprogs.build("probe_count", nopie=True)
 TR = ["--capture", "tracepoints"]
+COUNT = [*TR, "--trace-probe", "^probed$"]  # a tracepoint on probed's entry and ret
 V = {
  "base-noagent": ("gdbserver", TR),
  "base-agent": ("gdbserver-inproc", TR),
- "trap-noagent": ("gdbserver", [*T.COUNT]),
- "trap-agent": ("gdbserver-inproc", [*T.COUNT]),
- "fast-agent": ("gdbserver-inproc", [*T.COUNT, "--inproc"]),
+ "trap-noagent": ("gdbserver", [*COUNT]),
+ "trap-agent": ("gdbserver-inproc", [*COUNT]),
+ "fast-agent": ("gdbserver-inproc", [*COUNT, "--inproc"]),
 }
 def one(name, n):
     kind, extra = V[name]

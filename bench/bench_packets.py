@@ -1,7 +1,7 @@
 """What one forwarded packet costs in the proxy, against the bare cost of
 reading and framing it (the part any RSP forwarder pays).
 
-    .venv/bin/python bench/bench_packets.py [--rounds 5] [--count 20000]
+    .venv/bin/python -m bench.bench_packets [--rounds 5] [--count 20000]
 
 Each round, interleaved: ``baseline`` - the client's request and the stub's
 reply each read from the wire (rsp.reader.PacketReader: framing, checksum)
@@ -23,13 +23,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.session.core import Session, SessionConfig  # noqa: E402
-from rsp.framing import frame  # noqa: E402
-from rsp.reader import Packet, PacketReader  # noqa: E402
+from proxy.session.core import Session, SessionConfig
+from rsp.framing import frame
+from rsp.reader import Packet, PacketReader
 
 REGS = b"00" * 280  # a `g` reply of gdbserver's amd64 layout without xmlRegisters
 TRAFFIC = [

@@ -1,7 +1,7 @@
 """Cost of one hidden probe stop, next to a gdb Python breakpoint whose
 ``stop()`` returns False, through the same gdbserver, in the same run.
 
-    .venv/bin/python bench/bench_probe.py [--calls N] [--repeat R]
+    .venv/bin/python -m bench.bench_probe [--calls N] [--repeat R]
 
 The program is integration/programs/probe_count (N calls of ``probed``, one
 thread). Each method runs the program from ``main`` to the ``printf`` after
@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from integration.harness.gdb import gdb_batch
+from integration.harness.programs import SOURCES, build
+from integration.harness.stubs import start_proxy, start_stub
 
-from integration.harness.gdb import gdb_batch  # noqa: E402
-from integration.harness.programs import SOURCES, build  # noqa: E402
-from integration.harness.stubs import start_proxy, start_stub  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 PY_BP = """python
 class CountingBreakpoint(gdb.Breakpoint):
@@ -85,7 +83,7 @@ def run_gdb_py(prog: Path, calls: int) -> tuple[float, int]:
 def run_proxy(prog: Path, calls: int) -> tuple[float, int, int]:
     with start_stub("gdbserver", prog, [str(calls)]) as stub, \
             start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
-        out = timed_session(px.address, prog, [], ["monitor async stats"])
+        out = timed_session(px.address, prog, [], ["monitor async stats --all"])
     hits = re.search(r"probe hits: (\d+)", out)
     hidden = re.search(r"hidden stops: (\d+)", out)
     return elapsed(out), int(hits.group(1)) if hits else -1, int(hidden.group(1)) if hidden else -1

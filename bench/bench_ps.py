@@ -14,8 +14,8 @@ reads, detach; the trees are walked in the copy afterwards) and reports:
 
 At the end the program gets `go` and must print its normal result line.
 
-Usage: python bench/bench_ps.py [--tasks 1000] [--config debug|release] [--runs 5]
-Target (issue 18): stopped <= 1 s with 1,000 tasks.
+Usage: python -m bench.bench_ps [--tasks 1000] [--config debug|release] [--runs 5]
+Target: stopped <= 1 s with 1,000 tasks.
 """
 
 from __future__ import annotations
@@ -28,13 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from integration.corpus import build
+from proxy.ps.main import snapshot_live
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-
-import build  # noqa: E402
-
-from proxy.ps.main import snapshot_live  # noqa: E402
 
 
 def main() -> int:

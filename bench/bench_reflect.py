@@ -16,8 +16,8 @@ frame facts of this binary are on disk (proxy/reflect/framecache.py, by build-id
 the inventory): `--frames cold` deletes that file before every run (each run pays the
 DWARF reading), `warm` (default) keeps it (the first run writes it if missing).
 
-Usage: python bench/bench_reflect.py [--tasks 1000] [--config release] [--runs 3] [--frames cold|warm]
-Target (issue 5): tree under 2 s for 1,000 tasks.
+Usage: python -m bench.bench_reflect [--tasks 1000] [--config release] [--runs 3] [--frames cold|warm]
+Target: tree under 2 s for 1,000 tasks.
 """
 
 from __future__ import annotations
@@ -26,19 +26,15 @@ import argparse
 import re
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
+from integration.corpus import build
+from bench.attach import attached
+from proxy.analysis.elf import open_elf
+from proxy.reflect import framecache
+from proxy.reflect.tokio_adapter import heap_ranges
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-
-import build  # noqa: E402
-from bench.attach import attached  # noqa: E402
-
-from proxy.analysis.elf import open_elf  # noqa: E402
-from proxy.reflect import framecache  # noqa: E402
-from proxy.reflect.tokio_adapter import heap_ranges  # noqa: E402
 
 GDB_SCRIPT = """
 import time

@@ -1,9 +1,9 @@
 """What watching a busy server costs: requests/s under wrk, bare against each way of watching it.
 
-    .venv/bin/python bench/bench_server.py [--duration 8] [--rounds 3] [--connections 16]
+    .venv/bin/python -m bench.bench_server [--duration 8] [--rounds 3] [--connections 16]
                                            [--server corpus|axum] [--config release|debug]
                                            [--only bare gdb uprobes ...]
-    .venv/bin/python bench/bench_server.py --split [--rounds 3] ...
+    .venv/bin/python -m bench.bench_server --split [--rounds 3] ...
                                            [--stats-window 2]
 
 The server: the corpus' `http_server` (tokio 1.24, current-thread runtime;
@@ -24,6 +24,8 @@ most:
 * ``gdb``           gdb -> gdbserver, continuing: a debugger attached, nothing
                     watched;
 * ``uprobes``       gdb -> asyncrsp --capture uprobes (--mode full) -> gdbserver;
+* ``uprobes-wakes`` the same with --wakes: spawn and wake probes too
+                    (docs/wakes.md);
 * ``uprobes-strict`` the same with --uprobe-strict: every poll recorded even
                     when the proxy falls behind (by default the kernel then
                     samples until it caught up);
@@ -63,7 +65,7 @@ most:
 
 `--split` says where uprobe capture's cost goes, without gdb or gdbserver
 (the capture runs inside the benchmark's own process, as in
-`integration/test_uprobes.run_captured`), rounds interleaved the same way:
+`integration/harness/uprobes.run_captured`), rounds interleaved the same way:
 ``bare``; ``traps`` (every site planted, each only counting its hits: the
 kernel's cost of the probed instructions); ``traps-rets`` (the same with the
 exits on the functions' ``ret``s, not in their callers nor at learned return
@@ -82,7 +84,7 @@ event is printed). Each with requests/s, the ratio to bare and the events.
 
 The kernel's BPF stats are off in every timed run. With kernel.bpf_stats_enabled the kernel
 reads its clock twice around each run of a BPF program (~100 ns a hit here, ~1 µs a request in full
-mode; docs/speed.md "Bench rows without the BPF stats' own cost"), which no user pays. The BPF
+mode; docs/history/2026-speed.md "Bench rows without the BPF stats' own cost"), which no user pays. The BPF
 program's ns a hit comes from one more run of each row whose watcher runs one (uprobes), after the
 rounds: `--stats-window` seconds (2) of wrk with the stats on, its throughput not reported. A row
 named ``X+stats`` (`--only uprobes uprobes+stats`) is X with the stats on while timed, interleaved
@@ -90,7 +92,7 @@ with the others in every round: what the stats cost, in the same run.
 
 Each run: start, wait for `server ready`, `wrk` for D seconds, `GET /quit`;
 under gdb the program then stops at `_exit`, where gdb asks the proxy for
-`monitor async top 64` and `monitor async stats`. Printed per way: requests/s
+`monitor async top 64` and `monitor async stats --all`. Printed per way: requests/s
 of each round, the median, and the ratio to the bare run of the same round
 (median and range). Accuracy check: the connection tasks' polls and busy time
 from `top` (summed over every `conn_task` task it lists: the task each connection is spawned as) against the
@@ -119,13 +121,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from integration.corpus import build
+from integration.harness.stubs import OutputPump, kill_tree, start_proxy, start_stub
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-sys.path.insert(0, str(ROOT))
-
-import build  # type: ignore[import-not-found]  # noqa: E402
-
-from integration.harness.stubs import OutputPump, kill_tree, start_proxy, start_stub  # noqa: E402
 
 READY = re.compile(rb"server ready port=(\d+)")
 DONE = re.compile(r"server done requests=(\d+)(?: connections=(\d+) conn_polls=(\d+) conn_busy_us=(\d+))?")
@@ -140,6 +139,7 @@ CONN_FN_AXUM = r"axum::serve::handle_connection(::|\s|$)"
 # serve/mod.rs:276 is another spawn, 1 poll, no connection)
 CONN_LOC_AXUM = re.compile(r"axum-[\d.]+/src/serve/mod\.rs:389$")
 CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
+            "uprobes-wakes": ["--capture", "uprobes", "--mode", "full", "--wakes"],
             "uprobes-rets": ["--capture", "uprobes", "--mode", "full", "--uprobe-rets"],
             "uprobes-changes": ["--capture", "uprobes", "--mode", "full", "--uprobe-changes"],
             "uprobes-every": ["--capture", "uprobes", "--mode", "full", "--uprobe-every"],
@@ -151,13 +151,13 @@ CAPTURES = {"uprobes": ["--capture", "uprobes", "--mode", "full"],
             "uprobes-sliced": ["--capture", "uprobes", "--sample-time", "10"],
             "uprobes-tasks": ["--capture", "uprobes", "--mode", "tasks"],
             "uprobes-tasks-sliced": ["--capture", "uprobes", "--mode", "tasks", "--sample-time", "10"],
-            "console-uprobes": ["--capture", "uprobes", "--mode", "full"],
+            "console-uprobes": ["--capture", "uprobes", "--mode", "full", "--wakes"],
             "console-tasks": ["--capture", "uprobes", "--mode", "tasks"],
             "console-breakpoints": ["--capture", "breakpoints"],
             "console-tracepoints": ["--capture", "tracepoints"],
             "tracepoints": ["--capture", "tracepoints"],
             "breakpoints": ["--capture", "breakpoints"]}
-ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-strict", "uprobes-nobudget", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
+ORDER = ["bare", "console", "gdb", "uprobes", "uprobes-wakes", "uprobes-strict", "uprobes-nobudget", "uprobes-every", "uprobes-changes", "uprobes-rets", "uprobes-tasks", "uprobes-sampled",
          "uprobes-sampled-rets", "uprobes-sliced",
          "uprobes-tasks-sliced", "uprobes-entry", "console-uprobes", "console-tasks", "tracepoints", "breakpoints"]
 
@@ -311,6 +311,47 @@ def top_rows(out: str, fn: str = "conn_task") -> list[tuple[str, int, float]]:
     return rows
 
 
+def top_wake_rows(out: str, fn: str = "conn_task") -> list[tuple[str, int, float, int, int]]:
+    """(task id, polls, SCHED µs, WAKES, SELF) of each row of `top` whose async fn matches `fn`,
+    when top has the wake columns (docs/wakes.md)."""
+    rows = []
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 11 and cols[0].startswith("#") and cols[2].isdigit() and cols[8].isdigit() \
+                and cols[9].isdigit() and re.search(fn, " ".join(cols[10:])):
+            rows.append((cols[0], int(cols[2]), _us(cols[6]), int(cols[8]), int(cols[9])))
+    return rows
+
+
+def wake_pairs(out: str, fn: str, record: Path) -> str:
+    """top's SCHED, WAKES and SELF against console-subscriber's (its recording) for the same
+    connection tasks, paired by poll count: one line with the sums and ratios."""
+    from bench.console_record import fold
+
+    ours = top_wake_rows(out, fn)
+    con = list(fold(record).values())  # every task: ours are the connection tasks, paired by polls
+    con.sort(key=lambda t: t.polls)
+    left = list(con)
+    pairs = []
+    for o in sorted(ours, key=lambda r: r[1]):
+        c = next((t for t in left if t.polls - int(t.closed) == o[1] or t.polls == o[1]), None)
+        if c is not None:
+            left.remove(c)
+            pairs.append((o, c))
+    if not pairs:
+        return f"wakes: no pair (ours {len(ours)} rows, console {len(con)} tasks)"
+    ow, cw = sum(o[3] for o, _ in pairs), sum(c.wakes for _, c in pairs)
+    osw, csw = sum(o[4] for o, _ in pairs), sum(c.self_wakes for _, c in pairs)
+    osch, csch = sum(o[2] for o, _ in pairs), sum(c.sched_ns for _, c in pairs) / 1e3
+    per = sorted(round(o[3] / c.wakes, 3) for o, c in pairs if c.wakes)
+    worst = min(pairs, key=lambda p: p[0][3] / p[1].wakes if p[1].wakes else 1.0)
+    off = (f"; the farthest pair: ours {worst[0][0]} polls={worst[0][1]} wakes={worst[0][3]}, console "
+           f"id={worst[1].task_id} polls={worst[1].polls} wakes={worst[1].wakes}")
+    return (f"wakes: {len(pairs)} pairs; WAKES ours {ow:,} console {cw:,} ({ow / max(cw, 1):.3f}x, per task "
+            f"{per[0] if per else '-'}..{per[-1] if per else '-'}); SELF ours {osw:,} console {csw:,}; "
+            f"SCHED ours {osch / 1e3:.1f} ms console {csch / 1e3:.1f} ms ({osch / max(csch, 1e-9):.3f}x){off}")
+
+
 def parse_top(out: str, fn: str = "conn_task") -> tuple[int, float] | None:
     """(polls, busy µs) summed over `top_rows`; None when there is none."""
     rows = top_rows(out, fn)
@@ -379,8 +420,7 @@ class Server:
             self.console_prog: Path | None = None
             self.conn_fn = r"::conn_task\b"
         else:
-            sys.path.insert(0, str(ROOT / "bench" / "server"))
-            import build_server  # type: ignore[import-not-found]
+            from bench.server import build_server
 
             self.prog, self.console_prog = build_server.build_server(config)
             self.conn_fn = CONN_FN_AXUM
@@ -455,7 +495,7 @@ continue
 kill
 """
 # --stop-at: gdb is interrupted while wrk runs (SIGINT: a ^C to the stub), then goes on to _exit
-GDB_STOP_SCRIPT = GDB_SCRIPT.replace("continue\n", "continue\nmonitor async stats\ncontinue\n", 1)
+GDB_STOP_SCRIPT = GDB_SCRIPT.replace("continue\n", "continue\nmonitor async stats --all\ncontinue\n", 1)
 STOP_AT: list[float] = []  # --stop-at F: the fraction of wrk's time at which gdb is interrupted
 INTERRUPTED = re.compile(r"received signal SIGINT")
 AT_EXIT = re.compile(r"Breakpoint [\d.]+, .*_exit")
@@ -516,13 +556,17 @@ def _stub_in_env(prog: Path, args: list[str], env: dict[str, str]) -> Iterator[A
 
 def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> Run:
     run = Run(how)
-    after = "" if how == "gdb" else "monitor async top 64\nmonitor async stats"
+    after = "" if how == "gdb" else "monitor async top 64\nmonitor async stats --all"
     # console-*: the console build, console-subscriber and asyncrsp watching the same tasks
     same = how.startswith("console-")
     prog = server.console_prog if same else server.prog
     assert prog is not None
     bind = console_bind()
-    with _stub_in_env(prog, server.args, {"TOKIO_CONSOLE_BIND": bind}) as stub:
+    env = {"TOKIO_CONSOLE_BIND": bind}
+    record = Path(tempfile.mkdtemp(prefix="asyncrsp-console-")) / "record.json" if same else None
+    if record is not None:  # console-subscriber's own wake figures (console_record.py)
+        env["TOKIO_CONSOLE_RECORD_PATH"] = str(record)
+    with _stub_in_env(prog, server.args, env) as stub:
         px_cm = start_proxy(stub.address, extra=CAPTURES[how]) if how in CAPTURES else None
         px = px_cm.__enter__() if px_cm else None
         try:
@@ -595,6 +639,8 @@ def run_gdb(server: Server, wrk: str, duration: float, conns: int, how: str) -> 
                     if same:
                         run.same = (top_rows(text, server.conn_fn), console_rows(console))
                         run.extra["console"] = console.split("\n", 1)[0]
+                        if record is not None and record.exists():
+                            run.extra["wakes"] = wake_pairs(text, server.conn_fn, record)
                         if os.environ.get("BENCH_SERVER_SHOW"):
                             print(console)
                         run.extra["console dropped"] = " ".join(re.findall(r"console dropped_events=\d+", console))
@@ -698,7 +744,7 @@ def run_split(server: Server, wrk: str, duration: float, conns: int, how: str) -
     import signal
 
     from integration.harness.stubs import free_port
-    from integration.test_uprobes import spawn_stopped
+    from integration.harness.uprobes import spawn_stopped
 
     from proxy.capture.uprobes import bpf as B
     from proxy.capture.uprobes.capture import UprobeCapture
@@ -882,7 +928,7 @@ def report_same(runs: dict[str, list[Run]]) -> None:
         for what, left in (("ours", m.ours_left), ("console's", m.console_left)):
             if left:
                 print(f"{'':16} unpaired {what}: " + ", ".join(f"{t} polls={p} busy={b:.0f}us" for t, p, b in left))
-        for k in ("cost", "console", "console dropped"):
+        for k in ("cost", "console", "console dropped", "wakes"):
             if r.extra.get(k):
                 print(f"{'':16} {r.extra[k]}")
         if how.removesuffix(STATS) == "console-uprobes":

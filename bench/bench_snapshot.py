@@ -19,8 +19,8 @@ tokio's heap), then times inside gdb (Python `time.perf_counter` around `gdb.exe
 
 The proxy's peak memory is its VmHWM (/proc/PID/status) at the end of the run.
 
-Usage: python bench/bench_snapshot.py [--tasks 10000 100000] [--config release] [--runs 1]
-Target (issue 21): each command <= 2 s at the stop with 10,000 tasks, <= 10 s with 100,000.
+Usage: python -m bench.bench_snapshot [--tasks 10000 100000] [--config release] [--runs 1]
+Target: each command <= 2 s at the stop with 10,000 tasks, <= 10 s with 100,000.
 """
 
 from __future__ import annotations
@@ -30,18 +30,14 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from integration.corpus import build
+from bench.attach import attached
+from proxy.reflect.tokio_adapter import heap_ranges
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-
-import build  # noqa: E402
-from bench.attach import attached  # noqa: E402
-
-from proxy.reflect.tokio_adapter import heap_ranges  # noqa: E402
 
 GDB_SCRIPT = """
 import os, re, time

@@ -29,8 +29,8 @@ stack and variables, and every thread's stack (`thread apply all bt` in an IDE).
 
 The ratio is with / without, same run, medians of --runs.
 
-Usage: python bench/bench_task_threads.py [--tasks 10000] [--config release] [--runs 3]
-Target (issue 17): with 10,000 tasks and the default cap, <= 1.5x the stop without task threads.
+Usage: python -m bench.bench_task_threads [--tasks 10000] [--config release] [--runs 3]
+Target: with 10,000 tasks and the default cap, <= 1.5x the stop without task threads.
 """
 
 from __future__ import annotations
@@ -39,19 +39,15 @@ import argparse
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from integration.corpus import build
+from bench.attach import attached
+from integration.harness import debuggers, programs
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-
-import build  # noqa: E402
-from bench.attach import attached  # noqa: E402
-from integration.harness import debuggers, programs  # noqa: E402
-
 
 GDB = debuggers.HOST  # whose gdb (--gdb); gdbserver and the proxy are always the host's
 
@@ -177,7 +173,7 @@ def ide_session(prog: Path, address: str, task_threads: bool, cap: int | None) -
         ide_stop(mi, thread)
         out[k] = time.perf_counter() - t1
     if task_threads:
-        stats = mi.cmd('-interpreter-exec console "monitor async stats"')
+        stats = mi.cmd('-interpreter-exec console "monitor async stats --all"')
         m = re.search(r"reused the previous stop's tasks[^:]*: (\d+)", stats)
         out["reused"] = int(m.group(1)) if m else 0
     if task_threads:

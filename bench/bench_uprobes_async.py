@@ -1,9 +1,9 @@
 """Asynchronous capture holds: event rate, drops, a stalled consumer, unwinding from slices.
 
-    .venv/bin/python bench/bench_uprobes_async.py [--calls 1000000] [--repeat 3]
+    .venv/bin/python -m bench.bench_uprobes_async [--calls 1000000] [--repeat 3]
 
-Two acceptance points of uprobe capture, measured without gdb (the capture
-alone on the program, `integration/test_uprobes.run_captured`):
+Two figures of uprobe capture, measured without gdb (the capture
+alone on the program, `integration/harness/uprobes.run_captured`):
 
 * **100,000 events per second, < 1% dropped, the program never blocked by a
   slow consumer.** The C `probe_count` program calls `probed()` (entry
@@ -34,16 +34,13 @@ import sys
 import time
 from pathlib import Path
 
+from integration.corpus import build
+from integration.harness import programs as cprogs
+from integration.harness.uprobes import c_inventory, run_captured, spawn_stopped
+from proxy.analysis.inventory import build_inventory
+from proxy.capture.uprobes.capture import UprobeCapture
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-sys.path.insert(0, str(ROOT))
-
-import build  # type: ignore[import-not-found]  # noqa: E402
-
-from integration.harness import programs as cprogs  # noqa: E402
-from integration.test_uprobes import _c_inventory, run_captured, spawn_stopped  # noqa: E402
-from proxy.analysis.inventory import build_inventory  # noqa: E402
-from proxy.capture.uprobes.capture import UprobeCapture  # noqa: E402
 
 
 def bare(prog: Path, args: list[str]) -> float:
@@ -56,7 +53,7 @@ def bare(prog: Path, args: list[str]) -> float:
 
 def rate_and_drops(calls: int, repeat: int) -> None:
     prog = cprogs.build("probe_count")
-    inv = _c_inventory(prog, "probed")
+    inv = c_inventory(prog, "probed")
     args = [str(calls), "2"]
     events = 2 * calls
     rows: dict[str, list[tuple[float, int, int]]] = {"bare": [], "consumer": [], "stalled": []}

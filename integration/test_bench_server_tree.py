@@ -29,11 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.server import build_server
 from integration.harness.stubs import free_port, port_listening
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench" / "server"))
-import build_server  # type: ignore[import-not-found]  # noqa: E402
 
 BRANCH0 = re.compile(r"^ *├╼ \[branch 0\] (.*)$", re.M)
 

@@ -17,7 +17,6 @@ import http.client
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,11 +24,9 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "bench" / "server"))
+from bench.server import build_server
 
-import build_server  # type: ignore[import-not-found]  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CONSOLE = build_server.binary("console")
 _MISSING = build_server.missing("console")
@@ -74,7 +71,7 @@ def _text_equals_file(pid: int, prog: Path) -> list[int]:
 
 @pytest.mark.parametrize("capture", ["breakpoints", "tracepoints"])
 def test_wrapper_polls_under_other_captures(capture: str) -> None:
-    import bench_server as bs  # type: ignore[import-not-found]
+    from bench import bench_server as bs
     from integration.harness.stubs import start_proxy
 
     with bs._stub_in_env(CONSOLE, ["0"], {"TOKIO_CONSOLE_BIND": bs.console_bind()}) as stub, \

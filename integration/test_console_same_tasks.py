@@ -1,5 +1,5 @@
 """`monitor async top` against console-subscriber's own figures for the very same tasks, in the
-same run (issue 19's accuracy check), through real gdb, gdbserver and the proxy.
+same run (how accurate `top` is), through real gdb, gdbserver and the proxy.
 
 The server benchmark's axum service, its console build (bench/server: console-subscriber 0.5,
 ``tokio_unstable``): tokio spawns every task inside tracing's ``Instrumented<F>``, and the
@@ -13,19 +13,15 @@ bench/bench_server.py's own ``console-tasks`` row (wrk, 2 s, 4 connections)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from bench.server import build_server
 from proxy.capture.uprobes.capture import UprobeCapture
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "bench" / "server"))
-from types import SimpleNamespace  # noqa: E402
-
-import build_server  # type: ignore[import-not-found]  # noqa: E402
 
 CONSOLE = build_server.binary("console")
 _OK, _WHY = UprobeCapture.available(SimpleNamespace(local=True))
@@ -41,7 +37,7 @@ def test_top_busy_and_polls_match_console_subscribers_for_the_same_tasks(how: st
     and top subtracts (0.76-0.88x measured; bench/bench_console_window.py puts them back: 0.99-1.00x)."""
     import shutil
 
-    import bench_server as bs  # type: ignore[import-not-found]
+    from bench import bench_server as bs
 
     wrk = shutil.which("wrk")
     if wrk is None:

@@ -22,59 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from integration.test_await_graph import _binary, _free_port, ask, section
+from integration.harness.monitor import ask, corpus_binary, section
+from integration.harness.stubs import free_port
+from integration.harness.serve import finish as _finish, gdb_at as _gdb, serve_core, start_cli as _proxy
+from integration.harness.stuck import STUCK_CONFIGS, STUCK_TASKS, gcore, start_stuck
 
 ROOT = Path(__file__).resolve().parents[1]
-# tokio 1.24 (the corpus), 1.43 (trixie) and 1.53 (sid): the same `stuck` source; the modern
-# configs skip when their crates were not fetched (scripts/fetch-crates)
-STUCK_CONFIGS = ["debug", "release", "trixie-debug", "trixie-release", "sid-debug", "sid-release"]
 GDB_COMMANDS = ["info threads", "bt", "thread 2", "bt", *ask("tasks", "tree")]
-
-
-def _gdb(port: int, prog: Path, commands: list[str], leave: str = "detach") -> str:
-    gdb = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60",
-           "-ex", f"target remote 127.0.0.1:{port}"]
-    for c in commands:
-        gdb += ["-ex", c]
-    gdb += ["-ex", leave, str(prog)]
-    return subprocess.run(gdb, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=180, check=False).stdout
-
-
-def _proxy(args: list[str], command: str = "serve") -> tuple[subprocess.Popen[str], int]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "proxy", command, "--listen", f"127.0.0.1:{port}", *args],
-                            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
-    line = proc.stderr.readline()
-    if command == "run":  # first the gdb command line
-        assert line.startswith(f"asyncrsp: connect with:  gdb -ex 'target remote 127.0.0.1:{port}' "), line
-        line = proc.stderr.readline()
-    assert "listening on" in line, line + proc.stderr.read()
-    return proc, port
-
-
-def _finish(proc: subprocess.Popen[str]) -> str:
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    return err
-
-
-def serve_core(core: Path, prog: Path, commands: list[str], extra: list[str] = (),  # type: ignore[assignment]
-               command: str = "serve") -> str:
-    proxy, port = _proxy(["--core", str(core), *extra], command)
-    try:
-        return _gdb(port, prog, commands)
-    finally:
-        _finish(proxy)
 
 
 def live(pid: int, prog: Path, commands: list[str]) -> str:
     """gdbserver --attach behind the proxy (mode off, tokio adapter), then detach."""
-    gport = _free_port()
+    gport = free_port()
     gs = subprocess.Popen(["gdbserver", "--attach", f"127.0.0.1:{gport}", str(pid)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert gs.stderr is not None
@@ -105,58 +64,6 @@ def normalise(out: str) -> str:
     return "\n".join(keep)
 
 
-# stuck's tasks, `run` (block_on's future, found by a stack scan in release builds)
-# among them. Fact: about 1 dump in 6 of sid-release held 3 to 6 places in block_on's
-# frame that looked like a suspended `run` (`3 candidates ... none taken`); the scan's
-# hits are narrowed by their saved locals (proxy/reflect/validity.py), which leaves the
-# live one (sid-release: 12 of 12 attaches; before the narrowing 10 of 12).
-STUCK_TASKS = ("lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter", "run")
-
-
-def start_stuck(prog: Path, cwd: Path, core_limit: bool = False) -> subprocess.Popen[str]:
-    def limits() -> None:
-        if core_limit:
-            resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-
-    p = subprocess.Popen([str(prog), "mt"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                         cwd=cwd, preexec_fn=limits)
-    assert p.stdout is not None
-    line = p.stdout.readline()
-    assert "stuck ready" in line, line
-    settle(p.pid)
-    return p
-
-
-def settle(pid: int, timeout: float = 20.0) -> None:
-    """Wait until every thread of pid sits in the same system call in two looks 0.2 s
-    apart. `stuck ready` is printed by the program's last task; under load a runtime
-    worker can still be on its way to park then, and a core taken at that moment
-    differs from the live session a moment later."""
-    def look() -> dict[str, str]:
-        got = {}
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                got[task.name] = (task / "syscall").read_text().split(" ")[0]
-            except OSError:
-                got[task.name] = "gone"
-        return got
-    deadline = time.monotonic() + timeout
-    last = look()
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
-        now = look()
-        if now == last and all(v not in ("running", "-1", "gone") for v in now.values()):
-            return
-        last = now
-    raise AssertionError(f"stuck did not settle in {timeout} s: {last}")
-
-
-def gcore(pid: int, out: Path) -> Path:
-    subprocess.run(["gcore", "-o", str(out), str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=120, check=True)
-    return Path(f"{out}.{pid}")
-
-
 def kernel_core_skip() -> str | None:
     pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
     if pattern.startswith("|") or "/" in pattern:
@@ -184,7 +91,7 @@ def kernel_core_wait(cwd: Path) -> Path:
 def test_gcore_served_equals_the_live_session(config: str, tmp_path: Path) -> None:
     """gdb through `serve --core` on a gcore of `stuck` shows what a live session on
     the same process shows: threads, backtraces, tasks, trees, the deadlock."""
-    prog = _binary(config, "stuck")
+    prog = corpus_binary(config, "stuck")
     p = start_stuck(prog, tmp_path)
     try:
         core = gcore(p.pid, tmp_path / "g")
@@ -213,7 +120,7 @@ def test_kernel_core_is_served(tmp_path: Path) -> None:
     reason = kernel_core_skip()
     if reason:
         pytest.skip(reason)
-    prog = _binary("debug", "stuck")
+    prog = corpus_binary("debug", "stuck")
     p = start_stuck(prog, tmp_path, core_limit=True)
     try:
         core = kernel_core(p, tmp_path)
@@ -246,7 +153,7 @@ def gcore_of_stuck(prog: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def stuck_core(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(program, gcore) of debug `stuck`, shared by the tests that only read it."""
-    prog = _binary("debug", "stuck")
+    prog = corpus_binary("debug", "stuck")
     return prog, gcore_of_stuck(prog, tmp_path_factory.mktemp("stuck"))
 
 
@@ -302,7 +209,7 @@ def test_crash_core_gives_the_async_backtrace(kind: str, sig: int, config: str, 
         pytest.skip(reason)
     from integration.corpus import markers
 
-    prog = _binary(config, "crash")
+    prog = corpus_binary(config, "crash")
 
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from integration import test_await_graph as await_graph
 from integration.harness import debuggers, matrix
 from integration.harness.lldb import lldb_batch
 from integration.harness.scenarios import Scenario, run_session
+from integration.harness.monitor import CONFIGS, await_line, bp_line, check_serial_awaits, check_whole_run_graph, corpus_binary
 from integration.harness.stubs import start_proxy, start_stub
-from integration.test_transparency import BROKEN_SIGNS, check_transparent
+from integration.harness.transparency import BROKEN_SIGNS, check_transparent
 
 MODE = debuggers.newer_mode()
 FULL = MODE == "full"
@@ -112,7 +112,7 @@ def test_transparent(release: str, sc: Scenario, client: str, stub: str, capture
         check_transparent(sc, client, stub, programs, request, proxy_extra=("--capture", capture))
 
 
-AWAIT_CASES = [(r, cfg, rt) for r in debuggers.NEWER for cfg, rt in await_graph.CONFIGS
+AWAIT_CASES = [(r, cfg, rt) for r in debuggers.NEWER for cfg, rt in CONFIGS
                if FULL or (cfg, rt) == ("debug", "mt")]
 
 
@@ -122,10 +122,10 @@ def test_await_backtrace_and_edges(release: str, config: str, rt: str) -> None:
     the proxy connects to the chroot's gdbserver, which it did not start)."""
     _use(release)
     with debuggers.use(release):
-        await_graph.test_serial_awaits_backtrace_and_edges(config, rt)
+        check_serial_awaits(config, rt)
 
 
-LLDB_AWAIT_CASES = [(r, cfg, rt) for r in ("host", *debuggers.NEWER) for cfg, rt in await_graph.CONFIGS
+LLDB_AWAIT_CASES = [(r, cfg, rt) for r in ("host", *debuggers.NEWER) for cfg, rt in CONFIGS
                     if FULL or ((cfg, rt) == ("debug", "mt") and r != "host")]
 
 
@@ -134,8 +134,8 @@ def test_lldb_await_backtrace(release: str, config: str, rt: str) -> None:
     """lldb -> asyncrsp -> gdbserver (lldb cannot use gdbserver straight: the
     proxy asks it for swbreak+), `monitor async bt` as a raw packet."""
     _use(release)
-    prog = await_graph._binary(config, "tokio_app")
-    line = await_graph.bp_line("c_after_sleep")
+    prog = corpus_binary(config, "tokio_app")
+    line = bp_line("c_after_sleep")
     with debuggers.use(release), start_stub("gdbserver", prog, [rt]) as stub, \
             start_proxy(stub.address, (), ["--capture", "breakpoints"]) as proxy:
         out = lldb_batch(prog, [f"gdb-remote {proxy.address}", f"b tokio_app.rs:{line}", "c",
@@ -151,12 +151,12 @@ def test_lldb_await_backtrace(release: str, config: str, rt: str) -> None:
                      "`monitor async bt` needs the thread id with several threads")
     frames = re.findall(r"^#\d+\s+(\S+) .*?(?:at|awaiting at) \S+:(\d+)", bt, re.M)
     assert frames[:4] == [("tokio_app::c", str(line)),
-                          ("tokio_app::b", str(await_graph.await_line("b", "c"))),
-                          ("tokio_app::a", str(await_graph.await_line("a", "b"))),
-                          ("tokio_app::run", str(await_graph.await_line("run", "a")))], out[-3000:]
+                          ("tokio_app::b", str(await_line("b", "c"))),
+                          ("tokio_app::a", str(await_line("a", "b"))),
+                          ("tokio_app::run", str(await_line("run", "a")))], out[-3000:]
 
 
-WHOLE_RUN_CASES = [(r, c, t) for r in debuggers.NEWER for c, t in await_graph.CONFIGS] if FULL else [
+WHOLE_RUN_CASES = [(r, c, t) for r in debuggers.NEWER for c, t in CONFIGS] if FULL else [
     pytest.param("trixie", "debug", "mt", marks=pytest.mark.skip(
         reason="the whole newer-debugger matrix only: bash scripts/test-debuggers"))]
 
@@ -165,7 +165,7 @@ WHOLE_RUN_CASES = [(r, c, t) for r in debuggers.NEWER for c, t in await_graph.CO
 def test_await_whole_run_graph(release: str, config: str, rt: str) -> None:
     _use(release)
     with debuggers.use(release):
-        await_graph.test_whole_run_graph(config, rt)
+        check_whole_run_graph(config, rt)
 
 
 @pytest.mark.parametrize(("release", "client", "stub", "scenario"),

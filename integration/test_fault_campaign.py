@@ -37,10 +37,7 @@ def test_a_killed_stub_ends_the_proxy_with_its_reason() -> None:
 
 def _one(backend: str, victim: str) -> faults.Outcome:
     require_tool("gdbserver")
-    import sys
-
-    sys.path.insert(0, "integration/corpus")
-    import build  # type: ignore[import-not-found]
+    from integration.corpus import build
 
     prog = build.pinned(build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")])
     if backend == "uprobes":

@@ -1,4 +1,4 @@
-"""Acceptance, issue 2, bullet 3: bad input and faults.
+"""Bad input and faults.
 
 * A corrupt checksum from the client is NAKed and the retransmission served
   (real gdbserver behind the proxy, a hand-written raw client in front).
@@ -248,7 +248,7 @@ def test_kill_takes_the_capture_out_first_and_ends_cleanly(capture: str, program
     with start_stub("gdbserver", prog, ["20"]) as stub, \
             start_proxy(stub.address, probes=probes, extra=[*extra, "--log-packets", str(log)]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", "break probed", "continue", "continue",
-                               "delete", "monitor async stats", "kill"], timeout=60)
+                               "delete", "monitor async stats --all", "kill"], timeout=60)
         _require_capture(capture, run.output)
         pid = stub.find_inferior()
         assert px.wait(timeout=20) == 0, px.stderr_text()

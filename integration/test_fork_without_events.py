@@ -23,7 +23,7 @@ import pytest
 from integration.harness import programs as cprogs
 from integration.harness.gdb import gdb_cli
 from integration.harness.stubs import start_proxy, start_stub
-from integration.test_uprobes import STATS, _addr, _children_of, _file_bytes, _mem, _same
+from integration.harness.uprobes import STATS, children_of, file_bytes, proc_mem, same_transcript, symbol_addr
 from proxy.capture.uprobes.capture import UprobeCapture
 
 _UPROBES, _WHY = UprobeCapture.available(None)
@@ -37,7 +37,7 @@ def _printf_line(prog_src: Path) -> int:
 
 
 def _run(prog: Path, capture: str | None, seen: dict[str, object]) -> list[tuple[str, str]]:
-    site = _addr(prog, "probed")
+    site = symbol_addr(prog, "probed")
     line = _printf_line(Path(__file__).parent / "programs" / "forker.c")
     out: list[tuple[str, str]] = []
     with start_stub("gdbserver", prog, ["50", "fork"]) as stub:
@@ -49,13 +49,13 @@ def _run(prog: Path, capture: str | None, seen: dict[str, object]) -> list[tuple
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 try:
-                    kids = _children_of(pid)
+                    kids = children_of(pid)
                 except OSError:
                     return
                 if kids:
                     time.sleep(0.3)
                     try:
-                        seen["child"] = _mem(kids[0], site, 4)
+                        seen["child"] = proc_mem(kids[0], site, 4)
                     except OSError as err:
                         seen["child"] = f"gone: {err}"
                     return
@@ -95,9 +95,9 @@ def test_fork_child_is_cleaned_for_a_client_without_fork_events(capture: str) ->
     proxied: dict[str, object] = {}
     d = _run(prog, None, direct)
     p = _run(prog, capture, proxied)
-    _same(d, p)
+    same_transcript(d, p)
     assert "forker child=0 " in str(proxied["output"]), proxied["output"]
-    assert proxied["child"] == _file_bytes(prog, "probed", 4)  # no int3 left in the child
+    assert proxied["child"] == file_bytes(prog, "probed", 4)  # no int3 left in the child
     stats = str(proxied["stats"])
     assert "forks hidden from the client (children cleaned and detached): 1" in stats, stats
     m = re.search(r"^\s*probed: (\d+)", stats, re.M)

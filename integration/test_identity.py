@@ -1,5 +1,5 @@
 """The stub's program is proven to be a process of this host before the proxy
-acts on the host (proxy/identity.py), in the three places where the address
+acts on the host (proxy/host/identity.py), in the three places where the address
 of the stub misleads:
 
 * gdbserver in its own pid namespace on 127.0.0.1 (a container with a
@@ -24,21 +24,18 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from integration.corpus import build
 from integration.harness.gdb import gdb_batch
 from integration.harness.stubs import REPO, OutputPump, free_port, kill_tree, start_proxy, venv_python
 from integration.harness.tools import require_tool
 
-sys.path.insert(0, str(REPO / "integration" / "corpus"))
-import build  # noqa: E402
-
 CANARY = REPO / "integration" / "harness" / "canary.py"
-GDB_STEPS = ["break tokio_app.rs:34", "continue", "monitor async stats", "monitor async tasks", "kill"]
+GDB_STEPS = ["break tokio_app.rs:34", "continue", "monitor async stats --all", "monitor async tasks", "kill"]
 
 
 def _needs_root() -> None:

@@ -25,18 +25,16 @@ from pathlib import Path
 
 import pytest
 
+from integration.corpus import build, markers
+from integration.harness import expected_tree
+from integration.harness.monitor import ask, attached, modern_binary, section, session
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
-import build  # noqa: E402
-import markers  # noqa: E402
-
-from integration.harness import expected_tree  # noqa: E402
-from integration.test_await_graph import ask, section, session  # noqa: E402
-from integration.test_reflection import attached  # noqa: E402
 
 MARKER = {"stuck": "stuck_ready", "tk_dump": "dumped", "tk_sync": "parked", "hyper_svc": "requested", "axum_svc": "requested",
-          "astd": "parked", "smol_app": "parked", "fut_exec": "parked"}
+          "astd": "parked", "smol_app": "parked", "fut_exec": "parked", "tk_join3": "dumped",
+          "tk_streams": "parked"}
 ONE_FLAVOUR = {"astd", "fut_exec"}  # async-std's global executor; LocalPool: one thread only
 FULL = os.environ.get("ASYNCRSP_MODERN_FULL") == "1"
 
@@ -58,13 +56,6 @@ def _cases() -> list:  # type: ignore[type-arg]
     return out
 
 
-def binary(config: str, program: str) -> Path:
-    skip = build.skip_reason(config)
-    if skip is not None:
-        pytest.skip(str(skip))
-    return build.pinned(build.binary(config, program))
-
-
 def expected(program: str) -> list:  # type: ignore[type-arg]
     src = markers.program_sources(program)[0]
 
@@ -75,7 +66,7 @@ def expected(program: str) -> list:  # type: ignore[type-arg]
 
 
 def tree_of(config: str, program: str, rt: str, how: str) -> str:
-    prog = binary(config, program)
+    prog = modern_binary(config, program)
     if how == "capture":
         path, line = markers.breakpoint_markers(program)[MARKER[program]]
         out = session(prog, [rt], [f"break {path.name}:{line}", "continue", *ask("tree")])
@@ -95,7 +86,7 @@ def test_tree_names_every_pending_future(config: str, program: str, rt: str, how
 def test_spawn_location_where_tokio_records_it() -> None:
     """tokio >= 1.46 built with tokio_unstable keeps each task's spawn location in its
     Core (`spawned_at`): the adapter's task line shows it (tokio 1.53, attached late)."""
-    prog = binary("sid-unstable-debug", "tk_dump")
+    prog = modern_binary("sid-unstable-debug", "tk_dump")
     src = markers.program_sources("tk_dump")[0]
     line = next(i for i, text in enumerate(src.read_text().splitlines(), 1) if "tokio::spawn(foo())" in text)
     out = attached(prog, ["ct"], "tk_dump ready", ask("tree"), ["--mode", "off"])
@@ -103,7 +94,7 @@ def test_spawn_location_where_tokio_records_it() -> None:
     head = next((h for h in tree.splitlines() if h.startswith("task ") and "tk_dump::foo" in h), "")
     assert re.search(rf"spawned at \S*tk_dump\.rs:{line}:\d+", head), tree
     # without tokio_unstable (the same tokio) nothing is recorded, nothing is shown
-    out = attached(binary("sid-debug", "tk_dump"), ["ct"], "tk_dump ready", ask("tree"), ["--mode", "off"])
+    out = attached(modern_binary("sid-debug", "tk_dump"), ["ct"], "tk_dump ready", ask("tree"), ["--mode", "off"])
     assert "spawned at" not in section(out, "tree")
 
 
@@ -113,7 +104,7 @@ def test_ps_tree_of_a_running_async_task_program(program: str) -> None:
     tasks through the same adapters: the expected tree of a smol / async-std program."""
     import subprocess
 
-    prog = binary("trixie-debug", program)
+    prog = modern_binary("trixie-debug", program)
     p = subprocess.Popen([str(prog)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
         assert p.stdout is not None and f"{program} ready" in p.stdout.readline()

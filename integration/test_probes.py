@@ -1,4 +1,4 @@
-"""Acceptance, issue 2, bullet 2: probe counts are exact.
+"""Probe counts are exact.
 
 probe_count calls ``probed()`` N times (from T threads) and prints
 ``sum=N*N calls=N`` (sum of 2i+1 for i < N). Through the proxy with
@@ -47,7 +47,7 @@ def test_probe_hits_exact(threads: int, client_bp: bool, programs: dict[str, Pat
     if client_bp:
         cmds += ["break *probed", f"ignore 1 {10 * N}"]
     cmds += [f"break probe_count.c:{_printf_line(programs)}", "continue",
-             "monitor async stats", "info breakpoints", "continue"]
+             "monitor async stats --all", "info breakpoints", "continue"]
     with start_stub("gdbserver", prog, [str(N), str(threads)]) as stub, \
             start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", *cmds], timeout=120)
@@ -73,7 +73,7 @@ def test_probe_hits_zero_without_calls(programs: dict[str, Path]) -> None:
             start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}",
                                f"break probe_count.c:{_printf_line(programs)}", "continue",
-                               "monitor async stats", "continue"], timeout=60)
+                               "monitor async stats --all", "continue"], timeout=60)
         px.wait(timeout=20)
     m = re.search(r"probe hits: (\d+)", run.output)
     assert m and int(m.group(1)) == 0, run.output
@@ -97,7 +97,7 @@ def test_auto_counts_probes_with_uprobes(probe: str, client_bp: bool, programs: 
     prog = programs["probe_count"]
     cmds = ["break *probed", f"ignore 1 {10 * N}"] if client_bp else []
     cmds += [f"break probe_count.c:{_printf_line(programs)}", "continue",
-             "monitor async stats", "monitor async capture", "info breakpoints", "continue"]
+             "monitor async stats --all", "monitor async capture", "info breakpoints", "continue"]
     with start_stub("gdbserver", prog, [str(N), "4"]) as stub, \
             start_proxy(stub.address, probes=[probe]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", *cmds], timeout=120)
@@ -134,7 +134,7 @@ def test_fork_child_does_not_inherit_the_probes(capture: str, programs: dict[str
     with start_stub("gdbserver", prog, []) as stub, \
             start_proxy(stub.address, probes=["^probed$"], extra=["--capture", capture]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
-                               "monitor async stats", "delete", "continue"], timeout=120)
+                               "monitor async stats --all", "delete", "continue"], timeout=120)
         assert px.wait(timeout=20) == 0, px.stderr_text()
         stub.wait(timeout=10)
         out = run.output

@@ -20,21 +20,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from integration.corpus import build
 from integration.harness.faults import _bias
 from integration.harness.rawrsp import RawPeer
 from integration.harness.stubs import REPO, start_proxy, start_stub
 from integration.harness.tools import require_tool
-from proxy.capture.procmem import sigint_pending
-
-sys.path.insert(0, str(REPO / "integration" / "corpus"))
-import build  # noqa: E402
+from proxy.host.procmem import sigint_pending
 
 SUPPORTED = b"qSupported:multiprocess+;swbreak+;hwbreak+;vContSupported+"
 

@@ -10,20 +10,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from integration.test_await_graph import _binary
-from integration.test_corefile import STUCK_CONFIGS, STUCK_TASKS, gcore, start_stuck
+from integration.harness.monitor import corpus_binary
+from integration.harness.serve import asyncrsp
+from integration.harness.stuck import STUCK_CONFIGS, STUCK_TASKS, gcore, start_stuck
+
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def asyncrsp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proxy", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
 
 
 def rows(text: str) -> list[str]:
@@ -35,7 +31,7 @@ def rows(text: str) -> list[str]:
 def test_ps_live_equals_ps_of_its_core(config: str, tmp_path: Path) -> None:
     """ps PID: tasks, what each waits on, the deadlock cycle; the program survives; a gcore
     of the same process gives the same rows through ps --core."""
-    prog = _binary(config, "stuck")
+    prog = corpus_binary(config, "stuck")
     p = start_stuck(prog, tmp_path)
     try:
         live = asyncrsp("ps", str(p.pid))
@@ -63,7 +59,7 @@ def test_ps_live_equals_ps_of_its_core(config: str, tmp_path: Path) -> None:
 def test_ps_many_tasks_program_keeps_running(tmp_path: Path) -> None:
     """1,000 tasks: ps --json and tree list them all; then the program gets its `go` and
     finishes with its own, unchanged result line."""
-    prog = _binary("debug", "many_tasks")
+    prog = corpus_binary("debug", "many_tasks")
     p = subprocess.Popen([str(prog), "1000", "mt"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None and p.stdin is not None
@@ -103,7 +99,7 @@ def test_ps_on_a_busy_program_leaves_its_result_unchanged() -> None:
     """tokio_bench checks its own result against a synchronous twin (a corrupted register or
     byte shows as check=MISMATCH): `ps` stops it mid-run, as often as it can, and the run
     still ends check=ok."""
-    prog = _binary("debug", "tokio_bench")
+    prog = corpus_binary("debug", "tokio_bench")
     p = subprocess.Popen([str(prog), "100000", "mt"], stdout=subprocess.PIPE, text=True)
     looks = 0
     try:

@@ -13,19 +13,15 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from integration.corpus import build
+from integration.harness.killers import KILLERS
 from integration.harness.rawrsp import RawPeer
-from integration.harness.stubs import REPO, pid_alive, start_proxy, start_stub
+from integration.harness.stubs import pid_alive, start_proxy, start_stub
 from integration.harness.tools import require_tool
-
-sys.path.insert(0, str(REPO / "integration" / "corpus"))
-sys.path.insert(0, str(REPO / "tests" / "proxy" / "session"))
-import build  # noqa: E402
-from test_shield import KILLERS  # noqa: E402
 
 SUPPORTED = b"qSupported:multiprocess+;swbreak+;hwbreak+;vContSupported+"
 
@@ -110,7 +106,58 @@ def test_proxy_stats_count_the_refused_packets() -> None:
         peer.request(b"?")
         assert peer.request(b"Gzz") == b"E01"
         assert peer.request(b"vCont;t") == b"E01"
-        text = _monitor(peer, "async stats")
+        text = _monitor(peer, "async stats --all")
         assert re.search(rb"client packets answered E01, not forwarded .*: 2; last: vCont;t is a non-stop "
                          rb"request", text), text
         peer.send_packet(b"k")
+
+
+def _hostile_symbol_look_up(peer: RawPeer) -> list[bytes]:
+    """`qSymbol::`, then, while the stub waits for the answer to its question, a
+    `g`, a `vCont;c` and a `qC`; returns their replies."""
+    peer.request(SUPPORTED)
+    peer.request(b"?")
+    asked = peer.request(b"qSymbol::")
+    assert asked.startswith(b"qSymbol:") and len(asked) > 8, asked
+    return [peer.request(p) for p in (b"g", b"vCont;c", b"qC")]
+
+
+def test_straight_a_packet_inside_the_symbol_look_up_is_taken_for_its_answer() -> None:
+    """gdbserver 13.1 straight: the look-up takes `g` for a malformed answer (its
+    reply is the next question) and runs `vCont;c` inside it: the program runs to
+    its end while the client believes it stopped."""
+    require_tool("gdbserver")
+    with start_stub("gdbserver", _bench(), ["5", "ct"]) as stub:
+        peer = RawPeer.connect(stub.address)
+        try:
+            replies = _hostile_symbol_look_up(peer)
+        except EOFError:  # the program ended inside the look-up; gdbserver --once with it
+            replies = []
+        peer.close()
+        stub.wait(timeout=30)
+        out = stub.output_text()
+        assert "Malformed response to qSymbol, ignoring: g" in out and "check=ok" in out, (replies, out)
+
+
+def test_through_the_proxy_the_symbol_look_up_takes_only_its_answers() -> None:
+    """Through the proxy the same packets get E01 and never reach the look-up; the
+    client answers, the look-up ends, and the program is whole: it runs to its
+    normal end only after the detach."""
+    require_tool("gdbserver")
+    with start_stub("gdbserver", _bench(), ["5", "ct"]) as stub, start_proxy(stub.address) as px:
+        peer = RawPeer.connect(px.address)
+        assert _hostile_symbol_look_up(peer) == [b"E01", b"E01", b"E01"]
+        assert "check=ok" not in stub.output_text()  # the vCont;c ran nothing
+        for _ in range(64):  # the client answers "unknown" to every question
+            asked = peer.request(b"qSymbol::")
+            if not asked.startswith(b"qSymbol:"):
+                break
+        assert asked == b"OK", asked
+        qc = peer.request(b"qC")
+        assert qc.startswith(b"QCp"), qc
+        assert peer.request(b"D;" + qc[3:].split(b".")[0]) == b"OK"
+        peer.close()
+        px.wait(timeout=15)
+        stub.wait(timeout=60)
+        out = stub.output_text()
+        assert "Malformed response to qSymbol" not in out and "check=ok" in out, out

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from integration.corpus import markers
+from integration.harness.monitor import ask, attached, check_deadlocks, corpus_binary, decode_maint_packet, section, session
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-
-import markers  # noqa: E402
-
-from integration.test_await_graph import _binary, ask, section, session  # noqa: E402
-from integration.test_reflection import attached  # noqa: E402
 
 
 def await_lines(program: str, parent: str, child: str) -> set[int]:
@@ -69,37 +65,6 @@ def tree_coroutines(text: str) -> list[tuple[str, str, int | None]]:
         out.append((name, state, int(m["line"]) if m["line"] else None))
     return out
 
-
-def decode_maint_packet(out: str) -> bytes:
-    """The bytes of `maint packet` replies (gdb prints them as C strings), binary-unescaped."""
-    data = bytearray()
-    for m in re.finditer(r'^received: "(.*)"$', out, re.M):
-        body = m.group(1)
-        raw = bytearray()
-        i = 0
-        while i < len(body):
-            if body[i] == "\\" and body[i + 1] == "x":
-                raw.append(int(body[i + 2:i + 4], 16))
-                i += 4
-            elif body[i] == "\\":
-                raw.append(ord(body[i + 1]))
-                i += 2
-            else:
-                raw.append(ord(body[i]))
-                i += 1
-        if not raw or raw[:1] not in (b"m", b"l"):
-            break
-        j = 1
-        while j < len(raw):
-            if raw[j] == 0x7D:
-                data.append(raw[j + 1] ^ 0x20)
-                j += 2
-            else:
-                data.append(raw[j])
-                j += 1
-        if raw[:1] == b"l":
-            break
-    return bytes(data)
 
 
 def read_json(chunks: int = 48, size: int = 0x800) -> list[str]:
@@ -171,7 +136,7 @@ def _stop(prog: Path, args: list[str], bp: str, extra: list[str] = ()) -> str:  
 ])
 def test_first_poll_every_command_agrees(config: str, rt: str, extra: list[str]) -> None:
     """The issue's stop: c's first poll, reached through a spawned a, join! and b(1)."""
-    prog = _binary(config, "first_poll")
+    prog = corpus_binary(config, "first_poll")
     out = _stop(prog, [rt], f"first_poll.rs:{bp_line('first_poll', 'c_first_poll')}", extra)
     chain = _agree(out, "first_poll")
     assert chain["first_poll::c"] == ("running", bp_line("first_poll", "c_first_poll")), chain
@@ -191,7 +156,7 @@ def test_first_poll_every_command_agrees(config: str, rt: str, extra: list[str])
 @pytest.mark.parametrize("config", ["debug", "release"])
 def test_tokio_app_every_command_agrees(config: str) -> None:
     """tokio_app's c after its sleep: run -> a -> b -> c, the same in every command."""
-    prog = _binary(config, "tokio_app")
+    prog = corpus_binary(config, "tokio_app")
     out = _stop(prog, ["ct"], f"tokio_app.rs:{bp_line('tokio_app', 'c_after_sleep')}")
     chain = _agree(out, "tokio_app")
     assert [n for n in chain] == ["tokio_app::c", "tokio_app::b", "tokio_app::a", "tokio_app::run"], chain
@@ -200,32 +165,9 @@ def test_tokio_app_every_command_agrees(config: str) -> None:
 # ---- the wait-for graph -------------------------------------------------------------------
 
 
-def findings(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line and not line.startswith(("  ", "note:", "warning:"))]
-
-
-def check_deadlocks(text: str) -> None:
-    found = findings(text)
-    assert len(found) == 3, text
-    cyc = next((f for f in found if f.startswith("cycle: ")), "")
-    m = re.fullmatch(r"cycle: #(\d+) deadlock::(lock_ab|lock_ba) -> Mutex (0x[0-9a-f]+) held by #(\d+) "
-                     r"deadlock::(lock_ab|lock_ba) -> Mutex (0x[0-9a-f]+) held by #(\d+)", cyc)
-    assert m and m[1] == m[7] and m[1] != m[4] and {m[2], m[5]} == {"lock_ab", "lock_ba"} and m[3] != m[6], text
-    ab = m[1] if m[2] == "lock_ab" else m[4]
-    assert re.search(rf"^blocked: #\d+ deadlock::joiner -> JoinHandle 0x[0-9a-f]+ -> #{ab} deadlock::lock_ab "
-                     r"\(in a cycle\)$", text, re.M), text
-    assert re.search(r"^nothing can wake: #\d+ deadlock::lonely -> Notify 0x[0-9a-f]+$", text, re.M), text
-    # each finding carries its evidence
-    assert re.search(r"^  #\d+: deadlock::lock_ab awaits Mutex 0x[0-9a-f]+ at \S+deadlock.rs:\d+; held by #\d+: "
-                     r"#\d+ holds it \(a live guard in deadlock::lock_ba", text, re.M), text
-    assert re.search(r"no other task can reach it$", text, re.M), text
-    for name in ("sleeper", "receiver", "once_waiter", "sender_holder", "run"):
-        assert f"deadlock::{name}" not in "\n".join(found), (name, text)
-
-
 @pytest.mark.parametrize("config,rt", [("debug", "mt"), ("debug", "ct"), ("release", "mt")])
 def test_deadlocks_live(config: str, rt: str) -> None:
-    prog = _binary(config, "deadlock")
+    prog = corpus_binary(config, "deadlock")
     out = session(prog, [rt], [f"break deadlock.rs:{bp_line('deadlock', 'ready')}", "continue",
                                *ask("deadlocks", "waits")])
     check_deadlocks(section(out, "deadlocks"))
@@ -241,7 +183,7 @@ def test_deadlocks_live(config: str, rt: str) -> None:
 def test_deadlocks_attached_mode_off(config: str) -> None:
     """Stuck before the proxy came, nothing planted: the tokio adapter finds the tasks,
     memory alone gives the same findings."""
-    prog = _binary(config, "deadlock")
+    prog = corpus_binary(config, "deadlock")
     locals_ = [f"locals #{n}" for n in range(1, 21)]  # ids are given in discovery order; the cycle's are among these
     out = attached(prog, ["mt"], "deadlock ready", ask("deadlocks", "tree", "waits", "tasks", *locals_),
                    ["--mode", "off", "--tokio-adapter"])

@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from integration.corpus import markers
+from integration.harness.lldb import lldb_batch
+from integration.harness.monitor import SRC, bp_line, corpus_binary, session
+from integration.harness.transparency import check_transparent
+from proxy.threads.model import REGION_BASE, REGION_STRIDE, TID_BASE
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
 
-import markers  # noqa: E402
-
-from integration.harness.lldb import lldb_batch  # noqa: E402
-from integration.test_await_graph import _binary  # noqa: E402
-from proxy.threads.model import REGION_BASE, REGION_STRIDE, TID_BASE  # noqa: E402
 
 TASKS = ("lock_ab", "lock_ba", "sleeper", "receiver", "oneshot_waiter")
 PROXY_ARGS = ["--mode", "off", "--tokio-adapter", "--task-threads"]
@@ -50,7 +50,7 @@ def await_lines(parent: str, child: str) -> list[int]:
 def stuck_behind_proxy(config: str, program: str = "stuck") -> Iterator[tuple[Path, int, int]]:
     """(program, its pid, the proxy's port): `stuck mt` attached by gdbserver behind
     asyncrsp --task-threads; after the client detached, the program must still run."""
-    prog = _binary(config, program)
+    prog = corpus_binary(config, program)
     p = subprocess.Popen([str(prog), "mt"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     procs: list[subprocess.Popen[str]] = []
     try:
@@ -133,7 +133,7 @@ def test_gdb_threads_stacks_and_locals_of_tasks(config: str) -> None:
             echo("threads"), "info threads", echo("tree"), "monitor async tree", echo("all"), "thread apply all bt",
             *select("lock_ba", "lock_ba"), echo("locals_ba"), "info locals", "print held.lock.c.value",
             *select("lock_ab", "lock_ab"), echo("locals_ab"), "print held.lock.c.value",
-            echo("step"), "stepi", echo("stats"), "monitor async stats", echo("end")])
+            echo("step"), "stepi", echo("stats"), "monitor async stats --all", echo("end")])
     threads = part(out, "threads")
     for name in (*TASKS, "run"):
         assert re.search(rf'Thread {pid}\.\d+ "task (\S+ )?stuck::{name}" \((suspended at|running)', threads), threads
@@ -329,9 +329,7 @@ def test_lldb_tokio_143_task_dump_program(config: str) -> None:
 def test_continue_with_a_task_thread_selected_stops_as_before() -> None:
     """tokio_app: break in c, continue, select a task thread, continue: the program runs
     and the next stop is the same as without task threads."""
-    from integration.test_await_graph import SRC, bp_line, session
-
-    prog = _binary("debug", "tokio_app")
+    prog = corpus_binary("debug", "tokio_app")
     cmds = [f"break {SRC}:{bp_line('c_after_sleep')}", "continue", "continue", echo("threads"), "info threads",
             "python [t for t in gdb.selected_inferior().threads() if (t.name or '').startswith('task ')][0].switch()",
             echo("selected"), "thread", echo("go"), "continue", echo("stop"), "bt 1", echo("end")]
@@ -363,6 +361,4 @@ def _matrix_pairs() -> list[object]:
 def test_transparent_with_task_threads(sc, client: str, stub: str, programs, request) -> None:  # type: ignore[no-untyped-def]
     """The transparency matrix (C programs, no tasks) with --task-threads on: every
     transcript as without the proxy."""
-    from integration.test_transparency import check_transparent
-
     check_transparent(sc, client, stub, programs, request, proxy_extra=("--capture", "breakpoints", "--task-threads"))

@@ -19,21 +19,19 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from integration.harness.gdb import gdb_batch
+from integration.harness.monitor import ask, corpus_binary, section, session
 from integration.harness.normalise import mask_timing
 from integration.harness.stubs import become_subreaper, pid_alive, start_proxy, start_stub
 from integration.harness.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration"))
 
-import test_await_graph as graph  # noqa: E402
 
 TRACE = ["--capture", "tracepoints"]
 COUNT = [*TRACE, "--trace-probe", "^probed$"]
@@ -69,16 +67,16 @@ GRAPH_CASES = [("debug", "tokio_app", "c_after_sleep", ["ct"]),
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("config,program,bp,args", GRAPH_CASES)
 def test_same_graph_as_breakpoints(config: str, program: str, bp: str, args: list[str]) -> None:
-    prog = graph._binary(config, program)
-    import markers  # integration/corpus, on the path through test_await_graph
+    prog = corpus_binary(config, program)
+    from integration.corpus import markers
 
     file, line = markers.breakpoint_markers(program)[bp]
-    cmds = [f"break {file.name}:{line}", "continue", *graph.ask("tasks", "edges --completed", "bt", "tree", "stats")]
+    cmds = [f"break {file.name}:{line}", "continue", *ask("tasks", "edges --completed", "bt", "tree", "stats --all")]
     got = {}
     for cap in ("breakpoints", "tracepoints"):
-        out = graph.session(prog, args, cmds, extra=["--capture", cap])
-        got[cap] = {c: _normal(graph.section(out, c)) for c in ("tasks", "edges --completed", "bt", "tree")}
-        stats = graph.section(out, "stats")
+        out = session(prog, args, cmds, extra=["--capture", cap])
+        got[cap] = {c: _normal(section(out, c)) for c in ("tasks", "edges --completed", "bt", "tree")}
+        stats = section(out, "stats --all")
         assert f"capture: {cap}" in stats and "events lost: 0" in stats or cap == "breakpoints", stats
     for c in got["breakpoints"]:
         assert got["breakpoints"][c] == got["tracepoints"][c], (
@@ -99,7 +97,7 @@ def test_transparent_with_tracepoints(sc: object, client: str, programs: dict[st
                                       request: pytest.FixtureRequest) -> None:
     """The transparency matrix, gdb CLI and MI against gdbserver, with the
     proxy tracing probed() inside gdbserver instead of stopping on it."""
-    from integration.test_transparency import check_transparent
+    from integration.harness.transparency import check_transparent
 
     check_transparent(sc, client, "gdbserver", programs, request,  # type: ignore[arg-type]
                       probes=(), proxy_extra=(*TRACE, "--trace-probe", "^probed$"))
@@ -112,7 +110,7 @@ def _count_run(prog: Path, n: int, threads: int, cmds: list[str], extra: list[st
             start_proxy(stub.address, extra=extra) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", *cmds,
                                f"break probe_count.c:{_printf_line()}", "continue",
-                               "monitor async stats", "continue"], timeout=timeout)
+                               "monitor async stats --all", "continue"], timeout=timeout)
         assert px.wait(timeout=30) == 0, px.stderr_text()
         stub.wait(timeout=10)
         assert f"sum={n * n} calls={n}" in stub.output_text(), stub.output_text()
@@ -184,7 +182,7 @@ def test_client_runs_its_own_trace_experiment(programs: dict[str, Path]) -> None
                                "trace probed",
                                "tstart", f"break probe_count.c:{_printf_line()}", "continue",
                                "tstop", "tstatus", "tfind start", "tfind end",
-                               "monitor async stats", "continue"], timeout=120)
+                               "monitor async stats --all", "continue"], timeout=120)
         assert px.wait(timeout=30) == 0, px.stderr_text()
     out = run.output
     # before: the proxy's experiment is invisible
@@ -239,7 +237,7 @@ def test_nothing_left_behind(how: str, programs: dict[str, Path]) -> None:
         with start_stub("gdbserver", prog, [], attach=child.pid) as stub, \
                 start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
             if how == "detach":
-                cmds = ["break probed", "continue", "continue", "delete", "monitor async stats", "detach"]
+                cmds = ["break probed", "continue", "continue", "delete", "monitor async stats --all", "detach"]
                 run = gdb_batch(prog, [f"target remote {px.address}", *cmds], timeout=60)
                 hits = re.search(r"traced probe hits: (\d+)", run.output)
                 assert hits and int(hits.group(1)) > 0, run.output
@@ -265,6 +263,7 @@ def test_nothing_left_behind(how: str, programs: dict[str, Path]) -> None:
 
 # ------------------------------------------------------------ no silent loss
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # a stress run: bash scripts/test-long
 def test_small_buffer_many_events_nothing_lost(programs: dict[str, Path]) -> None:
     require_tool("gdb", "gdbserver")
     n = 50_000  # 100,000 events through a 64 KiB buffer (32-byte frames: ~50 buffers full)
@@ -289,15 +288,15 @@ def test_top_ranks_a_spinning_task_above_a_sleeping_one() -> None:
     least the spinning (timing accuracy is measured, not asserted: README)."""
     require_tool("gdb", "gdbserver")
     polls, spin_ms = 10, 3
-    prog = graph._binary("debug", "poll_timing")
+    prog = corpus_binary("debug", "poll_timing")
     hist_of_spinner = ("python import re; gdb.execute('monitor async top ' + re.search(r'^(#\\d+)\\s.*spinner', "
                        "gdb.execute('monitor async top', to_string=True), re.M).group(1))")
-    out = graph.session(prog, [str(polls), str(spin_ms)],
-                        ["break _exit", "continue", *graph.ask("top", "stats"), "echo ==hist==\\n", hist_of_spinner,
+    out = session(prog, [str(polls), str(spin_ms)],
+                        ["break _exit", "continue", *ask("top", "stats --all"), "echo ==hist==\\n", hist_of_spinner,
                          "echo ==end==\\n"], extra=TRACE)
-    stats = graph.section(out, "stats")
+    stats = section(out, "stats --all")
     assert "capture: tracepoints" in stats and "events lost: 0" in stats, stats
-    top = graph.section(out, "top").splitlines()
+    top = section(out, "top").splitlines()
     assert top[0].startswith("capture cost subtracted: ") and "calibrated" in top[0], top
     rows = [line.split() for line in top[2:] if line.startswith("#")]
     names = [r[-1] for r in rows]
@@ -308,7 +307,7 @@ def test_top_ranks_a_spinning_task_above_a_sleeping_one() -> None:
     busy = _ns(rows[spinner][1])
     assert busy >= 0.5 * polls * spin_ms * 1e6, top
     assert _ns(rows[sleeper][1]) < busy / 10, top
-    hist = graph.section(out, "hist")
+    hist = section(out, "hist")
     assert hist.startswith(f"{rows[spinner][0]} poll_timing::spinner"), hist
     assert "poll durations" in hist and re.search(r"\d+ #+$", hist, re.M), hist
     print("\n" + "\n".join(top) + "\n" + hist)
@@ -335,12 +334,12 @@ def test_exit_while_tracing_drains_the_last_frames() -> None:
     client sees the exit (gdbserver answers qTStatus/qTBuffer after the
     process is gone) - the same events as a run that stops at `_exit`."""
     require_tool("gdb", "gdbserver")
-    prog = graph._binary("debug", "tokio_bench")
+    prog = corpus_binary("debug", "tokio_bench")
     got = {}
     for how, cmds in (("exit", ["continue"]), ("_exit", ["break _exit", "continue"])):
         with start_stub("gdbserver", prog, ["5", "ct"]) as stub, start_proxy(stub.address, extra=TRACE) as px:
             # extended-remote: gdb stays connected after the exit and can still ask
-            run = gdb_batch(prog, [f"target extended-remote {px.address}", *cmds, "monitor async stats", "kill"],
+            run = gdb_batch(prog, [f"target extended-remote {px.address}", *cmds, "monitor async stats --all", "kill"],
                             timeout=240)
             assert "check=ok" in stub.output_text(), stub.output_text()
         if how == "exit":
@@ -368,7 +367,7 @@ def test_fork_child_survives_and_the_parent_keeps_recording() -> None:
     with start_stub("gdbserver", prog, ["5", "fork"]) as stub, \
             start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
-                               "monitor async stats", "continue"], timeout=120)
+                               "monitor async stats --all", "continue"], timeout=120)
         assert px.wait(timeout=30) == 0, px.stderr_text()
         stub.wait(timeout=10)
         program_out = stub.output_text()
@@ -433,7 +432,7 @@ def test_vfork_child_survives_and_the_restart_waits_for_vforkdone() -> None:
     with start_stub("gdbserver", prog, ["5"]) as stub, \
             start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
-                               "monitor async stats", "continue"], timeout=120)
+                               "monitor async stats --all", "continue"], timeout=120)
         px.wait(timeout=30)
         stub.wait(timeout=10)
         program_out = stub.output_text()
@@ -473,7 +472,7 @@ def test_fast_tracepoints_exact_counts_on_the_probe_program(threads: int) -> Non
     with start_stub("gdbserver-inproc", prog, [str(n), str(threads)]) as stub, \
             start_proxy(stub.address, extra=FAST) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", f"break probe_count.c:{_printf_line()}", "continue",
-                               "monitor async stats", "continue"], timeout=240)
+                               "monitor async stats --all", "continue"], timeout=240)
         assert px.wait(timeout=30) == 0, px.stderr_text()
         stub.wait(timeout=10)
         assert f"sum={n * n} calls={n}" in stub.output_text(), stub.output_text()
@@ -503,7 +502,7 @@ def test_fast_tracepoints_say_why_not_for_a_pie() -> None:
     prog = cprogs.build("probe_count")
     with start_stub("gdbserver-inproc", prog, ["50", "1"]) as stub, start_proxy(stub.address, extra=FAST) as px:
         run = gdb_batch(prog, [f"target remote {px.address}", f"break probe_count.c:{_printf_line()}", "continue",
-                               "monitor async stats", "continue"], timeout=120)
+                               "monitor async stats --all", "continue"], timeout=120)
         px.wait(timeout=30)
     out = run.output
     assert _counts(out) == (50, 50), out
@@ -517,18 +516,18 @@ def test_program_file_replaced_before_the_capture_starts(tmp_path: Path) -> None
     host the proxy analyses the running file through /proc/PID/exe instead."""
     import shutil
 
-    src = graph._binary("debug", "tokio_app")
+    src = corpus_binary("debug", "tokio_app")
     prog, for_gdb = tmp_path / "tokio_app", tmp_path / "tokio_app.gdb"
     shutil.copy2(src, prog)
     shutil.copy2(src, for_gdb)
-    import markers  # integration/corpus, on the path through test_await_graph
+    from integration.corpus import markers
 
     file, line = markers.breakpoint_markers("tokio_app")["c_after_sleep"]
     # after gdbserver started the program, before the first resume (when the proxy plants)
     replace = f"shell rm {prog} && cp /bin/true {prog}"
-    out = graph.session(prog, ["ct"], [replace, f"break {file.name}:{line}", "continue",
-                                        *graph.ask("stats", "tasks")], extra=TRACE)
-    stats = graph.section(out, "stats")
+    out = session(prog, ["ct"], [replace, f"break {file.name}:{line}", "continue",
+                                        *ask("stats --all", "tasks")], extra=TRACE)
+    stats = section(out, "stats --all")
     assert "capture: tracepoints" in stats and "cannot analyse" not in stats, stats
     assert re.search(r"capture: tracepoints \([1-9]\d* poll events", stats), stats
-    assert "tokio_app::" in graph.section(out, "tasks"), out[-3000:]
+    assert "tokio_app::" in section(out, "tasks"), out[-3000:]

@@ -19,102 +19,33 @@ from types import SimpleNamespace
 
 import pytest
 
+from integration.corpus import build, markers
 from integration.harness import programs as cprogs
+from integration.harness.monitor import ask, corpus_binary, section, session
 from integration.harness.normalise import mask_timing
 from proxy.analysis.elf import open_elf
 from proxy.analysis.inventory import build_inventory
 from proxy.capture.uprobes.caller_exits import caller_exits
-from proxy.analysis.model import CoroutineKind, Era, Inventory, ResumeFn
+from proxy.analysis.model import Inventory
 from proxy.capture.uprobes.capture import UprobeCapture
 from proxy.graph.catalog import Catalog
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter
 
+from integration.harness.uprobes import (AVAILABLE, BIAS, STATS, WHY, EntryCounting, c_inventory, children_of,
+                                         file_bytes, http_server_session, proc_mem, run_captured, same_transcript,
+                                         spawn_stopped, symbol_addr)
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "integration" / "corpus"))
-sys.path.insert(0, str(ROOT / "integration"))
-
-import build  # noqa: E402
-import markers  # noqa: E402
-import test_await_graph as ag  # noqa: E402
-
-_OK, _WHY = UprobeCapture.available(SimpleNamespace(local=True))
-pytestmark = pytest.mark.skipif(not _OK, reason=_WHY)
-
-
-_binary = ag._binary  # a pinned hard link of the corpus binary (build.pinned)
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
 
 # ---------------------------------------------------------------- without gdb
 
-def spawn_stopped(argv: list[str], stdout: int | None = None) -> int:
-    """fork; the child stops itself (ASLR off, as gdbserver does), then execs `argv` on SIGCONT
-    (its stdout: the fd `stdout`, or /dev/null)."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).personality(0x0040000)  # ADDR_NO_RANDOMIZE
-            os.dup2(stdout if stdout is not None else os.open(os.devnull, os.O_WRONLY), 1)
-            os.kill(os.getpid(), signal.SIGSTOP)
-            os.execv(argv[0], argv)
-        finally:
-            os._exit(127)
-    os.waitpid(pid, os.WUNTRACED)
-    return pid
-
-
-def run_captured(prog: Path, args: list[str], inv: Inventory, *, stalled: bool = False,
-                 eng: Engine | None = None, cap: UprobeCapture | None = None,
-                 before_exec: Callable[[], None] = lambda: None,
-                 **kw: object) -> tuple[UprobeCapture, Engine, int]:
-    """Run `prog` to its exit under uprobe capture alone; (capture, engine, exit status).
-    `stalled`: the consumer reads nothing until the program has exited. `cap`: this
-    capture instead of one made with `kw`. `before_exec`: called once the probes are
-    attached, before the program's exec."""
-    bias = 0x555555554000 if inv.pie else 0
-    eng = eng if eng is not None else Engine(Catalog(inv, bias), keep_log=False)
-    pid = spawn_stopped([str(prog), *map(str, args)])
-    target = SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias, engine=eng,
-                             note=None, extra={})
-    cap = cap if cap is not None else UprobeCapture(**kw)  # type: ignore[arg-type]
-    cap.plan(target)  # type: ignore[arg-type]
-    assert cap.install() is None
-    assert cap.attached, cap.note
-    before_exec()
-    os.kill(pid, signal.SIGCONT)
-    t0 = time.perf_counter()
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if not stalled:
-            cap.poll()
-        time.sleep(0.005)
-    cap.program_wall = time.perf_counter() - t0  # type: ignore[attr-defined]
-    cap.sync()
-    cap.uninstall()
-    return cap, eng, os.waitstatus_to_exitcode(status)
-
-
-def _c_inventory(path: Path, fn: str) -> Inventory:
-    """A one-function 'inventory' for a C program: its entry and its rets."""
-    import capstone
-
-    elf = open_elf(path)
-    [sym] = [s for s in elf.symbols if s.name == fn]
-    code = elf.read(sym.addr, sym.size) or b""
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    rets = tuple(i.address for i in md.disasm(code, sym.addr) if i.mnemonic == "ret")
-    rf = ResumeFn(sym.addr, sym.addr + sym.size, fn, fn, fn, CoroutineKind.UNKNOWN, Era.MODERN, None, rets)
-    return Inventory(None, str(path), elf.pie, elf.entry, [rf], {})
-
-
 @pytest.mark.parametrize("calls,threads", [(1000, 1), (20000, 4), (5000, 8)])
 def test_exact_counts_on_the_c_probe_program(calls: int, threads: int) -> None:
     prog = cprogs.build("probe_count")
-    inv = _c_inventory(prog, "probed")
+    inv = c_inventory(prog, "probed")
     cap, eng, code = run_captured(prog, [calls, threads], inv, unwind_share=0.0)
     assert code == 0
     assert cap.decoder is not None
@@ -138,7 +69,7 @@ def test_a_binary_replaced_between_the_attach_and_the_exec_is_run_unprobed_unles
 
     shared = tmp_path / "corpus" / "tokio_bench"  # stands for integration/build/corpus/release/...
     shared.parent.mkdir()
-    shutil.copy2(_binary("release", "tokio_bench"), shared)
+    shutil.copy2(corpus_binary("release", "tokio_bench"), shared)
     pin = build.pinned(shared, tmp_path / "pins")
     inv = build_inventory(str(pin))
 
@@ -159,7 +90,7 @@ def test_a_binary_replaced_between_the_attach_and_the_exec_is_run_unprobed_unles
 
 
 def test_release_build_without_frame_pointers_unwinds_from_the_slice() -> None:
-    prog = _binary("release", "tokio_bench")
+    prog = corpus_binary("release", "tokio_bench")
     inv = build_inventory(str(prog))
     cap, eng, code = run_captured(prog, [300, "mt"], inv, unwind_share=1.0, unwind_queue=1 << 20,
                                   stop_unwind_s=None)
@@ -181,15 +112,14 @@ def test_sigkill_of_the_capturing_process_leaves_the_program_running() -> None:
     prog = cprogs.build("probe_count")
     pid = spawn_stopped([str(prog), "300000", "2"])
     code = f"""
-import sys, time
+import time
 from types import SimpleNamespace
-sys.path.insert(0, {str(ROOT)!r})
-from integration.test_uprobes import _c_inventory
+from integration.harness.uprobes import c_inventory
 from proxy.capture.uprobes.capture import UprobeCapture
 from proxy.graph.catalog import Catalog
 from proxy.graph.engine import Engine
 from pathlib import Path
-inv = _c_inventory(Path({str(prog)!r}), "probed")
+inv = c_inventory(Path({str(prog)!r}), "probed")
 eng = Engine(Catalog(inv, 0x555555554000 if inv.pie else 0), keep_log=False)
 t = SimpleNamespace(path={str(prog)!r}, pid={pid}, local=True, inventory=inv, bias=eng.catalog.load_bias,
                     engine=eng, note=None, extra={{}})
@@ -218,7 +148,7 @@ def test_high_event_rate_drops_under_one_percent() -> None:
     """The tokio benchmark (~25k events/s here: its debug entries are single-stepped sites),
     every poll recorded (the rate is the point: `catch_up` off, or a consumer short of CPU
     would have the kernel sample, catchup.py)."""
-    prog = _binary("debug", "tokio_bench")
+    prog = corpus_binary("debug", "tokio_bench")
     inv = build_inventory(str(prog))
     cap, eng, code = run_captured(prog, [900, "ct"], inv, record_changes=False, catch_up=False)
     wall = cap.program_wall  # type: ignore[attr-defined]
@@ -253,35 +183,41 @@ def _norm(text: str, polls: bool) -> str:
     text = re.sub(r"(?<= )\d+(?=\s+(?:observed|stack|tokio runtime|join handle|seen before)\b)", "TID", text)
     if not polls:
         text = re.sub(r"^(#\d+\s+\S+\s+\S+(?: on thread TID)?\s+)\d+", r"\1N", text, flags=re.M)
+    if re.search(r"(?m)^ID .*SPAWNED AT$", text):
+        # uprobes' spawn records (docs/wakes.md): a last column the other backends do not have
+        text = re.sub(r"(?m)^(ID .*?)\s+SPAWNED AT$", r"\1", text)
+        text = re.sub(r"(?m)^(#\d+ .*?)\s+\S+$", r"\1", text)
+    text = re.sub(r"(?m)^(task #\d+ .*); spawned at \S+\)$", r"\1)", text)  # the tree's heading, likewise
     return text
 
 
+_SLOW = pytest.mark.slow  # the same comparison at more markers: bash scripts/test-long
 SAME_GRAPH = [
     ("debug", "tokio_app", ["ct"], "tokio_app.rs", "c_after_sleep"),
-    ("debug", "tokio_app", ["ct"], "tokio_app.rs", "main_done"),
+    pytest.param("debug", "tokio_app", ["ct"], "tokio_app.rs", "main_done", marks=_SLOW),
     ("debug", "tokio_app", ["mt"], "tokio_app.rs", "c_after_sleep"),
     ("old-debug", "tokio_app", ["ct"], "tokio_app.rs", "c_after_sleep"),
-    ("old-debug", "tokio_app", ["ct"], "tokio_app.rs", "main_done"),
+    pytest.param("old-debug", "tokio_app", ["ct"], "tokio_app.rs", "main_done", marks=_SLOW),
     ("debug", "nested", [], "main.rs", "c_after_yield"),
-    ("debug", "nested", [], "main.rs", "main_done"),
-    ("old-debug", "nested", [], "main.rs", "c_after_yield"),
+    pytest.param("debug", "nested", [], "main.rs", "main_done", marks=_SLOW),
+    pytest.param("old-debug", "nested", [], "main.rs", "c_after_yield", marks=_SLOW),
 ]
 
 
 @pytest.mark.parametrize("config,program,args,src,bp", SAME_GRAPH)
 def test_same_graph_as_breakpoint_capture(config: str, program: str, args: list[str], src: str, bp: str) -> None:
-    prog = _binary(config, program)
+    prog = corpus_binary(config, program)
     line = markers.breakpoint_markers(program)[bp][1]
     got = {}
     for capture, extra in (("breakpoints", []), ("uprobes", []), ("uprobes-changes", ["--uprobe-changes"])):
-        out = ag.session(prog, args, [f"break {src}:{line}", "continue", *ag.ask("bt", "edges", "tasks", "tree", "stats")],
+        out = session(prog, args, [f"break {src}:{line}", "continue", *ask("bt", "edges", "tasks", "tree", "stats --all")],
                          extra=["--capture", capture.split("-")[0], *extra])
-        stats = ag.section(out, "stats")
+        stats = section(out, "stats --all")
         assert f"capture: {capture.split('-')[0]}" in stats, stats
         # uprobes record only the polls that change the graph (the repeat ones counted in the
         # kernel); the tasks table then says that its LONGEST comes from the recorded ones
         got[capture] = {s: _norm(re.sub(r"(?m)^only the polls that changed the graph recorded .*\n?", "",
-                                        ag.section(out, s)), bp != "main_done")
+                                        section(out, s)), bp != "main_done")
                         for s in ("bt", "edges", "tasks", "tree")}
     for s in ("bt", "edges", "tasks", "tree"):
         assert got["uprobes"][s] == got["breakpoints"][s], (s, got)
@@ -308,6 +244,7 @@ def test_norm_masks_every_thread_id() -> None:
     assert _norm(row.format(812), True) == _norm(row.format(31914), True)
 
 
+@pytest.mark.slow  # a stress run: bash scripts/test-long
 def test_c_program_near_100k_events_per_second_counts_every_drop() -> None:
     """probe_count -O0: `probed` starts with an emulated `push %rbp`, so it runs at ~90k events/s here.
 
@@ -317,7 +254,7 @@ def test_c_program_near_100k_events_per_second_counts_every_drop() -> None:
     by bench/bench_capture.py, not asserted (this failed at 2.8% with four
     test suites sharing the 2 cores)."""
     prog = cprogs.build("probe_count")
-    cap, eng, code = run_captured(prog, [500000, 2], _c_inventory(prog, "probed"))
+    cap, eng, code = run_captured(prog, [500000, 2], c_inventory(prog, "probed"))
     assert code == 0 and cap.decoder is not None
     n = cap.decoder.stats.records
     print(f"\n{n} events while the program ran {cap.program_wall:.2f} s "  # type: ignore[attr-defined]
@@ -334,7 +271,7 @@ def test_a_full_ring_loses_records_without_room_and_says_so() -> None:
     with the ring far from full were reported on the axum benchmark (1 in some 5 s
     rounds, 5 of 3 M in 30 s): the counter says how many were not a full ring."""
     prog = cprogs.build("probe_count")
-    cap, _eng, code = run_captured(prog, [100000, 2], _c_inventory(prog, "probed"), stalled=True,
+    cap, _eng, code = run_captured(prog, [100000, 2], c_inventory(prog, "probed"), stalled=True,
                                    ring_bytes=1 << 16)
     assert code == 0
     c = cap.counters()
@@ -347,7 +284,7 @@ def test_a_full_ring_loses_records_without_room_and_says_so() -> None:
 def test_a_stop_reads_the_instances_map_in_batches() -> None:
     """Full mode reads the kernel's `instances` map at every stop: in batches of
     INST_BATCH (BPF_MAP_LOOKUP_BATCH), the same answer as two syscalls an instance
-    (1,000 live instances: 1.2 ms against 18 ms; 10,000: 23 against 166, docs/speed.md)."""
+    (1,000 live instances: 1.2 ms against 18 ms; 10,000: 23 against 166, docs/history/2026-speed.md)."""
     import ctypes
 
     from proxy.capture.uprobes import bpf as B
@@ -378,31 +315,7 @@ def test_a_stop_reads_the_instances_map_in_batches() -> None:
 # through the proxy, and compares the transcripts.
 
 from integration.harness.gdb import gdb_cli  # noqa: E402
-from integration.harness.normalise import normalise_transcript  # noqa: E402
 from integration.harness.stubs import become_subreaper, pid_alive, start_proxy, start_stub, wait_orphan  # noqa: E402
-
-STATS = "monitor async stats"
-BIAS = 0x555555554000  # gdbserver runs the program with ASLR off
-
-
-def _file_bytes(prog: Path, fn: str, n: int) -> bytes:
-    elf = open_elf(prog)
-    [sym] = [s for s in elf.symbols if s.name == fn]
-    data = elf.read(sym.addr, n)
-    assert data is not None
-    return data
-
-
-def _addr(prog: Path, fn: str) -> int:
-    [sym] = [s for s in open_elf(prog).symbols if s.name == fn]
-    return sym.addr + (BIAS if open_elf(prog).pie else 0)
-
-
-def _mem(pid: int, addr: int, n: int) -> bytes:
-    with open(f"/proc/{pid}/mem", "rb") as f:
-        f.seek(addr)
-        return f.read(n)
-
 
 def _xb(out: str) -> bytes:
     """gdb's `x/Nxb` output -> the bytes."""
@@ -439,13 +352,6 @@ def _gdb_run(prog: Path, args: list[str], steps: list[object], probes: list[str]
     return transcript, stats, pid
 
 
-def _same(direct: list[tuple[str, str]], proxied: list[tuple[str, str]]) -> None:
-    d, p = normalise_transcript(direct), normalise_transcript(proxied)
-    for (dl, do), (pl, po) in zip(d, p):
-        assert (dl, do) == (pl, po), f"{dl!r}:\n--- direct\n{do}\n--- proxy\n{po}"
-    assert len(d) == len(p)
-
-
 def _hits(stats: str, fn: str) -> int:
     m = re.search(rf"^\s*{fn}: (\d+)", stats, re.M)
     assert m, stats
@@ -457,12 +363,12 @@ def test_client_breakpoint_step_and_reads_over_a_probed_entry() -> None:
     `x/`: the same transcript as without the proxy, the uprobe in memory the whole time, the
     reads showing the file's bytes, and every call counted exactly once."""
     prog = cprogs.build("spin")
-    site = _addr(prog, "probed")
-    orig = _file_bytes(prog, "probed", 8)
+    site = symbol_addr(prog, "probed")
+    orig = file_bytes(prog, "probed", 8)
     seen: dict[str, object] = {}
 
     def armed(con: object, stub: Any, route: str) -> None:
-        seen[f"{route} mem"] = _mem(stub.find_inferior(), site, 1)
+        seen[f"{route} mem"] = proc_mem(stub.find_inferior(), site, 1)
 
     steps = ["break main", "continue", armed, "x/8xb probed", "x/2i probed",
              "break *probed", "continue", "print calls", STATS, "stepi", "print calls", STATS,
@@ -470,7 +376,7 @@ def test_client_breakpoint_step_and_reads_over_a_probed_entry() -> None:
              STATS, "delete", "set var keep_going = 0", "continue"]
     direct, _, _ = _gdb_run(prog, ["20"], steps, [], "direct")
     proxied, stats, _ = _gdb_run(prog, ["20"], steps, ["^probed$"], "proxy")
-    _same(direct, proxied)
+    same_transcript(direct, proxied)
     out = dict(proxied)
     # the kernel's int3 is really in the program, and the client reads the file's bytes
     assert seen["proxy mem"] == b"\xcc" and seen["direct mem"] == orig[:1]
@@ -488,22 +394,22 @@ def _detach_and_check(steps_before: list[object], capture: str = "uprobes", wait
     """spin with the probe on `probed`: `steps_before`, a look at the probe's bytes (0xcc: probed),
     gdb's `detach`, then the program's memory (the file's bytes back) and its exit (0, after 3 s)."""
     prog = cprogs.build("spin")
-    site = _addr(prog, "probed")
-    orig = _file_bytes(prog, "probed", 4)
+    site = symbol_addr(prog, "probed")
+    orig = file_bytes(prog, "probed", 4)
     seen: dict[str, object] = {}
     become_subreaper()  # once gdbserver lets it go, the program is our child: its status is ours
 
     def before(con: object, stub: Any, route: str) -> None:
         pid = stub.find_inferior()
         until = time.monotonic() + (5 if wait_armed else 0)
-        while _mem(pid, site, 1) != b"\xcc" and time.monotonic() < until:
+        while proc_mem(pid, site, 1) != b"\xcc" and time.monotonic() < until:
             time.sleep(0.01)  # an attach in its thread (install_early) may still be on its way
-        seen["before"] = _mem(pid, site, 4)
+        seen["before"] = proc_mem(pid, site, 4)
 
     def after(con: object, stub: Any, route: str) -> None:
         pid = stub.find_inferior()
         seen["alive"] = pid_alive(pid)
-        seen["after"] = _mem(pid, site, 4)
+        seen["after"] = proc_mem(pid, site, 4)
         # its status: ours as subreaper once gdbserver is gone, or gdbserver's line if it reaped
         # it (gdbserver, still alive after a detach, may reap it silently: then its last line)
         code = wait_orphan(pid, timeout=20)
@@ -544,7 +450,7 @@ def test_more_client_breakpoints_at_probe_sites_than_debug_registers_hands_over(
              "delete", "break done", "continue", STATS, "continue"]
     direct, _, _ = _gdb_run(prog, [str(n)], steps, [], "direct")
     proxied, stats, _ = _gdb_run(prog, [str(n)], steps, ["^f[1-6]$"], "proxy")
-    _same(direct, proxied)
+    same_transcript(direct, proxied)
     assert "exited normally" in proxied[-1][1]
     # two calls of each ran under uprobes (f6's second is at the stop), no stop hidden
     first = stats[0]
@@ -558,21 +464,13 @@ def test_more_client_breakpoints_at_probe_sites_than_debug_registers_hands_over(
 
 # ---------------------------------------------------------------- fork and exec
 
-def _children_of(pid: int) -> list[int]:
-    out: list[int] = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/children") as f:
-            out += [int(x) for x in f.read().split()]
-    return out
-
-
 def test_kernel_fact_a_forked_child_keeps_the_int3s_and_is_not_recorded() -> None:
     """What the backend has to handle (Linux 6.18, uprobe_multi filtered by pid): the child
     of a probed process inherits the int3s (the kernel copies the code pages with them) and
     the link neither records it nor takes them out. No proxy here, no gdb: the capture alone."""
     prog = cprogs.build("forker")
     n = 200
-    inv = _c_inventory(prog, "probed")
+    inv = c_inventory(prog, "probed")
     eng = Engine(Catalog(inv, BIAS), keep_log=False)
     pid = spawn_stopped([str(prog), str(n), "fork"])
     target = SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=BIAS, engine=eng,
@@ -586,10 +484,10 @@ def test_kernel_fact_a_forked_child_keeps_the_int3s_and_is_not_recorded() -> Non
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         cap.poll()
-        kids = _children_of(pid)
+        kids = children_of(pid)
         if kids:
             time.sleep(0.3)  # the child is in its 1.5 s of calls
-            child_mem = _mem(kids[0], _addr(prog, "probed"), 1)
+            child_mem = proc_mem(kids[0], symbol_addr(prog, "probed"), 1)
             break
         time.sleep(0.002)
     _, status = os.waitpid(pid, 0)
@@ -603,14 +501,14 @@ def test_kernel_fact_a_forked_child_keeps_the_int3s_and_is_not_recorded() -> Non
 def _forker_session(mode: str, seen: dict[str, object]) -> tuple[list[tuple[str, str]], list[str]]:
     prog = cprogs.build("forker")
     n = 50
-    site = _addr(prog, "probed")
+    site = symbol_addr(prog, "probed")
 
     def look(con: object, stub: Any, route: str) -> None:
         pid = stub.find_inferior()
-        seen[f"{route} parent"] = _mem(pid, site, 1)
-        kids = [k for k in _children_of(pid)]
+        seen[f"{route} parent"] = proc_mem(pid, site, 1)
+        kids = [k for k in children_of(pid)]
         if kids:
-            seen[f"{route} child"] = _mem(kids[0], site, 4)
+            seen[f"{route} child"] = proc_mem(kids[0], site, 4)
 
     def output(con: object, stub: Any, route: str) -> None:
         time.sleep(0.2)
@@ -619,8 +517,8 @@ def _forker_session(mode: str, seen: dict[str, object]) -> tuple[list[tuple[str,
     steps = [f"catch {mode}", "continue", look, STATS, "continue", output]
     direct, _, _ = _gdb_run(prog, [str(n), mode], steps, [], "direct")
     proxied, stats, _ = _gdb_run(prog, [str(n), mode], steps, ["^probed$"], "proxy")
-    _same(direct, proxied)
-    seen["orig"] = _file_bytes(prog, "probed", 4)
+    same_transcript(direct, proxied)
+    seen["orig"] = file_bytes(prog, "probed", 4)
     seen["n"] = n
     return proxied, stats
 
@@ -652,22 +550,30 @@ def test_exec_closes_the_probes_and_says_so() -> None:
     assert "exited normally" in proxied[-1][1] and "forker exec'd" in str(seen["proxy output"])
 
 
+def _step_follower_off(con: Any, stub: object, route: str) -> None:
+    if route == "proxy":
+        assert "async step: off" in con.cmd("monitor async step off")
+
+
 def test_client_stepping_over_poll_sites_of_a_rust_program() -> None:
     """The poll capture's own sites (every resume function's entry and `ret`s) under the
     client: `break` on a resume function's entry, `x/` there, `stepi`, a breakpoint on one
     of its `ret`s and `stepi` through it, `finish`, `next`, `step`, `until`: the same
-    transcript as straight against gdbserver, and the capture saw every poll."""
-    prog = _binary("debug", "nested")
+    transcript as straight against gdbserver, and the capture saw every poll. (The step
+    follower is off: its `finish` from a suspended coroutine waits for the task's next
+    poll, which gdbserver alone cannot; integration/test_stepping.py tests it. A `stepi` is
+    never followed: that is checked here with it on.)"""
+    prog = corpus_binary("debug", "nested")
     inv = build_inventory(str(prog))
     [c] = [f for f in inv.resume_fns if f.name.endswith("c::{async_fn#0}") and "nested" in f.name]
     entry, ret = c.low_pc + BIAS, c.rets[0] + BIAS
     orig = open_elf(prog).read(c.low_pc, 8)
     steps = [f"break *{entry:#x}", "continue", "x/8xb $pc", "x/2i $pc", "stepi", "stepi", "bt 3",
              f"tbreak *{ret:#x}", "continue", f"x/1xb {ret:#x}", "x/i $pc", "stepi", "bt 2",
-             "finish", STATS, "next", "step", "until", "until", STATS, "delete", "continue"]
+             _step_follower_off, "finish", STATS, "next", "step", "until", "until", STATS, "delete", "continue"]
     direct, _, _ = _gdb_run(prog, [], steps, [], "direct")
     proxied, stats, _ = _gdb_run(prog, [], steps, [], "proxy")
-    _same(direct, proxied)
+    same_transcript(direct, proxied)
     out = dict(proxied)
     assert _xb(out["x/8xb $pc"]) == orig
     assert "ret" in out["x/i $pc"] and _xb(out[f"x/1xb {ret:#x}"]) == b"\xc3"
@@ -703,7 +609,7 @@ def test_client_at_an_entry_probe_moved_past_the_prologue() -> None:
     not at the stop on the call, and after the `stepi` that runs it."""
     from proxy.capture.uprobes.emulated import MovedEntry, moved_entry
 
-    prog = _binary("old-debug", "nested")
+    prog = corpus_binary("old-debug", "nested")
     inv = build_inventory(str(prog))
     elf = open_elf(prog)
     [c] = [f for f in inv.resume_fns if f.name.endswith("c::{async_fn#0}") and "nested" in f.name]
@@ -716,7 +622,7 @@ def test_client_at_an_entry_probe_moved_past_the_prologue() -> None:
              "finish", "delete", "continue"]
     direct, _, _ = _gdb_run(prog, [], steps, [], "direct")
     proxied, stats, _ = _gdb_run(prog, [], steps, [], "proxy")
-    _same(direct, proxied)
+    same_transcript(direct, proxied)
     out = dict(proxied)
     assert _xb(out[f"x/8xb {site:#x}"]) == orig and _xb(out["x/8xb $pc"]) == orig
     assert "call" in out[f"x/2i {site:#x}"]
@@ -762,7 +668,7 @@ def test_a_program_whose_file_was_replaced_is_still_probed(tmp_path: Path) -> No
         finally:
             bare.close()
         # the capture
-        inv = _c_inventory(prog, "probed")
+        inv = c_inventory(prog, "probed")
         with open(f"/proc/{proc.pid}/maps") as maps:  # run without gdbserver: ASLR is on
             bias = int(maps.read().split("-", 1)[0], 16) if inv.pie else 0
         eng = Engine(Catalog(inv, bias), keep_log=False)
@@ -789,7 +695,7 @@ def test_sampling_records_a_sample_and_counts_every_poll(config: str) -> None:
     run (deterministic) fully recorded and sampled: far fewer records, the
     same number of polls counted (live instances' totals read at the end plus
     the totals of instances whose address started a new life), the same hits."""
-    prog = _binary(config, "tokio_bench")
+    prog = corpus_binary(config, "tokio_bench")
     inv = build_inventory(str(prog))
     full, _eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0, record_changes=False)
     assert code == 0 and full.decoder is not None
@@ -811,7 +717,7 @@ def test_exits_in_the_callers_count_every_poll_once(config: str) -> None:
     (caller_exits.py), where every return of the function goes: the same
     current-thread run with and without them, entries = exits exactly, the
     same counts, every exit matched to its entry by sp."""
-    prog = _binary(config, "tokio_bench")
+    prog = corpus_binary(config, "tokio_bench")
     inv = build_inventory(str(prog))
     counts = []
     for move in (False, True):
@@ -827,8 +733,7 @@ def test_exits_in_the_callers_count_every_poll_once(config: str) -> None:
     assert counts[0] == counts[1]
 
 
-sys.path.insert(0, str(ROOT / "bench" / "server"))
-import build_server  # type: ignore[import-not-found]  # noqa: E402
+from bench.server import build_server  # noqa: E402
 
 _AXUM = build_server.binary("bare")
 
@@ -894,7 +799,7 @@ def test_time_slices_take_the_probes_out_and_keep_the_graph_sound() -> None:
     recorded run of the same program too: a slice that began inside a task's
     poll fed nothing of it. Entries without exits at a slice end are dropped,
     never paired with a later exit."""
-    prog = _binary("release", "tokio_bench")
+    prog = corpus_binary("release", "tokio_bench")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
 
@@ -961,7 +866,7 @@ def test_time_slices_wait_for_the_cpu_budget() -> None:
     a 10% budget): with it, slices are held back,
     the probes are in a smaller share of the time, the proxy's CPU over the run
     stays near the budget, and stats says so."""
-    prog = _binary("release", "tokio_bench")
+    prog = corpus_binary("release", "tokio_bench")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
     got = {}
@@ -999,7 +904,7 @@ def test_tasks_mode_keeps_the_tasks_probes_and_counts_them_exactly() -> None:
     the ones polled at a thread's root (tasks) stay, and the kernel counts
     every one of their polls: the same deterministic current-thread run gives
     them the same counts as a run with every function probed."""
-    prog = _binary("release", "tokio_bench")
+    prog = corpus_binary("release", "tokio_bench")
     inv = build_inventory(str(prog))
     ref, _e, code = run_captured(prog, [4000, "ct"], inv, unwind_share=0.0, sample_every=16)
     assert code == 0
@@ -1039,7 +944,7 @@ def test_exits_at_learned_return_sites_count_every_poll_once() -> None:
     same current-thread run with its rets probed all along: the same entries,
     entries = exits + the polls that returned to an address not probed yet
     (counted at their entry), and nothing unmatched."""
-    prog = _binary("release", "tokio_bench")
+    prog = corpus_binary("release", "tokio_bench")
     inv = build_inventory(str(prog))
     runs = []
     for learn in (False, True):
@@ -1089,7 +994,7 @@ def test_only_graph_changes_recorded_and_every_poll_counted(config: str) -> None
     function, exactly (the live instances' totals read at the end plus those
     carried by completions and new lives), and the same tasks in the graph.
     (Here every poll changes a state: what is folded is in the next test.)"""
-    prog = _binary(config, "tokio_bench")
+    prog = corpus_binary(config, "tokio_bench")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
     ref_eng = _CountingEngine(Catalog(inv, bias), keep_log=False)
@@ -1150,53 +1055,8 @@ def _http_server_run(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture
         assert cap._prog is not None and cap.plan_ is not None
         return cap._prog.site_hits(list(range(len(cap.plan_.sites)))), cap.counters(), cap.stats_lines()
 
-    out, got = _http_server_session(prog, inv, eng, cap, drive, after)
+    out, got = http_server_session(prog, inv, eng, cap, drive, after)
     return (out, *got)
-
-
-def _http_server_session(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture,
-                         drive: Callable[[int, int], list[Any]], after: Callable[[], Any]) -> tuple[str, Any]:
-    """The keep-alive http_server (spawned stopped) under `cap`: `drive(pid, port)` once it
-    listens (it returns its open connections), then the connections closed and /quit;
-    `cap` synced after the exit, `after()` taken, and `cap` uninstalled. (The server's output,
-    what `after` gave.)"""
-    import http.client
-
-    from integration.harness.stubs import free_port, port_listening
-
-    bias = 0x555555554000 if inv.pie else 0
-    port = free_port()
-    out_r, out_w = os.pipe()
-    pid = spawn_stopped([str(prog), str(port)], stdout=out_w)
-    os.close(out_w)
-    try:
-        cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv,  # type: ignore[arg-type]
-                                 bias=bias, engine=eng, note=None, extra={}))
-        assert cap.plan_ is not None
-        assert cap.install() is None and cap.attached, cap.note
-        os.kill(pid, signal.SIGCONT)
-        deadline = time.monotonic() + 30
-        while not port_listening(port) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        for c in drive(pid, port):
-            c.close()
-        q = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        try:
-            q.request("GET", "/quit")
-            q.getresponse().read()
-        except OSError:
-            pass  # the server may close the connection as it ends
-        os.waitpid(pid, 0)
-        pid = 0
-        cap.sync()
-        got = after()
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        cap.uninstall()
-    with os.fdopen(out_r) as f:
-        return f.read(), got
 
 
 def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None:
@@ -1209,7 +1069,7 @@ def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None
     of every resume function."""
     from proxy.capture.uprobes import bpf as B
 
-    prog = _binary("release", "http_server")
+    prog = corpus_binary("release", "http_server")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
     eng = Engine(Catalog(inv, bias), keep_log=False)
@@ -1243,18 +1103,6 @@ def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None
     assert conn_ids and sum(eng.timing.of(i).polls for i in conn_ids if eng.timing.of(i)) == kernel[fn]
 
 
-class _EntryCounting(Engine):
-    """Counts the entries fed per site (recorded, sent late, or read at a stop)."""
-
-    entries_by_site: dict[int, int]
-
-    def feed(self, ev: Any) -> Any:
-        if isinstance(ev, PollEnter):
-            self.entries_by_site = getattr(self, "entries_by_site", {})
-            self.entries_by_site[ev.site] = self.entries_by_site.get(ev.site, 0) + 1
-        return super().feed(ev)
-
-
 @pytest.mark.parametrize("config", ["debug", "release"])
 def test_nested_coroutines_done_in_one_poll_counted_not_recorded(config: str) -> None:
     """Full mode (every poll recorded) elides the coroutines created and completed
@@ -1268,10 +1116,10 @@ def test_nested_coroutines_done_in_one_poll_counted_not_recorded(config: str) ->
     the graph equal the server's own count (`conn_polls`)."""
     from proxy.capture.uprobes import bpf as B
 
-    prog = _binary(config, "http_server")
+    prog = corpus_binary(config, "http_server")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
-    eng = _EntryCounting(Catalog(inv, bias), keep_log=False)
+    eng = EntryCounting(Catalog(inv, bias), keep_log=False)
     cap = UprobeCapture(unwind_share=0.0)
     seen: dict[str, Any] = {}
 
@@ -1327,7 +1175,7 @@ def test_catch_up_samples_while_behind_and_counts_stay_exact(config: str, monkey
     # elided: done in its first poll; before that hold-back, ~3 records a request): its
     # proxy gets a bigger batch than the release build's.
     monkeypatch.setattr(C, "BATCH", 64 if config == "debug" else 32)
-    prog = _binary(config, "http_server")
+    prog = corpus_binary(config, "http_server")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
     eng = Engine(Catalog(inv, bias), keep_log=False)
@@ -1380,10 +1228,10 @@ def test_catch_up_within_a_cpu_budget_holds_back_new_tasks(config: str) -> None:
     /quit = the server's own `conn_polls`."""
     from proxy.capture.uprobes import bpf as B
 
-    prog = _binary(config, "http_server")
+    prog = corpus_binary(config, "http_server")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
-    eng = _EntryCounting(Catalog(inv, bias), keep_log=False)
+    eng = EntryCounting(Catalog(inv, bias), keep_log=False)
     # the nested probes stay in (nested_out=False): this test is of the hold-back; with
     # the nested link switching, 2 of ~10 runs had exits without their entry (1 and 17:
     # nested polls in progress across a switch; test_nested_probes_follow_the_budget
@@ -1451,10 +1299,10 @@ def test_nested_probes_follow_the_budget(config: str) -> None:
     the connections' polls = the server's own `conn_polls`."""
     from proxy.capture.uprobes import bpf as B
 
-    prog = _binary(config, "http_server")
+    prog = corpus_binary(config, "http_server")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
-    eng = _EntryCounting(Catalog(inv, bias), keep_log=False)
+    eng = EntryCounting(Catalog(inv, bias), keep_log=False)
     cap = UprobeCapture(unwind_share=0.0, catchup_marks=(200, 150), cpu_budget=0.001)
     assert cap.nested is not None
     cap.nested.min_out_s = 0.0
@@ -1527,7 +1375,7 @@ def test_nested_return_sites_go_out_with_the_nested_probes() -> None:
     all the probes' hits (8,419-8,666 of ~52,000 before, 240-700 after)."""
     from proxy.capture.uprobes import bpf as B
 
-    prog = _binary("release", "tokio_bench")
+    prog = corpus_binary("release", "tokio_bench")
     inv = build_inventory(str(prog))
     seen: dict[str, Any] = {}
 
@@ -1563,7 +1411,7 @@ def test_nested_return_sites_go_out_with_the_nested_probes() -> None:
 
 def _http_server_stops(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCapture,
                        at_stop: Callable[[int], None], requests: list[int]) -> tuple[str, dict[str, int], list[str]]:
-    """The keep-alive http_server under `cap` (`_http_server_session`): for each n in
+    """The keep-alive http_server under `cap` (`http_server_session`): for each n in
     `requests`, n requests on 2 connections (polling the capture every 5), then a stop
     (SIGSTOP, `cap.sync`, `at_stop(pid)`, `cap.before_resume`); then /quit. The server's
     output, and after its exit the counters and the stats lines."""
@@ -1586,6 +1434,6 @@ def _http_server_stops(prog: Path, inv: Inventory, eng: Engine, cap: UprobeCaptu
             os.kill(pid, signal.SIGCONT)
         return conns
 
-    out, (counters, lines) = _http_server_session(prog, inv, eng, cap, drive,
+    out, (counters, lines) = http_server_session(prog, inv, eng, cap, drive,
                                                   lambda: (cap.counters(), cap.stats_lines()))
     return out, counters, lines

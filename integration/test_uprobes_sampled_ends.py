@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from integration.test_uprobes import _OK, _WHY, _binary, _EntryCounting, _http_server_session
+from integration.harness.monitor import corpus_binary
+from integration.harness.uprobes import AVAILABLE, WHY, EntryCounting, http_server_session
 from proxy.analysis.inventory import build_inventory
 from proxy.capture.uprobes.capture import UprobeCapture
 from proxy.graph.catalog import Catalog
 from proxy.snapshot import SnapshotInputs, build_snapshot
 
-pytestmark = pytest.mark.skipif(not _OK, reason=_WHY)
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 
 
 @pytest.mark.parametrize("config", ["debug", "release"])
@@ -37,10 +38,10 @@ def test_connections_closed_while_sampled_are_not_shown_live(config: str) -> Non
     none of them `not yet polled` (a task the kernel counted polls of), and the other
     24 are finished. Before, ~20 of the closed ones were shown live and `not yet
     polled`, with the POLLS of the connection that had been there."""
-    prog = _binary(config, "http_server")
+    prog = corpus_binary(config, "http_server")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
-    eng = _EntryCounting(Catalog(inv, bias), keep_log=False)
+    eng = EntryCounting(Catalog(inv, bias), keep_log=False)
     cap = UprobeCapture(unwind_share=0.0, catchup_marks=(200, 150), cpu_budget=0.001)
     seen: dict[str, Any] = {}
 
@@ -90,7 +91,7 @@ def test_connections_closed_while_sampled_are_not_shown_live(config: str) -> Non
         os.kill(pid, signal.SIGCONT)
         return keep
 
-    out, _ = _http_server_session(prog, inv, eng, cap, drive, lambda: None)
+    out, _ = http_server_session(prog, inv, eng, cap, drive, lambda: None)
     assert "server done requests=" in out, out
     assert seen["sampling"], seen  # the test's premise: the kernel sampled
     assert len(seen["live"]) == 2 and seen["engine_live"] == 2, seen

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import re
-import weakref
+import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from typing import TYPE_CHECKING
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 # imported there, not here: every `asyncrsp serve` starts with this module,
 # and a session on a program without async code may never need them (GDB's
 # own testsuite starts 93 proxies; importing it all cost ~0.7 s each).
-from proxy.regsafety import (
+from proxy.host.regsafety import (
     STUB_PROBE_QSUPPORTED,
     UNKNOWN_STUB,
     RegisterPolicy,
@@ -25,9 +25,10 @@ from proxy.regsafety import (
     read_host_xsave_layout,
     stub_reply_policy,
 )
-from proxy.identity import prove
+from proxy.host.identity import prove
+from proxy.program import Program, SessionStop
 from proxy.session.core import Session, SessionConfig
-from proxy.session.procedure import Exchange
+from proxy.procedure import Exchange
 from proxy.shell.upstream import UpstreamSpec
 
 if TYPE_CHECKING:
@@ -63,25 +64,39 @@ def _rss_mb() -> str:
 def _proxy_lines(session: Session) -> list[str]:
     """What `monitor async stats` prints of the proxy: its memory, then the
     session's and the capture's lines as they wrote them."""
-    last = _LAST.get(session)
-    reused = [f"task threads: stops that reused the previous stop's tasks (nothing they were read from"
-              f" changed): {last.reused}"] if last is not None and getattr(last, "reused", 0) else []
-    return [f"proxy RSS: {_rss_mb()}", *session.stats_lines(), *reused]
+    program = session.program
+    return [f"proxy RSS: {_rss_mb()}", *session.stats_lines(), *(program.lines() if program is not None else ())]
+
+
+def _summary_lines(session: Session) -> list[str]:
+    """What `monitor async stats` prints of the session in its short form: the
+    capture and why, the program's host, and what the proxy cost (its CPU and
+    memory, the program's hidden stops); the rest is `stats --all`'s."""
+    import time
+
+    cap = session.capture
+    own = session._capture_call("stats_lines") if cap is not None else None
+    lines = [own[0] if own else f"capture: {cap.name if cap is not None else 'none'} (mode {session.mode})"]
+    lines += [f"capture note: {text}" for text in (session.capture_notice, getattr(cap, "note", None)) if text]
+    s = session.stats
+    stops = f"{s.hidden_stops} hidden stops ({s.hidden_time * 1e3:.1f} ms)"
+    return [*lines, session.identity.line(),
+            f"proxy's cost: {time.process_time():.2f} s of CPU, RSS {_rss_mb()}; the program: {stops}"]
 
 
 class _LazyLines(Sequence[str]):
-    """`_proxy_lines`, read only when a command prints them: every monitor
-    command gets a context, and the RSS line reads /proc/self/smaps (about
-    20 ms with the capture's mappings; a fuzzing client's monitor commands
-    spent a tenth of the proxy's time there)."""
+    """Lines read only when a command prints them: every monitor command gets
+    a context, and the RSS line reads /proc/self/smaps (about 20 ms with the
+    capture's mappings; a fuzzing client's monitor commands spent a tenth of
+    the proxy's time there)."""
 
-    def __init__(self, session: Session) -> None:
-        self._session = session
+    def __init__(self, make: Callable[[], list[str]]) -> None:
+        self._make = make
         self._lines: list[str] | None = None
 
     def _get(self) -> list[str]:
         if self._lines is None:
-            self._lines = _proxy_lines(self._session)
+            self._lines = self._make()
         return self._lines
 
     def __len__(self) -> int:
@@ -109,147 +124,6 @@ def _proxy_stats(session: Session) -> dict[str, object]:
     return out
 
 
-_REFLECT: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
-_ADAPTERS: weakref.WeakKeyDictionary[Session, str] = weakref.WeakKeyDictionary()
-
-
-def _reflect_source(session: Session, engine: object) -> object | None:
-    """The session's reflection source (proxy.reflect), built once; None when unavailable."""
-    from proxy.reflect.source import make_source, source_without_capture
-
-    target = session.target
-    inv = getattr(target, "inventory", None)
-    src = _REFLECT.get(session)
-    if src is not None and (inv is None or getattr(src, "inventory", None) is inv):
-        return src if not isinstance(src, str) else None
-    # host-side reads (/proc/PID/exe, auxv, maps) only for a process proven to be the program's
-    ident = session.identity
-    local = ident.local and session.config.local_exe is not None
-    if inv is not None and (target.bias or not inv.pie):
-        src = make_source(inv, target.bias, local=bool(target.local))
-    else:  # attached and never resumed: no target yet
-        pid = ident.host_pid if local else None
-        path = session.exec_file if ident.exe is None else ident.exe
-        path = path or (session.config.local_exe(pid) if local and pid else None)
-        # a cold analysis's cache write once the answer is out (session.after_answer)
-        src = source_without_capture(path, pid, local, later=session.after_answer.append)
-        # What the analysis made (the image's symbols, the inventory, the walks handed to
-        # stack discovery: ~110,000 objects on the axum debug build) lives as long as the
-        # session: kept out of later collections (settle_heap's reason). Without this, the
-        # collection the command's end let through (snapshot.build.paused_gc) walked all of
-        # it before the answer went out (0.03-0.1 s). No gc.collect() first (settle_heap's):
-        # the cyclic garbage made so far stays (import-time objects and pyelftools' parse
-        # structures, ~1,100 objects once).
-        gc.freeze()
-    wanted = _ADAPTERS.get(session, "auto")
-    if wanted != "off" and not isinstance(src, str):
-        from proxy.reflect.adapters import choose
-
-        pid = getattr(target, "pid", None) if target is not None and target.local else ident.host_pid
-        local = bool(target.local) if target is not None else local
-        found = choose(src.inventory, src.bias, pid, local, wanted)  # type: ignore[attr-defined]
-        src.discover = found.discover if found.adapters else None  # type: ignore[attr-defined]
-        src.note = found.note  # type: ignore[attr-defined]
-    _REFLECT[session] = src
-    return src if not isinstance(src, str) else None
-
-
-_SNAPSHOTS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
-_DOCS: weakref.WeakKeyDictionary[Session, tuple[object, dict[tuple[str, str], bytes]]] = weakref.WeakKeyDictionary()
-
-
-def _snapshot_key(session: Session, engine: Any, src: object) -> tuple[Any, ...]:
-    stopped = getattr(session, "_stopped", None)
-    return (getattr(stopped, "serial", None), id(engine), engine.cursor_seq if engine is not None else None,
-            session.mode, id(src))
-
-
-def _snapshot_builder(session: Session, read: Callable[[int, int], bytes | None] | None, engine: Any,
-                      src: Any, stop: int, adapters: Callable[[list[Any]], list[Any]] | None = None,
-                      ) -> Callable[[], Any]:
-    """``build()`` of the stop's snapshot from the session's inputs; ``adapters`` may replace
-    the runtime adapters (task threads read only the tasks they list: proxy.threads.listing)."""
-    from proxy.reflect import thread_regs
-    from proxy.snapshot import SnapshotInputs, build_snapshot
-
-    origin = "seen before" if session.mode == "off" else "observed"
-    notes = []
-    if session.mode == "off":
-        notes.append("note: mode off: tasks read from memory at this stop; observed ones are those seen before")
-
-    def build() -> Any:
-        raw = session.monitor_threads() if session.monitor_threads is not None else None
-        threads = thread_regs(dict(raw or {}))
-        if src is not None:
-            inputs = SnapshotInputs.from_source(src, engine=engine, engine_origin=origin, threads=threads,
-                                                pcs=session.stop_pcs(), notes=notes, missed=session.monitor_missed)
-            if adapters is not None:
-                inputs.adapters = adapters(list(inputs.adapters))
-        else:
-            inputs = SnapshotInputs(inventory=engine.catalog.inventory, bias=engine.catalog.load_bias,
-                                    engine=engine, engine_origin=origin, pcs=session.stop_pcs(), notes=tuple(notes),
-                                    memory=False)
-        return build_snapshot(inputs, read, stop=stop)
-
-    return build
-
-
-def _snapshot_of(session: Session, read: Callable[[int, int], bytes | None] | None):  # type: ignore[no-untyped-def]
-    """The stop's snapshot (proxy.snapshot), built at most once per stop: the one model every
-    command, table and document renders. None when there is neither an engine nor a program
-    file to read memory with."""
-    from proxy.snapshot import SnapshotStore
-
-    engine = session.engine
-    src = _reflect_source(session, engine)
-    if src is None and engine is None:
-        return None
-    store = _SNAPSHOTS.get(session)
-    if store is None:
-        store = _SNAPSHOTS[session] = SnapshotStore()
-    key = _snapshot_key(session, engine, src)
-    capped = _CAPPED.get(session)
-    adapters = None
-    if capped is not None and capped[0] == key and read is not None and store.held(key) is None:  # type: ignore[attr-defined]
-        # task threads built their capped snapshot at this stop: the full one reads none of
-        # that memory again (each block as it got it) and takes the runtime's tasks it found
-        read = _reusing(read, capped[1])
-        listing = _LISTINGS.get(session)
-        adapters = getattr(listing, "uncapped", None) if getattr(listing, "key", None) == key else None
-    build = _snapshot_builder(session, read, engine, src, key[0] or 0, adapters=adapters)
-    missed = session.monitor_missed or (lambda: False)
-    if read is None:
-        return build()
-    snap = store.get(key, build, missed)  # type: ignore[attr-defined]
-    snap.bind(read)  # what it makes on demand (trees, the wait-for graph) reads through this pass
-    if store.held(key) is snap:  # type: ignore[attr-defined]
-        _CAPPED.pop(session, None)
-    return snap
-
-
-# The memory a capped task-threads build read at a stop (snapshot key -> {(addr, size): bytes}),
-# for the full build of the same stop (a monitor command after the IDE listed the threads).
-_CAPPED: weakref.WeakKeyDictionary[Session, tuple[Any, dict[tuple[int, int], bytes]]] = weakref.WeakKeyDictionary()
-
-
-def _remembering(read: Callable[[int, int], bytes | None], kept: dict[tuple[int, int], bytes],
-                 ) -> Callable[[int, int], bytes | None]:
-    def remember(addr: int, size: int) -> bytes | None:
-        data = read(addr, size)
-        if data is not None:
-            kept[(addr, size)] = data
-        return data
-    return remember
-
-
-def _reusing(read: Callable[[int, int], bytes | None], kept: dict[tuple[int, int], bytes],
-             ) -> Callable[[int, int], bytes | None]:
-    def reuse(addr: int, size: int) -> bytes | None:
-        data = kept.get((addr, size))
-        return data if data is not None else read(addr, size)
-    return reuse
-
-
 def _context(session: Session, read: Callable[[int, int], bytes | None]) -> MonitorContext:
     from proxy.commands.monitor import MonitorContext
 
@@ -263,26 +137,70 @@ def _context(session: Session, read: Callable[[int, int], bytes | None]) -> Moni
     elif engine is None and note is None:
         note = "the program has not run under the proxy yet (no probes planted)"
     made: list[object] = []
+    program = session.program
 
     def snapshot():  # type: ignore[no-untyped-def]
         if not made:  # once per command pass
-            made.append(_snapshot_of(session, read))
+            made.append(program.snapshot(SessionStop(session), read))
         return made[0]
 
-    src = _REFLECT.get(session)
     return MonitorContext(
         engine=engine,
         thread=session.current_thread(),
         pcs=session.stop_pcs(),
         read_memory=read,
-        proxy_lines=_LazyLines(session),
+        proxy_lines=_LazyLines(lambda: _proxy_lines(session)),
+        summary_lines=_LazyLines(lambda: _summary_lines(session)),
         note=note,
         mode=lambda args: _mode_command(session, args),
         capture=lambda args: _capture_command(session, args),
         threads_command=lambda args: _threads_command(session, args),
+        pictures=lambda name, path, snap: _picture_command(session, name, path, snap),
         snapshot=snapshot,
-        inventory=getattr(src, "inventory", None),
+        observed=lambda: program.observed(SessionStop(session)),
+        origins=_origins_of(cap, engine, read),
     )
+
+
+def _picture_command(session: Session, name: str, path: str, snap: Any) -> str:
+    """`monitor async report|timeline|stacks FILE`: written on the proxy's host (proxy.pictures)."""
+    import time
+
+    from proxy.pictures import files
+
+    engine = session.engine
+    program = getattr(getattr(engine, "catalog", None), "inventory", None)
+    program_path = getattr(program, "path", None) or session.exec_file or "the program"
+    title = f"{Path(program_path).name} at stop {snap.stop}"
+    cap = session.capture
+    subtitle = (f"{program_path}; capture: {cap.name if cap is not None else 'off'}, mode {session.mode}; "
+                f"written by asyncrsp {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    sw = getattr(cap, "origins", None)  # uprobe capture: the kernel's wake statistics (proxy.origins)
+    wakes = list(sw.wakes().values()) if sw is not None and sw.active else []
+    try:
+        if name == "timeline":
+            return files.write_timeline(path, engine, snap, wakes)
+        if name == "stacks":
+            return files.write_stacks(path, snap, title=title)
+        return files.write_report(path, snap, engine, title=f"asyncrsp: {title}", subtitle=subtitle, wakes=wakes)
+    except files.PictureError as err:
+        return f"asyncrsp: {err}"
+
+
+def _origins_of(cap: Any, engine: Any, read: Callable[[int, int], bytes | None]) -> Any:
+    """Spawns and wakes for this command pass (proxy.origins), when the capture records them."""
+    sw = getattr(cap, "origins", None)
+    if sw is None or not sw.active or engine is None:
+        return None
+    from proxy.origins.view import Origins
+
+    made: list[Any] = []
+
+    def make() -> Any:
+        if not made:
+            made.append(Origins(sw, engine.catalog.inventory, engine.catalog.load_bias, read))
+        return made[0]
+    return make
 
 
 def _mode_command(session: Session, args: tuple[str, ...]) -> str:
@@ -341,85 +259,23 @@ MODE_LOSES = {
 }
 
 
-_TASKS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
-_LISTINGS: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
-
-
 def task_threads(session: Session, read: Callable[[int, int], bytes | None]) -> tuple[list[object], object, int, int]:
-    """The live tasks at this stop for task threads: a snapshot of the stop (the same tasks,
-    names, states and logical stacks every command shows) through proxy.threads.adapter; the
-    stop's full snapshot when it is built, else one with the runtime's tasks cut to the cap
-    (proxy.threads.listing). Also: how many tasks were cut."""
-    from proxy.threads.adapter import TaskSource
-    from proxy.threads.listing import SLACK, LastStop, Listing
-
-    engine = session.engine
-    src = _reflect_source(session, engine)
-    if src is None or not getattr(src, "inventory").layouts:  # no coroutine: no task
-        return [], None, 0, 0
-    view = session.task_view
-    store = _SNAPSHOTS.get(session)
-    key = _snapshot_key(session, engine, src)
-    snap = store.held(key) if store is not None else None  # type: ignore[attr-defined]
-    if snap is not None:
-        snap.bind(read)
-    unread = 0
-    last: LastStop | None = None
-    missed = session.monitor_missed or (lambda: False)
-    if snap is None and (view is None or view.pattern):  # a filter looks at every task
-        snap = _snapshot_of(session, read)
-    elif snap is None:
-        raw = session.monitor_threads() if session.monitor_threads is not None else {}
-        if raw is None:  # the threads' registers first: the session reads them and asks again
-            return [], None, 0, 0
-        keep = view.cap + SLACK
-        got = _LAST.get(session)
-        last = got if isinstance(got, LastStop) else _LAST.setdefault(session, LastStop())
-        fingerprint = _task_inputs(session, engine, src, keep, raw)
-        # compared without asking the stub for anything (a remote program's bytes not read
-        # yet are "changed": asking would cost passes of the read loop for nothing)
-        same = last.same(fingerprint, session.monitor_peek) if session.monitor_peek is not None else None
-        if same is not None:
-            return same  # type: ignore[no-any-return]
-        listing = _LISTINGS.get(session)
-        if not isinstance(listing, Listing) or listing.key != key or listing.keep != keep:
-            listing = _LISTINGS[session] = Listing(key, keep)
-        capped = _CAPPED.get(session)
-        if capped is None or capped[0] != key:
-            capped = _CAPPED[session] = (key, {})
-        recording = last.recording(listing, _remembering(read, capped[1]))
-        snap = _snapshot_builder(session, recording, engine, src, key[0] or 0, adapters=listing.adapters)()
-        unread = listing.unread
-    if snap is None or missed():
-        return [], None, 0, 0  # memory still to read: the session reads it and asks again
-    ts = _TASKS.get(session)
-    if not isinstance(ts, TaskSource) or ts.src is not src:
-        ts = _TASKS[session] = TaskSource(src)
-    result = (*ts.from_snapshot(snap), unread)
-    if last is not None and not missed():
-        last.keep(fingerprint, recording, result)
-    return result  # type: ignore[return-value]
-
-
-_LAST: weakref.WeakKeyDictionary[Session, object] = weakref.WeakKeyDictionary()
-
-
-def _task_inputs(session: Session, engine: Any, src: Any, keep: int, raw: dict[int, bytes]) -> tuple[Any, ...]:
-    """What a capped task-threads build depends on besides the bytes it reads
-    (proxy.threads.listing.LastStop): the engine's position, the mode, the threads'
-    registers and the stop's pcs, the cap, and the ranges the runtime adapters scan
-    (/proc/PID/maps of a local program: a new arena holds tasks the last scan never read)."""
-    discovery = getattr(src.discover, "__self__", None)  # proxy.reflect.adapters.Discovery
-    ranges = discovery.ranges() if discovery is not None and hasattr(discovery, "ranges") else ()
-    return (id(engine), engine.cursor_seq if engine is not None else None, session.mode, id(src), keep,
-            tuple(sorted(raw.items())), tuple(sorted(session.stop_pcs().items())), tuple(ranges))
+    """The live tasks at this stop for task threads (proxy.program.taskthreads); their spawn
+    lines when the capture records spawns (proxy.origins)."""
+    origins = _origins_of(session.capture, session.engine, read)
+    return session.program.threads.tasks(SessionStop(session), read, session.task_threads.view,  # type: ignore[no-any-return]
+                                         origins)
 
 
 def _threads_command(session: Session, args: tuple[str, ...]) -> str:
     """`monitor async threads [on|off|N|filter REGEX|filter]`: tasks as threads."""
-    view = session.task_view
+    part = session.task_threads
+    view = part.view
     if view is None:
         return "asyncrsp: task threads are not available in this session"
+    refused = part.refused()
+    if refused is not None:
+        return f"asyncrsp: {refused}"
     if args:
         word = args[0]
         if word == "on":
@@ -441,7 +297,7 @@ def _threads_command(session: Session, args: tuple[str, ...]) -> str:
             return "asyncrsp: usage: threads [on|off|N|filter [REGEX]]"
         if word != "off":
             view.stale()
-            session._threads_doc = None
+            part.doc = None
     state = ("on (off from the next resume)" if view.off_at_resume else "on") if view.enabled else "off"
     flt = f", filter {view.pattern!r}" if view.pattern else ""
     return (f"task threads: {state}, cap {view.cap}{flt}; ids from 0x40000000, synthetic stacks at "
@@ -463,30 +319,33 @@ def qxfer(obj: str, annex: str, session: Session,
 
     if obj == "osdata" and not handles(annex):
         return None
-    snap = _snapshot_of(session, read)
+    program = session.program
+    snap = program.snapshot(SessionStop(session), read)
     if snap is None:
         if obj == "osdata":
             return render(annex, [])
         note = session.target.note if session.target is not None else None
         return graph_document_empty(note or f"poll capture is off (mode {session.mode})")
-    # every chunk of one document at one stop must come from the same bytes: the proxy's
-    # counters (its RSS) change between two reads, so the document is made once per snapshot
-    docs = _DOCS.get(session)
-    if docs is None or docs[0] is not snap:
-        docs = _DOCS[session] = (snap, {})
-    doc = docs[1].get((obj, annex))
-    if doc is None:
+    def render() -> bytes:
         from proxy.snapshot.build import paused_gc
 
         with paused_gc():  # every task's tree and stack, made on demand
-            doc = osdata_table(annex, snap) if obj == "osdata" else graph_document(snap, session.engine,
-                                                                                    _proxy_stats(session))
-        docs[1][(obj, annex)] = doc
-    return doc
+            org = _origins_of(session.capture, session.engine, read)
+            extra = (lambda t, o=org(): o.document_fields(t, snap)) if org is not None else None
+            return osdata_table(annex, snap) if obj == "osdata" else graph_document(snap, session.engine,
+                                                                                     _proxy_stats(session), extra)
+
+    return program.document(snap, (obj, annex), render)
 
 
-def register_policy(upstream: UpstreamSpec, requested: str | None) -> RegisterPolicy:
-    """DESIGN.md §3 rule 11: decide before the first qSupported goes upstream."""
+def register_policy(upstream: UpstreamSpec, requested: str | None, elf: str | None = None) -> RegisterPolicy:
+    """DESIGN.md §3 rule 11: decide before the first qSupported goes upstream. A program of
+    another CPU (``--elf``'s header) has no x86 XSAVE state for gdbserver 13 to corrupt."""
+    from proxy.arch import for_machine, machine_of
+
+    arch = for_machine(machine_of(elf)) if elf and requested is None else None
+    if arch is not None and arch.name != "x86-64":
+        return RegisterPolicy(False, f"the program is {arch.name}: gdbserver 13's XSAVE bug is x86-64's")
     info = detect_stub_from_command(upstream.argv) if upstream.kind == "spawn" else UNKNOWN_STUB
     layout = read_host_xsave_layout() if upstream.is_local else None
     return decide_policy(
@@ -551,7 +410,7 @@ def load_inventory(path: str) -> object:
         return Inventory(elf.build_id, elf.path, elf.pie, elf.entry, warnings=list(elf.warnings))
     from proxy.analysis.inventory import build_inventory
 
-    return build_inventory(path)
+    return build_inventory(path, progress=sys.stderr)  # the proxy's terminal, if it has one
 
 
 def make_session(
@@ -570,8 +429,8 @@ def make_session(
     host: str | None = None,
 ) -> Session:
     """`host`: "local" / "remote" overrides the proof that the stub's program is this
-    host's process (proxy/identity.py); None proves it."""
-    policy = register_policy(upstream, registers)
+    host's process (proxy/host/identity.py); None proves it."""
+    policy = register_policy(upstream, registers, elf)
 
     def resolve(path: str | None, entry: int | None) -> list[object]:
         from proxy.symbols import resolve_probes
@@ -594,13 +453,13 @@ def make_session(
         return open_target(path, entry, pid, local=False, stub_features=feats, load_inventory=load_inventory)
 
     def sigint_pending(pid: int) -> bool:
-        from proxy.capture.procmem import sigint_pending as pending
+        from proxy.host.procmem import sigint_pending as pending
 
         return pending(pid)
 
     def local_memory(session: Session) -> object | None:
         """The stop's data pages through /proc/PID/mem, only for a program identity proved
-        to be this host's (proxy/reflect/localmem.py); None: every read through `m`."""
+        to be this host's (proxy/host/localmem.py); None: every read through `m`."""
         ident = session.identity
         if not ident.local:
             return None
@@ -610,9 +469,14 @@ def make_session(
         pid = ident.host_pid if not stub_pid or stub_pid <= 1 else ident.host_pid_of(stub_pid)
         if not pid:
             return None
-        from proxy.reflect.localmem import open_local
+        from proxy.host.localmem import open_local
 
         return open_local(pid)
+
+    def live_memory(pid: int) -> object | None:
+        from proxy.host.localmem import open_live
+
+        return open_live(pid)
 
     target_xml = None
     if policy.safe:
@@ -641,26 +505,30 @@ def make_session(
         sigint_pending=sigint_pending,
         task_threads=task_threads,
         local_memory=local_memory,
+        live_memory=live_memory,
         identify=lambda pid, auxv, path: prove(pid, auxv, path, override=host, exchange=Exchange),
     )
     if upstream.kind == "core":
         # Nothing runs: no capture, no probes, no target to find at a first resume;
         # reflection reads the image (its auxv, its anonymous memory), never /proc.
         cfg.make_capture = cfg.open_target = cfg.resolve_probes = cfg.local_exe = cfg.classify_stub = cfg.sigint_pending = None
-        cfg.identify = cfg.local_memory = None
+        cfg.identify = cfg.local_memory = cfg.live_memory = None
         cfg.mode = "off"
     session = Session(cfg)
     from proxy.threads.view import TaskThreadView
 
-    session.task_view = TaskThreadView(enabled=task_threads_on)
+    opts = options or {}
+    session.program = Program(adapters="tokio" if opts.get("tokio_adapter") else str(opts.get("adapters") or "auto"))
+
+    session.task_threads.view = TaskThreadView(enabled=task_threads_on)
     session.register_notice = policy.notice()
     if upstream.kind == "core":
         from proxy.corefile.program import image_source
 
         image = upstream.image
-        _REFLECT[session] = image_source(image)  # type: ignore[arg-type]
+        session.program = Program(adapters=session.program.adapters,  # type: ignore[arg-type]
+                                  source=image_source(image, progress=sys.stderr))
         session.register_notice = (f"serving {image.origin} (pid {image.pid}, "  # type: ignore[union-attr]
                                    f"{len(image.threads)} threads), read-only")  # type: ignore[union-attr]
-    opts = options or {}
-    _ADAPTERS[session] = "tokio" if opts.get("tokio_adapter") else (opts.get("adapters") or "auto")
+    session.config.remote_maps = session.program.adapters != "off" and upstream.kind != "core"
     return session

@@ -22,7 +22,15 @@ if TYPE_CHECKING:
 DEFAULT_LISTEN = "127.0.0.1:2345"
 
 
+def _add_paths(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--paths", choices=("short", "full"), default="short",
+                   help="how source files are shown: short (default) = a registry crate's from its "
+                        "directory, tokio-1.53.2/src/sync/watch.rs:999, the standard library's from "
+                        "library/; full = the path the binary names (JSON documents always have it)")
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
+    _add_paths(p)
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"where the client connects (default {DEFAULT_LISTEN}; port 0 picks a free one), or fd:N: "
                         "a listening socket inherited as descriptor N")
@@ -81,6 +89,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="uprobe capture, full mode: record the coroutines created and completed inside one "
                         "poll of their parent too (by default they are counted in the kernel, not recorded, "
                         "and make no graph task: the graph at any stop is the same); for comparison")
+    p.add_argument("--wakes", action="store_true",
+                   help="uprobe capture: probe spawns and wakers too: every spawn keeps its stack for where "
+                        "TASK and the tasks' SPAWNED AT, the wakers feed top's SCHED, WAKES and SELF, warnings "
+                        "and the observed wakes in waits/deadlocks (docs/wakes.md; costs a busy server about a "
+                        "third of its requests)")
     p.add_argument("--uprobe-strict", action="store_true",
                    help="uprobe capture, full mode: record every poll even when the proxy falls behind (by "
                         "default the kernel then samples 1 root poll in 64 per coroutine until the proxy has "
@@ -179,13 +192,21 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--core", metavar="FILE", help="read a core file instead of a process")
         c.add_argument("--elf", metavar="PROG", help="with --core: the program's file")
         c.add_argument("--json", action="store_true", help="machine-readable output")
+        c.add_argument("--html", metavar="FILE", help="write one self-contained HTML report instead (the tasks, "
+                                                      "parallel stacks, trees, the wait-for graph)")
+        _add_paths(c)
     d = sub.add_parser("resident", help="import the proxy once and run each `serve --resident SOCKET` "
                                         "session as a fork of this process")
     d.add_argument("--socket", required=True, metavar="PATH", help="the Unix socket the sessions are asked on")
+    dr = sub.add_parser("doctor", help="check this host for each capture and feature, one line each, "
+                                       "with what to do when something is missing (exit 0: all ok, "
+                                       "1: something to do, 2: run cannot start a program here)")
+    dr.add_argument("--json", action="store_true", help="machine-readable output")
     i = sub.add_parser("inspect", help="print the async structure of a program without running it")
     i.add_argument("program", metavar="PROGRAM")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--tree", action="store_true", help="the static await tree")
+    _add_paths(i)
     return parser
 
 
@@ -211,6 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path is not None:
             return client_main(path, rest)
     args = _parser().parse_args(argv)
+    if getattr(args, "paths", None):
+        from proxy.analysis.paths import set_style
+
+        set_style(args.paths)
     from proxy.shell.listen import ServeError
     from proxy.shell.upstream import UpstreamError
 
@@ -218,13 +243,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "resident":
             from proxy.shell.resident import resident_main
 
-            return resident_main(args.socket)
+            return resident_main(args.socket, main, _parser)
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "doctor":
+            from proxy.doctor.main import doctor_main
+
+            return doctor_main(sys.stdout, sys.stderr, as_json=args.json)
         if args.command in ("ps", "tree"):
             from proxy.ps.main import main as ps_main
 
-            return ps_main(args.command, args.pid, args.core, args.elf, args.json)
+            return ps_main(args.command, args.pid, args.core, args.elf, args.json, html=args.html)
         return _serve(args)
     except (ServeError, UpstreamError) as err:
         print(f"asyncrsp: {err}", file=sys.stderr)
@@ -243,18 +272,23 @@ def _serve(args: argparse.Namespace) -> int:
     given = inherited_socket(args.listen)
     host, port = given.getsockname()[:2] if given is not None else parse_listen(args.listen)
     elf = getattr(args, "elf", None)
+    hint: str | None = None  # `run`: the program named in the gdb command it prints
     if args.core is not None:
-        upstream = _core_upstream(args, elf, host, port)
+        upstream = _core_upstream(args, elf)
         elf = None  # the image already maps it
+        if args.command == "run":
+            hint = getattr(upstream.image, "exec_file", None) or ""
     elif args.command == "run":
         prog = [a for a in args.program if a != "--"] if args.program[:1] == ["--"] else list(args.program)
         if not prog:
             raise ServeError("run: give the program after --, e.g. asyncrsp run -- ./app")
-        if not Path(prog[0]).exists():
-            raise ServeError(f"run: no such program: {prog[0]}")
-        gdbserver = shutil.which("gdbserver")
-        if gdbserver is None:
-            raise ServeError("run: gdbserver is not installed (apt-get install gdbserver)")
+        try:
+            Path(prog[0]).stat()
+        except FileNotFoundError:
+            raise ServeError(f"run: no such program: {prog[0]}") from None
+        except OSError as err:  # a directory on the way this user may not enter
+            raise ServeError(f"run: {prog[0]}: {err.strerror}") from None
+        gdbserver = _gdbserver_for_run()
         # --once: a stdio gdbserver otherwise "reopens" its closed stdin forever.
         wrapper: tuple[str, ...] = ()
         if args.inproc:
@@ -265,9 +299,7 @@ def _serve(args: argparse.Namespace) -> int:
             wrapper = ("--wrapper", "env", f"LD_PRELOAD={INPROC_AGENT}", "--")
         upstream = UpstreamSpec("spawn", argv=(gdbserver, "--once", *wrapper, "-", *prog))
         elf = prog[0]
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        print(f"asyncrsp: connect with:  gdb -ex 'target remote {shown}:{port}' {shlex.quote(prog[0])}",
-              file=sys.stderr, flush=True)
+        hint = prog[0]
     else:
         upstream = UpstreamSpec.parse(args.upstream)
     if elf is not None and not Path(elf).exists():
@@ -276,6 +308,10 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         sock = given if given is not None else listen_socket(host, port)
         sockname = sock.getsockname()
+        if hint is not None:  # after the listen: the port --listen HOST:0 picked
+            shown = "127.0.0.1" if sockname[0] in ("0.0.0.0", "") else sockname[0]
+            print(f"asyncrsp: connect with:  gdb -ex 'target remote {shown}:{sockname[1]}' {shlex.quote(hint)}",
+                  file=sys.stderr, flush=True)
         print(f"asyncrsp: listening on {sockname[0]}:{sockname[1]}", file=sys.stderr, flush=True)
         # No garbage collection while the session's modules load (module
         # objects are not garbage; the collector walking them again and again
@@ -307,7 +343,24 @@ def _serve(args: argparse.Namespace) -> int:
             log.close()
 
 
-def _core_upstream(args: argparse.Namespace, elf: str | None, host: str, port: int) -> UpstreamSpec:
+def _gdbserver_for_run() -> str:
+    """gdbserver's path, or ServeError with the doctor's line for what stops `run`
+    (no gdbserver on PATH, a ptrace_scope that forbids tracing)."""
+    from proxy.host.checks import run_problem
+    from proxy.host.read import SimulationError, read_run_facts
+    from proxy.shell.listen import ServeError
+
+    try:
+        why = run_problem(read_run_facts())
+    except SimulationError as err:
+        raise ServeError(str(err)) from None
+    gdbserver = shutil.which("gdbserver")
+    if why is not None or gdbserver is None:
+        raise ServeError(f"run: {why}")
+    return gdbserver
+
+
+def _core_upstream(args: argparse.Namespace, elf: str | None) -> UpstreamSpec:
     """`--core FILE`: open the core now (a bad core is one line before anything listens)."""
     from proxy.corefile import CoreError, open_core
     from proxy.shell.listen import ServeError
@@ -320,10 +373,6 @@ def _core_upstream(args: argparse.Namespace, elf: str | None, host: str, port: i
         image = open_core(args.core, elf)
     except CoreError as err:
         raise ServeError(str(err)) from None
-    if args.command == "run":
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        print(f"asyncrsp: connect with:  gdb -ex 'target remote {shown}:{port}' {shlex.quote(image.exec_file or '')}",
-              file=sys.stderr, flush=True)
     return UpstreamSpec("core", path=args.core, image=image)
 
 
@@ -333,7 +382,7 @@ def _inspect(args: argparse.Namespace) -> int:
     except ImportError:
         print("asyncrsp: inspect is not available yet in this build", file=sys.stderr)
         return 2
-    return inspect_main(args.program, as_json=args.json, tree=args.tree, out=sys.stdout)
+    return inspect_main(args.program, as_json=args.json, tree=args.tree, out=sys.stdout, progress=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from proxy.analysis.elf import load_bias, open_elf
 from proxy.analysis.errors import AnalysisError
-from proxy.session.probes import Probe
+from proxy.probes import Probe
 
 
 class ProbeResolveError(Exception):

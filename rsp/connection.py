@@ -58,6 +58,7 @@ class Connection:
         self.reader = PacketReader(max_packet=max_packet)
         self.drop_before_ack = drop_before_ack
         self.stale = 0  # packets dropped by drop_before_ack, for statistics
+        self.stale_since_send = 0  # ... since our last packet went
         self._pending: deque[Event] = deque()
         self.no_ack = False
         self._out = bytearray()
@@ -100,6 +101,7 @@ class Connection:
                 self._out += b"+"
                 if self.drop_before_ack and self._last_sent is not None:
                     self.stale += 1
+                    self.stale_since_send += 1
                     return StalePacket(event.body, event.raw)
                 return event
             elif isinstance(event, Ack):
@@ -134,6 +136,22 @@ class Connection:
         if not self.no_ack:
             self._last_sent = raw
             self._nacks = 0
+            self.stale_since_send = 0
+
+    def lost_to_stale(self) -> bool:
+        """Our last packet is not acknowledged and the peer sent packets since: a peer that
+        reads one byte after each of its packets and resends unless it is ``+`` (QEMU 7.2's
+        user-mode gdbstub, a thread whose report's ack another thread read) ate it byte by
+        byte, resending its report for each. gdb resends a packet not acknowledged within
+        its remotetimeout; the caller resends it (``retransmit``) once the peer is quiet."""
+        return self._last_sent is not None and self.stale_since_send > 0
+
+    def retransmit(self) -> None:
+        """Queue our last, unacknowledged packet again."""
+        if self._last_sent is not None:
+            self.retransmits += 1
+            self.stale_since_send = 0
+            self._out += self._last_sent
 
     def send_interrupt(self) -> None:
         """Queue the interrupt byte (never acknowledged, never resent)."""

@@ -52,6 +52,14 @@ TESTS = (
     "gdb.threads/interrupt-while-step-over.exp",
     "gdb.threads/schedlock.exp",
 )
+# `--forks`: how gdb follows forks, vforks and execs (follow-fork-mode,
+# detach-on-fork, catch fork/vfork/exec/syscall), not in the subset: ~5 minutes
+# for two ways.
+FORK_TESTS = tuple(f"gdb.base/{name}.exp" for name in (
+    "foll-fork", "foll-vfork", "foll-exec", "foll-exec-mode", "catch-fork-kill", "catch-follow-exec",
+    "catch-syscall", "fork-print-inferior-events", "multi-forks", "pie-fork", "vfork-follow-parent",
+    "fork-no-detach-follow-child-dlopen", "execl-update-breakpoints", "catch-signal-fork",
+    "watch-before-fork", "pie-execl"))
 SKIPPED = ("gdb.server/server-connect.exp",)
 WAYS = {"straight": (), "proxy": (), "probe": ("--probe", ".")}
 RESULT = re.compile(r"^(PASS|FAIL|XFAIL|XPASS|KFAIL|KPASS|UNRESOLVED|UNSUPPORTED|UNTESTED|ERROR|DUPLICATE): (\S+\.exp): ?(.*)$")
@@ -144,8 +152,7 @@ def all_tests() -> list[str]:
 
 # -- the wrapper (GDBSERVER=...): gdb_testsuite_wrap.py (a light import) -------
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gdb_testsuite_wrap import wrap  # noqa: E402
+from scripts.gdb_testsuite_wrap import wrap  # noqa: E402
 
 
 # -- the proxies: forks of one `asyncrsp resident` (default), or --cold -------
@@ -236,6 +243,9 @@ class Way:
             server = str(self.dir / "gdbserver-through-asyncrsp")
             Path(server).write_text(
                 "#!/bin/sh\n"
+                # -S: no site-packages (a faster start); PYTHONPATH: the repository's proxy for
+                # the wrapper's fork of the resident
+                f"PYTHONPATH={shlex.quote(str(Path(__file__).resolve().parents[1]))} "
                 f"GDB_TESTSUITE_PYTHON={shlex.quote(sys.executable)} exec {shlex.quote(sys.executable)} -S "
                 f"{shlex.quote(str(Path(__file__).with_name('gdb_testsuite_wrap.py')))} {shlex.quote(str(self.dir))}"
                 f" {shlex.quote(gdbserver)} {shlex.quote(json.dumps(extra))} \"$@\"\n")
@@ -503,8 +513,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--files", type=int, default=0, metavar="N",
                    help="also print the N test files that took the most extra time against straight")
     p.add_argument("--list", action="store_true", help="print the subset and exit")
+    p.add_argument("--forks", action="store_true",
+                   help="also the fork, vfork and exec tests of gdb.base (FORK_TESTS) instead of the subset")
     p.add_argument("tests", nargs="*", help="test files (e.g. gdb.server/ext-run.exp) instead of the subset")
     a = p.parse_args(argv)
+    if a.forks:
+        a.tests = [*a.tests, *FORK_TESTS]
     ensure_testsuite()
     tests = a.tests or all_tests()
     if a.part:

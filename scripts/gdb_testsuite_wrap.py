@@ -109,8 +109,7 @@ def _in_resident(path: str, args: list[str], log: str, env: dict[str, str], sock
     `--listen fd:N` names. The wrapper waits neither for the fork nor for
     the pid (gdbserver starts at once; the runner finds the sessions by the
     run's mark in their environment)."""
-    sys.path.insert(0, ROOT)
-    from proxy.shell.resident import request  # standard library only
+    from proxy.shell.resident import request  # standard library only; PYTHONPATH: the repository
 
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(log, os.O_WRONLY | os.O_APPEND)

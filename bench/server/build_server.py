@@ -1,6 +1,6 @@
 """Builds the server benchmark's axum service (bench/server) from Debian sid's crates.
 
-    python bench/server/build_server.py [--config release|debug] [--variant bare|console]
+    python -m bench.server.build_server [--config release|debug] [--variant bare|console]
 
 Two variants of the same service, each in its own cargo target dir under
 ``<cache>/bench-server/`` (``cache_dir()`` of integration/corpus/build.py:
@@ -27,10 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from integration.corpus.build import cache_dir, crates_registry
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
-from integration.corpus.build import cache_dir, crates_registry  # noqa: E402
 
 # In the cache that outlives a clone: a fresh clone on a machine that built it once finds it
 # warm. Resolved: the sources' copy (source_copy) must have one path whichever checkout builds.
@@ -98,7 +98,7 @@ def missing(variant: str = "console", config: str = "release", names: tuple[str,
         return None
     why = (f"the server benchmark's {variant} build ({config}) is not built: {', '.join(absent)} missing "
            f"under {binary(variant, config).parent}; scripts/test builds it "
-           f"(python bench/server/build_server.py --variant {variant})")
+           f"(python -m bench.server.build_server --variant {variant})")
     if not os.environ.get("ASYNCRSP_SID_REGISTRY") and not crates_registry("sid").is_dir():
         why += " from Debian sid's crates, which are not fetched (bash scripts/fetch-crates sid: needs Debian's mirror)"
     return why

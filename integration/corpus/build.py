@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import fcntl
+import hashlib
 import os
 import re
 import resource
@@ -61,7 +62,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -88,14 +89,26 @@ CACHE_DIR = cache_dir()
 TARGET_ROOT = CACHE_DIR / "cargo-target"
 
 PROGRAMS: tuple[str, ...] = ("nested", "tokio_app", "tokio_bench", "stuck", "many_tasks", "poll_timing", "combinators",
-                             "http_server", "crash", "deadlock", "first_poll")
+                             "http_server", "crash", "deadlock", "first_poll", "lost_waker")
 MODERN_DIR = REPO_DIR / "integration" / "corpus_modern"
 CRATES_DIR = BUILD_DIR / "crates"  # scripts/fetch-crates: a link to <cache>/crates
 # The modern corpus' programs per package (= Debian release of its crates).
 MODERN_PROGRAMS: dict[str, tuple[str, ...]] = {
-    "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec", "stuck"),
+    "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec", "stuck", "tk_join3", "tk_streams"),
     "sid": ("tk_dump", "tk_sync", "axum_svc", "stuck"),
+    # The gauntlet (integration/realworld): the authors' own examples in ../shared/realworld,
+    # built against sid's crates (`bash scripts/fetch-crates realworld`); scripts/realworld.
+    "realworld": ("tokio_chat", "tokio_tinydb", "tokio_tinyhttp", "tokio_proxy", "tokio_graceful_shutdown",
+                  "tokio_echo_tcp", "hyper_gateway", "hyper_http_proxy", "hyper_echo", "hyper_state",
+                  "hyper_send_file", "hyper_single_threaded", "hyper_multi_server", "axum_key_value_store",
+                  "axum_chat", "axum_graceful_shutdown", "axum_sse", "axum_reverse_proxy", "smol_chat_server",
+                  "smol_chat_client"),
 }
+# A crate set whose package is not integration/corpus_modern/<set>.
+PACKAGE_DIRS: dict[str, Path] = {"realworld": REPO_DIR / "integration" / "realworld"}
+# ... and whose sources are all outside the clone (the gauntlet's programs in ../shared): built
+# from one copy of its manifest in the cache (stable_package), the same for every clone.
+SHARED_SOURCES = frozenset({"realworld"})
 
 NEW_MIN_RUSTC = (1, 85)
 OLD_RUSTC = Path("/usr/bin/rustc")
@@ -103,6 +116,14 @@ OLD_CARGO = Path("/usr/bin/cargo")
 
 
 TASKDUMP_FLAGS = ("--cfg", "tokio_unstable", "--cfg", "tokio_taskdump")
+AARCH64_TARGET = "aarch64-unknown-linux-gnu"
+AARCH64_LINKER_ENV = "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER"
+AARCH64_LINKER = "aarch64-linux-gnu-gcc"
+# What a cross build needs besides the toolchain: the target's std (rustc's sysroot) and a linker.
+TARGET_NEEDS: dict[str, tuple[tuple[Path, str], ...]] = {
+    AARCH64_TARGET: ((Path("/usr/lib/rustlib") / AARCH64_TARGET / "lib", "libstd-rust-dev:arm64"),
+                     (Path("/usr/bin") / AARCH64_LINKER, "gcc-aarch64-linux-gnu")),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +142,15 @@ class Config:
     # (its package is integration/corpus_modern/<crates>); None: the 1.24 corpus.
     crates: str | None = None
 
+    package: Path | None = None  # where it is built from, when not its package in this clone
+
     @property
     def package_dir(self) -> Path:
-        return CORPUS_DIR if self.crates is None else MODERN_DIR / self.crates
+        if self.package is not None:
+            return self.package
+        if self.crates is None:
+            return CORPUS_DIR
+        return PACKAGE_DIRS.get(self.crates, MODERN_DIR / self.crates)
 
     @property
     def programs(self) -> tuple[str, ...]:
@@ -155,6 +182,11 @@ CONFIGS: dict[str, Config] = {
                target="x86_64-unknown-linux-gnu"),
         Config("old-debug", "old", release=False, rustflags=("--cfg", "old_rustc")),
         Config("old-release", "old", release=True, rustflags=("--cfg", "old_rustc")),
+        # AArch64 (run under qemu-aarch64): Debian's rustc 1.63 with libstd-rust-dev:arm64, the
+        # only aarch64 std this offline machine has (scripts/arm64-toolchain installs it)
+        *(Config(f"old-aarch64-{kind}", "old", release=kind == "release", rustflags=("--cfg", "old_rustc"),
+                 target=AARCH64_TARGET, profile_env={AARCH64_LINKER_ENV: AARCH64_LINKER})
+          for kind in ("debug", "release")),
         *(Config(f"{rel}-{kind}", "new", release=kind == "release", crates=rel)
           for rel in MODERN_PROGRAMS for kind in ("debug", "release")),
         *(Config(f"trixie-dump-{kind}", "new", release=kind == "release", crates="trixie",
@@ -396,7 +428,17 @@ def crates_registry(release: str) -> Path:
     return CRATES_DIR / release / "root" / "usr" / "share" / "cargo" / "registry"
 
 
-def _crates_missing(config: Config) -> SkipReason | None:
+def _target_missing(config: Config) -> SkipReason | None:
+    """A cross build whose std or linker is not installed."""
+    for path, package in TARGET_NEEDS.get(config.target or "", ()):
+        if not path.exists():
+            return SkipReason(config.name, f"{path} missing: {package} not installed (bash scripts/arm64-toolchain)")
+    return None
+
+
+def _inputs_missing(config: Config) -> SkipReason | None:
+    if (missing := _target_missing(config)) is not None:
+        return missing
     if config.crates is None or crates_registry(config.crates).is_dir():
         return None
     return SkipReason(config.name, f"Debian {config.crates}'s crates not fetched: run "
@@ -417,9 +459,11 @@ def build_config(name: str, programs: Sequence[str] | None = None) -> dict[str, 
     tools = toolchain(config.toolchain)
     if isinstance(tools, SkipReason):
         return SkipReason(name, tools.reason)
-    missing = _crates_missing(config)
+    missing = _inputs_missing(config)
     if missing is not None:
         return missing
+    if config.crates in SHARED_SOURCES:
+        config = replace(config, package=stable_package(config.package_dir))
     command = _cargo_command(config, tools, names)
     lock = TARGET_ROOT / f"{config.name}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -440,6 +484,37 @@ def build_config(name: str, programs: Sequence[str] | None = None) -> dict[str, 
             raise BuildFailed(name, command, result.stdout + result.stderr)
         _clone_stamp(config).write_text(str(config.package_dir))
         return {program: _install(config, program) for program in names}
+
+
+def stable_package(package: Path) -> Path:
+    """A package whose every source is outside the clone (``../shared``), as one copy of its
+    manifest in the cache, its bins' paths made absolute: cargo's fingerprints hold the
+    package's path, so each clone building its own ``integration/realworld`` cleaned and
+    relinked every program in the shared target dir (``_claim``), one clone after another.
+    From the copy (named by the manifest's hash and where the sources are) a warm build is
+    cargo's no-op for every clone."""
+    text = (package / "Cargo.toml").read_text()
+    text = re.sub(r'^path = "([^"]+)"', lambda m: f'path = "{(package / m.group(1)).resolve()}"', text, flags=re.M)
+    lock = (package / "Cargo.lock").read_bytes()
+    config = (package / ".cargo" / "config.toml").read_bytes()
+    digest = hashlib.sha256(text.encode() + b"\0" + lock + b"\0" + config).hexdigest()[:16]
+    where = CACHE_DIR.resolve() / "packages" / f"{package.name}-{digest}"
+    if not (where / "Cargo.toml").exists():
+        tmp = Path(tempfile.mkdtemp(dir=where.parent if where.parent.exists() else _mkdir(where.parent)))
+        (tmp / ".cargo").mkdir()
+        (tmp / ".cargo" / "config.toml").write_bytes(config)
+        (tmp / "Cargo.lock").write_bytes(lock)
+        (tmp / "Cargo.toml").write_text(text)
+        try:
+            tmp.rename(where)
+        except OSError:  # another clone made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return where
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _clone_stamp(config: Config) -> Path:
@@ -521,7 +596,7 @@ def binary(config: str, program: str) -> Path:
 def skip_reason(config: str) -> SkipReason | None:
     """Why ``config`` cannot be built here, or None when it can."""
     tools = toolchain(_config(config).toolchain)
-    return SkipReason(config, tools.reason) if isinstance(tools, SkipReason) else _crates_missing(CONFIGS[config])
+    return SkipReason(config, tools.reason) if isinstance(tools, SkipReason) else _inputs_missing(CONFIGS[config])
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -6,7 +6,7 @@ line matching ``expect``. Programs that never end by themselves (``stuck``,
 
 Usage::
 
-    python integration/corpus/smoke.py [--config NAME ...]   # builds first
+    python -m integration.corpus.smoke [--config NAME ...]   # builds first
 
 and from Python: ``smoke(path, run) -> str | None`` (None when fine, else
 what went wrong).
@@ -23,10 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from integration.corpus import build as corpus  # noqa: E402
+from integration.corpus import build as corpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +50,7 @@ SMOKE_RUNS: tuple[SmokeRun, ...] = (
     SmokeRun("combinators", (), r"^combinators done sum=101$"),
     SmokeRun("http_server", ("0",), r"^server ready port=\d+ pid=\d+$", forever=True),
     SmokeRun("deadlock", ("mt",), r"^deadlock ready pid=\d+$", forever=True),
+    SmokeRun("lost_waker", ("ct",), r"^lost_waker ready pid=\d+$", forever=True),
     SmokeRun("first_poll", ("ct",), r"^first_poll done total=10$"),
     SmokeRun("first_poll", ("mt",), r"^first_poll done total=10$"),
 )

@@ -36,6 +36,7 @@ GDB_RUN_ARGS = {
     "tokio_bench": "5 mt",
     "stuck": "mt",
     "deadlock": "mt",
+    "lost_waker": "ct",
     "many_tasks": "10 < {go}",  # `go` on stdin wakes the tasks (task_woken)
 }
 

@@ -29,7 +29,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,8 +284,7 @@ def summary(outcomes: list[Outcome]) -> str:
 def main(argv: list[str]) -> int:  # pragma: no cover - scripts/fault-campaign
     import argparse
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "corpus"))
-    import build  # type: ignore[import-not-found]
+    from integration.corpus import build
 
     ap = argparse.ArgumentParser(prog="fault-campaign")
     ap.add_argument("--runs", type=int, default=10, help="runs per backend and victim")

@@ -23,6 +23,12 @@ the program unless it means it, so:
 Framing faults come too: a frame with a bad (or non-hex) checksum, a frame
 cut short, ack storms, a NAK of a reply (the reply comes again), junk bytes.
 
+A `qSymbol::` is answered at once, or (half the time) left open: the stub's
+symbol look-up then waits for the answer while other packets come (gdbserver
+takes each as a malformed answer and replies one packet late; a `vCont;c`
+runs the program inside the look-up); through the proxy every one of them but
+`m` reads and `qSymbol:` answers must get E01, then the client answers.
+
 Every wait is bounded: a reply that does not come in `timeout` seconds is
 counted as a hang and the run stops.
 """
@@ -70,6 +76,8 @@ class Figures:
     resumes: int = 0
     interrupts: int = 0
     framing_faults: int = 0
+    lookups: int = 0  # stub symbol look-ups (qSymbol:NAME) the client left open for a while
+    in_lookup: int = 0  # packets sent while a look-up was open
     families: Counter[str] = field(default_factory=Counter)
     hangs: int = 0
     crash: str | None = None  # why the run ended early (the stub or proxy gone, the program exited)
@@ -282,6 +290,7 @@ class Fuzzer:
         self.breakpoints: set[bytes] = set()  # Z bodies in place (removed at the end)
         self.combine_bp = b""
         self.acked_noack = False
+        self.lookup: bytes | None = None  # the symbol the stub asked for, left unanswered
 
     # -------------------------------------------------------------- setup
     def start(self) -> None:
@@ -320,6 +329,8 @@ class Fuzzer:
 
     # -------------------------------------------------------------- one step
     def step(self) -> None:
+        if self.lookup is not None:
+            return self._in_lookup()
         r = self.rng.random()
         if r < 0.02:
             return self._framing_fault()
@@ -344,7 +355,51 @@ class Fuzzer:
                 self.link.no_ack = True
                 self.link.drain_acks(0.005)
             return rep
+        if body.startswith(b"qSymbol:") and self.rng.random() < 0.5:
+            return self._ask_symbols(body)
         return self.link.request(body)
+
+    def _ask_symbols(self, body: bytes) -> bytes:
+        """A qSymbol: whose question from the stub (`qSymbol:NAME`) is left open."""
+        self.link.send(body)
+        rep = self.link.read_packet()
+        if rep.startswith(b"qSymbol:") and len(rep) > 8:
+            self.lookup = _rle(rep[8:])  # a run-length encoded reply: the name itself
+            self.fig.lookups += 1
+        return rep
+
+    def _in_lookup(self) -> None:
+        """A step while the stub waits for a symbol's answer: the answer, or another
+        packet that the proxy must refuse unless the stub reads it there."""
+        if self.rng.random() < 0.2:
+            return self._end_lookup()
+        body = _escape_body(self._packet())
+        if body.startswith(SESSION_ENDING) or body in (b"QStartNoAckMode",) or b"\x03" in body:
+            return None
+        self.fig.packets += 1
+        self.fig.in_lookup += 1
+        self.fig.families[_family(body)] += 1
+        if body.startswith(b"qSymbol:"):
+            self.lookup = None
+            self._ask_symbols(body)
+            return None
+        why = refuse(body, non_stop_offered=True, symbol_lookup=True)
+        if why is None:  # an `m` read (or vFile): the stub answers it in its look-up
+            self.link.request(body)
+            return None
+        self.fig.refused_expected += 1
+        rep = self.link.request(body)
+        if rep == b"E01":
+            self.fig.refused_ok += 1
+        elif not self.straight:
+            self.fig.unshielded.append(body)
+        return None
+
+    def _end_lookup(self) -> None:
+        assert self.lookup is not None
+        self.fig.packets += 1
+        name, self.lookup = self.lookup, None
+        self.link.request(b"qSymbol::" + name)  # Link.request answers the stub's next questions
 
     def _send_mutant(self, body: bytes) -> None:
         for _ in range(8):
@@ -691,6 +746,8 @@ class Fuzzer:
     def finish(self) -> bytes:
         """Take the client's breakpoints and trace experiment out, then detach."""
         L = self.link
+        if self.lookup is not None:
+            self._end_lookup()
         for bp in sorted(self.breakpoints):
             L.request(b"z" + bp[1:])
         for body in (b"QTStop", b"QTFrame:-1", b"QCatchSyscalls:0", b"QPassSignals:", b"QProgramSignals:"):
@@ -747,10 +804,7 @@ def run(packets: int, seed: int, *, straight: bool = False, capture: str = "auto
     """One fuzz run; returns its figures (never raises for what the peers do)."""
     from integration.harness.stubs import become_subreaper, spawn_proxy, start_stub, wait_orphan
 
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "corpus"))
-    import build  # type: ignore[import-not-found]
+    from integration.corpus import build
 
     prog = build.build(configs=["debug"], programs=["tokio_bench"])[("debug", "tokio_bench")]
     n = iterations or max(2000, packets // 8)
@@ -823,7 +877,8 @@ def report(res: RunResult, seed: int, straight: bool) -> str:
         f"fuzz-client seed={seed} {'straight to gdbserver' if straight else 'through the proxy'}: "
         f"{f.packets} packets ({f.mutants} mutants, {f.resumes} resumes, {f.interrupts} interrupts, "
         f"{f.framing_faults} framing faults) in {f.elapsed:.1f} s",
-        f"  dangerous mutants refused with E01: {f.refused_ok} of {f.refused_expected}"
+        f"  symbol look-ups left open: {f.lookups} ({f.in_lookup} packets sent inside them)\n"
+        f"  refused with E01 (dangerous mutants, packets inside a look-up): {f.refused_ok} of {f.refused_expected}"
         + (f"; NOT refused: {len(f.unshielded)} (first {f.unshielded[0]!r})" if f.unshielded else ""),
         f"  hangs: {f.hangs}; ended early: {f.crash or 'no'}; gdbserver exit status: {res.stub_exit}",
         f"  detach: {res.detach_reply!r}; stray int3 after detach: {len(res.stray)}"

@@ -150,9 +150,10 @@ class MiSession:
     init: Sequence[str] = ()
     timeout: float = 30.0
     log: list[MiRecord] = field(default_factory=list)
+    gdb: str = "gdb"  # or gdb-multiarch (another architecture's program)
 
     def __post_init__(self) -> None:
-        argv = debuggers.argv("gdb", "-nx", "-q", "--interpreter=mi3", *_init_args(self.init), str(self.program))
+        argv = debuggers.argv(self.gdb, "-nx", "-q", "--interpreter=mi3", *_init_args(self.init), str(self.program))
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1,
                                      start_new_session=True)

@@ -28,7 +28,7 @@ from rsp.framing import rle_expand, unescape_binary
 from rsp.packets.stop import is_stop_reply, parse_stop_reply
 from rsp.packets.trace import parse_qtbuffer_reply
 from rsp.reader import Notification, Packet, PacketReader
-from rsp.tracebuf import FrameDecoder
+from rsp.tracebuf import FrameDecoder, TraceFrame
 
 DIRECTIONS = ("c>", "c<", "s<", "s>")
 _LINE = re.compile(r"\s*([\d.]+) (\S\S) (b'.*'|b\".*\")$")
@@ -95,24 +95,19 @@ class TraceHits:
         return "\n".join(rows)
 
 
-def trace_hits(packets: Iterable[Logged], pc_register: int = 0x10) -> TraceHits:
-    """Frames per tracepoint in the stub's ``qTBuffer`` replies, and the stub's
-    stops (replies and ``%Stop`` notifications) whose pc (`pc_register`, rip
-    on x86-64) is a tracepoint's address. The proxy drains after a
-    ``qTStatus``: its reads start where the last drain's complete frames
-    ended (a frame cut by the last read is read again) and follow each other;
-    a read out of that order is not decoded."""
-    hits = TraceHits()
-    addresses: dict[int, int] = {}
+def drained_frames(packets: Iterable[Logged], hits: TraceHits | None = None) -> Iterator[TraceFrame]:
+    """The frames of the stub's ``qTBuffer`` replies in buffer order (the order gdbserver
+    wrote them: hit order), and the tracepoints defined (``QTDP:N:ADDR``) into
+    ``hits.tracepoints``. The proxy drains after a ``qTStatus``: its reads start where the
+    last drain's complete frames ended (a frame cut by the last read is read again) and
+    follow each other; a read out of that order is not decoded."""
+    hits = hits if hits is not None else TraceHits()
     decoder: FrameDecoder | None = None
     next_offset = 0
-    packets = list(packets)
     for req, rep in exchanges(packets):
         m = _QTDP.match(req.body)
         if m:
-            n, addr = int(m.group(1), 16), int(m.group(2), 16)
-            hits.tracepoints[n] = addr
-            addresses[addr] = n
+            hits.tracepoints[int(m.group(1), 16)] = int(m.group(2), 16)
             continue
         if req.body == b"qTStatus":
             decoder = None  # a drain starts: its reads follow
@@ -129,8 +124,18 @@ def trace_hits(packets: Iterable[Logged], pc_register: int = 0x10) -> TraceHits:
         data = parse_qtbuffer_reply(unescape_binary(rle_expand(rep.body)))
         if data:
             next_offset += len(data)
-            for fr in decoder.feed(data):
-                hits.frames[fr.tracepoint] += 1
+            yield from decoder.feed(data)
+
+
+def trace_hits(packets: Iterable[Logged], pc_register: int = 0x10) -> TraceHits:
+    """Frames per tracepoint in the stub's ``qTBuffer`` replies (`drained_frames`), and the
+    stub's stops (replies and ``%Stop`` notifications) whose pc (`pc_register`, rip on
+    x86-64) is a tracepoint's address."""
+    hits = TraceHits()
+    packets = list(packets)
+    for fr in drained_frames(packets, hits):
+        hits.frames[fr.tracepoint] += 1
+    addresses = {addr: n for n, addr in hits.tracepoints.items()}
     for p in packets:
         if p.direction != "s>":
             continue

@@ -10,7 +10,7 @@ runs under (``proxy_extra``): with ``breakpoints`` the probe is a hidden
 breakpoint (hidden stops), with ``uprobes`` a kernel uprobe counts it (an
 ``int3`` the kernel owns under the client's reads, breakpoints and steps). :func:`run_session` returns a :class:`SessionRun`: the
 (label, output) transcript to compare after normalisation, the program's own
-output, the proxy's ``monitor async stats`` text (proxy route only) and
+output, the proxy's ``monitor async stats --all`` text (proxy route only) and
 exit codes.
 
 Step kinds:
@@ -22,7 +22,7 @@ Step kinds:
   has used CPU: :func:`running.wait_until_running`), interrupt (Ctrl-C on the
   gdb pty, ``-exec-interrupt`` in MI, ``SendAsyncInterrupt`` in lldb). Where
   the program stops is timing-dependent, so only the stop *reason* is kept.
-* ``stats``: ``monitor async stats``, proxy route only, kept out of the
+* ``stats``: ``monitor async stats --all``, proxy route only, kept out of the
   comparison.
 """
 
@@ -58,7 +58,7 @@ def R(text: str) -> Step:
 
 
 INTERRUPT = Step("continue", "interrupt")
-STATS = Step("monitor async stats", "stats")
+STATS = Step("monitor async stats --all", "stats")
 
 
 @dataclass(frozen=True)

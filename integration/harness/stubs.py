@@ -296,12 +296,12 @@ def _start_lldb_server(program: Path, args: Sequence[str], attach: int | None) -
                     attached=attach is not None)
 
 
-def _start_qemu(program: Path, args: Sequence[str], attach: int | None) -> StubProc:
+def _start_qemu(program: Path, args: Sequence[str], attach: int | None, emulator: str = "qemu-x86_64") -> StubProc:
     if attach is not None:
-        raise StubStartError("qemu-x86_64 user mode cannot attach to a running process")
+        raise StubStartError(f"{emulator} user mode cannot attach to a running process")
     for _ in range(5):  # the port can be taken between free_port() and bind
         port = free_port()
-        proc = _popen(["qemu-x86_64", "-g", str(port), str(program), *args])
+        proc = _popen([emulator, "-g", str(port), str(program), *args])
         out = OutputPump(proc.stdout)
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline and proc.poll() is None:
@@ -309,12 +309,22 @@ def _start_qemu(program: Path, args: Sequence[str], attach: int | None) -> StubP
                 return StubProc("qemu", proc, port, out)
             time.sleep(0.01)
         kill_tree(proc)
-    raise StubStartError(f"qemu-x86_64 did not listen: {out.text()!r}")
+    raise StubStartError(f"{emulator} did not listen: {out.text()!r}")
+
+
+def _start_qemu_aarch64(program: Path, args: Sequence[str], attach: int | None) -> StubProc:
+    """An aarch64 program under qemu-aarch64 with no ``-L``: the cross loader under
+    /usr/aarch64-linux-gnu and the multiarch libc6:arm64 that QEMU falls back to are of
+    different builds, and ``pthread_create`` spins forever in a list walk (a multi-threaded
+    runtime never reaches main's first line); without ``-L`` the multiarch loader and libc
+    match. The client then needs ``set sysroot /``."""
+    return _start_qemu(program, args, attach, "qemu-aarch64")
 
 
 STARTERS = {"gdbserver": _start_gdbserver, "gdbserver-inproc": _start_gdbserver_inproc,
-            "lldb-server": _start_lldb_server, "qemu": _start_qemu}
-STUB_TOOLS = {"gdbserver": "gdbserver", "gdbserver-inproc": "gdbserver", "lldb-server": "lldb-server", "qemu": "qemu-x86_64"}
+            "lldb-server": _start_lldb_server, "qemu": _start_qemu, "qemu-aarch64": _start_qemu_aarch64}
+STUB_TOOLS = {"gdbserver": "gdbserver", "gdbserver-inproc": "gdbserver", "lldb-server": "lldb-server", "qemu": "qemu-x86_64",
+              "qemu-aarch64": "qemu-aarch64"}
 
 
 @contextlib.contextmanager

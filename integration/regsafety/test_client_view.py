@@ -1,4 +1,4 @@
-"""Issue 7 acceptance, "the client's view": at the same stop (entry of
+"""The client's view of the registers: at the same stop (entry of
 `scale` in regview.c), gdb, gdb/MI and lldb show the same values for the
 registers safe mode keeps, whether they talk to gdbserver directly or through
 asyncrsp in safe mode.
@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-import harness as h
+from integration.harness import regsafety as h
 
 GPRS = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", *(f"r{i}" for i in range(8, 16))]
 SEGMENTS = ["cs", "ss", "ds", "es", "fs", "gs"]

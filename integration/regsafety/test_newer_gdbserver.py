@@ -7,7 +7,7 @@ gdbserver 16.3 (Debian trixie) and 18.1 (sid) run in the chroots of
 proxy on the host connects to them over loopback, so it cannot run
 ``gdbserver --version``: it learns the version from its own first
 ``qSupported``, whose reply from gdbserver >= 14 carries ``QThreadOptions=``
-(proxy/regsafety.py). The client is the gdb of the same release.
+(proxy/host/regsafety.py). The client is the gdb of the same release.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-import harness as h
 from integration.harness import debuggers
+from integration.harness import regsafety as h
+from integration.harness.regsafety import STOPS, bp_site, parse_result
 from integration.harness.stubs import start_stub
-from test_ymm16 import STOPS, bp_site, parse_result
 
 pytestmark = [
     pytest.mark.skipif(not {"avx512f", "avx512vl"} <= h.cpu_flags(),

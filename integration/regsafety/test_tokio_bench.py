@@ -1,4 +1,4 @@
-"""Issue 7 acceptance, "real programs": the multi-thread tokio benchmark
+"""Register safety on a real program: the multi-thread tokio benchmark
 (corpus `tokio_bench 55 mt`: 2 worker threads, ~4,000 stops on the resume
 functions) ends with no crash and the right result through asyncrsp with
 hidden probes, run after run.  The same runs straight against gdbserver
@@ -7,7 +7,7 @@ way gdb does) report their failure rate: measured and printed, not asserted
 (it depends on the CPU; ~6% here at 4,000 stops, research §2.4).
 
 The proxy runs are parametrized by capture: ``breakpoints`` (every probe a
-hidden stop: the register-safety case) and ``uprobes`` (issue 9: the kernel
+hidden stop: the register-safety case) and ``uprobes`` (the kernel
 observes every poll, the probes are counting uprobes; no stop at all).
 
 Run count: ASYNCRSP_REGSAFETY_RUNS (default 100) per capture; the report-only
@@ -22,13 +22,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import harness as h
-from rspdriver import breakpoint_cycle
+from integration.harness import regsafety as h
+from integration.harness.rspdriver import breakpoint_cycle
 
 RUNS = int(os.environ.get("ASYNCRSP_REGSAFETY_RUNS", "100"))
 ITERATIONS = "55"
@@ -37,15 +36,13 @@ PROBE = os.environ.get("ASYNCRSP_REGSAFETY_PROBE",
 DONE = re.compile(r"bench done n=\d+ mode=mt leaves=\d+ acc=\d+ check=ok")
 CAPTURES = os.environ.get("ASYNCRSP_REGSAFETY_CAPTURES", "breakpoints,uprobes").split(",")
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.timeout(RUNS * 40 + 120),  # ~6-15 s a run under load
+pytestmark = [pytest.mark.timeout(RUNS * 40 + 120),  # ~6-15 s a run under load
               pytest.mark.skipif(not h.have("gdbserver"), reason="needs gdbserver")]
 
 
 @pytest.fixture(scope="module")
 def bench() -> Path:
-    sys.path.insert(0, str(h.REPO / "integration" / "corpus"))
-    import build  # type: ignore[import-not-found]
+    from integration.corpus import build
 
     reason = build.skip_reason("debug")
     if reason is not None:
@@ -86,7 +83,7 @@ def test_bench_through_proxy_never_breaks(bench: Path, capture: str) -> None:
     failures: list[str] = []
     hits: list[int] = []
     # stop once at the program's exit: `stats` says the capture really ran and counted
-    commands = ["break _exit", "continue", "monitor async stats", "continue"]
+    commands = ["break _exit", "continue", "monitor async stats --all", "continue"]
     for run in range(RUNS):
         with h.ProxyProcess(h.gdbserver_upstream([str(bench), ITERATIONS, "mt"]),
                             ["--probe", PROBE, "--capture", capture]) as proxy:
@@ -108,6 +105,7 @@ def test_bench_through_proxy_never_breaks(bench: Path, capture: str) -> None:
 REPORT_RUNS = int(os.environ.get("ASYNCRSP_REGSAFETY_REPORT_RUNS", str(RUNS)))
 
 
+@pytest.mark.slow  # a report, nothing asserted about the proxy: bash scripts/test-long
 def test_bench_straight_against_gdbserver_reports_failure_rate(bench: Path) -> None:
     addresses = resume_addresses(bench)
     rates = {}
@@ -135,7 +133,7 @@ TRACE_STATS = re.compile(r"capture: tracepoints \((\d+) poll events\)")
 
 
 def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
-    """Issue 8, "safe with several threads": the multi-thread bench under
+    """Safe with several threads: the multi-thread bench under
     tracepoint capture of every resume function plus ``--trace-probe`` counting
     Block::hash inside gdbserver, while the client's own breakpoint on
     Block::derive fires on the worker threads (commands: silent, continue).
@@ -150,7 +148,7 @@ def test_bench_under_tracepoints_never_breaks(bench: Path) -> None:
     spurious = events = 0
     lost_runs: list[str] = []  # runs with the one hit gdbserver lost (docstring)
     script = ["break tokio_bench::Block::derive", "commands", "silent", "continue", "end",
-              "break _exit", "continue", "monitor async stats", "info breakpoints", "continue"]
+              "break _exit", "continue", "monitor async stats --all", "info breakpoints", "continue"]
     for run in range(RUNS):
         with h.ProxyProcess(h.gdbserver_upstream([str(bench), ITERATIONS, "mt"]),
                             ["--capture", "tracepoints", "--trace-probe", HASH_PROBE]) as proxy:

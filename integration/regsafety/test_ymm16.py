@@ -1,4 +1,4 @@
-"""Issue 7 acceptance, "the reproducer": a value kept in ymm16 across 1,000
+"""The reproducer: a value kept in ymm16 across 1,000
 stops at `bp_site` (integration/regsafety/ymm16.c, research §1.6).
 
 * Straight against gdbserver 13.1 *with* ``xmlRegisters=i386`` (what stock
@@ -15,17 +15,14 @@ stops at `bp_site` (integration/regsafety/ymm16.c, research §1.6).
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-import harness as h
-from proxy import regsafety
-from rspdriver import breakpoint_cycle
-
-STOPS = 1000
-RESULT = re.compile(r"(preserved|lost) (\d+)/(\d+) armed (\d+)/(\d+)")
+from integration.harness import regsafety as h
+from integration.harness.regsafety import STOPS, bp_site, parse_result
+from integration.harness.rspdriver import breakpoint_cycle
+from proxy.host import regsafety
 
 pytestmark = [
     pytest.mark.skipif(not {"avx512f", "avx512vl"} <= h.cpu_flags(),
@@ -37,22 +34,6 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def ymm16() -> Path:
     return h.build_c("ymm16.c", "-O1", "-mavx512f", "-mavx512vl", "-no-pie")
-
-
-def bp_site(prog: Path) -> int:
-    nm = subprocess.run(["nm", str(prog)], capture_output=True, text=True, check=True).stdout
-    m = re.search(r"^([0-9a-f]+) T bp_site$", nm, re.M)
-    assert m, "bp_site missing from the reproducer's symbols"
-    return int(m.group(1), 16)
-
-
-def parse_result(text: str) -> tuple[str, int, int]:
-    """-> (verdict, lost_or_preserved_count, armed)"""
-    m = RESULT.search(text)
-    assert m, f"the reproducer printed no result:\n{text[-2000:]}"
-    verdict, count, n, armed, _ = m.groups()
-    assert int(n) == STOPS
-    return verdict, int(count), int(armed)
 
 
 def host_note() -> str:

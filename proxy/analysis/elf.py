@@ -337,7 +337,7 @@ def _parse(path: str, data: bytes | FileBytes) -> ElfImage:
         warnings=warnings,
     )
     image._entries = _symbol_entries(data, table, sections, warnings)
-    if image.machine != "EM_X86_64":
+    if image.machine not in ("EM_X86_64", "EM_AARCH64"):  # exits_aarch64.py, unwind.py's AARCH64_CFI
         warnings.append(f"machine {image.machine}: only x86-64 code is disassembled and unwound")
     return image
 
@@ -380,7 +380,7 @@ def iter_notes(data: bytes, align: int = 4) -> Iterator[tuple[bytes, int, bytes]
     """(owner, type, descriptor) of each note in an ELF note section or PT_NOTE segment
     (the owner without its NULs; fields padded to 4 bytes, or 8 in an 8-aligned note
     section); ``NoteOverrun`` at a note that runs past the end. The one reader of notes:
-    build-ids of files (here, ``proxy.identity``) and a core's notes (``proxy.corefile``)."""
+    build-ids of files (here, ``proxy.host.identity``) and a core's notes (``proxy.corefile``)."""
     pad = align - 1
     pos = 0
     while pos + 12 <= len(data):

@@ -37,12 +37,15 @@ from typing import TYPE_CHECKING
 
 from . import cache as cache_mod
 from . import dies as D
+from . import exits_aarch64
 from . import sieve as S
 from .dwarf import STACK_TAGS, DwarfView
 from .errors import AnalysisError
+from .progress import Progress
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TextIO
 
     import capstone
     from elftools.elf.elffile import ELFFile
@@ -94,23 +97,27 @@ _STATE_NAMES = {0: "Unresumed", 1: "Returned", 2: "Panicked"}
 
 def build_inventory(
     path: str | Path, *, cache_dir: Path | None = None, use_cache: bool = True,
-    later: Callable[[Callable[[], object]], None] | None = None,
+    later: Callable[[Callable[[], object]], None] | None = None, progress: TextIO | None = None,
 ) -> Inventory:
     """The inventory of one ELF; cached on disk by build-id (``cache_dir`` None: the default place).
     ``later``: given the cache write instead of doing it (the proxy writes it once its answer
-    has been sent)."""
+    has been sent). ``progress``: where a cold analysis shows its progress when it is a
+    terminal (proxy.analysis.progress)."""
     elf = open_elf(path)
     if use_cache and elf.build_id:
         hit = cache_mod.load(elf.build_id, cache_dir)
         if hit is not None:
             hit.path = str(path)
             return hit
+    shown = Progress(progress, f"asyncrsp: analysing {Path(path).name}")
     try:
-        inv = analyse(elf)
+        inv = analyse(elf, shown)
     except AnalysisError:
         raise
     except Exception as e:  # noqa: BLE001 - corrupt DWARF/CFI/lines: one line, never a traceback
         raise AnalysisError(f"{path}: corrupt debug information ({type(e).__name__}: {str(e)[:120]})") from e
+    finally:
+        shown.done()
     if use_cache and elf.build_id:
         if later is not None:
             later(lambda: cache_mod.store(inv, cache_dir))
@@ -119,7 +126,7 @@ def build_inventory(
     return inv
 
 
-def analyse(elf: ElfImage) -> Inventory:
+def analyse(elf: ElfImage, progress: Progress = Progress.NONE) -> Inventory:
     inv = Inventory(elf.build_id, elf.path, elf.pie, elf.entry, warnings=list(elf.warnings))
     if elf.build_id is None:
         inv.warnings.append("no GNU build-id: the analysis is not cached")
@@ -133,6 +140,7 @@ def analyse(elf: ElfImage) -> Inventory:
         )
         return inv
     coll = _Collector(elf, dwarf, inv)
+    coll.progress = progress
     coll.run()
     dwarf.hand_over()
     # the type collector and the collector refer to each other: without this the units'
@@ -246,11 +254,13 @@ class _Collector:
         self.elf = elf
         self.dwarf = dwarf
         self.inv = inv
+        self.progress = Progress.NONE
         self._qual: dict[int, str] = {}
         # a coroutine wrapper's out-of-line poll (``_future_poll``): link low_pc -> (high_pc, its
         # return type's size, Poll's pending facts), for ``_wrapped_polls``
         self._wrapper_polls: dict[int, tuple[int, int, tuple[int, int, int] | None]] = {}
         self._tname: dict[int, str] = {}
+        self._io_borrow_seen: set[int] = set()  # awaitee types whose pointer fields were searched
         self.symbol_sieve: tuple[array[int], array[int]] | None = None  # made by _symbol_tables
         self.sieve: S.Sieve | None = None
         self.types = TypeCollector(
@@ -270,7 +280,8 @@ class _Collector:
             exits = _ExitFinder(self.elf, exit_warnings)
             self.inv.future_obj_drops = sorted(s.addr for s in self.elf.symbols
                                                if s.is_func and _FUTURE_OBJ_DROP in s.name)
-            for uo in units:
+            for i, uo in enumerate(units):
+                self.progress.step("DWARF units", i, len(units))
                 unit = self.dwarf.unit(uo)
                 if unit is None:
                     continue
@@ -285,7 +296,8 @@ class _Collector:
         wrapped = {self.qualname(f.env) for f in found.values() if f.era is Era.GENFUTURE and f.env is not None}
         found = {k: f for k, f in found.items()
                  if not (f.era is Era.MODERN and f.env is not None and self.qualname(f.env) in wrapped)}
-        for low, f in sorted(found.items()):
+        for i, (low, f) in enumerate(sorted(found.items())):
+            self.progress.step("resume functions' exits", i, len(found))
             rf = self._resume_fn(low, f, exits)
             if rf is not None:
                 self.inv.resume_fns.append(rf)
@@ -361,8 +373,8 @@ class _Collector:
         from an awaitee's fields) and the function's address names it (``future_polls``)."""
         origin = self._origin(die)
         name = origin.get(D.AT_NAME) or ""
-        if name != "poll" and not name.startswith("poll<"):
-            return
+        if name not in ("poll", "poll_next") and not name.startswith(("poll<", "poll_next<")):
+            return  # Stream::poll_next too: a Pin<Box<dyn Stream>>'s vtable slot 3 (a StreamMap's values)
         params = self._params(die) or self._params(origin)
         if len(params) != 2:
             return
@@ -600,6 +612,7 @@ class _Collector:
             if mem.name == "__awaitee":
                 awaitee = mem
                 self.types.add(f.get(D.AT_TYPE))
+                self._io_borrows(f.get(D.AT_TYPE))
             elif (mem.name, mem.offset) not in seen:  # rustc repeats some locals
                 seen.add((mem.name, mem.offset))
                 locals_.append(mem)
@@ -609,6 +622,25 @@ class _Collector:
                     if fd is not None:
                         self.inv.fd_offsets[mem.type_name] = fd
         return State(value, vname, self._loc(m), awaitee, tuple(locals_))
+
+    def _io_borrows(self, awaitee: int | None) -> None:
+        """An awaited leaf future that borrows an I/O handle (tokio's ``io::util`` futures:
+        ``Read { reader: &mut TcpStream, .. }``, ``WriteAll { writer, .. }``): where the fd lies
+        behind each pointer field, as for an I/O method's ``self`` (``Inventory.fd_offsets``)."""
+        t = self._strip_typedefs(self.dwarf.die(awaitee))
+        unit = self.dwarf.unit_of(t) if t is not None and t.tag == D.TAG_STRUCTURE else None
+        if unit is None or t is None or t.offset in self._io_borrow_seen:
+            return
+        self._io_borrow_seen.add(t.offset)
+        for c in t.children:
+            f = unit.dies[c]
+            if f.tag != D.TAG_MEMBER:
+                continue
+            name = self.type_name(f.get(D.AT_TYPE))
+            if name.startswith("&") and name not in self.inv.fd_offsets:
+                fd = self.types.fd_offset(f.get(D.AT_TYPE))
+                if fd is not None:
+                    self.inv.fd_offsets[name] = fd
 
     # -- inlined coroutines --------------------------------------------------------------------
     def _inlined(self, unit: D.Unit, die: D.Die) -> None:
@@ -669,7 +701,7 @@ class _Collector:
                 path=name.split("<", 1)[0].rsplit("::", 1)[0], kind=_KINDS.get(m.group(1), CoroutineKind.UNKNOWN)
                 if m else CoroutineKind.UNKNOWN, era=Era.MODERN, decl=st0.loc if st0 else c.call_loc,
                 rets=rets, other_exits=other, layout_name=wrapper,
-                self_in="rsi" if ret_size > 16 else "rdi", poll_pending=pending, wrapper=wrapper))
+                self_in=_self_in(self.elf, ret_size), poll_pending=pending, wrapper=wrapper))
         self.inv.resume_fns.sort(key=lambda f: f.low_pc)
 
     def _genfuture_env_around(self, unit: D.Unit, die: D.Die) -> D.Die | None:
@@ -734,8 +766,7 @@ class _Collector:
             rets=rets,
             other_exits=other,
             layout_name=layout,
-            # SysV: a Poll<T> over 16 bytes comes back through a hidden pointer in rdi
-            self_in="rsi" if ret_size > 16 else "rdi",
+            self_in=_self_in(self.elf, ret_size),
             poll_pending=self._poll_pending(origin.get(D.AT_TYPE)),
         )
 
@@ -767,6 +798,15 @@ class _Collector:
         return None
 
 
+def _self_in(elf: ElfImage, ret_size: int) -> str:
+    """The register that holds self (the first argument) at a resume function's entry.
+    SysV x86-64: a Poll<T> over 16 bytes comes back through a hidden pointer in rdi, which
+    moves self to rsi. AAPCS64: that pointer goes in x8, self stays in x0."""
+    if elf.machine == "EM_AARCH64":
+        return "x0"
+    return "rsi" if ret_size > 16 else "rdi"
+
+
 def _split_generics(s: str) -> list[str]:
     """``A<B, C>, D`` -> [``A<B, C>``, ``D``]: split at top-level commas."""
     out: list[str] = []
@@ -783,11 +823,15 @@ def _split_generics(s: str) -> list[str]:
     return out
 
 
+_RELATIVE = {"EM_X86_64": 8, "EM_AARCH64": 1027}  # R_X86_64_RELATIVE, R_AARCH64_RELATIVE
+
+
 def _task_vtables(elf: ElfImage, polls: dict[int, str]) -> dict[int, str]:
     """Static pointer slots holding one of ``polls``' function addresses: tokio's task
     vtables (``Vtable.poll`` is its first field, checked by the adapter against DWARF),
     async-task's ``TaskVTable.run`` slots. A PIE's slots are filled by
-    R_X86_64_RELATIVE relocations (the addend is the target); a non-PIE's hold it as data."""
+    R_X86_64_RELATIVE (R_AARCH64_RELATIVE) relocations (the addend is the target); a
+    non-PIE's hold it as data."""
     import numpy as np
 
     out: dict[int, str] = {}
@@ -797,8 +841,9 @@ def _task_vtables(elf: ElfImage, polls: dict[int, str]) -> dict[int, str]:
     rela = elf.section_data(".rela.dyn") or b""
     rel = np.frombuffer(rela, dtype=np.dtype([("off", "<u8"), ("info", "<u8"), ("add", "<u8")]),
                         count=len(rela) // 24)
-    hit = ((rel["info"] & np.uint64(0xFFFFFFFF)) == np.uint64(8)) & np.isin(rel["add"], targets)
-    for off, addend in zip(rel["off"][hit].tolist(), rel["add"][hit].tolist()):  # R_X86_64_RELATIVE
+    relative = np.uint64(_RELATIVE.get(elf.machine, 8))
+    hit = ((rel["info"] & np.uint64(0xFFFFFFFF)) == relative) & np.isin(rel["add"], targets)
+    for off, addend in zip(rel["off"][hit].tolist(), rel["add"][hit].tolist()):
         out[off] = polls[addend]
     for name in (".data.rel.ro", ".data"):
         sec = elf.sections.get(name)
@@ -861,11 +906,14 @@ _IMM_JUMPS = frozenset({"jmp", "jo", "jno", "jb", "jae", "je", "jne", "jbe", "ja
 
 
 class _ExitFinder:
+    aarch64 = False  # the ELF is AArch64's: exits_aarch64.py decodes A64
+
     def __init__(self, elf: ElfImage, warnings: list[str]) -> None:
         import capstone
 
         self.elf = elf
         self.warnings = warnings
+        self.aarch64 = elf.machine == "EM_AARCH64"
         self.cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self.cs.detail = True
         self.lite = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
@@ -876,6 +924,8 @@ class _ExitFinder:
         if code is None:
             self.warnings.append(f"no code bytes for {low:#x}..{high:#x}")
             return (), ()
+        if self.aarch64:
+            return exits_aarch64.exits(code, low, high, self.unwind_targets)
         rets: list[int] = []
         other: list[int] = []
         unwind = self.unwind_targets
@@ -1026,6 +1076,8 @@ def _plt_stubs_for(elf: ElfImage, slots: set[int]) -> set[int]:
     import capstone
     from capstone import x86 as cs_x86
 
+    if elf.machine == "EM_AARCH64":
+        return exits_aarch64.plt_stubs_for(elf, slots)
     out: set[int] = set()
     if not slots:
         return out

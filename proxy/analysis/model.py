@@ -13,6 +13,8 @@ import operator
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from .paths import shown
+
 _T = TypeVar("_T")
 
 
@@ -61,6 +63,12 @@ class SourceLoc:
     line: int
 
     def __str__(self) -> str:
+        """For people: a registry crate's path from its directory (proxy.analysis.paths)."""
+        return f"{shown(self.file)}:{self.line}"
+
+    @property
+    def full(self) -> str:
+        """``file:line`` with the file's whole path (JSON documents)."""
         return f"{self.file}:{self.line}"
 
 

@@ -47,9 +47,10 @@ FORMAT_VERSION = 1
 _GENFUTURE = re.compile(r"^(?:core::future::from_generator::)?GenFuture<(.*)>$")
 
 
-def inspect_main(path: str, *, as_json: bool, tree: bool, out: TextIO) -> int:
+def inspect_main(path: str, *, as_json: bool, tree: bool, out: TextIO, progress: TextIO | None = None) -> int:
+    """`progress`: where a cold analysis shows its progress, when it is a terminal."""
     try:
-        inv = build_inventory(path)
+        inv = build_inventory(path, progress=progress)
     except AnalysisError as e:
         out.write(f"asyncrsp inspect: {e}\n")
         return 1
@@ -182,12 +183,12 @@ def to_json(inv: Inventory) -> dict[str, Any]:
     for f in inv.resume_fns:
         entry(f.layout_name, f.name)["resume_fns"].append({
             "low_pc": f.low_pc, "high_pc": f.high_pc, "symbol": f.symbol, "kind": f.kind.value,
-            "era": f.era.value, "decl": str(f.decl) if f.decl else None, "rets": list(f.rets),
+            "era": f.era.value, "decl": f.decl.full if f.decl else None, "rets": list(f.rets),
             "other_exits": list(f.other_exits), "self_in": f.self_in,
         })
     for c in inv.inlined:
         entry(c.layout_name, c.name)["inlined"].append({
-            "parent_low_pc": c.parent_low_pc, "call_loc": str(c.call_loc) if c.call_loc else None,
+            "parent_low_pc": c.parent_low_pc, "call_loc": c.call_loc.full if c.call_loc else None,
             "ranges": [list(r) for r in c.ranges],
         })
     return {
@@ -201,7 +202,7 @@ def to_json(inv: Inventory) -> dict[str, Any]:
         "coroutines": [coroutines[k] for k in sorted(coroutines)],
         "await_edges": [
             {"parent": coroutine_name(p), "child": coroutine_name(c), "state": st.name,
-             "loc": str(st.loc) if st.loc else None}
+             "loc": st.loc.full if st.loc else None}
             for p, c, st in await_edges(inv)
         ],
     }
@@ -209,7 +210,7 @@ def to_json(inv: Inventory) -> dict[str, Any]:
 
 def _state_json(s: State) -> dict[str, Any]:
     return {
-        "value": s.value, "name": s.name, "loc": str(s.loc) if s.loc else None,
+        "value": s.value, "name": s.name, "loc": s.loc.full if s.loc else None,
         "awaitee": _member_json(s.awaitee) if s.awaitee else None,
         "locals": [_member_json(m) for m in s.locals],
     }

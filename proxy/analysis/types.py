@@ -115,6 +115,10 @@ class TypeCollector:
             return None
         vp = next((unit.dies[c] for c in t.children if unit.dies[c].tag == D.TAG_VARIANT_PART), None)
         fields = self._fields(t, 0, depth)
+        if name.startswith("core::marker::PhantomData<"):  # a Vec's element type is named only here
+            for c in t.children:
+                if unit.dies[c].tag == D.TAG_TEMPLATE_TYPE_PARAM:
+                    self.add(unit.dies[c].get(D.AT_TYPE), depth + 1)
         if vp is None:
             return TypeInfo(name, "union" if t.tag == D.TAG_UNION else "struct", size, tuple(fields))
         discr_die = self.dwarf.die(vp.get(D.AT_DISCR))

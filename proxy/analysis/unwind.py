@@ -1,4 +1,4 @@
-"""A sans-IO stack unwinder for x86-64 over the CFI of ``.eh_frame`` (and ``.debug_frame``).
+"""A sans-IO stack unwinder for x86-64 and AArch64 over the CFI of ``.eh_frame`` (and ``.debug_frame``).
 
 Theory of operation: ``Unwinder(elf, bias)`` finds the FDE for a pc through
 the binary-search table of ``.eh_frame_hdr`` and lets pyelftools parse that
@@ -11,6 +11,13 @@ with frame pointers). Where no FDE covers a pc (another object, a
 hand-written stub), the frame is unwound through the rbp chain and marked
 ``method="fp"``. Memory comes from the caller's ``read_memory(addr, size)``
 (None when unreadable); nothing here does I/O.
+
+The CPU's side is a ``CfiRegs`` chosen by the ELF's machine: DWARF's register numbering,
+the return-address column, the callee-saved set. On x86-64 the return-address column is
+rip's own (16: the word at CFA - 8). On AArch64 it is x30, the link register: the caller's
+pc is x30's value as the row recovers it, or, in a leaf frame that saved nothing (no rule
+for x30 at frame 0), x30 itself; the frame record (``stp x29, x30``) is where x29 points:
+the caller's x29 at [x29], its pc at [x29 + 8], its sp x29 + 16, the same shape as rbp's.
 """
 
 from __future__ import annotations
@@ -36,6 +43,28 @@ DWARF_REGS = ("rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
 _RA = 16
 _RSP = 7
 _RBP = 6
+
+
+@dataclass(frozen=True, slots=True)
+class CfiRegs:
+    """One CPU's registers as its CFI names them (see the module docstring)."""
+
+    names: tuple[str, ...]  # DWARF register number -> name
+    pc: str
+    sp: str
+    fp: str
+    ra: int  # the return-address column
+    callee_saved: tuple[str, ...]
+    ra_in_register: bool  # the return address is a register's value (AArch64's x30), not rip's column
+    rets: tuple[bytes, ...]  # the encodings of a plain return (the epilogue rule below)
+
+
+X86_64_CFI = CfiRegs(DWARF_REGS, "rip", "rsp", "rbp", _RA, ("rbx", "rbp", "r12", "r13", "r14", "r15"),
+                     False, (b"\xc3", b"\xf3\xc3"))
+# DWARF for the Arm 64-bit architecture: x0-x30 = 0-30, sp = 31; AAPCS64: x19-x29 callee-saved
+AARCH64_CFI = CfiRegs(tuple(f"x{i}" for i in range(31)) + ("sp",), "pc", "sp", "x29", 30,
+                      tuple(f"x{i}" for i in range(19, 30)), True, (bytes.fromhex("c0035fd6"),))
+CFI_REGS = {"EM_X86_64": X86_64_CFI, "EM_AARCH64": AARCH64_CFI}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +100,7 @@ class Unwinder:
         self._all: list[tuple[int, int, FDE]] | None = None
         self._starts: list[int] = []
         self._cache: dict[int, FDE | None] = {}
+        self.regs = CFI_REGS.get(elf.machine, X86_64_CFI)
 
     # -- FDE lookup -----------------------------------------------------------------------------
     def fde_for(self, pc: int) -> FDE | None:
@@ -159,45 +189,46 @@ class Unwinder:
         return execute(fde, pc)
 
     def _at_ret(self, pc: int) -> bool:
-        return _at_ret_bytes(self.elf.read(pc, 2))
+        return _at_ret_bytes(self.elf.read(pc, 4) or self.elf.read(pc, 2), self.regs)
 
     # -- unwinding ------------------------------------------------------------------------------
     def unwind(self, regs: dict[str, int], read_memory: ReadMemory, *, max_frames: int = 64) -> list[UnwoundFrame]:
-        cur = {k: v for k, v in regs.items() if k in DWARF_REGS}
+        R = self.regs
+        cur = {k: v for k, v in regs.items() if k in R.names or k == R.pc}
         frames: list[UnwoundFrame] = []
         for depth in range(max_frames):
-            pc = cur.get("rip")
-            sp = cur.get("rsp")
+            pc = cur.get(R.pc)
+            sp = cur.get(R.sp)
             if pc is None or sp is None or pc == 0:
                 break
             # a return address points after the call: look up the call itself
             lookup = pc - self.bias - (1 if depth else 0)
             row = self.row_for(lookup)
             if row is not None and not row.cfa_expr:
-                nxt = _step_cfi(row, cur, read_memory)
+                nxt = _step_cfi(row, cur, read_memory, R, leaf=depth == 0)
                 if depth == 0 and nxt is not None and self._at_ret(pc - self.bias):
                     # LLVM's epilogue CFI tracks the CFA but not the pops: at the ret every
                     # callee-saved register already holds the caller's value (gdb agrees)
-                    for r in ("rbx", "rbp", "r12", "r13", "r14", "r15"):
+                    for r in R.callee_saved:
                         if r in cur:
                             nxt[r] = cur[r]
-                cfa = cur.get(DWARF_REGS[row.cfa_reg])
+                cfa = cur.get(R.names[row.cfa_reg]) if row.cfa_reg < len(R.names) else None
                 cfa = cfa + row.cfa_off if cfa is not None else None
                 frames.append(UnwoundFrame(pc, cfa, sp, "cfi", tuple(cur.items())))
             else:
-                nxt = _step_fp(cur, read_memory)
-                rbp = cur.get("rbp")
-                frames.append(UnwoundFrame(pc, rbp + 16 if rbp else None, sp, "fp", tuple(cur.items())))
-            if nxt is None or nxt.get("rip", 0) == 0:
+                nxt = _step_fp(cur, read_memory, R)
+                fp = cur.get(R.fp)
+                frames.append(UnwoundFrame(pc, fp + 16 if fp else None, sp, "fp", tuple(cur.items())))
+            if nxt is None or nxt.get(R.pc, 0) == 0:
                 break
-            if nxt["rsp"] <= sp and depth:  # the stack must grow towards the caller
+            if nxt[R.sp] <= sp and depth:  # the stack must grow towards the caller
                 break
             cur = nxt
         return frames
 
 
-def _at_ret_bytes(code: bytes | None) -> bool:
-    return code is not None and (code[:1] == b"\xc3" or code[:2] == b"\xf3\xc3")
+def _at_ret_bytes(code: bytes | None, regs: CfiRegs = X86_64_CFI) -> bool:
+    return code is not None and any(code.startswith(r) for r in regs.rets)
 
 
 def unwind(
@@ -218,50 +249,60 @@ def _read_u64(read_memory: ReadMemory, addr: int) -> int | None:
     return int(struct.unpack("<Q", b)[0])
 
 
-def _step_cfi(row: _Row, cur: dict[str, int], read_memory: ReadMemory) -> dict[str, int] | None:
-    base = cur.get(DWARF_REGS[row.cfa_reg])
+def _step_cfi(row: _Row, cur: dict[str, int], read_memory: ReadMemory, R: CfiRegs = X86_64_CFI,
+              leaf: bool = False) -> dict[str, int] | None:
+    """The caller's registers. ``leaf``: the frame is the innermost one, where a CPU whose
+    return address is a register's (AArch64's x30) may not have saved it yet."""
+    base = cur.get(R.names[row.cfa_reg]) if row.cfa_reg < len(R.names) else None
     if base is None:
         return None
     cfa = base + row.cfa_off
-    ra_rule = row.rules.get(_RA)
+    ra_rule = row.rules.get(R.ra)
+    if ra_rule is None and R.ra_in_register and leaf:
+        ra_rule = ("same", 0)  # a leaf's return address is still in the link register
     if ra_rule is None or ra_rule[0] == "undef":
         return None  # the outermost frame (_start) says so
     nxt: dict[str, int] = {}
-    for num, name in enumerate(DWARF_REGS):
-        rule = row.rules.get(num)
+    for num, name in enumerate(R.names):
+        rule = ra_rule if num == R.ra else row.rules.get(num)
         if rule is None:
             # callee-saved registers survive; caller-saved ones are unknown in the caller
-            if name in ("rbx", "rbp", "r12", "r13", "r14", "r15") and name in cur:
+            if name in R.callee_saved and name in cur:
                 nxt[name] = cur[name]
             continue
         kind, n = rule
         if kind == "off":
             v = _read_u64(read_memory, cfa + n)
             if v is None:
-                if num == _RA:
+                if num == R.ra:
                     return None
                 continue
             nxt[name] = v
         elif kind == "val":
             nxt[name] = cfa + n
-        elif kind == "reg" and DWARF_REGS[n] in cur:
-            nxt[name] = cur[DWARF_REGS[n]]
+        elif kind == "reg" and n < len(R.names) and R.names[n] in cur:
+            nxt[name] = cur[R.names[n]]
         elif kind == "same" and name in cur:
             nxt[name] = cur[name]
-    nxt["rsp"] = cfa
+    if R.ra_in_register:
+        ra = nxt.get(R.names[R.ra])
+        if ra is None:
+            return None
+        nxt[R.pc] = ra
+    nxt[R.sp] = cfa
     return nxt
 
 
-def _step_fp(cur: dict[str, int], read_memory: ReadMemory) -> dict[str, int] | None:
-    rbp = cur.get("rbp")
-    if not rbp or rbp < cur.get("rsp", 0):
+def _step_fp(cur: dict[str, int], read_memory: ReadMemory, R: CfiRegs = X86_64_CFI) -> dict[str, int] | None:
+    fp = cur.get(R.fp)
+    if not fp or fp < cur.get(R.sp, 0):
         return None
-    saved = _read_u64(read_memory, rbp)
-    ra = _read_u64(read_memory, rbp + 8)
+    saved = _read_u64(read_memory, fp)
+    ra = _read_u64(read_memory, fp + 8)
     if saved is None or ra is None:
         return None
-    out = {k: v for k, v in cur.items() if k in ("rbx", "r12", "r13", "r14", "r15")}
-    out.update(rbp=saved, rip=ra, rsp=rbp + 16)
+    out = {k: v for k, v in cur.items() if k in R.callee_saved and k != R.fp}
+    out.update({R.fp: saved, R.pc: ra, R.sp: fp + 16})
     return out
 
 

@@ -9,7 +9,7 @@ options=...)`. `--capture auto` takes the first available in `AUTO_ORDER`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from proxy.capture.base import CaptureBase
@@ -42,6 +42,15 @@ def unavailable(name: str, target: Target | None) -> str | None:
     return check(target) if check is not None and target is not None else None
 
 
+def fallback_line(chosen: str, passed: Sequence[tuple[str, str]]) -> str:
+    """The one line `run` and `serve` print when ``--capture auto`` passed over
+    a cheaper capture, and `asyncrsp doctor` prints as its verdict: `passed` are
+    the (name, why not) of the cheaper ones, cheapest first."""
+    over = ", ".join(name for name, _ in passed)
+    whys = "; ".join(why if why.startswith(f"{name}:") else f"{name}: {why}" for name, why in passed)
+    return f"capture: {chosen}, dearer than {over} ({whys})"
+
+
 def make_capture(
     name: str,
     mode: str,
@@ -60,17 +69,17 @@ def make_capture(
     if mode == "off":
         return None
     why = "asked for"
+    passed: list[tuple[str, str]] = []
     if name == "auto":
-        reasons = []
         for cand in AUTO_ORDER:
             if cand not in BACKENDS:
                 continue
             reason = unavailable(cand, target)
             if reason is None:
                 name = cand
-                why = "auto: " + ("; ".join(reasons) if reasons else f"{cand} available")
+                why = "auto: " + ("; ".join(f"no {n}: {r}" for n, r in passed) if passed else f"{cand} available")
                 break
-            reasons.append(f"no {cand}: {reason}")
+            passed.append((cand, reason))
         else:
             name = "breakpoints"
     else:
@@ -80,7 +89,8 @@ def make_capture(
     module = importlib.import_module(BACKENDS[name])
     cap: CaptureBase = module.make(mode=mode, only=only, exclude=exclude, options=dict(options or {}))
     cap.why = why
+    cap.fallback = fallback_line(name, passed) if passed else None
     return cap
 
 
-__all__ = ["AUTO_ORDER", "BACKENDS", "MODES", "CaptureBase", "make_capture", "names", "unavailable"]
+__all__ = ["AUTO_ORDER", "BACKENDS", "MODES", "CaptureBase", "fallback_line", "make_capture", "names", "unavailable"]

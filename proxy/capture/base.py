@@ -4,7 +4,7 @@ Theory of operation: a backend turns the program's poll entries and exits
 into `proxy.graph.events` for the target's one engine. The session calls it
 at fixed points of a session's life, and the backend answers with data or
 with *procedures* (generators yielding `Exchange`s, see
-`proxy.session.procedure`) that the session runs against the stub:
+`proxy.procedure`) that the session runs against the stub:
 
 * `plan(target)`: the hidden breakpoints to plant (the breakpoints backend
   plants one per entry and ret; tracepoints and uprobes plant none).
@@ -45,8 +45,8 @@ from typing import Protocol
 
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
-from proxy.session.probes import Probe
-from proxy.session.procedure import Forward, Handover, Procedure, Reply, Verdict
+from proxy.probes import Probe
+from proxy.procedure import Forward, Handover, Procedure, Reply, Verdict
 from rsp.packets.stop import StopReply
 
 
@@ -65,6 +65,11 @@ class CaptureBase:
     name = "none"
     # Why this backend was chosen (shown by `stats`), set by the chooser.
     why: str = ""
+    # A software breakpoint the proxy plants at a probed site would be lost (uprobes):
+    # the proxy's own breakpoints there go to the stub as hardware ones (session/stepping.py).
+    swallows_breakpoints = False
+    # The one line said when `--capture auto` passed over a cheaper backend (capture.fallback_line).
+    fallback: str | None = None
 
     def __init__(self) -> None:
         self.target: Target | None = None

@@ -2,9 +2,12 @@
 
 Theory of operation: one hidden probe on the entry of every resume function
 (kind "entry") and one on each of its `ret`s (kind "exit"). At an entry the
-backend reads the registers (`g`: the self pointer is in rdi, or rsi when a
-large `Poll<T>` is returned through memory) and the return address
-(`m rsp,8`); at an exit it reads the coroutine's `__state` through the self
+backend reads the registers (`g`: the self pointer is in the function's
+``self_in`` register: x86-64's rdi, or rsi when a large `Poll<T>` is returned
+through memory; AArch64's x0) and the return address (x86-64: `m rsp,8`;
+AArch64: the link register x30, in the same `g`), where the program's
+architecture (proxy/arch, ``Target.arch``) puts them in the `g` block; at an
+exit it reads the coroutine's `__state` through the self
 pointer of the thread's innermost poll scope, which the engine knows. Those
 reads ride in the same exchange as the step-over, so an event costs no extra
 round trip. Engine events carry a sequence number in hit order.
@@ -17,16 +20,14 @@ import time
 from collections.abc import Callable
 
 from proxy.analysis.model import ResumeFn
+from proxy.arch import X86_64, Arch
 from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
 from proxy.graph.events import PollEnter, PollExit
-from proxy.session.probes import Probe
+from proxy.probes import Probe
 from rsp.packets.memory import memory_bytes
 from rsp.packets.stop import StopReply
 
-# gdbserver's x86-64 `g` block without XML (and with): rax rbx rcx rdx rsi rdi rbp rsp ...
-_G_OFFSET = {"rax": 0, "rbx": 8, "rcx": 16, "rdx": 24, "rsi": 32, "rdi": 40, "rbp": 48, "rsp": 56}
-RSP_REGNUM = 7
 
 
 class BreakpointCapture(CaptureBase):
@@ -44,6 +45,7 @@ class BreakpointCapture(CaptureBase):
         self._exclude = re.compile(exclude) if exclude else None
         self._entry_only = entry_only
         self._seq = 0
+        self.arch: Arch = X86_64
 
     # -- planning
     def _wanted(self, fn: ResumeFn) -> bool:
@@ -54,6 +56,7 @@ class BreakpointCapture(CaptureBase):
     def plan(self, target: Target) -> list[Probe]:
         self.target = target
         self.note = target.note
+        self.arch = target.arch
         inv, bias = target.inventory, target.bias
         if inv is None or target.engine is None:
             return []
@@ -77,8 +80,9 @@ class BreakpointCapture(CaptureBase):
     # -- at a hit
     def reads(self, probe: Probe, thread: int, stop: StopReply) -> tuple[bytes, ...]:
         if probe.kind == "entry":
-            sp = stop.register_value(RSP_REGNUM)
-            return (b"g",) if sp is None else (b"g", b"m%x,8" % sp)
+            sp = stop.register_value(self.arch.regnum(self.arch.sp))
+            # the return address: in the link register (in `g`), or the word at sp
+            return (b"g",) if sp is None or self.arch.lr is not None else (b"g", b"m%x,8" % sp)
         if probe.kind in ("exit", "unwind") and self.engine is not None:
             self_ptr = self._scope_self(thread, probe.site)
             layout = self.engine.catalog.layout_for(probe.site)
@@ -103,13 +107,17 @@ class BreakpointCapture(CaptureBase):
         # No timestamp comes from the stub: the proxy's clock when it handles
         # the hit (CLOCK_MONOTONIC, like gdbserver's trace_timestamp).
         now = time.monotonic_ns()
-        sp = stop.register_value(RSP_REGNUM) or 0
+        arch = self.arch
+        sp = stop.register_value(arch.regnum(arch.sp)) or 0
         if probe.kind == "entry":
             regs = _bytes(replies[0]) if replies else None
             fn = self.engine.catalog.resume_fn(probe.site)
-            reg = fn.self_in if fn is not None else "rdi"
-            self_ptr = _le(regs, _G_OFFSET.get(reg, 40), 8) if regs else None
-            ret = _le(_bytes(replies[1]), 0, 8) if len(replies) > 1 else None
+            reg = fn.self_in if fn is not None and fn.self_in in arch.args else arch.self_register(False)
+            self_ptr = arch.read_g(regs, reg) if regs else None
+            if arch.lr is not None:
+                ret = arch.read_g(regs, arch.lr) if regs else None
+            else:
+                ret = _le(_bytes(replies[1]), 0, 8) if len(replies) > 1 else None
             if self_ptr is None:
                 return
             self.engine.feed(PollEnter(self._seq, thread, probe.site, self_ptr, sp, ret, time_ns=now))

@@ -30,7 +30,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from proxy.capture.trace_program import Program, add_count_points, build_program
-from proxy.session.procedure import Exchange, Procedure
+from proxy.procedure import Exchange, Procedure
 from rsp.packets.memory import memory_bytes
 from rsp.packets.trace import QTINIT, QTSTART, QTSTOP, build_qtbuffer_size
 

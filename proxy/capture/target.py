@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.analysis.model import Inventory, SourceLoc
+from proxy.arch import X86_64, Arch, for_machine, machine_of
 from proxy.graph.catalog import Catalog
 from proxy.graph.engine import Engine
 
@@ -30,9 +31,10 @@ class Target:
     engine: Engine | None = None
     note: str | None = None  # why there is no graph, if so
     extra: dict[str, object] = field(default_factory=dict)  # backend-private facts
-    # proxy.identity.Identity: `pid` is the host's pid when local; host_pid_of(stub pid)
+    # proxy.host.identity.Identity: `pid` is the host's pid when local; host_pid_of(stub pid)
     # gives a fork child's host pid (None: not this host's, never touched)
     identity: Any = None
+    arch: Arch = X86_64  # the program's CPU (its ELF header): where the capture's registers are
 
 
 def open_target(
@@ -49,6 +51,7 @@ def open_target(
     if path is None:
         t.note = "the program's file is unknown (pass --elf)"
         return t
+    t.arch = for_machine(machine_of(path)) or X86_64
     try:
         inv = load_inventory(path)
     except Exception as err:  # noqa: BLE001 - a file problem is an answer, not a crash

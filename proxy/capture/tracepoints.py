@@ -59,7 +59,7 @@ from proxy.analysis.model import ResumeFn
 from proxy.capture.base import CaptureBase, Handover, Reply, Verdict
 from proxy.capture.breakpoints import BreakpointCapture
 from proxy.capture.fast_tracepoints import FastTracepoints
-from proxy.capture.procmem import host_pid_of, restore_code
+from proxy.host.procmem import host_pid_of, restore_code
 from proxy.capture.target import Target
 from proxy.capture.trace_program import (
     REGNUM,
@@ -70,8 +70,8 @@ from proxy.capture.trace_program import (
     build_program,
 )
 from proxy.graph.events import EventsLost, PollEnter, PollExit
-from proxy.session.probes import Probe
-from proxy.session.procedure import Exchange, Procedure
+from proxy.probes import Probe
+from proxy.procedure import Exchange, Procedure
 from rsp.errors import MalformedPacket, StubError
 from rsp.packets.breakpoints import parse_breakpoint
 from rsp.packets.memory import memory_bytes
@@ -109,6 +109,8 @@ _CLIENT_STARTS = (b"QTinit", b"QTDP", b"QTDV", b"QTStart")
 
 def available(target: Target) -> str | None:
     """None when tracepoint capture can run for `target`, else why not."""
+    if target.arch.name != "x86-64":  # agent expressions name x86-64's registers (trace_program.py)
+        return target.arch.unsupported("tracepoint capture")
     missing = [f for f in NEEDED_FEATURES if f not in target.stub_features]
     if missing:
         return "the stub offers no tracepoints (no " + ", ".join(missing) + " in its qSupported)"

@@ -24,7 +24,13 @@ removed or changes meaning only with a new ``version``.
         "tree": {"kind": "coroutine", "name": "rt::a", "address": "0x...", "state": {...},
                  "detail": "", "branch": null, "waits": null, "holds": [], "id": 1, "children": [...]},
         "holds": [{"resource": {"kind": "Mutex", "address": "0x..."}, "evidence": "..."}],
-        "waits": [{"resource": {...}, "evidence": "...", "wakers": [4], "external": false}]
+        "waits": [{"resource": {...}, "evidence": "...", "wakers": [4], "external": false}],
+        // uprobe capture with its spawn and wake probes (docs/wakes.md), else absent:
+        "spawn": {"file": "src/main.rs", "line": 88, "by": "#1 app::main", "thread": 7,
+                  "logical": ["app::main at src/main.rs:88"], "frames": [{"name": "...", "file": "...",
+                  "line": 3, "inlined": false}]},          // null: its spawn was not recorded
+        "wakes": {"wakes": 3, "self_wakes": 0, "sched_ns": 1200, "sched_max_ns": 900, "clones": 2,
+                  "drops": 1, "polls": 4, "last": [{"ns": 123, "waker": 1, "thread": 7}]}
       }],
       "finished": 412,                // finished coroutine instances since the start
       "waits": {"holds": [...], "waits": [...],       // as in each task, with "task": id
@@ -43,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from proxy.analysis.model import SourceLoc
 from proxy.graph.engine import Engine
@@ -54,12 +60,15 @@ VERSION = 2
 
 
 def graph_document(snap: Snapshot, engine: Engine | None = None,
-                   proxy_stats: Mapping[str, object] | None = None) -> bytes:
-    return json.dumps(graph_dict(snap, engine, proxy_stats), separators=(",", ":")).encode()
+                   proxy_stats: Mapping[str, object] | None = None,
+                   extra: Callable[[Task], Mapping[str, object]] | None = None) -> bytes:
+    return json.dumps(graph_dict(snap, engine, proxy_stats, extra), separators=(",", ":")).encode()
 
 
 def graph_dict(snap: Snapshot, engine: Engine | None = None,
-               proxy_stats: Mapping[str, object] | None = None) -> dict[str, object]:
+               proxy_stats: Mapping[str, object] | None = None,
+               extra: Callable[[Task], Mapping[str, object]] | None = None) -> dict[str, object]:
+    """``extra``: more fields of each task (its spawn and wakes: ``proxy.origins.view``)."""
     stats: dict[str, object] = {}
     binary = None
     if engine is not None:
@@ -74,7 +83,7 @@ def graph_dict(snap: Snapshot, engine: Engine | None = None,
         "last_seq": engine.cursor_seq if engine is not None else None,
         "binary": binary,
         "notes": list(snap.notes),
-        "tasks": [_task(t) for t in snap.tasks],
+        "tasks": [{**_task(t), **(extra(t) if extra is not None else {})} for t in snap.tasks],
         "finished": snap.finished,
         "waits": {
             "holds": [{"task": h.task, **_hold(h)} for h in snap.waits.holds],

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 
 from proxy.commands.tasks import USAGE as TASKS_USAGE
 from proxy.commands.tasks import TasksError, render_groups, render_tasks, select
-from proxy.commands.top import cost_line, has_timing, render_top, timing_cells
+from proxy.commands.top import cost_line, render_top, timing_cells
 from proxy.commands.tree import render_tree
-from proxy.commands.values import ReadMemory, decode_member
 from proxy.commands.waits import render_deadlocks, render_waits
 from proxy.graph.engine import Engine
-from proxy.reflect.memory import Budget
+from proxy.snapshot.build import Budget
 from proxy.snapshot.model import Snapshot, StateKind
+from proxy.snapshot.values import ReadMemory
 
 
 class MonitorError(ValueError):
@@ -46,12 +46,18 @@ class MonitorContext:
     pcs: Mapping[int, int] = field(default_factory=dict)  # thread -> pc at this stop
     read_memory: ReadMemory | None = None
     proxy_lines: Sequence[str] = ()  # the session's and the capture's stats lines, verbatim
+    summary_lines: Sequence[str] = ()  # stats' short form of the session: capture, host, the proxy's cost
     note: str | None = None  # why there is no engine / why the inventory is partial
     mode: Callable[[tuple[str, ...]], str] | None = None
     capture: Callable[[tuple[str, ...]], str] | None = None
     threads_command: Callable[[tuple[str, ...]], str] | None = None  # tasks as threads (proxy.threads)
     snapshot: Callable[[], Snapshot | None] | None = None  # the stop's snapshot (built at most once)
-    inventory: object | None = None  # proxy.analysis.model.Inventory: layouts for `locals`
+    # the stop's snapshot without memory (the engine's tasks and timing), when the full one reads
+    # more than its budget
+    observed: Callable[[], Snapshot | None] | None = None
+    # report|timeline|stacks FILE: (command, FILE, snapshot) -> the line to print (proxy.pictures writes it)
+    pictures: Callable[[str, str, Snapshot], str] | None = None
+    origins: Callable[[], object | None] | None = None  # proxy.origins.view.Origins: spawns and wakes
 
 
 HELP: tuple[tuple[str, str], ...] = (
@@ -60,14 +66,22 @@ HELP: tuple[tuple[str, str], ...] = (
     ("tree [TASK]", "the pending-future tree of every live task (or of TASK)"),
     ("bt [THREAD]", "logical async backtrace of a thread (the current one by default)"),
     ("edges [--parent TASK] [--completed]", "await edges PARENT -> CHILD at file:line"),
-    ("where TASK", "where a task (or a coroutine in it) is: state, file:line and suspend index"),
+    ("where TASK [--stack]", "where a task (or a coroutine in it) is: state, file:line and suspend index; "
+     "where it was spawned and by whom (--stack: the spawning thread's frames)"),
     ("locals TASK", "the locals live at the task's suspend point"),
     ("waits", "the wait-for graph: what each task holds and waits on, and who can wake it"),
     ("deadlocks", "cycles of tasks waiting on each other, and tasks nothing can wake"),
-    ("stats", "events seen, tasks, evictions, hidden stops, time spent, drops"),
+    ("warnings [--self-wakes PCT] [--poll MS]", "tokio-console's warnings: lost wakers, tasks waking themselves "
+     "in more than PCT% (50) of their wakes, polls longer than MS (1000) ms"),
+    ("stats [--all]", "the capture, events and lost ones, tasks, the program's host, the proxy's cost; "
+                      "--all: every counter (evictions, hidden stops, the capture's diagnostics)"),
+    ("report FILE.html", "one self-contained page: tasks, parallel stacks, trees, wait-for graph, timeline"),
+    ("timeline FILE.json", "the recorded polls as a Chrome trace (Perfetto's UI, chrome://tracing)"),
+    ("stacks FILE.svg", "the parallel stacks of the live tasks (.svg/.png with Graphviz, .dot as text)"),
     ("mode [MODE]", "show or set how poll events are captured"),
     ("capture [ARGS]", "show or change the capture backend"),
     ("threads [on|off|N|filter RE]", "tasks as threads: on/off, the cap (default 1024), a name filter"),
+    ("step [on|off]", "next/step/finish follow the coroutine across .await (docs/stepping.md)"),
     ("help", "this list"),
 )
 _NAMES = {h.split()[0] for h, _ in HELP}
@@ -102,27 +116,32 @@ def _dispatch(cmd: MonitorCommand, ctx: MonitorContext) -> str:
             raise MonitorError(f"'{cmd.name}' is not available in this session")
         return handler(cmd.args)
     if cmd.name == "stats":
+        every = _stats_all(cmd.args)
         if ctx.engine is None:
-            return "\n".join([f"asyncrsp: {ctx.note or 'no async code found in this program'}", *ctx.proxy_lines])
-        return _stats(cmd.args, ctx, ctx.engine)
+            return "\n".join([f"asyncrsp: {ctx.note or 'no async code found in this program'}",
+                              *(ctx.proxy_lines if every else ctx.summary_lines)])
+        return _stats(ctx, ctx.engine) if every else _stats_summary(ctx, ctx.engine)
     try:
         snap = ctx.snapshot() if ctx.snapshot is not None else None
     except Budget as e:
-        if cmd.name != "top" or ctx.engine is None:
+        observed = ctx.observed() if cmd.name == "top" and ctx.observed is not None else None
+        if observed is None or observed.timing is None:
             raise
-        # top needs the snapshot only for its names: a stop whose walk reads more than the
-        # budget (the axum console build at its exit, 10,000 tasks retained) still gets the
-        # engine's figures, named by their paths
+        # top needs memory only for its names: a stop whose walk reads more than the budget
+        # (the axum console build at its exit, 10,000 tasks retained) still gets the observed
+        # tasks' figures, named by their paths
         return f"note: the snapshot was not built ({e}): async fns named by the engine's paths\n" + \
-            render_top(ctx.engine, cmd.args)
+            render_top(observed.timing, cmd.args, None, _wake_columns(ctx))
     if snap is None:
         return f"asyncrsp: {ctx.note or 'no async code found in this program'}"
     if ctx.engine is not None and len(ctx.engine.catalog) == 0 and not snap.tasks:
         return "\n".join(([f"note: {ctx.note}"] if ctx.note else []) + ["no async functions found in this program"])
     handlers: dict[str, Callable[[tuple[str, ...], MonitorContext, Snapshot], str]] = {
         "tasks": _tasks, "tree": _tree, "bt": _bt, "edges": _edges, "where": _where,
-        "locals": _locals, "top": _top, "waits": _waits, "deadlocks": _deadlocks,
+        "locals": _locals, "top": _top, "waits": _waits, "deadlocks": _deadlocks, "warnings": _warnings,
     }
+    if cmd.name in _PICTURES:
+        return _picture(cmd, ctx, snap)
     return handlers[cmd.name](cmd.args, ctx, snap)
 
 
@@ -207,16 +226,17 @@ def _tasks(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
         raise MonitorError(str(e)) from None
     if flags.get("--group"):
         return render_groups(snap, tasks, limit=limit)
-    engine = ctx.engine
+    stop_timing = snap.timing
     timing = None
-    if engine is not None and has_timing(engine):
+    if stop_timing:
         def timing(t):  # type: ignore[no-untyped-def]
-            et = engine.task(t.id)
-            return timing_cells(engine, et) if et is not None else ("-", "-", "-")
-    text = render_tasks(snap, tasks, limit=limit, timing=timing, all_=all_)
+            return timing_cells(stop_timing.of(t.id))
+    org = _origins(ctx)
+    spawned = ("SPAWNED AT", org.spawn_line) if org is not None else None
+    text = render_tasks(snap, tasks, limit=limit, timing=timing, all_=all_, extra=spawned)
     if ctx.note:
         text = f"note: {ctx.note}\n{text}"
-    return text + "\n" + cost_line(engine) if timing is not None and engine is not None else text
+    return text + "\n" + cost_line(stop_timing) if timing is not None else text
 
 
 def _opt(flags: dict[str, str | bool], name: str) -> str | None:
@@ -225,11 +245,11 @@ def _opt(flags: dict[str, str | bool], name: str) -> str | None:
 
 
 def _top(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
-    if ctx.engine is None:
+    if snap.timing is None:
         return "no timed polls (nothing is observed in this session)"
     names = {i: n.name for i, (_, n) in snap.coroutines.items()}
     try:
-        return "\n".join([*_warn(snap), render_top(ctx.engine, args, names)])
+        return "\n".join([*_warn(snap), render_top(snap.timing, args, names, _wake_columns(ctx))])
     except ValueError as e:
         raise MonitorError(str(e)) from None
 
@@ -247,7 +267,8 @@ def _tree(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
             label = node.id if node.id is not None else task.id
             task = task.replace(id=label, addr=node.addr, type_name=node.type_name, tree=node,
                                 header=f"in task {task.label}")
-    text = render_tree(snap, task)
+    org = _origins(ctx)
+    text = render_tree(snap, task, org.spawn_line if org is not None else None)
     if task is None and not snap.live():
         hint = "tasks are found by observing polls, at the threads' stacks, or with --tokio-adapter"
         text = f"no pending tasks ({hint})"
@@ -296,8 +317,31 @@ def _edges(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
     return "\n".join(lines)
 
 
+def _origins(ctx: MonitorContext):  # type: ignore[no-untyped-def]
+    return ctx.origins() if ctx.origins is not None else None
+
+
+def _wake_columns(ctx: MonitorContext):  # type: ignore[no-untyped-def]
+    """top's SCHED, WAKES and SELF (proxy.commands.wakes), when the capture probes the wakers."""
+    org = _origins(ctx)
+    if org is None or not org.sw.want_wakes:
+        return None
+    from proxy.commands.wakes import WakeColumns
+
+    return WakeColumns(org.wakes_by_future())
+
+
 def _where(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
-    task, node = _locate(snap, args, "where TASK")
+    flags, rest = _flags(args, {"--stack": False})
+    task, node = _locate(snap, tuple(rest), "where TASK [--stack]")
+    text = _where_node(task, node)
+    org = _origins(ctx)
+    if org is None or node.addr != task.addr:
+        return text
+    return "\n".join([text, *org.spawned_text(task, snap, physical=bool(flags.get("--stack")))])
+
+
+def _where_node(task, node) -> str:  # type: ignore[no-untyped-def]
     label = f"#{node.id}" if node.id is not None else task.label
     head = f"{label} {node.name} (0x{node.addr:x})"
     st = node.state
@@ -318,40 +362,65 @@ def _locals(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
     task, node = _locate(snap, args, "locals TASK")
     if ctx.read_memory is None:
         raise MonitorError("memory cannot be read in this session")
-    inv = ctx.inventory
-    layouts = getattr(inv, "layouts", {}) if inv is not None else {}
-    if ctx.engine is not None and node.type_name not in layouts:
-        inv = ctx.engine.catalog.inventory
-        layouts = inv.layouts
-    layout = layouts.get(node.type_name)
+    try:
+        found = snap.locals_of(node)
+    except LookupError as e:
+        raise MonitorError(str(e)) from None
     label = f"#{node.id}" if node.id is not None else task.label
-    if layout is None:
-        raise MonitorError(f"no layout for {node.name} (no debug info for its type)")
-    value = node.state_value
-    if value is None or value < 3:
-        return f"{label} {node.name}: no suspend point ({node.state}); no locals are live"
-    state = layout.state(value)
-    if state is None:
-        raise MonitorError(f"{node.name} has no state {value}")
-    where = f" at {state.loc}" if state.loc else ""
+    if not found.suspended:
+        return f"{label} {node.name}: no suspend point ({found.why}); no locals are live"
+    where = f" at {found.loc}" if found.loc else ""
     running = node.state is not None and node.state.kind is StateKind.RUNNING
     note = " (running: values may be changing)" if running else ""
-    lines = [f"{label} {node.name} {state.name}{where}{note}:"]
-    if not state.locals:
+    lines = [f"{label} {node.name} {found.state}{where}{note}:"]
+    if not found.values:
         lines.append("  (no locals live across this await)")
-    for m in state.locals:
-        lines.append("  " + decode_member(m, node.addr, ctx.read_memory, getattr(inv, "types", None)))
+    lines += [f"  {v}" for v in found.values]
     return "\n".join(lines)
+
+
+_PICTURES = {"report": "report FILE.html", "timeline": "timeline FILE.json", "stacks": "stacks FILE.svg"}
+
+
+def _picture(cmd: MonitorCommand, ctx: MonitorContext, snap: Snapshot) -> str:
+    """report / timeline / stacks FILE: written by the proxy, on its host (proxy.pictures)."""
+    usage = _PICTURES[cmd.name]
+    if len(cmd.args) != 1:
+        raise MonitorError(f"usage: {usage}")
+    if ctx.pictures is None:
+        raise MonitorError(f"'{cmd.name}' is not available in this session")
+    return ctx.pictures(cmd.name, cmd.args[0], snap)
 
 
 def _waits(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
     _at_most(list(args), 0, "waits")
-    return render_waits(snap)
+    return render_waits(snap, _observed(ctx, snap))
 
 
 def _deadlocks(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
     _at_most(list(args), 0, "deadlocks")
-    return render_deadlocks(snap)
+    return render_deadlocks(snap, _observed(ctx, snap))
+
+
+def _warnings(args: tuple[str, ...], ctx: MonitorContext, snap: Snapshot) -> str:
+    import time
+
+    from proxy.origins.warnings import NEVER_YIELDED_NS, SELF_WAKE_PERCENT, render_warnings
+
+    flags, rest = _flags(args, {"--self-wakes": True, "--poll": True})
+    _at_most(rest, 0, "warnings [--self-wakes PCT] [--poll MS]")
+    org = _origins(ctx)
+    if org is None or not org.sw.want_wakes:
+        raise MonitorError("warnings need the wake probes: uprobe capture with --wakes")
+    pct = _int(str(flags["--self-wakes"]), "percent") if "--self-wakes" in flags else SELF_WAKE_PERCENT
+    ms = _int(str(flags["--poll"]), "duration") * 1_000_000 if "--poll" in flags else NEVER_YIELDED_NS
+    return render_warnings(snap, org, ctx.engine, time.monotonic_ns(), self_wake_percent=pct, never_yielded_ns=ms)
+
+
+def _observed(ctx: MonitorContext, snap: Snapshot):  # type: ignore[no-untyped-def]
+    """The observed wakes as evidence (uprobe capture with its wake probes), else None."""
+    org = _origins(ctx)
+    return org.wake_words(snap) if org is not None and org.sw.want_wakes else None
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -360,8 +429,26 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return table(rows)
 
 
-def _stats(args: tuple[str, ...], ctx: MonitorContext, engine: Engine) -> str:
-    _at_most(list(args), 0, "stats")
+def _stats_all(args: tuple[str, ...]) -> bool:
+    """`stats` (the summary) or `stats --all` (every counter)."""
+    if args not in ((), ("--all",)):
+        raise MonitorError("usage: stats [--all]")
+    return bool(args)
+
+
+def _stats_summary(ctx: MonitorContext, engine: Engine) -> str:
+    """What a user needs: the capture, the events and the lost ones, the tasks,
+    the program's host, the proxy's cost; `stats --all` for the diagnostics."""
+    s = engine.stats()
+    summary = list(ctx.summary_lines)
+    head = [line for line in summary if line.startswith("capture")]
+    events = f"events: {s.events} recorded, {s.events_lost} lost" + ("" if s.complete else " (the graph is incomplete)")
+    tasks = f"tasks: {s.tasks_live} live, {s.tasks_seen} seen"
+    rest = [line for line in summary if not line.startswith("capture")]
+    return "\n".join([*head, events, tasks, *rest, "(every counter: monitor async stats --all)"])
+
+
+def _stats(ctx: MonitorContext, engine: Engine) -> str:
     s = engine.stats()
     lines = [
         f"events: {s.events} (enters {s.enters}, exits {s.exits}, lost {s.events_lost},"

@@ -77,7 +77,9 @@ def _waits_on(snap: Snapshot, t: Task, what: str) -> bool:
 
 
 def render_tasks(snap: Snapshot, tasks: list[Task], *, limit: int = DEFAULT_LIMIT, timing: Callable[[Task], tuple[str, str, str]] | None = None,
-                 all_: bool = False) -> str:
+                 all_: bool = False, extra: tuple[str, Callable[[Task], str]] | None = None) -> str:
+    """``extra``: (heading, cell of a task) of one more column, the last (SPAWNED AT: a cell without
+    spaces); left out when no task shown has a value in it."""
     lines = list(snap.notes)
     if not tasks:
         lines.append("no live tasks" + ("" if snap.tasks else " found"))
@@ -86,12 +88,17 @@ def render_tasks(snap: Snapshot, tasks: list[Task], *, limit: int = DEFAULT_LIMI
                 "THREAD", "FOUND BY", "ASYNC FN")
         rows = [head]
         shown = tasks if limit <= 0 else tasks[:limit]
-        for t in shown:
+        cells = [extra[1](t) for t in shown] if extra else []
+        if any(c != "-" for c in cells):
+            rows[0] = (*head, extra[0])  # type: ignore[index]
+        else:
+            cells = []
+        for i, t in enumerate(shown):
             s = t.stats
             rows.append((t.label, f"0x{t.addr:x}", _state(t), str(t.location or "-"), str(s.polls) if s else "-",
                          *(timing(t) if timing else ()),
                          str(_thread(t)) if _thread(t) is not None else "-",
-                         ", ".join(t.found_by), t.name))
+                         ", ".join(t.found_by), t.name, *((cells[i],) if cells else ())))
         lines += table(rows)
         if len(tasks) > len(shown):
             lines.append(f"... {len(tasks) - len(shown)} more tasks ({len(tasks)} in all): "

@@ -1,6 +1,7 @@
 """``monitor async top [N | TASK]`` and the timing columns of ``tasks``.
 
-Pure renderers over the engine's `PollTiming` (proxy/graph/timing.py):
+Pure renderers of the snapshot's timing (proxy/snapshot/timing.py: the engine's
+`PollTiming` at the stop):
 
 * ``top [N]``: the N (default 20) tasks with the most busy time, with their
   polls, busy time (the capture's cost per event subtracted), mean and
@@ -12,87 +13,71 @@ Pure renderers over the engine's `PollTiming` (proxy/graph/timing.py):
 
 from __future__ import annotations
 
-from proxy.graph.engine import Engine
-from proxy.graph.model import Task
-from proxy.graph.timing import SAMPLES, histogram
+from typing import Any
+
+from proxy.graph.timing import SAMPLES, fmt_ns, histogram
+from proxy.snapshot.timing import StopTiming, TaskTiming
 
 DEFAULT_TOP = 20
 BAR = 40
 
 
-def fmt_ns(ns: int | float) -> str:
-    """1234 -> '1us', 2_500_000 -> '2.5ms'; 3 significant digits."""
-    if ns < 1_000:
-        return f"{ns:.0f}ns"
-    for unit, div in (("us", 1e3), ("ms", 1e6), ("s", 1e9)):
-        v = ns / div
-        if v < 1000 or unit == "s":
-            return f"{v:.3g}{unit}"
-    return f"{ns:.0f}ns"  # pragma: no cover - the loop always returns
-
-
-def has_timing(engine: Engine) -> bool:
-    return bool(engine.timing.tasks)
-
-
-def timing_cells(engine: Engine, task: Task) -> tuple[str, str, str]:
+def timing_cells(task: TaskTiming | None) -> tuple[str, str, str]:
     """(busy, idle, longest) for the ``tasks`` table; '-' when the task has no timed poll."""
-    t = engine.timing.of(task.id)
-    if t is None:
+    if task is None or not task.timed:
         return "-", "-", "-"
-    return fmt_ns(engine.timing.busy_ns(task.id)), fmt_ns(task.idle_ns), fmt_ns(engine.timing.longest_ns(task.id))
+    return fmt_ns(task.busy_ns), fmt_ns(task.idle_ns), fmt_ns(task.longest_ns)
 
 
-def cost_line(engine: Engine) -> str:
-    cost, source = engine.timing.cost()
+def cost_line(timing: StopTiming) -> str:
+    cost, source = timing.cost()
     line = f"capture cost subtracted: {fmt_ns(cost)} per event ({source})"
-    if engine.timing.sampled:
-        line += "\n" + engine.timing.sampled
+    if timing.sampled:
+        line += "\n" + timing.sampled
     return line
 
 
-def render_top(engine: Engine, args: tuple[str, ...], names: dict[int, str] | None = None) -> str:
+def render_top(timing: StopTiming, args: tuple[str, ...], names: dict[int, str] | None = None,
+               wakes: Any = None) -> str:
     """``top [N]`` or ``top TASK`` (a task is ``#ID`` or an address); errors raise ValueError.
-    ``names``: task id -> the snapshot's name of that coroutine (the same as every command's)."""
+    ``names``: task id -> the snapshot's name of that coroutine (the same as every command's).
+    ``wakes``: the tasks' wake columns and scheduling delays (``proxy.commands.wakes.WakeColumns``)."""
     from proxy.snapshot.names import display_name
 
-    def name(t: Task) -> str:
+    def name(t: TaskTiming) -> str:
         return ((names or {}).get(t.id) or display_name(t.path)) + window_mark(t)
 
     if len(args) > 1:
         raise ValueError("usage: top [N | TASK]")
     if args and not args[0].isdigit():
-        task = engine.task(args[0])
+        task = timing.task(args[0])
         if task is None:
             raise ValueError(f"no task {args[0]!r} (see 'monitor async tasks')")
-        return _one(engine, task, name(task))
+        return "\n".join([_one(timing, task, name(task)), *(wakes.histogram(task) if wakes is not None else [])])
     limit = int(args[0]) if args else DEFAULT_TOP
-    if not has_timing(engine):
+    if not timing:
         return "no timed polls yet (the capture records no timestamps, or no poll has ended)"
-    timing = engine.timing
-    tasks = [t for t in engine.tasks() if timing.of(t.id) is not None]
-    tasks.sort(key=lambda t: (-timing.busy_ns(t.id), t.id))
-    rows: list[tuple[str, ...]] = [("ID", "BUSY", "POLLS", "MEAN", "LONGEST", "IDLE", "ASYNC FN")]
+    tasks = timing.ranked()
+    extra = wakes.head if wakes is not None else ()
+    rows: list[tuple[str, ...]] = [("ID", "BUSY", "POLLS", "MEAN", "LONGEST", "IDLE", *extra, "ASYNC FN")]
     for t in tasks[:limit]:
-        tt = timing.of(t.id)
-        assert tt is not None
-        busy = timing.busy_ns(t.id)
-        rows.append((t.label, fmt_ns(busy), str(tt.polls), fmt_ns(busy / tt.polls),
-                     fmt_ns(timing.longest_ns(t.id)), fmt_ns(t.idle_ns), name(t)))
+        rows.append((t.label, fmt_ns(t.busy_ns), str(t.polls), fmt_ns(t.busy_ns / t.polls),
+                     fmt_ns(t.longest_ns), fmt_ns(t.idle_ns), *(wakes.cells(t) if wakes else ()), name(t)))
     more = len(tasks) - limit
     tail = [f"... {more} more (monitor async top N)"] if more > 0 else []
     tail += window_notes(tasks[:limit])
-    return "\n".join([cost_line(engine), *_table(rows), *tail])
+    tail += wakes.notes() if wakes is not None else []
+    return "\n".join([cost_line(timing), *_table(rows), *tail])
 
 
-def window_mark(task: Task) -> str:
+def window_mark(task: TaskTiming) -> str:
     """' [in W::poll]' for a coroutine probed through its wrapper's poll (``ResumeFn.wrapper``:
     its own poll inlined there): its POLLS are the wrapper's, its BUSY the wrapper's window."""
     w = _wrapper(task)
     return f" [in {w}::poll]" if w else ""
 
 
-def window_notes(tasks: list[Task]) -> list[str]:
+def window_notes(tasks: list[TaskTiming]) -> list[str]:
     """What each window mark shown means (once per wrapper)."""
     seen = sorted({w for t in tasks if (w := _wrapper(t))})
     return [f"[in {w}::poll]: the coroutine's poll is inlined into {w}<F>::poll (no code of its own): BUSY is "
@@ -104,7 +89,7 @@ WRAPPER_WINDOWS = {"Instrumented": ", the span's enter and exit included (tracin
                    "callbacks: console-subscriber times from inside the enter to inside the exit)"}
 
 
-def _wrapper(task: Task) -> str:
+def _wrapper(task: TaskTiming) -> str:
     from proxy.analysis.inventory import WRAPPERS
 
     for w in WRAPPERS:
@@ -113,18 +98,15 @@ def _wrapper(task: Task) -> str:
     return ""
 
 
-def _one(engine: Engine, task: Task, name: str) -> str:
-    timing = engine.timing
-    tt = timing.of(task.id)
+def _one(timing: StopTiming, task: TaskTiming, name: str) -> str:
     head = f"{task.label} {name}"
-    if tt is None:
+    if not task.timed:
         return f"{head}: no timed poll"
     notes = window_notes([task])
     durations = timing.durations(task.id)
-    busy = timing.busy_ns(task.id)
-    lines = [f"{head}: {tt.polls} polls, busy {fmt_ns(busy)}, longest {fmt_ns(timing.longest_ns(task.id))}, "
-             f"idle {fmt_ns(task.idle_ns)}", cost_line(engine), *notes]
-    kept = f"the last {len(durations)}" if tt.polls > len(durations) else f"all {len(durations)}"
+    lines = [f"{head}: {task.polls} polls, busy {fmt_ns(task.busy_ns)}, longest {fmt_ns(task.longest_ns)}, "
+             f"idle {fmt_ns(task.idle_ns)}", cost_line(timing), *notes]
+    kept = f"the last {len(durations)}" if task.polls > len(durations) else f"all {len(durations)}"
     lines.append(f"poll durations ({kept} polls; at most {SAMPLES} kept):")
     buckets = histogram(durations)
     peak = max(c for _, _, c in buckets)

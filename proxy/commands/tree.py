@@ -12,21 +12,26 @@ futures are drawn; a completed branch of a combinator shows ``[completed]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from proxy.snapshot.model import FutureNode, Snapshot, StateKind, Task
 
 
-def render_tree(snap: Snapshot, task: Task | None = None) -> str:
+def render_tree(snap: Snapshot, task: Task | None = None, spawned: Callable[[Task], str] | None = None) -> str:
+    """``spawned``: a task's spawning line ("-": none known), put in its heading."""
     tops = [task] if task is not None else snap.live()
     if not tops:
         return "no pending tasks"
     lines: list[str] = []
     for t in tops:
-        lines += render_task(t)
+        lines += render_task(t, spawned)
     return "\n".join(lines)
 
 
-def render_task(t: Task) -> list[str]:
-    lines = [f"task {t.label} 0x{t.addr:x}  {t.type_name}  ({t.header})", f"╼ {node_line(t.tree)}"]
+def render_task(t: Task, spawned: Callable[[Task], str] | None = None) -> list[str]:
+    at = spawned(t) if spawned is not None else "-"
+    head = t.header + (f"; spawned at {at}" if at != "-" else "")
+    lines = [f"task {t.label} 0x{t.addr:x}  {t.type_name}  ({head})", f"╼ {node_line(t.tree)}"]
     _kids(t.tree, "", lines)
     return lines
 

@@ -13,10 +13,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from proxy.snapshot.model import Snapshot
 
 
-def render_waits(snap: Snapshot) -> str:
+def render_waits(snap: Snapshot, observed: Any = None) -> str:
+    """``observed``: the observed wakes (``proxy.origins.view.WakeWords``): a wait memory cannot
+    tell the waker of gets what the capture saw instead of "unknown waker"."""
     lines = list(snap.notes)
     names = {t.id: f"{t.label} {t.name}" for t in snap.tasks}
     g = snap.waits
@@ -28,16 +32,28 @@ def render_waits(snap: Snapshot) -> str:
     for w in g.waits:
         wakers = [k for k in w.wakers or () if k != w.task][:8]  # (a waiter among the holders wakes only itself)
         more = len([k for k in w.wakers or () if k != w.task]) - len(wakers)
-        who = ("woken from outside the tasks" if w.external else "unknown waker" if w.wakers is None
+        seen = observed.evidence(_task(snap, w.task)) if observed is not None else None
+        who = ("woken from outside the tasks" if w.external else (seen or "unknown waker") if w.wakers is None
                else "nothing can wake it" if not wakers
                else "woken by " + ", ".join(names.get(k, f"#{k}") for k in wakers) + (f" and {more} more" if more else ""))
+        if seen and w.wakers is not None:
+            who += f"; {seen}"
         lines.append(f"{names.get(w.task, f'#{w.task}')}  waits on {w.resource}: {w.evidence} [{who}]")
     return "\n".join(lines)
 
 
-def render_deadlocks(snap: Snapshot) -> str:
+def _task(snap: Snapshot, tid: int) -> Any:
+    return next((t for t in snap.tasks if t.id == tid), None)
+
+
+def render_deadlocks(snap: Snapshot, observed: Any = None) -> str:
     lines = list(snap.notes)
     found = snap.waits.findings
+    lost = [t for t in snap.tasks if observed is not None and observed.lost(t)]
+    for t in lost:
+        lines.append(f"lost waker: {t.label} {t.name} at {t.location or '?'}: {observed.evidence(t)}")
+    if lost and not found:
+        return "\n".join(lines)
     if not found:
         unknown = sum(1 for w in snap.waits.waits if w.wakers is None)
         tail = f" ({unknown} waits whose waker memory does not tell: see 'monitor async waits')" if unknown else ""

@@ -36,7 +36,7 @@ from proxy.analysis.elf import Segment
 from .elfcore import USER_REGS, MappedFile
 from .image import CoreMemory, ImageThread, ProgramImage, Region
 from .load import map_file
-from proxy.capture.procmem import Mapping, read_maps  # noqa: F401  (read_maps: the one /proc/PID/maps reader)
+from proxy.host.procmem import Mapping, read_maps  # noqa: F401  (read_maps: the one /proc/PID/maps reader)
 
 from .regs import g_block
 

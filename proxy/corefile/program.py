@@ -5,6 +5,8 @@ or of a process long gone)."""
 
 from __future__ import annotations
 
+from typing import TextIO
+
 from proxy.analysis.elf import open_elf
 from proxy.analysis.errors import AnalysisError
 from proxy.analysis.unwind import Unwinder
@@ -17,12 +19,13 @@ from proxy.reflect.adapters import choose
 from .image import AT_ENTRY, ProgramImage
 
 
-def load_inventory(image: ProgramImage) -> Inventory | str:
-    """The analysis of the image's program (cached by build-id), or why not."""
+def load_inventory(image: ProgramImage, progress: TextIO | None = None) -> Inventory | str:
+    """The analysis of the image's program (cached by build-id), or why not; `progress`:
+    where a cold analysis shows its progress when it is a terminal."""
     if image.exec_file is None:
         return "the program's file is unknown (pass --elf PROG)"
     try:
-        return build_inventory(image.exec_file)
+        return build_inventory(image.exec_file, progress=progress)
     except AnalysisError as err:
         return f"cannot analyse {image.exec_file}: {err}"
 
@@ -89,9 +92,10 @@ def attach_image(src: ReflectSource, image: ProgramImage) -> ReflectSource:
     return src
 
 
-def image_source(image: ProgramImage, inv: Inventory | None = None) -> ReflectSource | str:
+def image_source(image: ProgramImage, inv: Inventory | None = None,
+                 progress: TextIO | None = None) -> ReflectSource | str:
     """The reflection source for `image` (a string says why there is none)."""
-    got = inv if inv is not None else load_inventory(image)
+    got = inv if inv is not None else load_inventory(image, progress)
     if isinstance(got, str):
         return f"reflection: {got}"
     src = prepare_source(got, image.auxv)

@@ -57,6 +57,7 @@ from proxy.graph.model import (
     Task,
     TaskState,
 )
+from proxy.graph.polls import PollLog
 from proxy.graph.timing import PollTiming
 from proxy.graph.state import (
     FINISHED_OK,
@@ -159,6 +160,8 @@ class Engine:
         self._g = GraphState(catalog, self._limits)
         self.timing = PollTiming()  # outside the checkpoints: a refold does not count twice
         self._g.timing = self.timing
+        self.polls = PollLog()  # the recorded polls and the stops (the timeline), outside the checkpoints too
+        self._g.polls = self.polls
         self._reserved: set[int] = set()
         self._keep_log = keep_log
         self._every = max(checkpoint_every, 1)
@@ -307,6 +310,7 @@ class Engine:
             )
         self._g = GraphState.restore(cp.state, self.catalog, self._limits)
         self._g.timing = self.timing
+        self._g.polls = self.polls
         self._g.reserved = self._reserved
         self._cursor = cp.index
         self.forward_to(seq)

@@ -46,6 +46,7 @@ from typing import Any
 from proxy.graph.catalog import Catalog
 from proxy.graph.events import EventsLost, PollEnter, PollEvent, PollExit, PollResumed
 from proxy.graph.model import PollScope, StateRead
+from proxy.graph.polls import PollLog
 from proxy.graph.timing import PollTiming
 
 _tuple = tuple.__new__  # _tuple(PollScope, (fields...)): one per entry, the cheapest way to build it
@@ -189,7 +190,7 @@ class Snapshot:
 
 class GraphState:
     # the common exit (of the innermost poll) matched inline; False: by `_pop_matching`
-    # alone (tests/proxy/capture/test_uprobes_fold.py compares the two)
+    # alone (tests/proxy/capture/uprobes/test_uprobes_fold.py compares the two)
     shortcuts = True
 
     def __init__(self, catalog: Catalog, limits: Limits) -> None:
@@ -208,6 +209,7 @@ class GraphState:
         self.resync_needed: set[int] | None = None  # None: complete
         self.c = Counters()
         self.timing: PollTiming | None = None  # per-poll durations (kept across rewinds by the engine)
+        self.polls: PollLog | None = None  # the recorded polls, for the timeline (kept across rewinds)
         self.reserved: set[int] = set()  # ids the snapshot gave to tasks found in memory (kept across rewinds)
         self.unseen: dict[int, int] = {}  # task id -> its polls no event told of, at the last `polled_unseen`
         self.asked_unseen: set[int] = set()  # tasks whose state `polled_unseen` asked for (until read)
@@ -507,6 +509,9 @@ class GraphState:
                             rec.busy_ns += time_ns - t0
                         if self.timing is not None:
                             self.timing.poll(rec.id, scope.entry_seq, seq, t0, time_ns)
+                        polls = self.polls
+                        if polls is not None:
+                            polls.add(rec.id, thread, scope.site, rec.self_ptr, scope.entry_seq, seq, t0, time_ns)
                     rec.last_exit_ns = time_ns
                 if panicked:
                     self._outcome(rec, PANICKED)

@@ -183,6 +183,17 @@ class PollTiming:
         return [max(r - e * c, 0) for r, e in t.samples]
 
 
+def fmt_ns(ns: int | float) -> str:
+    """1234 -> '1us', 2_500_000 -> '2.5ms'; 3 significant digits."""
+    if ns < 1_000:
+        return f"{ns:.0f}ns"
+    for unit, div in (("us", 1e3), ("ms", 1e6), ("s", 1e9)):
+        v = ns / div
+        if v < 1000 or unit == "s":
+            return f"{v:.3g}{unit}"
+    return f"{ns:.0f}ns"  # pragma: no cover - the loop always returns
+
+
 def histogram(values: list[int]) -> list[tuple[int, int, int]]:
     """Buckets of powers of two in µs: (low ns, high ns, count), empty ends trimmed."""
     if not values:

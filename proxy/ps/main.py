@@ -19,7 +19,7 @@ from proxy.corefile.program import attach_image, image_source, prepare_source
 from proxy.analysis.errors import AnalysisError
 from proxy.analysis.inventory import build_inventory
 
-from .render import render_json, render_ps, render_tree
+from .render import header, render_json, render_ps, render_tree
 from .snapshot import PsSnapshot, take
 
 
@@ -31,7 +31,7 @@ def snapshot_live(pid: int) -> PsSnapshot:
     proc = LiveProcess(pid)
     try:
         try:
-            inv = build_inventory(proc.exe)
+            inv = build_inventory(proc.exe, progress=sys.stderr)  # before the program is stopped
         except AnalysisError as err:
             raise PsError(f"cannot analyse {proc.exe}: {err}") from None
         src = prepare_source(inv, proc.auxv)
@@ -45,14 +45,14 @@ def snapshot_live(pid: int) -> PsSnapshot:
 
 def snapshot_core(path: str, elf: str | None) -> PsSnapshot:
     image: ProgramImage = open_core(path, elf)
-    src = image_source(image)
+    src = image_source(image, progress=sys.stderr)
     if isinstance(src, str):
         raise PsError(src)
     return take(image, src)
 
 
 def main(command: str, pid: int | None, core: str | None, elf: str | None, as_json: bool,
-         out: TextIO = sys.stdout) -> int:
+         out: TextIO = sys.stdout, *, html: str | None = None) -> int:
     try:
         if core is not None:
             snap = snapshot_core(core, elf)
@@ -63,6 +63,8 @@ def main(command: str, pid: int | None, core: str | None, elf: str | None, as_js
     except (PsError, CoreError, LiveError) as err:
         print(f"asyncrsp: {err}", file=sys.stderr)
         return 2
+    if html is not None:
+        return _write_html(html, snap)
     render = render_json if as_json else (render_tree if command == "tree" else render_ps)
     try:
         print(render(snap), file=out, flush=True)
@@ -70,4 +72,18 @@ def main(command: str, pid: int | None, core: str | None, elf: str | None, as_js
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _write_html(path: str, snap: PsSnapshot) -> int:
+    """`--html FILE`: the report page of this one look (no polls: no timeline)."""
+    from proxy.pictures.files import PictureError, write_report
+
+    subtitle = "; ".join([*(snap.crash.lines() if snap.crash is not None else []), *snap.notes])
+    try:
+        line = write_report(path, snap.snapshot, None, title=f"asyncrsp: {header(snap)}", subtitle=subtitle)
+    except PictureError as err:
+        print(f"asyncrsp: {err}", file=sys.stderr)
+        return 2
+    print(f"asyncrsp: {line}", file=sys.stderr)
     return 0

@@ -54,7 +54,8 @@ def document(snap: PsSnapshot) -> dict[str, Any]:
         "crash": None if snap.crash is None else {
             "thread": snap.crash.thread, "signal": snap.crash.signal,
             "address": None if snap.crash.address is None else f"0x{snap.crash.address:x}",
-            "async_backtrace": [{"name": n, "location": loc, "task": task} for n, loc, task in snap.crash.frames],
+            "async_backtrace": [{"name": n, "location": loc.full if loc else "", "task": task}
+                                for n, loc, task in snap.crash.frames],
         },
     })
     return doc

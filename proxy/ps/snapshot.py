@@ -1,12 +1,13 @@
 """One async snapshot of a `ProgramImage`, for the one-shot commands.
 
-`take` is the only place `asyncrsp ps`/`tree` gather facts: it builds the
-program's `proxy.snapshot.Snapshot` from the image (the same merge, waits and
+`take` is the only place `asyncrsp ps`/`tree` gather facts: it asks the
+image's `proxy.program.Program` for its `proxy.snapshot.Snapshot` (the same merge, waits and
 deadlock findings every monitor command renders: the tokio adapter over the
 image's heap, the threads' stacks), like CPython's ``asyncio.tools`` builds
 its await graph once. What only a one-shot look adds is kept beside it: the
 stopped time, and for a program killed by a signal its crashing thread's
-logical async backtrace. The renderers only format what it returns.
+logical async backtrace (the snapshot's stack of that thread). The renderers
+only format what it returns.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from dataclasses import dataclass, field
 from proxy.analysis.model import SourceLoc
 from proxy.corefile.image import ProgramImage
 from proxy.reflect import ReflectSource
-from proxy.reflect.tree import norm
-from proxy.reflect.walker import coroutine_path
-from proxy.snapshot.build import SnapshotInputs, build_snapshot
 from proxy.snapshot.model import Snapshot
 
 
@@ -30,7 +28,7 @@ class Crash:
     thread: int
     signal: str  # "SIGSEGV"
     address: int | None  # the faulting address (SIGSEGV, SIGBUS)
-    frames: list[tuple[str, str, str]]  # innermost first: (coroutine, "file:line" or "", task title)
+    frames: list[tuple[str, SourceLoc | None, str]]  # innermost first: (coroutine, where, task title)
 
     def lines(self) -> list[str]:
         at = f" at address 0x{self.address:x}" if self.address is not None else ""
@@ -60,32 +58,18 @@ class PsSnapshot:
 
 def take(image: ProgramImage, src: ReflectSource) -> PsSnapshot:
     """The snapshot of `image` (see the module docstring)."""
-    threads = {t.tid: dict(t.regs) for t in image.threads}
-    inputs = SnapshotInputs.from_source(src, threads=threads, pcs={t.tid: t.pc for t in image.threads})
-    snap = build_snapshot(inputs, image.read)
+    from proxy.program import ImageStop, Program
+
+    snap = Program(source=src).snapshot(ImageStop(image), image.read)
+    assert snap is not None  # a source: always a snapshot
     stopped = image.extra.get("stopped_ns")
     copied = image.extra.get("copied")
     return PsSnapshot(image.origin, image.pid, snap,
                       stopped if isinstance(stopped, int) else None, copied if isinstance(copied, int) else None,
-                      crash_of(image, src, snap))
+                      crash_of(image, snap))
 
 
-def async_frames(src: ReflectSource, key: tuple[int, str]) -> list[tuple[str, SourceLoc | None]]:
-    """The coroutines executing in the resume frame of `key` on its thread's stack,
-    innermost first, each at its line: the frame's own coroutine and, in optimised
-    builds, the ones inlined into it (release: leaf and middle inside outer's resume)."""
-    pc = src.chain_pcs.get(key)
-    if pc is None or src.frames_at is None:
-        return [(coroutine_path(key[1]), None)]
-    try:
-        frames = src.frames_at(pc)
-    except Exception:  # noqa: BLE001 - a line table we cannot read: the name alone
-        return [(coroutine_path(key[1]), None)]
-    out = [(norm(f.function), f.loc) for f in frames if "{" in f.function and " as " not in f.function]
-    return out or [(coroutine_path(key[1]), frames[-1].loc if frames else None)]
-
-
-def crash_of(image: ProgramImage, src: ReflectSource, snap: Snapshot) -> Crash | None:
+def crash_of(image: ProgramImage, snap: Snapshot) -> Crash | None:
     fault = image.fault
     thread = next((t for t in image.threads if t.signal), None)
     if thread is None or fault is None or fault[0] in (signal.SIGSTOP, 0):
@@ -99,10 +83,5 @@ def crash_of(image: ProgramImage, src: ReflectSource, snap: Snapshot) -> Crash |
     for t in snap.tasks:
         for n in t.tree.iter():
             owner.setdefault((n.addr, n.type_name), f"{t.label} {t.name}")
-    frames = []
-    for key in src.stack_chains.get(thread.tid, []):
-        if key is None:
-            continue
-        for fn, loc in async_frames(src, key):
-            frames.append((fn, str(loc) if loc else "", owner.get(key, "")))
+    frames = [(fn, loc, owner.get(key, "")) for fn, loc, key in snap.thread_stack(thread.tid)]
     return Crash(thread.tid, name, address, frames)

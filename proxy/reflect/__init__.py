@@ -24,25 +24,23 @@ answers no question by itself.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from proxy.analysis.model import Frame, Inventory
 
-from .memory import BlockReader, ReadMemory
 from .tree import Root
 from .walker import Node, Reflector, coroutine_path
 
 if TYPE_CHECKING:
     from .stacks import StackFinder
-    from proxy.snapshot.ids import TaskIds
 
 __all__ = ["ReflectSource", "Node", "Reflector", "Root", "coroutine_path", "thread_regs", "table"]
 
 
 @dataclass(slots=True)
 class ReflectSource:
-    """What reflection needs about the program; one per session."""
+    """What reflection needs about the program (one per ``proxy.program.Program``)."""
 
     inventory: Inventory
     bias: int
@@ -52,35 +50,19 @@ class ReflectSource:
     discover: Callable[[Reflector], "list[Root] | None"] | None = None  # runtime adapter
     note: str | None = None  # e.g. why the adapter is off
     stacks: Callable[[], "StackFinder | None"] | None = None  # built on first use (stacks.py)
-    seen: dict[tuple[int, str], Root] = field(default_factory=dict)  # tasks found at earlier stops
-    seen_status: dict[tuple[int, str], str] = field(default_factory=dict)  # their walk's status then
-    ids: "TaskIds" = field(default_factory=lambda: _ids())  # stable task ids (proxy.snapshot.ids)
-    # what the last build learnt from the threads' stacks (proxy.snapshot.build sets them)
-    stack_notes: list[str] = field(default_factory=list)  # what stack discovery could not do
-    stack_chains: dict[int, list[tuple[int, str] | None]] = field(default_factory=dict)  # StackFinder.chains
-    chain_pcs: dict[tuple[int, str], int] = field(default_factory=dict)  # StackFinder.chain_pcs
-
-    def reflector(self, read: ReadMemory | BlockReader) -> Reflector:
-        return Reflector(self.inventory, self.bias, read, now_ns=self.now_ns() if self.now_ns else None,
-                         symbol_at=self.symbol_at)
 
 
-def thread_regs(raw: dict[int, bytes] | None) -> dict[int, dict[str, int]]:
-    """The session's `g` replies per thread -> register dicts (unparsable ones left out)."""
+def thread_regs(raw: dict[int, bytes] | None, arch: Any = None) -> dict[int, dict[str, int]]:
+    """The session's `g` replies per thread -> register dicts (unparsable ones left out), in
+    the order of ``arch`` (proxy.arch.Arch; None: x86-64's)."""
     from .stacks import parse_g  # stacks needs pyelftools: imported when used
 
     out = {}
     for tid, reply in (raw or {}).items():
-        regs = parse_g(reply)
+        regs = parse_g(reply) if arch is None else parse_g(reply, arch)
         if regs is not None:
             out[tid] = regs
     return out
-
-
-def _ids():  # type: ignore[no-untyped-def]
-    from proxy.snapshot.ids import TaskIds
-
-    return TaskIds()
 
 
 def table(rows: list[tuple[str, ...]]) -> str:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .walker import Node, _short, missing_or_unreadable
+from .node import Node, _short, missing_or_unreadable
 
 if TYPE_CHECKING:
     from .walker import Reflector
@@ -59,7 +59,7 @@ def _field(r: Reflector, type_name: str, suffix: str):  # type: ignore[no-untype
 
 def _held_type(r: Reflector, type_name: str) -> str:
     """The future a ``Pin<&mut F>`` / ``&mut F`` / ``Box<F>`` stands for, by type alone: F."""
-    from .walker import _pointee
+    from .node import _pointee
 
     for _ in range(4):
         t = r.type(type_name)
@@ -245,6 +245,44 @@ def object_detail(r: Reflector, addr: int, type_name: str) -> str | None:
     return None
 
 
+# futures' channel ends: where the receiving task's waker sits in the state their Arc shares
+# (``AtomicWaker { waker: UnsafeCell<Option<Waker>> }``, ``Lock { data: UnsafeCell<..> }``)
+_RX_WAKERS = (
+    ("futures_channel::mpsc::Receiver<", "futures_channel::mpsc::BoundedInner<", ("recv_task", "waker")),
+    ("futures_channel::mpsc::UnboundedReceiver<", "futures_channel::mpsc::UnboundedInner<", ("recv_task", "waker")),
+    ("futures_channel::oneshot::Receiver<", "futures_channel::oneshot::Inner<", ("rx_task", "data")),
+)
+
+
+def rx_waker_set(r: Reflector, addr: int, type_name: str) -> bool | None:
+    """Whether a futures channel end holds its task's waker: the end it polled Pending on
+    (None: not such an end, or its state is not described or readable)."""
+    for prefix, inner, names in _RX_WAKERS:
+        if type_name.startswith(prefix) and type_name.endswith(">"):
+            arc = _arc_target(r, addr, type_name, "inner")
+            shared = f"alloc::sync::ArcInner<{inner}{type_name[len(prefix):-1]}>>"
+            at = _path(r, arc, shared, "data", *names, "value") if arc else None
+            if at is None:
+                return None
+            v, ok = _enum_variant(r, at, "core::option::Option<core::task::wake::Waker>")
+            return v.name == "Some" if ok and v is not None else None
+    return None
+
+
+def _polled_channel(r: Reflector, addr: int, fields: list, depth: int, seen: frozenset) -> Node | None:  # type: ignore[type-arg]
+    """Of several futures channel ends held side by side (hyper's body: a data ``mpsc`` and a
+    trailers ``oneshot``), the one holding the task's waker: a body polls its data first and
+    returns Pending there, so only that end can wake it. The oneshot alone is a future and
+    the mpsc a stream, so by layout alone the holder looked like a wrapper of the oneshot."""
+    chans = [f for f in fields if f.type_name.startswith(tuple(p for p, _, _ in _RX_WAKERS))]
+    if len(chans) < 2:
+        return None
+    set_ = [f for f in chans if rx_waker_set(r, addr + f.offset, f.type_name)]
+    if len(set_) != 1:
+        return None
+    return objects(r, addr + set_[0].offset, set_[0].type_name, depth - 1, seen)
+
+
 def maybe_done(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
     t = r.type(type_name)
     if t is None or t.discr is None:
@@ -283,7 +321,7 @@ timeout = _branches("tokio::time::Timeout", ("value", "value"), ("delay", "deadl
 
 
 def _label_of(r: Reflector, type_name: str) -> str:
-    from .walker import coroutine_path
+    from .node import coroutine_path
 
     m = re.match(r"core::future::from_generator::GenFuture<(.*)>$", type_name)  # rustc 1.63
     if m and m.group(1) in r.inv.layouts:
@@ -621,6 +659,45 @@ def stream_next(r: Reflector, addr: int, type_name: str, depth: int, seen: froze
     return node
 
 
+def stream_map(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """tokio-stream's ``StreamMap<K, V> { entries: Vec<(K, V)> }``: every stream it polls, in
+    order (a connection's per-room ``stream!`` generators or ``unfold`` blocks behind a
+    ``Pin<Box<dyn Stream>>``: the walker follows the vtable's ``poll_next``). Each shown
+    below it, branch = its index."""
+    f = _field(r, type_name, "entries")
+    if f is None:
+        return None
+    node = Node("combinator", "tokio_stream::StreamMap", addr, type_name)
+    items = _vec_items(r, addr + f.offset, f.type_name)
+    if items is None:
+        return missing_or_unreadable(r, addr, type_name, "StreamMap entries")
+    data, n, el = items
+    value = el.field("__1") if el is not None else None
+    if value is None:
+        node.detail = f"{n} streams"
+        return node
+    for i in range(min(n, MAX_LISTED)):
+        c = r.child(data + i * el.size + value.offset, value.type_name, depth, seen)
+        c.branch = f"{i}"
+        node.children.append(c)
+    node.detail = f"{n} streams" + (f", {n - MAX_LISTED} not listed" if n > MAX_LISTED else "")
+    return node
+
+
+def _vec_items(r: Reflector, addr: int, type_name: str):  # type: ignore[no-untyped-def]
+    """(data pointer, length, element TypeInfo or None) of a ``Vec<T>`` (std 1.8x's ``buf:
+    RawVec { inner: RawVecInner { ptr, .. } }``, ``len``); None when unreadable."""
+    length = _path(r, addr, type_name, "len")
+    found = _find_field(r, type_name, "ptr", max_depth=6)
+    if length is None or found is None:
+        return None
+    data, n = r.mem.word(addr + found[0]), r.mem.word(length)
+    if data is None or n is None or n > 1 << 20:
+        return None
+    args = _split_generics(type_name[type_name.index("<") + 1:-1]) if "<" in type_name else []
+    return data, n, (r.type(args[0]) if args else None)
+
+
 # -- tokio: yield_now, I/O readiness -----------------------------------------------------
 
 
@@ -663,12 +740,86 @@ def readiness(r: Reflector, addr: int, type_name: str, depth: int, seen: frozens
     if r.io_handle is not None:
         fd, handle = r.io_handle
         what += f" on fd {fd} ({handle})" if fd >= 0 else f" on a closed {handle}"
-    ready = r.mem.word(ptr)  # ScheduledIo { readiness: AtomicUsize, .. }: bits 0..16
-    now = "" if ready is None else ", ready now: " + (", ".join(n for b, n in _READY if ready & b) or "none")
     st = _field(r, type_name, "state")
     state = r.mem.u(addr + st.offset, 1) if st is not None else None
-    node.detail = f"{'waits for' if state in (None, 0, 1) else 'got'} {what}, ScheduledIo 0x{ptr:x}{now}"
+    node.detail = f"{'waits for' if state in (None, 0, 1) else 'got'} {what}, ScheduledIo 0x{ptr:x}{_ready_now(r, ptr)}"
     return node
+
+
+def _ready_now(r: Reflector, sio: int) -> str:
+    ready = r.mem.word(sio)  # ScheduledIo { readiness: AtomicUsize, .. }: bits 0..16
+    return "" if ready is None else ", ready now: " + (", ".join(n for b, n in _READY if ready & b) or "none")
+
+
+_WAKER_SLOTS = (("reader", "READABLE"), ("writer", "WRITABLE"))  # ScheduledIo's Waiters
+
+
+def io_borrow(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """A leaf future that borrows an I/O handle and polls it (tokio's ``io::util`` futures:
+    ``Read { reader: &mut TcpStream, .. }``, ``WriteAll``, ``ReadLine``...): no ``Readiness``
+    future in memory, the handle's own ``poll_read``/``poll_write`` registers the task's waker
+    in the ``ScheduledIo`` its ``Registration`` shares with the I/O driver, in the slot of its
+    direction (``Waiters { reader, writer }``; the driver takes it out when it wakes). The set
+    slots say what the task waits for; the fd is behind the pointer field
+    (``Inventory.fd_offsets``)."""
+    t = r.type(type_name)
+    if t is None or t.kind != "struct" or not any(f.type_name in r.inv.fd_offsets for f in t.fields):
+        return None
+    if any(_futurish(r, f.type_name) for f in t.fields):
+        return None  # it holds a future of its own: what it awaits is that one's (the walk goes on)
+    for f in t.fields:
+        fd_off = r.inv.fd_offsets.get(f.type_name)
+        if fd_off is None:
+            continue
+        handle = r.mem.word(addr + f.offset)
+        pointee = r.type(f.type_name)
+        if not handle or pointee is None or not pointee.pointee:
+            return missing_or_unreadable(r, addr, type_name, _short(type_name))
+        sio = _scheduled_io(r, handle, pointee.pointee)
+        if sio is None:
+            return None
+        fd = r.mem.u(handle + fd_off, 4)
+        on = "" if fd is None else f" on fd {fd - (1 << 32) if fd >= 1 << 31 else fd} ({_short(pointee.pointee)})"
+        slots = _waker_slots(r, sio)
+        what = f"waits for {'|'.join(slots)}" if slots else "no waker registered (woken)"
+        return Node("leaf", _short(type_name), addr, type_name,
+                    detail=f"{what}{on}, ScheduledIo 0x{sio[0]:x}{_ready_now(r, sio[0])}")
+    return None
+
+
+def _scheduled_io(r: Reflector, handle: int, type_name: str) -> tuple[int, str] | None:
+    """(address, type) of the ``ScheduledIo`` an I/O handle's ``Registration { shared: Arc<..> }``
+    points at."""
+    found = _find_field(r, type_name, "registration")
+    shared = _path(r, handle + found[0], found[1], "shared", "ptr") if found is not None else None
+    arc = r.mem.word(shared) if shared is not None else None
+    inner = _arc_inner_type(r, found[1]) if found is not None else None
+    data = _field(r, inner, "data") if inner is not None else None
+    if not arc or data is None:
+        return None
+    return arc + data.offset, data.type_name
+
+
+def _arc_inner_type(r: Reflector, registration: str) -> str | None:
+    t = r.type(registration)
+    shared = t.field("shared") if t is not None else None
+    arc = r.type(shared.type_name) if shared is not None else None
+    ptr = arc.field("ptr") if arc is not None else None
+    nn = r.type(ptr.type_name) if ptr is not None else None
+    raw = r.type(nn.fields[0].type_name) if nn is not None and nn.fields else None
+    return raw.pointee if raw is not None and raw.pointee else None
+
+
+def _waker_slots(r: Reflector, sio: tuple[int, str]) -> list[str]:
+    out = []
+    for slot, what in _WAKER_SLOTS:
+        found = _find_field(r, sio[1], slot, max_depth=6)
+        if found is None:
+            continue
+        v, ok = _enum_variant(r, sio[0] + found[0], found[1])
+        if ok and v is not None and v.name == "Some":
+            out.append(what)
+    return out
 
 
 # -- async-io, async-channel, async-lock (smol 2.0, async-std 1.13) ----------------------
@@ -736,6 +887,8 @@ def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
     if t.kind == "struct":
         if {f.name for f in t.fields} >= {"pointer", "vtable"}:
             return None  # Box<dyn Future>: the walker follows its vtable
+        if (polled := _polled_channel(r, addr, t.fields, depth, seen)) is not None:
+            return polled
         futs = [f for f in t.fields if _futurish(r, f.type_name)]
         if len(futs) > 1 and "::{closure_env#" in type_name:  # futures' join!: the closure is awaited
             return _poll_fn_leaf(r, addr, type_name, addr, type_name, depth, seen)
@@ -760,6 +913,8 @@ def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
         return missing_or_unreadable(r, addr, type_name, _short(type_name))
     if v is None:
         return None
+    if (polled := _polled_channel(r, addr, v.fields, depth, seen)) is not None:
+        return polled
     futs = [f for f in v.fields if _futurish(r, f.type_name)]
     if len(futs) == 1:
         return r.child(addr + futs[0].offset, futs[0].type_name, depth - 1, seen)
@@ -814,7 +969,7 @@ def _is_futurish(r: Reflector, type_name: str, cache: dict[str, bool]) -> bool:
         at = type_name.find("dyn ")
         return at >= 0 and type_name.startswith("core::future::future::Future<", at + 4)
     if type_name.startswith("alloc::boxed::Box<") and t.fields:
-        from .walker import _pointee
+        from .node import _pointee
 
         pointee = _pointee(r, r.type(t.fields[0].type_name))
         return bool(pointee) and _futurish(r, pointee or "")
@@ -878,6 +1033,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("tokio::task::yield_now::", yield_now),  # the YieldNow struct local to yield_now's body
     ("tokio::runtime::io::scheduled_io::Readiness", readiness),
     ("tokio_stream::stream_ext::next::Next<", stream_next),
+    ("tokio_stream::stream_map::StreamMap<", stream_map),
     ("tokio::sync::broadcast::Recv<", broadcast_recv),
     ("tokio::runtime::blocking::task::BlockingTask<", blocking_task),
     ("async_io::Timer", async_io_timer),
@@ -890,6 +1046,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("async_lock::mutex::Lock<", _by_ref("mutex", "async_lock::Mutex::lock", "Mutex", link=True)),
     ("async_lock::rwlock::futures::Read<", _by_ref("lock", "async_lock::RwLock::read", "RwLock")),
     ("async_lock::rwlock::futures::Write<", _by_ref("lock", "async_lock::RwLock::write", "RwLock")),
+    ("", io_borrow),  # a leaf future borrowing an I/O handle (tokio's io::util futures)
     ("", objects),  # channel ends met as leaves (not futures: not in _is_futurish)
     ("", wrapper),  # last: any one-field wrapper future
 ]

@@ -1,12 +1,11 @@
 """Bounded, block-cached reads for a reflection walk.
 
-A monitor command reads target memory through ``read(addr, size) -> bytes |
-None`` where None means "not read (yet)": the session reads every range a
-pass asked for and runs the command again (``Session._proc_monitor``). To
-keep the number of passes equal to the number of *pointer hops* (not of
-fields), every read is widened to aligned ``BLOCK``-byte blocks: a coroutine
-and everything stored inline in it (its awaitee, the awaitee's awaitee...)
-come from the same blocks, read in the same pass. A block never crosses a
+A question at a stop reads target memory through ``read(addr, size) -> bytes |
+None`` where None means "not readable" (the session asks the stub as the
+question reads: proxy/session/reader.py). To keep the number of exchanges
+near the number of *pointer hops* (not of fields), every read is widened to
+aligned ``BLOCK``-byte blocks: a coroutine and everything stored inline in it
+(its awaitee, the awaitee's awaitee...) come from the same blocks. A block never crosses a
 page, so an unmapped page fails alone. A stub may answer a block short
 (packet size): the bytes it gave are used, the rest is unreadable.
 
@@ -44,8 +43,11 @@ class Recording:
     def __call__(self, addr: int, size: int) -> bytes | None:
         return self._read(addr, size)
 
+    def many(self, keys: list[tuple[int, int]]) -> list[bytes | None]:
+        return read_many(self._read, keys)
+
     def using(self, read: ReadMemory) -> None:
-        """Read through ``read`` from now on (the next pass of the session's read loop)."""
+        """Read through ``read`` from now on (the next question at the same stop)."""
         self._read = read
 
 
@@ -54,7 +56,7 @@ class BlockReader:
         self._read = read
         self._blocks: dict[int, bytes | None] = {}
         self.budget = budget
-        self.missing = False  # a read returned None this pass (maybe read next pass); callers may reset it
+        self.missing = False  # a read returned None (maybe read by a later question); callers may reset it
         self.recording = read if isinstance(read, Recording) else None
         if self.recording is not None:  # only then: the plain read stays one call (the hot path)
             self.read = self._recorded(self.recording.reads)  # type: ignore[method-assign]
@@ -95,8 +97,20 @@ class BlockReader:
             out += blk[lo:hi]
         return bytes(out)
 
+    def prefetch(self, bases: list[int]) -> None:
+        """Read the blocks at ``bases`` (aligned) that are not read yet, all at once when the
+        read can (``read_many``: the session asks the stub for them back to back), as far as
+        the budget goes (the reads after it raise ``Budget`` as they would)."""
+        room = max(0, (self.budget - len(self._blocks) * BLOCK) // BLOCK)
+        todo = [b for b in dict.fromkeys(bases) if b not in self._blocks][:room]
+        if len(todo) > 1:
+            for base, got in zip(todo, read_many(self._read, [(b, BLOCK) for b in todo])):
+                self._blocks[base] = got
+                if got is None:
+                    self.missing = True
+
     def rebind(self, read: ReadMemory) -> None:
-        """Read through ``read`` from now on (a later pass of the session's read loop): the blocks
+        """Read through ``read`` from now on (a later question at the same stop): the blocks
         read are kept, the ones not read yet are asked for again."""
         self._read = read
         self._blocks = {k: v for k, v in self._blocks.items() if v is not None}
@@ -125,6 +139,13 @@ class BlockReader:
 
 
 _UNREAD = object()
+
+
+def read_many(read: ReadMemory, keys: list[tuple[int, int]]) -> list[bytes | None]:
+    """``read`` of each of ``keys``, through its ``many`` when it has one (one request for
+    all of them: proxy/session/queries.py), else one by one."""
+    many = getattr(read, "many", None)
+    return list(many(keys)) if many is not None else [read(addr, size) for addr, size in keys]
 
 
 def word_hits(data: bytes, words: tuple[bytes, ...]) -> tuple[int, ...]:

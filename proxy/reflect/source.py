@@ -23,6 +23,8 @@ from proxy.analysis.model import Inventory
 from . import ReflectSource
 
 if TYPE_CHECKING:
+    from typing import TextIO
+
     from .stacks import StackFinder
 
 
@@ -82,21 +84,26 @@ def auxv_entry(pid: int) -> int | None:
 
 def source_without_capture(path: str | None, pid: int | None, local: bool,
                            discover: Callable | None = None,  # type: ignore[type-arg]
-                           later: Callable[[Callable[[], object]], None] | None = None) -> ReflectSource | str:
+                           later: Callable[[Callable[[], object]], None] | None = None,
+                           progress: TextIO | None = None,
+                           entry: int | None = None) -> ReflectSource | str:
     """The source for a session with no engine, or why there is none. ``later``: where a cold
-    analysis's cache write goes (``build_inventory``)."""
+    analysis's cache write goes, ``progress`` where it shows its progress (``build_inventory``);
+    ``entry``: the program's AT_ENTRY from the stub's auxv (qXfer:auxv), for a program of
+    another host."""
     if path is None:
         return "reflection: the program's file is unknown (no qXfer:exec-file, not a local stub)"
     try:
-        inv = build_inventory(path, later=later)
+        inv = build_inventory(path, later=later, progress=progress)
     except AnalysisError as e:
         return f"reflection: {e}"
     if not inv.layouts:
         return "reflection: no coroutine layouts in the program's DWARF (build with debug=2)"
     bias = 0
     if inv.pie:
-        entry = auxv_entry(pid) if (local and pid) else None
+        entry = (auxv_entry(pid) if (local and pid) else None) or entry
         if entry is None:
-            return "reflection: position-independent program and no local /proc/PID/auxv: load bias unknown"
+            return ("reflection: position-independent program and neither a local /proc/PID/auxv "
+                    "nor the stub's auxv: load bias unknown")
         bias = entry - inv.entry
     return make_source(inv, bias, local=local, discover=discover)

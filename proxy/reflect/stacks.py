@@ -1,4 +1,4 @@
-"""Task discovery from the threads' stacks (DESIGN.md §4; issue 5, point 4).
+"""Task discovery from the threads' stacks (DESIGN.md §4).
 
 At a stop, every thread's stack is unwound with the CFI unwinder
 (``proxy.analysis.unwind``) from the registers the session read (``g`` per
@@ -44,8 +44,9 @@ from proxy.analysis import dies as D
 from proxy.analysis.dwarf import STACK_TAGS, DwarfView
 from proxy.analysis.elf import ElfImage
 from proxy.analysis.lines import SourceMap, _qualname
-from proxy.analysis.model import Inventory
+from proxy.analysis.model import Inventory, Layout
 from proxy.analysis.unwind import DWARF_REGS, Unwinder, UnwoundFrame
+from proxy.arch import X86_64, Arch, for_machine
 
 from . import framecache
 from .framecache import FrameFacts, Scope
@@ -66,15 +67,17 @@ _FOREIGN_FORMS = frozenset({0x10, 0x16, 0x1C, 0x20, 0x24})
 _SYSROOT_CRATES = ("std::", "core::", "alloc::", "<std::", "<core::", "<alloc::")
 
 
-def parse_g(reply: bytes) -> dict[str, int] | None:
-    """The integer registers from an x86-64 ``g`` reply (hex; ``xx`` = unavailable)."""
+def parse_g(reply: bytes, arch: Arch = X86_64) -> dict[str, int] | None:
+    """The integer registers from a ``g`` reply in ``arch``'s order (hex; ``xx`` =
+    unavailable): x86-64's 16 GPRs and rip (gdb's amd64 order, ``G_ORDER``), AArch64's
+    x0-x30, sp and pc."""
     try:
         data = bytes.fromhex(reply.replace(b"xx", b"00").decode("ascii"))
     except (ValueError, UnicodeDecodeError):
         return None
-    if len(data) < 8 * len(G_ORDER):
+    if len(data) < max(off for _, _, off in arch.regs) + 8:
         return None
-    return {n: int.from_bytes(data[8 * i:8 * i + 8], "little") for i, n in enumerate(G_ORDER)}
+    return {n: int.from_bytes(data[off:off + 8], "little") for n, _, off in arch.regs}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ class StackFinder:
                  use_cache: bool = True) -> None:
         self.inv = inv
         self.bias = bias
+        self.machine = elf.machine
         self.warnings: list[str] = []
         self.dwarf = DwarfView.open(elf, self.warnings, STACK_TAGS)  # units are read on a facts() miss
         self.map = SourceMap(elf, self.warnings, self.dwarf) if self.dwarf is not None else None
@@ -125,8 +129,16 @@ class StackFinder:
     # -- entry ---------------------------------------------------------------------------
     def find(self, r: Reflector, threads: dict[int, dict[str, int]]) -> list[Found]:
         self.notes = []
+        arch = for_machine(self.machine)
+        if arch is None or not arch.unwinding:
+            # the unwinder knows x86-64's and AArch64's CFI columns (another CPU's stack
+            # would be read at the wrong registers)
+            self.notes.append(arch.unsupported("stack discovery") if arch is not None else
+                              f"stack discovery: x86-64 only so far; this program is {self.machine}")
+            return []
+        R = self.unwinder.regs
         for regs in threads.values():  # one pass brings the usual stack in
-            sp = regs.get("rsp", 0)
+            sp = regs.get(R.sp, 0)
             for base in range(sp - sp % BLOCK, sp + PREFETCH, BLOCK):
                 r.mem.read(base, 1)
         out: dict[tuple[int, str], Found] = {}  # a child stored at offset 0 shares its parent's address
@@ -176,7 +188,7 @@ class StackFinder:
                 continue
             # the stack's extent: the outermost sane CFA (a last frame unwound through a
             # garbage rbp chain can say anything)
-            sp0 = regs.get("rsp", 0)
+            sp0 = regs.get(self.unwinder.regs.sp, 0)
             top = max((f.cfa for f in frames if f.cfa and sp0 < f.cfa < sp0 + (8 << 20)), default=sp0)
             located: set[str] = set()
             wanted: dict[str, tuple[str, int, int]] = {}  # layout -> (function, sp, cfa) of the innermost frame
@@ -203,6 +215,10 @@ class StackFinder:
                 # suspended state (run at `sleep` while the live one in block_on's own
                 # frame is at `pending`), so a unique hit in the frame itself wins.
                 hits = frame_first(lambda lo, hi: self._narrow(r, layout, self._scan(r, lo, hi, layout)), sp, cfa, top)
+                if len(hits) > 1:
+                    hits = pinned(r, hits, sp0, top)
+                if len(hits) > 1:
+                    hits = unoverlapped(r, self.inv.layouts[layout], hits)
                 if len(hits) == 1:
                     out.setdefault((hits[0], layout), Found(hits[0], layout, tid, fname, "scan"))
                 elif hits:
@@ -214,14 +230,19 @@ class StackFinder:
         or futex wrappers, whose CFI the proxy does not have) is entered at the first
         return address into the program's code found on its stack: the rbp chain
         guesses wrong there when rbp is not a frame pointer (rustc 1.63 release)."""
-        pc = regs.get("rip", 0)
+        R = self.unwinder.regs
+        pc = regs.get(R.pc, 0)
         if self._in_program(pc, call=False):
             return self.unwinder.unwind(regs, r.mem.read, max_frames=MAX_FRAMES)
-        sp = regs.get("rsp", 0)
+        sp = regs.get(R.sp, 0)
         entered = self.enter(regs, r.mem.read, self._in_program) if self.enter is not None else None
         if entered is not None:
             frames = self.unwinder.unwind(entered, r.mem.read, max_frames=MAX_FRAMES)
-            return [UnwoundFrame(pc, entered.get("rsp"), sp, "none", tuple(regs.items()))] + frames
+            return [UnwoundFrame(pc, entered.get(R.sp), sp, "none", tuple(regs.items()))] + frames
+        if R.ra_in_register:
+            # AArch64: the return address lies in a frame record, not at the caller's sp - 8
+            # (this scan's x86-64 rule); the frame-record chain from x29 enters the program
+            return self._enter_by_frame_records(r, regs)
         for slot in range(sp, sp + RA_SCAN, 8):
             ra = r.mem.word(slot)
             if ra is None:
@@ -239,9 +260,34 @@ class StackFinder:
             return False
         if not call:
             return True
+        if self.unwinder.regs.ra_in_register:  # A64: after a `bl` or a `blr`
+            code = self.unwinder.elf.read(link - 4, 4)
+            word = int.from_bytes(code, "little") if code is not None and len(code) == 4 else 0
+            return word & 0xFC000000 == 0x94000000 or word & 0xFFFFFC1F == 0xD63F0000
         code = self.unwinder.elf.read(link - 7, 7)
         return code is not None and (code[2] == 0xE8 or code[5] == 0xFF or code[4] == 0xFF
                                      or code[1] == 0xFF or code[0] == 0xFF)
+
+    def _enter_by_frame_records(self, r: Reflector, regs: dict[str, int]) -> list[UnwoundFrame]:
+        """A thread stopped outside the program on AArch64: the chain of frame records from
+        x29 (the caller's x29 at [x29], its pc at [x29 + 8]) up to the first return address
+        into the program's code; the program's frames from there by its CFI."""
+        R = self.unwinder.regs
+        pc, sp, fp = regs.get(R.pc, 0), regs.get(R.sp, 0), regs.get(R.fp, 0)
+        for _ in range(64):
+            if not sp <= fp < sp + (8 << 20) or fp % 8:
+                break
+            saved, ra = r.mem.word(fp), r.mem.word(fp + 8)
+            if saved is None or ra is None:
+                break
+            if self._in_program(ra, call=True):
+                outer = {R.pc: ra, R.sp: fp + 16, R.fp: saved}
+                frames = self.unwinder.unwind(outer, r.mem.read, max_frames=MAX_FRAMES)
+                return [UnwoundFrame(pc, fp + 16, sp, "none", tuple(regs.items()))] + frames
+            if saved <= fp:
+                break
+            fp = saved
+        return []
 
     # -- one frame -----------------------------------------------------------------------
     def _frame(self, r: Reflector, tid: int, frame: UnwoundFrame, depth: int,
@@ -254,11 +300,11 @@ class StackFinder:
         resume = self.inv.resume_fn_at(pc)  # the physical frame polls this coroutine
         fbase = None
         if facts.frame_base is not None:
-            got = evaluate(facts.frame_base, regs, None, frame.cfa, r.mem, self.bias)
+            got = evaluate(facts.frame_base, regs, None, frame.cfa, r.mem, self.bias, self.unwinder.regs.names)
             fbase = got[1] if got is not None else None
         for scope in facts.scopes:
             for mode, layout, extra, expr in scope.variables:
-                got = evaluate(expr, regs, fbase, frame.cfa, r.mem, self.bias)
+                got = evaluate(expr, regs, fbase, frame.cfa, r.mem, self.bias, self.unwinder.regs.names)
                 addr = _address(got, mode, r.mem)
                 if addr is None:
                     continue
@@ -485,6 +531,47 @@ def frame_first(scan: Callable[[int, int], list[int]], sp: int, cfa: int, top: i
     return scan(sp, top)
 
 
+def pinned(r: Reflector, hits: list[int], lo: int, hi: int) -> list[int]:
+    """Of several images of one future on a thread's stack, the one a word of that stack
+    points at: the executor polls it through a ``Pin<&mut F>`` it keeps, and nothing points
+    at a stale image (a copy left in a frame's slot by an earlier move or poll). Fact
+    (tokio's graceful-shutdown, release, block_on of `#[tokio::main]`'s block): 5 suspended,
+    plausible images in block_on's frame and its callers'; one of them pointed at. All hits
+    when none or several are."""
+    want = set(hits)
+    seen: set[int] = set()
+    hi = min(hi, lo + MAX_SCAN)
+    for base in range(lo - lo % BLOCK, hi, BLOCK):
+        data = r.mem.read(base, BLOCK)
+        if data is None:
+            continue
+        for i in range(0, BLOCK - 7, 8):
+            v = int.from_bytes(data[i:i + 8], "little")
+            if v in want and lo <= base + i < hi:
+                seen.add(v)
+    return [h for h in hits if h in seen] if len(seen) == 1 else hits
+
+
+def unoverlapped(r: Reflector, lay: Layout, hits: list[int]) -> list[int]:
+    """Of several images of one future, drop each whose state byte lies inside the bytes
+    another image's current state uses (its awaitee, its saved locals): two live objects
+    never share bytes, and a coroutine cannot hold one of its own type, so that "image" is a
+    pattern in the other one's awaitee. Fact (tokio's echo-tcp, release, block_on of
+    `#[tokio::main]`'s block, the future addressed from rsp, nothing pointing at it): the
+    live block at its accept `.await` (state 4, a 184-byte awaitee at +32) and, 0x40 above
+    it, a plausible state 3 (`bind`'s `.await`) whose state byte is inside that awaitee. All
+    hits when that drops none or all of them."""
+    spans = {}
+    for h in hits:
+        st = lay.state(r.mem.u(h + lay.state_offset, lay.state_size) or 0)
+        parts = ([st.awaitee] if st is not None and st.awaitee is not None else []) + list(st.locals if st else ())
+        spans[h] = [(h + m.offset, h + m.offset + m.size) for m in parts if m.size > 0]
+    inside = {h for h in hits for g in hits if g != h
+              and any(lo <= h + lay.state_offset < hi for lo, hi in spans[g])}
+    kept = [h for h in hits if h not in inside]
+    return kept if kept else hits
+
+
 def _clean(node: Node) -> bool:
     return not any(n.kind == "unreadable" for n in node.iter())
 
@@ -500,7 +587,7 @@ def _address(got: tuple[str, int] | None, mode: str, mem: BlockReader) -> int | 
 
 
 def evaluate(expr: bytes, regs: dict[str, int], fbase: int | None, cfa: int | None,
-             mem: BlockReader, bias: int) -> tuple[str, int] | None:
+             mem: BlockReader, bias: int, names: tuple[str, ...] = DWARF_REGS) -> tuple[str, int] | None:
     """A DWARF location expression: ("addr", a) the variable lies at a; ("value", v) it is v.
     Only what rustc emits for frame variables is known; anything else is None."""
     stack: list[int] = []
@@ -508,7 +595,7 @@ def evaluate(expr: bytes, regs: dict[str, int], fbase: int | None, cfa: int | No
     M = (1 << 64) - 1
 
     def reg(n: int) -> int | None:
-        return regs.get(DWARF_REGS[n]) if 0 <= n < len(DWARF_REGS) else None
+        return regs.get(names[n]) if 0 <= n < len(names) else None
 
     try:
         while pos < len(expr):

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.analysis.model import Inventory
-from proxy.capture.procmem import read_maps
+from proxy.host.procmem import Mapping, read_maps
 
 from .tree import Root
 from .walker import Reflector, coroutine_path
@@ -53,9 +53,15 @@ def check(inv: Inventory) -> str | None:
 def heap_ranges(pid: int, limit: int = MAX_SCAN) -> list[tuple[int, int]]:
     """Writable anonymous mappings of a local process, minus thread stacks."""
     try:
-        maps = [(m.start, m.end, m.perms, m.path) for m in read_maps(pid)]
+        return heap_ranges_of(read_maps(pid), limit)
     except (OSError, ValueError, IndexError):
         return []
+
+
+def heap_ranges_of(mappings: list[Mapping], limit: int = MAX_SCAN) -> list[tuple[int, int]]:
+    """Writable anonymous mappings (a /proc/PID/maps read here or through the stub), minus
+    thread stacks (an anonymous mapping right above a small ---p guard)."""
+    maps = [(m.start, m.end, m.perms, m.path) for m in mappings]
     out: list[tuple[int, int]] = []
     total = 0
     prev = None
@@ -95,7 +101,7 @@ class TokioAdapter:
         return self.vtables
 
     def discover(self, r: Reflector) -> list[Root] | None:
-        from .adapters import scan
+        from .adapters.scan import scan
 
         if self.note is not None:
             return None

@@ -64,10 +64,42 @@ def ident(name: str) -> str:
 def is_coroutine(n: Node, name: str, fn: str = "") -> bool:
     """``n`` is the coroutine a chain entry names: its fn (``norm``) and, when both names carry
     it, its number (``ident``)."""
-    if n.kind != "coroutine" or norm(n.label) != name:
+    if n.kind != "coroutine" or not same_fn(norm(n.label), name):
         return False
     own = ident(n.type_name) if fn else ""
     return not own or own == fn
+
+
+_IMPL = re.compile(r"^\{impl#\d+\}$")
+
+
+def same_fn(a: str, b: str) -> bool:
+    """Two paths of one fn, ``{impl#N}`` (DWARF's name of an impl block) standing for the one
+    segment a symbol's demangled name gives there (the impl's self type). Fact (axum's chat,
+    release): the frame a pc is in, out of line, is named by its symbol,
+    ``axum::extract::ws::WebSocketUpgrade<F>::on_upgrade::{{closure}}``; the coroutine by its
+    DWARF type, ``axum::extract::ws::{impl#1}::on_upgrade::{async_block#0}<..>``."""
+    if a == b:
+        return True
+    sa, sb = _segments(a), _segments(b)
+    return len(sa) == len(sb) and all(x == y or _IMPL.match(x) or _IMPL.match(y) for x, y in zip(sa, sb))
+
+
+def _segments(path: str) -> list[str]:
+    """``a::T<U::V>::f`` -> ``[a, T<U::V>, f]``: split at the ``::`` outside generics."""
+    out, depth, cur = [], 0, 0
+    i = 0
+    while i < len(path):
+        c = path[i]
+        depth += (c == "<") - (c == ">")
+        if depth == 0 and path.startswith("::", i):
+            out.append(path[cur:i])
+            cur = i + 2
+            i += 2
+            continue
+        i += 1
+    out.append(path[cur:])
+    return out
 
 
 def norm(path: str) -> str:
@@ -128,14 +160,6 @@ def mark_running(node: Node, run: Running) -> None:
     node.detail = f"running on thread {run.thread}"
     node.loc = run.loc
     node.children = []
-
-
-def overlay(tree: Node, run: Running) -> bool:
-    """Mark the chain of ``run`` in ``tree``; True when it matched."""
-    got = overlay_matches(tree, run)
-    if got:
-        mark_running(got[0][1], run)
-    return bool(got)
 
 
 def _first_coroutine_below(node: Node, name: str, fn: str = "") -> Node | None:

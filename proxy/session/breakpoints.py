@@ -19,10 +19,33 @@ BpKey = tuple[int, int, int]  # (type, addr, kind)
 class BreakpointTable:
     client: dict[BpKey, bytes] = field(default_factory=dict)  # key -> raw cond/cmd list
     proxy: set[BpKey] = field(default_factory=set)
+    lingering: dict[BpKey, bytes] = field(default_factory=dict)  # removed by the client, still in the stub
     version: int = 0  # changes with the union (the keeper's plan is rebuilt then)
 
     def _in_union(self, key: BpKey) -> bool:
-        return key in self.client or key in self.proxy
+        return key in self.client or key in self.proxy or key in self.lingering
+
+    def linger(self, key: BpKey) -> None:
+        """The client removes `key`; the stub keeps it until `take_lingering`."""
+        self.version += 1
+        self.lingering[key] = self.client.pop(key)
+
+    def back_in(self, key: BpKey, conditions: bytes) -> bool:
+        """The client puts a lingering breakpoint back as it was: True (nothing for the stub)."""
+        if self.lingering.get(key) != conditions:
+            return False
+        self.version += 1
+        self.client[key] = self.lingering.pop(key)
+        return True
+
+    def take_lingering(self) -> list[BpKey]:
+        """The lingering breakpoints, now to be removed from the stub."""
+        if not self.lingering:
+            return []
+        self.version += 1
+        keys = sorted(self.lingering)
+        self.lingering.clear()
+        return keys
 
     def client_insert(self, key: BpKey, conditions: bytes = b"") -> bool:
         """Record a client insert; True when the stub must be told."""
@@ -74,3 +97,4 @@ class BreakpointTable:
         self.version += 1
         self.client.clear()
         self.proxy.clear()
+        self.lingering.clear()

@@ -35,6 +35,8 @@ stats); `wire.py` the small packet helpers.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rsp.errors import MalformedPacket
 from rsp.framing import checksum, frame, is_hex, rle_expand
 from rsp.packets.breakpoints import parse_breakpoint
@@ -49,17 +51,19 @@ from rsp.packets.resume import Resume, parse_resume
 from rsp.packets.stop import StopReply, is_stop_reply, parse_stop_reply
 from rsp.threads import ThreadId
 
+from proxy.procedure import Exchange, Forward, Handover, Procedure, Reply
+
 from .actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from .breakpoints import BpKey
 from .hidden import HiddenStops
+from .known import keeps_stop
 from .lifecycle import CaptureLifecycle
 from .nonstop import NonStop
-from .procedure import Exchange, Forward, Handover, Procedure, Reply
 from .queries import PROXY_QXFER_OBJECTS, Queries
 from .shield import ERROR_REPLY, refuse
 from .state import SessionConfig, Stopped, Waiter, next_stop_serial
-from proxy.threads.hooks import TaskThreadHooks
-
+from .stepping import AsyncStepping
+from .taskthreads import TaskThreads
 from .wire import (
     SIGINT,
     SIGTRAP,
@@ -68,6 +72,7 @@ from .wire import (
     is_trap_reason,
     strip_xml_registers,
     unframe,
+    without_signals,
 )
 
 def _checksum_ok(raw: bytes) -> bool:
@@ -84,8 +89,41 @@ _PLAIN_READS = frozenset((b"m", b"x", b"g", b"p"))
 _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
 
 
-class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
+# The client's requests the session routes itself: one table, tried in order (rr's
+# dispatch_debugger_request, gdbstub's command table). A row: the packet's prefixes (or,
+# exact, the whole packets) and the route that takes it; a route that returns False passes
+# it on down the table (a side effect only, or not its case after all: non-stop's rows in
+# all-stop). A request no row takes is forwarded as it came.
+# What comes before the table, at the edge: the shield, the capture's and its residues'
+# verdicts, task threads, and the plain reads (m x g p: no row is theirs).
+_CLIENT_ROUTES: tuple[tuple[tuple[bytes, ...], bool, str], ...] = (  # (prefixes, exact, route)
+    ((b"qSupported",), False, "_client_qsupported"),
+    ((b"QNonStop:",), False, "_ns_client_nonstop"),
+    ((b"vStopped", b"?"), True, "_route_ns_query"),  # non-stop only
+    ((b"",), False, "_route_ns_resume"),  # non-stop only: any resume packet (parse_resume)
+    ((b"!",), True, "_route_extended"),
+    ((b"QStartNoAckMode",), True, "_route_no_ack"),
+    ((b"Z0", b"Z1", b"z0", b"z1"), False, "_client_breakpoint"),
+    ((b"Hg",), False, "_route_hg"),
+    ((b"vCont?",), True, "_route_vcont_query"),
+    ((b"qRcmd,",), False, "_client_monitor"),
+    ((b"qXfer:",), False, "_client_qxfer"),
+    ((b"D", b"k", b"vKill"), False, "_client_leave"),
+    ((b"vRun;", b"vAttach;", b"R"), False, "_client_new_process"),
+    ((b"G", b"P", b"M", b"X"), False, "_route_write"),
+    ((b"",), False, "_route_resume"),  # any resume packet (parse_resume)
+)
+
+
+class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
     """One client <-> stub session (see the module docstring)."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        super().__init__(config)
+        self.stepping = AsyncStepping()  # steps that follow a coroutine across .await (stepping.py)
+        self.task_threads = TaskThreads(self)  # tasks as threads (taskthreads.py)
+        self._routes = tuple((prefixes, exact, getattr(self, name)) for prefixes, exact, name in _CLIENT_ROUTES)
+        self._routes_by_head: dict[int, tuple[Any, ...]] = {}  # the rows a first byte can match, in order
 
     def client_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.client_packets += 1
@@ -102,6 +140,12 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     def client_interrupt(self) -> None:
         if self.non_stop:
             self._emit(ToStubRaw(b"\x03"))  # gdb interrupts with vCont;t here; pass anything else on
+            return
+        if self._proc is not None and self.stepping.alone and not self._interrupt_forwarded:
+            # A thread runs a call to its return for the step follower (stepping.py),
+            # which may take long: the program is running, the stub takes the 0x03.
+            self._interrupt_forwarded = True
+            self._emit(ToStubRaw(b"\x03"))
             return
         if self._proc is not None and not self._preparing:
             # Rule 8: the hidden stop in progress ends in a SIGINT stop.
@@ -139,10 +183,14 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 body = rle_expand(body)
             except MalformedPacket:
                 pass  # a broken run: the body as it came (its reader judges it)
+        if self._stray_stop(waiter, body):
+            return
         if waiter.kind == "proc" and body.startswith(b"qRelocInsn:"):
+            self._stub_answered()  # it waits for the proxy's writes now
             self._relocation_request(body)  # not the reply: the stub asks, then replies
             return
         self._waiters.popleft()
+        self._stub_answered()
         if waiter.kind == "reloc":
             if body != b"OK":
                 self._reloc_failed = True
@@ -166,9 +214,14 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._step_proc(replies)
         elif waiter.kind == "client-resume":
             self._on_stop_reply(body, raw)
+        elif waiter.kind == "client-vcont":
+            # `vCont;c;C;s;S;r`: the actions the stub takes (`r`: range steps)
+            self.stub_vcont_ops = frozenset(body[6:].split(b";")) if body.startswith(b"vCont;") else frozenset()
+            self._on_client_reply(body, raw)
         elif waiter.kind == "client-hg":
             if body == b"OK":
                 self.client_g_thread = self._stub_g = waiter.request
+                self.known.selected_ok(waiter.request)
             self._on_client_reply(body, raw)
         else:
             if waiter.request is not None and self.capture is not None:
@@ -216,6 +269,11 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         # In non-stop mode the threads run on with nobody to hear their stops:
         # the proxy takes its probes out and ends, as with --once.
         keep_stub = keep_stub and not self.non_stop
+        if self.bps.lingering and self._proc is None and not self.running:
+            # the client's removed breakpoints leave the stub first (breakpoints.py)
+            self._client_queue.clear()
+            self._start_proc(self._proc_then_closed(keep_stub))
+            return
         self._closing = True
         self._keep_stub = keep_stub
         self._client_queue.clear()
@@ -249,11 +307,18 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         if self._proc is None:
             self._start_proc(self._proc_leave())
 
+    def _proc_then_closed(self, keep_stub: bool) -> Procedure:
+        self._proc = None
+        self.client_closed(keep_stub)
+        return
+        yield  # a procedure that asks nothing itself (`_start_proc` takes the breakpoints out)
+
     def client_reconnected(self) -> None:
         """The next client of a kept stub (client_closed): it starts afresh
         (qSupported, `?`, its own no-ack mode); the program, the probes and
         the capture are as the last client left them."""
         self._closing = self._keep_stub = self._left = False
+        self._qsymbol_asked, self._symbol_lookup = False, None  # the leave ended the stub's look-up
         self._client_queue.clear()
         self._ns_queue.clear()
         self._ns_notified = False
@@ -265,11 +330,20 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         self.stats.reconnects += 1
 
     def stub_closed(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:  # nothing can answer it now (a question waiting for a read unwinds)
+            proc.close()
         self._emit(Notice("the stub closed the connection"))
         self._emit(Close("stub disconnected"))
 
     def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None:
         if self._closing:
+            return
+        if self.bps.lingering and (not keeps_stop(body) or self._selects_anew(body)):
+            # anything but a read: the client's removed breakpoints leave the stub first; a
+            # new selection too: gdbserver removes a breakpoint from the selected thread's
+            # process (gdb's `detach-on-fork off` selects the fork child, then takes its own out)
+            self._start_proc(self._proc_dispatch(body, raw))
             return
         if not handed_over and self._shielded(body):
             return None
@@ -293,66 +367,74 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 if isinstance(verdict, Reply):
                     return self._reply(verdict.body)
             self._residues = [r for r in self._residues if not r.done]
-        if self._task_thread_request(body):  # tasks as threads (proxy.threads): answered here
+        if self.task_threads.request(body):  # tasks as threads (proxy.threads): answered here
             return None
-        head = body[:1]
-        if head in _PLAIN_READS:
-            # Most of what gdb sends while it steps and looks: none of the
-            # routes below is theirs.
+        if self.known.enabled and not self.non_stop:
+            known = self.known.answer(body)  # what the stub would answer at this stop (known.py)
+            if known is not None:
+                return self._reply(known)
+        if body[:1] in _PLAIN_READS:
+            # Most of what gdb sends while it steps and looks: no row of the table is theirs.
             return self._forward(body, raw)
+        routes = self._routes_by_head.get(body[0]) if body else self._routes
+        if routes is None:
+            routes = self._routes_by_head[body[0]] = tuple(
+                r for r in self._routes if any(not p or p[0] == body[0] for p in r[0]))
         try:
-            if body.startswith(b"qSupported"):
-                return self._client_qsupported(body)
-            if body.startswith(b"QNonStop:"):
-                return self._ns_client_nonstop(body, raw)
-            if self.non_stop:
-                if body == b"vStopped":
-                    return self._ns_client_vstopped()
-                if body == b"?":
-                    return self._ns_client_status()
-                resume = parse_resume(body)
-                if resume is not None:
-                    return self._ns_client_resume(resume, body, raw)
-            if body == b"!":
-                self._extended = True
-            if body == b"QStartNoAckMode":
-                # Each side of the proxy negotiates no-ack on its own.
-                self._reply(b"OK")
-                self._emit(SetNoAck("client"))
-                return None
-            if head in (b"Z", b"z") and body[1:2] in (b"0", b"1"):
-                return self._client_breakpoint(body, raw)
-            if head == b"H" and body[1:2] == b"g":
-                # The selection is the client's only once the stub takes it:
-                # gdbserver answers E01 for a thread it does not know and keeps
-                # the old one. Taken at once, a refused `Hgp8a72ff.73a9` made
-                # the next Z0 look like one for a fork child (forwarded, not
-                # recorded) and the z0 after `Hg0` one the client never set
-                # (answered OK unforwarded): an int3 left behind (fuzz seed 201).
-                self._waiters.append(Waiter("client-hg", request=body[2:]))
-                self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
-                return None
-            if body.startswith(b"qRcmd,"):
-                return self._client_monitor(body, raw)
-            if body.startswith(b"qXfer:"):
-                return self._client_qxfer(body, raw)
-            if head in (b"D", b"k") or body.startswith(b"vKill"):
-                return self._client_leave(body, raw)
-            if body.startswith((b"vRun;", b"vAttach;")) or head == b"R":
-                return self._client_new_process(body, raw)
-            if head in (b"G", b"P") and self._stopped is not None:
-                self._stopped.pc = None  # the client may have moved the pc
-            if head in (b"G", b"P", b"M", b"X") and self._stopped is not None:
-                self._stopped.serial = next_stop_serial()  # the stop's snapshot is stale: build again
-            resume = parse_resume(body)
-            if resume is not None:
-                return self._client_resume(resume, body, raw)
+            for prefixes, exact, route in routes:
+                if (body in prefixes if exact else body.startswith(prefixes)) and route(body, raw) is not False:
+                    return None
         except MalformedPacket as err:
             self._emit(Notice(f"malformed packet from the client: {err}"))
         self._forward(body, raw)
         return None
 
-    def _client_qsupported(self, body: bytes) -> None:
+    # -- routes of _CLIENT_ROUTES that may pass a request down (False) -------------------------
+
+    def _route_ns_query(self, body: bytes, raw: bytes | None) -> bool | None:
+        if not self.non_stop:
+            return False
+        return self._ns_client_vstopped() if body == b"vStopped" else self._ns_client_status()
+
+    def _route_ns_resume(self, body: bytes, raw: bytes | None) -> bool | None:
+        resume = parse_resume(body) if self.non_stop else None
+        return False if resume is None else self._ns_client_resume(resume, body, raw)
+
+    def _route_extended(self, body: bytes, raw: bytes | None) -> bool:
+        self._extended = True
+        return False  # and forwarded
+
+    def _route_no_ack(self, body: bytes, raw: bytes | None) -> None:
+        # Each side of the proxy negotiates no-ack on its own.
+        self._reply(b"OK")
+        self._emit(SetNoAck("client"))
+
+    def _route_hg(self, body: bytes, raw: bytes | None) -> None:
+        # The selection is the client's only once the stub takes it:
+        # gdbserver answers E01 for a thread it does not know and keeps
+        # the old one. Taken at once, a refused `Hgp8a72ff.73a9` made
+        # the next Z0 look like one for a fork child (forwarded, not
+        # recorded) and the z0 after `Hg0` one the client never set
+        # (answered OK unforwarded): an int3 left behind (fuzz seed 201).
+        self._waiters.append(Waiter("client-hg", request=body[2:]))
+        self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+
+    def _route_vcont_query(self, body: bytes, raw: bytes | None) -> None:
+        self._waiters.append(Waiter("client-vcont"))
+        self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+
+    def _route_write(self, body: bytes, raw: bytes | None) -> bool:
+        if self._stopped is not None:
+            if body[:1] in (b"G", b"P"):
+                self._stopped.pc = None  # the client may have moved the pc
+            self._stopped.serial = next_stop_serial()  # the stop's snapshot is stale: build again
+        return False  # and forwarded, or a resume (none starts with these)
+
+    def _route_resume(self, body: bytes, raw: bytes | None) -> bool | None:
+        resume = parse_resume(body)
+        return False if resume is None else self._client_resume(resume, body, raw)
+
+    def _client_qsupported(self, body: bytes, raw: bytes | None = None) -> None:
         feats = parse_qsupported_request(body)
         self.client_features = feats
         self._start_proc(self._proc_qsupported(feats))
@@ -394,16 +476,22 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         feats = parse_qsupported_reply(reply)
         self.stub_features = feats
         self._packet_size = self._stub_packet_size()
+        # gdbserver's own feature: its rules are the ones known.py answers by
+        self.known.enabled = feature_on(feats, "QStartupWithShell")
+        self.read_limit.set_packet_size(self._packet_size)
         # Emulation writes gdb's amd64 `g` block back with `G`: only for
         # gdbserver asked without xmlRegisters (its layout is known and the
         # write touches no AVX-512 state, rule 11). QStartupWithShell is
         # gdbserver's own feature.
-        self._emulate = (self.config.registers_safe and self.config.emulate
+        self._emulate = (self.config.registers_safe and self.config.emulate and self.arch.emulates
                          and feature_on(feats, "QStartupWithShell"))
+        no_ack = False
         if feature_on(feats, "QStartNoAckMode"):
             (ok,) = yield Exchange((b"QStartNoAckMode",))
-            if ok == b"OK":
+            no_ack = ok == b"OK"
+            if no_ack:
                 self._emit(SetNoAck("stub"))
+        self._actions.extend(self.pacer.stub_acks(not no_ack))  # pacing.py: QEMU's stub acks
         shown = [f for f in feats if f.name not in _HIDDEN_FROM_CLIENT]
         for obj in PROXY_QXFER_OBJECTS:
             shown.append(Feature(f"qXfer:{obj}:read", "+"))
@@ -418,6 +506,16 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             return self._forward(body, raw)
         bp = parse_breakpoint(body)
         key: BpKey = (bp.type, bp.addr, bp.kind)
+        if key in self.bps.lingering and bp.insert and self.bps.back_in(key, bp.conditions):
+            self.known.stats.breakpoints += 1
+            return self._reply(b"OK")  # it never left the stub
+        if any(k[1] == bp.addr for k in self.bps.lingering):
+            # another packet at a lingering breakpoint's address (gdbserver keeps one
+            # breakpoint an address): the lingering ones out first, then as asked
+            return self._start_proc(self._proc_dispatch(body, raw, handed_over=True))
+        if self._may_linger(bp.insert, key):
+            self.bps.linger(key)
+            return self._reply(b"OK")
         if bp.insert:
             if self.bps.client_insert(key, bp.conditions):
                 self._forward(body, raw)
@@ -428,6 +526,17 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._forward(body, raw)
             else:
                 self._reply(b"OK")
+
+    def _selects_anew(self, body: bytes) -> bool:
+        """An `Hg` that may select another thread than the stub has (not known to be the same)."""
+        return body[:2] == b"Hg" and (self.known.selected is None or body[2:] != self.known.selected)
+
+    def _may_linger(self, insert: bool, key: BpKey) -> bool:
+        """May the client's remove of a software breakpoint wait in the stub (breakpoints.py)?
+        gdbserver in all-stop, the program stopped, the client's own breakpoint."""
+        return (not insert and key[0] == 0 and key in self.bps.client and key not in self.bps.proxy
+                and self.known.enabled and not self.non_stop and not self.running and self._proc is None
+                and self._stopped is not None)
 
     def _client_leave(self, body: bytes, raw: bytes | None) -> None:
         """Rule 9: detach/kill: remove every proxy breakpoint first."""
@@ -445,11 +554,16 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             self._forward(body, raw)
 
     def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
-        verdict, new = self._task_thread_resume(resume)  # no task thread ever reaches the stub
+        if self.stepping.task_step(self, resume):
+            return  # a task thread's step: its task's next poll (stepping.py)
+        verdict, new = self.task_threads.resume(resume)  # no task thread ever reaches the stub
         if verdict == "refuse":
             return self._reply(new)
         if verdict == "forward":
             resume, body, raw = parse_resume(new) or resume, new, None
+        if self.stepping.wants(self, resume):
+            self._start_proc(self.stepping.proc_note(self, resume, body, raw))
+            return
         if resume is not self._resume_checked:
             named = self._named_threads(resume)
             if named is not None:
@@ -490,7 +604,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
         that resumes no thread it has (`vCont;c:p1.1`, `vCont;c:1`,
         `vCont;s:p1.1;c:p1.2`, `vCont;c:p1.-1`: valid packets), waits with
         nothing resumed and aborts (`wait_1: Assertion 'target_options &
-        TARGET_WNOHANG' failed`), killing the program it started."""
+        TARGET_WNOHANG' failed`), killing the program it started. A process
+        other than the program is asked for by its leader thread."""
         if self.non_stop or resume.legacy is not None or resume.reverse:
             return None
         named: list[ThreadId] = []
@@ -503,7 +618,12 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                     return None  # all threads (of the program)
                 if self._main_pid is None:
                     return None  # which process is the program's: not known here
-                continue  # another process's threads: none the stub has here
+                # Another process's threads: a fork child gdb follows or keeps
+                # (`vCont;c:pCHILD.-1`), or a process the stub never had. `T`
+                # takes no wildcard (gdbserver matches the id exactly), so its
+                # leader, whose tid is the pid, is asked for.
+                named.append(ThreadId(t.pid, t.pid))
+                continue
             named.append(t)
         if self._stopped is None:
             return None  # no stop seen (a client that never asked `?`): not asked (known limit)
@@ -535,9 +655,12 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     def _shielded(self, body: bytes) -> bool:
         """A packet the stub must not get (shield.py): answered E01 here."""
         why = refuse(body, non_stop=self.non_stop, g_size=self._g_size,
-                     non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self._packet_size)
+                     non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self._packet_size,
+                     symbol_lookup=self._symbol_lookup is not None)
         if why is None:
             self._g_asked = body[:1] == b"g"
+            if body.startswith(b"qSymbol:"):
+                self._qsymbol_asked = True
             return False
         self._refuse(why)
         return True
@@ -556,8 +679,14 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             self._g_asked = False
             if body and len(body) % 2 == 0 and body[:1] != b"E" and not body.translate(None, b"0123456789abcdefABCDEFx"):
                 self._g_size = len(body)  # the stub's register block: a G must match it
+        if self._qsymbol_asked:
+            # `qSymbol:NAME` (hex): the stub asks for a symbol and reads nothing but the
+            # answer (and memory) until it gets one (shield.refuse's symbol_lookup)
+            self._qsymbol_asked = False
+            self._symbol_lookup = body[8:] if body.startswith(b"qSymbol:") and len(body) > 8 else None
         self._snoop_reply(body)
         self._ns_reply_seen(body)
+        self.known.replied(body)
         sr = None
         if body[:1] in (b"T", b"S") and is_stop_reply(body):  # the answer to `?`
             try:
@@ -568,6 +697,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
                 self._last_stop = sr
                 self._stopped = Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
                 self._note_stop_thread(sr)
+                # the registers are the stop's; which thread `?` leaves selected is not sure
+                self.known.stopped(sr, selects=False)
         if self._closing:
             return
         self._emit(ToClientRaw(raw))
@@ -597,7 +728,15 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             return
         if self._on_program_event(sr, raw):
             return
+        if (self._orphan_steps and sr.thread is not None and sr.thread.tid in self._orphan_steps
+                and sr.signal == SIGTRAP and self._resume is not None and not self._interrupt_pending):
+            # the trap of a step of the proxy's that another thread's report answered (hidden.py)
+            self._orphan_steps.discard(sr.thread.tid)
+            self._forward(without_signals(self._resume), None, resume=True)
+            return
         pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
+        if self.stepping.wait is not None and self.stepping.intercepts(self, sr, pc):
+            return
         # A stub without T stop replies (gdbserver --disable-packet=T) says
         # `S05`: no thread, no registers; the pc is read as for QEMU below.
         if sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.probes:
@@ -623,10 +762,24 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
     def _note_stop_thread(self, sr: StopReply) -> None:
         if sr.thread is not None:
             self._stub_g = sr.thread.format(sr.thread.pid is not None)
+            if not self.non_stop:
+                # In all-stop a stop report makes its thread gdbserver's general
+                # thread, and gdb knows it (it sends no Hg before the next `z0`).
+                # Kept as the client's selection, a fork child selected before
+                # the stop made the parent's `z0`/`Z0` go untabled (or the
+                # child's go into the program's table).
+                self.client_g_thread = self._stub_g
+        polls = getattr(self.engine, "polls", None)
+        if polls is not None and self._stopped is not None:
+            # the stop on the captures' clock, for the poll timeline (proxy.graph.polls)
+            tid = sr.thread.tid if sr.thread is not None and sr.thread.tid > 0 else None
+            polls.stop(self._stopped.serial, self.config.stop_clock(), tid)
 
     def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
                      pc: int | None = None) -> None:
         """A stop the client sees. Ends the client's resume."""
+        if self.stepping.on_report(self, sr):
+            return  # the client's step goes on past an .await (stepping.py)
         if sr is not None and sr.kind in ("T", "S"):
             if sr.signal == SIGINT:
                 self._sigint_crossed = False
@@ -642,6 +795,8 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries, TaskThreadHooks):
             self._note_stop_thread(sr)
         else:
             self._stopped = None
+        # gdbserver in all-stop makes the reporting thread its general thread (known.py)
+        self.known.stopped(sr, selects=not self.non_stop)
         if self._closing:
             self._leave_for_hang_up()
             return

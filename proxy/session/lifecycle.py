@@ -7,6 +7,7 @@ proxy breakpoint out before a detach, a kill or a client hang-up)."""
 from __future__ import annotations
 
 from collections.abc import Generator
+from typing import Any
 
 from rsp.errors import MalformedPacket
 from rsp.framing import unescape_binary
@@ -14,14 +15,16 @@ from rsp.packets.stop import StopReply
 from rsp.packets.resume import Resume
 from rsp.threads import ThreadId
 
-from proxy.identity import UNDECIDED, Identity
+from proxy.arch import X86_64, Arch, for_machine, machine_of
+from proxy.host.identity import UNDECIDED, Identity
+from proxy.host.procmem import sigint_in_status
+from proxy.probes import Probe
+from proxy.procedure import Exchange, Procedure
 
 from .actions import Close, Notice, ToStub, ToStubRaw
 from .breakpoints import BpKey
-from .probes import Probe
-from .procedure import Exchange, Procedure
 from .state import SessionBase
-from .wire import SIGINT, auxv_entry, feature_on, sigint_in_status, stub_file, without_signals, z_packet
+from .wire import SIGINT, auxv_entry, feature_on, stub_file, stub_file_whole, without_signals, z_packet
 
 
 class CaptureLifecycle(SessionBase):
@@ -39,7 +42,7 @@ class CaptureLifecycle(SessionBase):
         /proc). Empty once the program is left or gone."""
         if self._left or self._program_exited or not self._planted:
             return {}
-        keys = sorted(set(self.bps.client) | self.bps.proxy)
+        keys = sorted(set(self.bps.client) | self.bps.proxy | set(self.bps.lingering))
         pid = self._main_pid
         multi = feature_on(self.stub_features, "multiprocess")
         zs = [z_packet(False, k) for k in keys]
@@ -91,10 +94,12 @@ class CaptureLifecycle(SessionBase):
         text = yield from self._stub_file(b"/proc/%d/status" % pid)
         return text is not None and sigint_in_status(text.decode(errors="replace"))
 
-    def _stub_file(self, path: bytes, size: int = 0x1000) -> Generator[Exchange, list[bytes], bytes | None]:
-        """The first `size` bytes of a file on the stub's host (wire.stub_file);
-        None when it cannot be read."""
-        steps = stub_file(path, size)
+    def _stub_file(self, path: bytes, size: int = 0x1000,
+                   whole: bool = False) -> Generator[Exchange, list[bytes], Any]:
+        """The first `size` bytes of a file on the stub's host (wire.stub_file), or all of it
+        (`whole`: wire.stub_file_whole; False: the stub has no vFile); None when it cannot be
+        read."""
+        steps = stub_file_whole(path) if whole else stub_file(path, size)
         try:
             bodies = next(steps)
             while True:
@@ -165,6 +170,9 @@ class CaptureLifecycle(SessionBase):
         self._main_pid = None
         self._client_symbols = {}  # the new process's libraries are looked up anew
         self.identity = UNDECIDED  # another process: proven again before any host-side action
+        self.known.forget()
+        self.known.drop_memory()
+        self.known.memory_pid = self.known.memory_link_pid = None
         self._entry = None
         self.load_bias = None
         self.exec_file = self.config.elf_path  # asked again: vRun may name another program
@@ -244,6 +252,15 @@ class CaptureLifecycle(SessionBase):
                     self._emit(Notice(f"probes not planted: {err}"))
             if self.config.open_target is not None:
                 self.target = self._open_target(ident)
+        arch, refused = _program_arch(self.exec_file)
+        if arch is not None:
+            self._set_arch(arch)
+        if refused is not None and self.mode != "off":
+            # hidden breakpoints at rets the analysis cannot find, a breakpoint kind and pc
+            # offset of another CPU: the program would trap at the proxy's own breakpoints
+            self.mode, probes = "off", []
+            self.capture_notice = f"{refused}: capture off (mode off), tasks are read from memory at stops"
+            self._emit(Notice(self.capture_notice))
         if self.capture is None and self.config.make_capture is not None and self.mode != "off":
             name = self.capture_name
             inv = getattr(self.target, "inventory", None)
@@ -299,6 +316,12 @@ class CaptureLifecycle(SessionBase):
         elif ident.exe is not None and self.config.elf_path is None:
             self.exec_file = ident.exe  # the stub's path is not this host's (a mount namespace)
         self._found = True
+        # memory read here, as the stub's `m` shows it (known.py): a proven local program of
+        # a CPU whose breakpoint is the 0xcc the reader looks for
+        self.known.drop_memory()
+        x86 = _program_arch(self.exec_file)[0] is X86_64
+        self.known.memory_pid = ident.host_pid if ident.local and x86 else None
+        self.known.memory_link_pid = pid
         return ident
 
     def _open_target(self, ident: Identity) -> object:
@@ -361,6 +384,7 @@ class CaptureLifecycle(SessionBase):
             self._kept = (target, probes)
             return
         self.target, self.capture = target, cap
+        self._say_fallback()
         target.extra["client_breakpoints"] = self.bps
         planned = self._capture_call("plan", target)
         taken = self._capture_call("count_probes", list(probes))
@@ -373,7 +397,7 @@ class CaptureLifecycle(SessionBase):
         self._early = True
 
     def _identify(self, pid: int | None, auxv: bytes | None) -> Generator[Exchange, list[bytes], Identity]:
-        """Is the stub's process this host's, and which pid (proxy/identity.py)?
+        """Is the stub's process this host's, and which pid (proxy/host/identity.py)?
         Decided once, before any host-side action; said at connect and in stats."""
         if self.identity is UNDECIDED:
             if self.config.identify is not None and auxv is None and pid is not None \
@@ -390,7 +414,7 @@ class CaptureLifecycle(SessionBase):
     def _plant_probes(self, probes: list[Probe]) -> Generator[Exchange, list[bytes], None]:
         bodies = []
         for p in probes:
-            key: BpKey = (0, p.addr, 1)
+            key: BpKey = (0, p.addr, self.arch.bp_kind)
             self.probes[p.addr] = p
             if self.bps.proxy_insert(key):
                 bodies.append(z_packet(True, key))
@@ -416,12 +440,12 @@ class CaptureLifecycle(SessionBase):
         # breakpoints there go out first (a uprobe swallows a Z0 at its address).
         taken = set(self._capture_call("count_probes", list(self._count_probes)) or ())
         self._capture_counts = {p.addr: p for p in self._count_probes if p.addr in taken}
-        keys = [(0, a, 1) for a in self._capture_counts if self.probes.pop(a, None) is not None]
+        keys = [(0, a, self.arch.bp_kind) for a in self._capture_counts if self.probes.pop(a, None) is not None]
         bodies = tuple(z_packet(False, k) for k in keys if self.bps.proxy_remove(k))
         if bodies:
             yield Exchange(bodies)
         yield from self._plant_probes([p for p in unplanted or [] if p.addr not in self._capture_counts])
-        self._capture_keys = [(0, p.addr, 1) for p in planned if p.addr not in self.probes]
+        self._capture_keys = [(0, p.addr, self.arch.bp_kind) for p in planned if p.addr not in self.probes]
         yield from self._plant_probes([p for p in planned if p.addr not in self.probes])
         proc = self._capture_call("install")
         if proc is not None:
@@ -508,8 +532,17 @@ class CaptureLifecycle(SessionBase):
         (tracepoints: the agent's, for fast tracepoints in a program gdb
         attached to; they came before the first resume made the backend)."""
         self.capture = self.config.make_capture(name, mode, self.target)
+        self._say_fallback()
         for body in self._client_symbols.values():
             self._capture_call("client_request", body)
+
+    def _say_fallback(self) -> None:
+        """`--capture auto` passed over a cheaper capture: one line on the proxy's
+        stderr saying which it took and why (the doctor's words), once a session."""
+        line = getattr(self.capture, "fallback", None)
+        if line and line not in self._fallbacks_said:
+            self._fallbacks_said.add(line)
+            self._emit(Notice(line))
 
     def _keep_residue(self) -> None:
         """The backend is being dropped: what it left in the stub stays hidden."""
@@ -623,6 +656,11 @@ class CaptureLifecycle(SessionBase):
         except ValueError:
             return False
 
+    def _stop_of_other_process(self, sr: StopReply) -> bool:
+        """A stop of a process other than the program's (a fork child gdb keeps)."""
+        pid = sr.thread.pid if sr.thread is not None else None
+        return pid is not None and pid > 0 and self._main_pid is not None and pid != self._main_pid
+
     def _stop_pid(self) -> int | None:
         """The program's pid from the last stop (without multiprocess ids the
         first stop's thread is the main thread, whose tid is the pid)."""
@@ -632,7 +670,19 @@ class CaptureLifecycle(SessionBase):
         pid = st.thread.pid or st.thread.tid
         return pid if pid > 1 else None
 
+    def _end_symbol_lookup(self) -> Procedure:
+        """The client left in the middle of the stub's symbol look-up (it asked
+        `qSymbol:NAME` and got no answer): every packet of the leave would be taken as a
+        malformed answer, so each question is answered "unknown" until the stub is done."""
+        for _ in range(256):
+            if self._symbol_lookup is None:
+                return
+            (reply,) = yield Exchange((b"qSymbol::" + self._symbol_lookup,))
+            self._symbol_lookup = reply[8:] if reply.startswith(b"qSymbol:") and len(reply) > 8 else None
+        self._symbol_lookup = None
+
     def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
+        yield from self._end_symbol_lookup()
         if self.capture is not None and then is not None and (then[0][:1] == b"k" or then[0].startswith(b"vKill")):
             # a kill: nothing is planted again, the capture need not wait for its
             # things to be out. Not a hang-up: gdbserver detaches an attached
@@ -729,6 +779,12 @@ class CaptureLifecycle(SessionBase):
             if child is not None:
                 self._start_proc(self._proc_clean_fork_child(sr, raw, child))
                 return True
+        if sr.kind == "T" and sr.reason == "exec" and not self._stop_of_other_process(sr):
+            # gdbserver forgets every breakpoint of a process that calls exec
+            # (the int3s went with the old image), and gdb, knowing it, inserts
+            # again without removing. Kept here, the table answered gdb's `Z0`
+            # at the same address of the new image OK without a breakpoint.
+            self.bps.forget_all()
         if sr.kind == "T" and sr.reason == "exec" and self._holds_program():
             # A new image: the probes went with the old one (the stub forgets
             # the process's breakpoints at exec). Stop capturing, say so.
@@ -764,3 +820,15 @@ class CaptureLifecycle(SessionBase):
                 self._start_proc(self._proc_capture_stop(proc))
                 return True
         return False
+
+
+def _program_arch(path: str | None) -> tuple[Arch | None, str | None]:
+    """The CPU of the program at ``path`` (proxy/arch), and why poll capture cannot run on it
+    (its code is not analysed), or None."""
+    machine = machine_of(path) if path else None
+    arch = for_machine(machine)
+    if machine is None or (arch is not None and arch.code_analysis):
+        return arch, None
+    if arch is None:
+        return None, f"hidden breakpoints and probes: x86-64 only so far; this program is {machine}"
+    return arch, arch.unsupported("hidden breakpoints and probes")

@@ -40,14 +40,14 @@ from rsp.packets.resume import Resume, ResumeAction
 from rsp.packets.stop import StopReply
 from rsp.threads import ThreadId
 
+from proxy.probes import Probe
+from proxy.procedure import Exchange, Procedure
+
 from . import emulate
 from .actions import ToClient, ToClientRaw
 from .breakpoints import BpKey
-from .probes import Probe
-from .procedure import Exchange, Procedure
 from .state import SessionBase
 from .wire import (
-    RSP_REGNUM_AMD64,
     SIGTRAP,
     feature_on,
     is_trap_reason,
@@ -337,7 +337,7 @@ class NonStop(SessionBase):
             if isinstance(verdict, list):
                 replies = yield Exchange(tuple(p for t in seen for p in (self._ns_select(t.thread), b"g"))
                                          + self._ns_restore())
-                seen = [dataclasses.replace(t, pc=stopped_pc_from_g(replies[2 * j + 1]))
+                seen = [dataclasses.replace(t, pc=stopped_pc_from_g(replies[2 * j + 1], self.arch))
                         for j, t in enumerate(seen)]
                 verdict = place_stops(asked, seen)
                 selected = False
@@ -392,7 +392,7 @@ class NonStop(SessionBase):
                                  + self._ns_restore())
         found: list[tuple[ThreadId, int]] = []
         for j, t in enumerate(seen):
-            pc = stopped_pc_from_g(replies[2 * j + 1]) if replies[2 * j] == b"OK" else None
+            pc = stopped_pc_from_g(replies[2 * j + 1], self.arch) if replies[2 * j] == b"OK" else None
             if pc is None:
                 continue
             action = self._ns_action_for(t.thread)
@@ -429,7 +429,7 @@ class NonStop(SessionBase):
                 pc = self._ns_stop_pc(sr)
             if pc is None and sr.thread is not None:
                 replies = yield Exchange((self._ns_select(sr.thread), b"g") + self._ns_restore())
-                pc = pc_from_g(replies[1])
+                pc = pc_from_g(replies[1], self.arch)
             if pc is not None and (is_trap_reason(sr) or sr.reason is None):
                 probe = self.probes.get(pc)
                 if probe is not None and sr.thread is not None:
@@ -492,7 +492,7 @@ class NonStop(SessionBase):
         if (self._emulate and probe.code and action is not None and action.op in ("c", "C")):
             em = emulate.decode(probe.code)
         extra: tuple[bytes, ...] = ()
-        sp = sr.register_value(RSP_REGNUM_AMD64)
+        sp = sr.register_value(self.sp_regnum)
         if em is not None:
             extra = () if b"g" in reads else (b"g",)
             if em.needs_stack_word and sp is not None:

@@ -1,5 +1,5 @@
-"""What the proxy answers itself: `monitor async ...` (run as a procedure
-that reads target memory and thread registers between passes), the proxy's
+"""What the proxy answers itself: `monitor async ...` (run once as a procedure
+that reads target memory and thread registers as the command asks), the proxy's
 qXfer objects and `info os` tables, the target description a register-safe
 gdbserver leaves out (rule 11), and the session's stats."""
 
@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from rsp.errors import MalformedPacket
 from rsp.framing import unescape_binary
-from rsp.packets.memory import memory_bytes
 from rsp.packets.monitor import build_console_output, parse_qrcmd
 from rsp.packets.qxfer import QXferRead, build_qxfer_reply, parse_qxfer
 from rsp.threads import ThreadId
 
+from proxy.procedure import Exchange, Procedure
+
 from .actions import Notice
-from .procedure import Exchange, Procedure
+from .reader import Asker
 from .state import SessionBase
 from .wire import feature_on
 
@@ -25,10 +26,9 @@ if TYPE_CHECKING:
 
 # Objects the proxy answers itself through qXfer.
 PROXY_QXFER_OBJECTS = ("asyncrsp.graph",)
-# A monitor command runs again after each pass of memory reads; reflection
-# (proxy.reflect) needs one pass per pointer hop of the deepest await tree.
-MONITOR_PASSES = 32
-MONITOR_READS_PER_PASS = 1024
+# The most `m` packets one exchange sends back to back (a question reading many blocks at once:
+# a runtime adapter's heap scan).
+READS_AT_ONCE = 1024
 T = TypeVar("T")
 
 
@@ -36,13 +36,17 @@ class Queries(SessionBase):
     def _client_monitor(self, body: bytes, raw: bytes | None) -> None:
         text = parse_qrcmd(body)
         words = text.split()
+        if words[:2] == ["async", "step"]:  # the step follower's switch (stepping.py)
+            self._reply(build_console_output(self.stepping.command(words[2:])))
+            self._reply(b"OK")
+            return None
         if not words or words[0] != "async" or self.config.monitor is None:
             return self._forward(body, raw)
         self._start_proc(self._proc_monitor(text))
         return None
 
     def _proc_monitor(self, text: str) -> Procedure:
-        """Run a command; read the memory it asks for; run it again."""
+        """Run a command, reading the memory it asks for as it asks."""
         assert self.config.monitor is not None
         monitor = self.config.monitor
         try:
@@ -69,75 +73,102 @@ class Queries(SessionBase):
         this host's, since reflection may then read the program here."""
         yield from self._resolve_pending_reads()
         if not self._planted and self._last_stop is not None:
-            yield from self._identify(self._stop_pid(), None)
+            yield from self._find_program()  # the file, pid, AT_ENTRY (the load bias) and host
+        if self.config.remote_maps and not self.identity.local and self._last_stop is not None and not self.running:
+            yield from self._read_remote_maps()
+
+    def _read_remote_maps(self) -> Generator[Exchange, list[bytes], None]:
+        """The program's /proc/PID/maps through the stub (vFile) at this stop, for a program of
+        another host: the runtime adapters scan its writable anonymous mappings
+        (``remote_maps``; ``remote_maps_why`` says why there are none)."""
+        pid = self._main_pid or self._stop_pid()
+        if pid is None or self.remote_maps_why == "the stub has no vFile":
+            self.remote_maps = None
+            self.remote_maps_why = self.remote_maps_why or "the stub reported no pid"
+            return
+        text = yield from self._stub_file(b"/proc/%d/maps" % pid, whole=True)
+        if text is False:
+            self.remote_maps, self.remote_maps_why = None, "the stub has no vFile"
+            return
+        self.remote_maps = text.decode(errors="replace") if text else None
+        self.remote_maps_why = None if text else f"the stub could not read /proc/{pid}/maps"
 
     def _with_reads(self, answer: Callable[[Callable[[int, int], bytes | None]], T]) -> Generator[Exchange, list[bytes], T]:
-        """Call ``answer(read)`` until it asked for no memory it did not have (at most
-        MONITOR_PASSES times): between passes, read what it missed, and every thread's
-        registers when it asked for them (``monitor_threads``). ``monitor_missed()`` says,
-        during a pass, whether a read of this pass was not answered yet; ``monitor_peek`` reads
-        what is known without asking the stub (None: not known; nothing is asked for)."""
+        """``answer(read)``, run once (proxy/session/reader.py): each memory read it makes that
+        nothing here holds is asked of the stub while it waits, and every thread's registers
+        when it asks for them (``monitor_threads``). ``monitor_peek`` reads what is known
+        without asking the stub (None: not known; nothing is asked for); ``read`` gives None
+        only for memory the stub cannot read."""
         yield from self._before_reflection()
         cache: dict[tuple[int, int], bytes | None] = {}
         # a proven local program's data pages straight from /proc/PID/mem (proxy/reflect/
-        # localmem.py): one pass, no `m`; an address no mapping holds is unreadable at once;
-        # code and anything else it cannot read go to the stub
+        # localmem.py): no `m`; an address no mapping holds is unreadable at once; code and
+        # anything else it cannot read go to the stub
         local = self.config.local_memory(self) if self.config.local_memory is not None else None
-        threads: dict[int, bytes] | None = None  # LWP -> `g` reply, read when a command asks
-        wants_threads = False
-        missing: list[tuple[int, int]] = []
+        threads: list[dict[int, bytes]] = []  # LWP -> `g` reply, read when the question asks
 
-        def thread_registers() -> dict[int, bytes] | None:
-            nonlocal wants_threads
-            wants_threads = threads is None
-            return threads
-
-        self.monitor_threads = thread_registers
-        self.monitor_missed = lambda: bool(missing) or (wants_threads and threads is None)
-        try:
-            for _ in range(MONITOR_PASSES):
-                missing = []
-
-                def peek(addr: int, size: int) -> bytes | None:
-                    """What is known without the stub (read, or local); None: not known."""
-                    key = (addr, size)
-                    if key in cache:
-                        return cache[key]
-                    if size <= 0 or size > 1 << 16 or addr < 0:
-                        return None
-                    if local is not None:
-                        data = local.read(addr, size)
-                        if data is not None or local.unmapped(addr):
-                            cache[key] = data
-                            return data
-                    return None
-
-                def read(addr: int, size: int) -> bytes | None:
-                    data = peek(addr, size)
-                    if data is None and (addr, size) not in cache and 0 < size <= 1 << 16 and addr >= 0:
-                        missing.append((addr, size))
+        def peek(addr: int, size: int) -> bytes | None:
+            """What is known without the stub (read, or local); None: not known."""
+            key = (addr, size)
+            if key in cache:
+                return cache[key]
+            if size <= 0 or size > 1 << 16 or addr < 0:
+                return None
+            if local is not None:
+                data = local.read(addr, size)
+                if data is not None or local.unmapped(addr):
+                    cache[key] = data
                     return data
+            return None
 
-                self.monitor_peek = peek
+        def askable(key: tuple[int, int]) -> bool:
+            return key not in cache and 0 < key[1] <= 1 << 16 and key[0] >= 0
 
-                out = answer(read)
-                if wants_threads and threads is None:
-                    threads = yield from self._read_thread_registers()
-                elif not missing:
-                    break
-                missing = list(dict.fromkeys(missing))[:MONITOR_READS_PER_PASS]
-                if missing:
-                    replies = yield Exchange(tuple(b"m%x,%x" % k for k in missing))
-                    for key, rep in zip(missing, replies):
-                        cache[key] = memory_bytes(rep)
+        def read(addr: int, size: int) -> bytes | None:
+            data = peek(addr, size)
+            if data is None and askable((addr, size)):
+                data = cache[(addr, size)] = asker.ask(("m", [(addr, size)]))[0]
+            return data
+
+        def read_many(keys: list[tuple[int, int]]) -> list[bytes | None]:
+            """Several reads, those nothing here holds asked of the stub at once."""
+            known = [peek(*k) for k in keys]
+            ask = list(dict.fromkeys(k for k, data in zip(keys, known) if data is None and askable(k)))
+            if ask:
+                cache.update(zip(ask, asker.ask(("m", ask))))
+            return [data if data is not None else cache.get(k) for k, data in zip(keys, known)]
+
+        read.many = read_many  # type: ignore[attr-defined]  # proxy.reflect.memory.read_many
+
+        def thread_registers() -> dict[int, bytes]:
+            if not threads:
+                threads.append(asker.ask(("registers",)))
+            return threads[0]
+
+        asker: Asker[T] = Asker(lambda ask: answer(read))
+        self.monitor_threads = thread_registers
+        self.monitor_peek = peek
+        try:
+            while True:
+                kind, value = asker.next()
+                if kind == "done":
+                    return value  # type: ignore[no-any-return]
+                if kind == "raised":
+                    raise value
+                if value[0] == "registers":
+                    got = yield from self._read_thread_registers()
+                else:  # ("m", [(addr, size), ...]): READS_AT_ONCE at a time, in pieces the stub takes
+                    got = []
+                    for i in range(0, len(value[1]), READS_AT_ONCE):
+                        got += yield from self._read_memory(value[1][i:i + READS_AT_ONCE])
+                asker.answer(got)
         finally:
+            asker.abandon()
             self.monitor_threads = None
-            self.monitor_missed = None
             self.monitor_peek = None
             if local is not None:
                 self.stats.local_read_bytes += local.bytes_read
                 local.close()
-        return out
 
     def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]:
         """Every thread's `g` block (qfThreadInfo/qsThreadInfo, then `Hg` + `g` per thread,
@@ -184,9 +215,9 @@ class Queries(SessionBase):
         reads = engine.pending_reads()[:512]
         if not reads:
             return
-        replies = yield Exchange(tuple(b"m%x,%x" % (r.addr, r.size) for r in reads))
-        for r, rep in zip(reads, replies):
-            engine.resolve_read(r, memory_bytes(rep))
+        got = yield from self._read_memory([(r.addr, r.size) for r in reads])
+        for r, data in zip(reads, got):
+            engine.resolve_read(r, data)
 
     def _client_qxfer(self, body: bytes, raw: bytes | None) -> None:
         try:
@@ -271,7 +302,14 @@ class Queries(SessionBase):
             return None
 
     def current_thread(self) -> int | None:
-        """The thread the client is looking at: its Hg, else the last stop's."""
+        """The thread the client stopped in: the last stop's (gdb switches to it), else its Hg.
+        Not its last Hg once there is a stop: gdb sends Hg for every thread whose registers
+        it fetches (after a late attach it ends at another thread than the one it shows), and
+        none when it switches to a thread whose registers it has (tokio's tinydb attached:
+        `monitor async bt` described thread 2143, gdb's current thread was 2141)."""
+        st = self._stopped
+        if st is not None and st.thread is not None and st.thread.tid > 0:
+            return st.thread.tid
         if self.client_g_thread:
             try:
                 tid = ThreadId.parse(self.client_g_thread).tid
@@ -279,8 +317,7 @@ class Queries(SessionBase):
                 tid = 0
             if tid > 0:  # 0 (any) and -1 (all) name no thread
                 return tid
-        st = self._stopped
-        return st.thread.tid if st is not None and st.thread is not None else None
+        return None
 
     def stop_pcs(self) -> dict[int, int]:
         st = self._stopped
@@ -327,6 +364,19 @@ class Queries(SessionBase):
         if s.local_read_bytes:
             lines.append(f"memory read at stops through /proc/PID/mem (data pages of the proven local program): "
                          f"{s.local_read_bytes} bytes")
+        k = self.known.stats
+        if k.registers or k.selections or k.thread_lists or k.memory or k.memory_left or k.breakpoints:
+            lines.append(f"answered at stops without the stub: {k.registers} registers, {k.selections} thread "
+                         f"selections, {k.thread_lists} thread lists, {k.memory} memory reads "
+                         f"({k.memory_left} left to the stub), {k.breakpoints} breakpoints removed and put "
+                         "back while stopped")
+        if not self.pacer.no_ack:
+            p = self.pacer
+            lines.append(f"stub without no-ack mode: one packet at a time ({p.held_total} waited for a reply); "
+                         f"other threads' stop reports while one was handled: {p.strays}; "
+                         f"bare acks sent while the program ran: {p.kicks}")
+        if self.read_limit.learned:
+            lines.append(f"memory reads: {self.read_limit.learned}")
         if s.shielded:
             lines.append(f"client packets answered E01, not forwarded (the stub could not take them): "
                          f"{s.shielded}; last: {self.shield_last}")

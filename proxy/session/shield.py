@@ -138,15 +138,29 @@ def _thread_ok(text: bytes) -> bool:
     return not (t.pid == -1 and b"." in text)
 
 
+# What gdbserver's symbol look-up (remote-utils.cc, look_up_one_symbol) reads between
+# its `qSymbol:NAME` request and the client's `qSymbol:VALUE:NAME` answer: `m` reads
+# and `v` packets (for vFile). Any other packet is taken as a malformed answer
+# ("Malformed response to qSymbol, ignoring: g"): it gets the next `qSymbol:NAME`
+# for its reply, and every reply after it is one packet late. A `vCont;c` there is
+# run inside the look-up: the program ran to its end while the client waited for a
+# symbol's question (found by sending `qSymbol::` and then another packet).
+_IN_SYMBOL_LOOKUP = (b"qSymbol:", b"m", b"vFile:")
+
+
 def refuse(body: bytes, *, non_stop: bool = False, g_size: int | None = None,
-           non_stop_offered: bool = False, packet_size: int | None = None) -> str | None:
+           non_stop_offered: bool = False, packet_size: int | None = None,
+           symbol_lookup: bool = False) -> str | None:
     """Why the stub must not get this client packet (one line), or None.
 
     `non_stop`: the stub is in non-stop mode (``vCont;t`` is valid then).
     `g_size`: the length in hex characters of the stub's ``g`` reply, when
     seen: a ``G`` of another size is refused. `non_stop_offered`: the client
     was shown QNonStop; otherwise ``QNonStop:1`` would turn the stub to a
-    mode the session does not run."""
+    mode the session does not run. `symbol_lookup`: the stub asked the client
+    for a symbol (`qSymbol:NAME`) and waits for the answer."""
+    if symbol_lookup and not body.startswith(_IN_SYMBOL_LOOKUP):
+        return "the stub waits for the answer to its qSymbol question (it takes only qSymbol:, m and vFile: then)"
     if not body:
         return None
     if b"*" in body:

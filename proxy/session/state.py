@@ -24,16 +24,21 @@ from rsp.packets.resume import Resume, ResumeAction
 from rsp.packets.stop import StopReply
 from rsp.threads import ThreadId
 
-from proxy.identity import UNDECIDED, Identity
+from proxy.arch import X86_64, Arch
+from proxy.host.identity import UNDECIDED, Identity
+from proxy.probes import Probe, ProbeStats
+from proxy.procedure import Exchange, Procedure
 
 from .actions import Action, AfterSend, Close, Notice, ToClient, ToStub, ToStubRaw
 from .breakpoints import BpKey, BreakpointTable
-from .procedure import Exchange, Procedure
-from .probes import Probe, ProbeStats
-from .wire import PC_REGNUM_AMD64
+from .known import StopKnowledge
+from .pacing import Pacer
+from .reads import ReadLimit, read_memory
+from .wire import stop_or_none, z_packet
 
 if TYPE_CHECKING:
     from .core import Session
+    from .stepping import AsyncStepping
     from proxy.capture.base import Residue
 
 
@@ -41,9 +46,10 @@ if TYPE_CHECKING:
 class Waiter:
     """One request in flight to the stub, and who takes its reply."""
 
-    kind: str  # "client", "client-resume", "client-hg" (the selection is taken on OK), "proc", "drop", "write", "reloc" (a relocated instruction's M)
+    kind: str  # "client", "client-resume", "client-hg" (the selection is taken on OK), "client-vcont" (the stub's actions noted), "proc", "drop", "write", "reloc" (a relocated instruction's M)
     resume: bool = False
     request: bytes | None = None  # kept when the capture rewrites replies
+    asks_stop: bool = False  # the request is `?`: its reply is a stop reply
 
 
 @dataclass(slots=True)
@@ -53,8 +59,8 @@ class SessionConfig:
     resolve_probes: Callable[[str | None, int | None], list[Probe]] | None = None
     elf_path: str | None = None
     # Answer `monitor async ...`: (command text, session, read_memory) -> output text.
-    # read_memory(addr, size) returns None for bytes not read yet: the session
-    # reads them from the stub and runs the command again (at most 4 passes).
+    # It runs once (session/reader.py): read_memory(addr, size) asks the stub for what
+    # nothing here holds while the command waits; None: memory the stub cannot read.
     monitor: Callable[[str, "Session", Callable[[int, int], bytes | None]], str] | None = None
     # Serve proxy-owned qXfer objects: (object, annex, session) -> document bytes or None.
     qxfer: Callable[..., bytes | None] | None = None  # (object, annex, session, read)
@@ -77,15 +83,15 @@ class SessionConfig:
     # and decide the register mode from what its reply shows:
     # (qSupported reply) -> (registers_safe, notice).
     classify_stub: Callable[[bytes], tuple[bool, str]] | None = None
-    # The qSupported that asks it (proxy.regsafety.STUB_PROBE_QSUPPORTED).
+    # The qSupported that asks it (proxy.host.regsafety.STUB_PROBE_QSUPPORTED).
     stub_probe: bytes = b"qSupported:multiprocess+;swbreak+"
     # The program's file from its pid when the stub cannot tell (local stubs).
     local_exe: Callable[[int], str | None] | None = None
     # A SIGINT waiting in the kernel for the local process with this host pid
-    # (proxy.procmem.sigint_pending); None: never asked.
+    # (proxy.host.procmem.sigint_pending); None: never asked.
     sigint_pending: Callable[[int], bool] | None = None
     # Is the stub's process this host's? (stub pid, stub auxv, program path) ->
-    # a procedure returning a proxy.identity.Identity (identity.prove). None: never local.
+    # a procedure returning a proxy.host.identity.Identity (identity.prove). None: never local.
     identify: Callable[[int | None, bytes | None, str | None], Generator[Exchange, list[bytes], Any]] | None = None
     # Emulate probed instructions instead of stepping over them (emulate.py).
     emulate: bool = True
@@ -93,11 +99,20 @@ class SessionConfig:
     # lookup, _start's return address), run like a monitor command (its registers through
     # monitor_threads); None: the feature is not composed in.
     task_threads: Callable[..., Any] | None = None
-    # Reads of a proven local program's data memory for one read loop (proxy.reflect.localmem):
+    # Reads of a proven local program's data memory for one read loop (proxy.host.localmem):
     # (session) -> an object with read(addr, size) -> bytes | None and close(), or None
     # (remote, unproven, not readable); None: every read goes through `m`.
     local_memory: Callable[[Any], Any] | None = None
+    # The memory of a proven local program, as the stub's `m` shows it where that is sure
+    # (proxy.host.localmem.open_live): (host pid) -> an object with read(addr, size) ->
+    # bytes | None and close(), or None; None: every `m` goes to the stub (known.py).
+    live_memory: Callable[[int], Any] | None = None
+    # A program of another host: read its /proc/PID/maps through the stub (vFile) at each
+    # reflection, for the runtime adapters (queries._read_remote_maps).
+    remote_maps: bool = False
     clock: Callable[[], float] = time.perf_counter
+    # the clock every capture backend stamps polls with (CLOCK_MONOTONIC): the stops on the timeline
+    stop_clock: Callable[[], int] = time.monotonic_ns
 
 
 _STOP_SERIALS = itertools.count(1)
@@ -136,7 +151,7 @@ class SessionStats:
     shielded: int = 0  # client packets answered E01 by the proxy, never forwarded (shield.py)
     reconnects: int = 0  # clients after the first on a kept stub
     stub_packets: int = 0
-    local_read_bytes: int = 0  # reflection's reads served from /proc/PID/mem, not `m` (reflect/localmem.py)
+    local_read_bytes: int = 0  # reflection's reads served from /proc/PID/mem, not `m` (host/localmem.py)
     probe_stats: ProbeStats = field(default_factory=ProbeStats)
 
 
@@ -149,6 +164,16 @@ class SessionBase:
         self.stats = SessionStats()
         self.probes: dict[int, Probe] = {}  # runtime address -> probe
         self._actions: list[Action] = []
+        self.pacer = Pacer()  # one packet in flight until the stub agrees to no-ack (pacing.py)
+        self.read_limit = ReadLimit()  # the largest `m` the stub takes (reads.py)
+        # threads a proxy step went to that another thread's report answered (hidden.py): their
+        # step's trap, when it comes, is the proxy's, resumed hidden (pacing.py)
+        self._orphan_steps: set[int] = set()
+        # a program of another host: its /proc/PID/maps read through the stub at the last
+        # reflection (queries._read_remote_maps), or why not
+        self.remote_maps: str | None = None
+        self.remote_maps_why: str | None = None
+        self._read_limit_said: str | None = None
         # work a procedure's answer does not wait for (proxy.app: the inventory's cache
         # write), sent after its replies as AfterSend when it ends
         self.after_answer: list[Callable[[], object]] = []
@@ -164,14 +189,16 @@ class SessionBase:
         # what the client believes / asked
         self.client_features: list[Feature] = []
         self.stub_features: list[Feature] = []
+        self.stub_vcont_ops: frozenset[bytes] = frozenset()  # the stub's `vCont?` reply, as the client asked it
         self._packet_size: int | None = None  # the stub's PacketSize (qSupported), for the shield
         self.client_g_thread: bytes | None = None  # raw thread id of the client's last Hg
         # the stub's selected thread as the client believes it: its last Hg, or the
         # thread of the last stop it saw (a stop reply moves it; rule 6)
         self._stub_g: bytes | None = None
-        self.monitor_threads: Callable[[], dict[int, bytes] | None] | None = None
-        self.monitor_missed: Callable[[], bool] | None = None  # during a pass: a read was not answered yet
-        self.monitor_peek: Callable[[int, int], bytes | None] | None = None  # during a pass: read, never ask
+        # while a question reads the stopped program (queries._with_reads): every thread's
+        # registers (read when first asked), and a read that never asks the stub
+        self.monitor_threads: Callable[[], dict[int, bytes]] | None = None
+        self.monitor_peek: Callable[[int, int], bytes | None] | None = None
         self._resume: Resume | None = None  # the client's outstanding resume
         self._interrupt_pending = False
         self._interrupt_forwarded = False
@@ -204,7 +231,10 @@ class SessionBase:
         self._plant_failed: str | None = None
         self._program_exited = False
         self._serve_own_tdesc = False
-        self.pc_regnum = PC_REGNUM_AMD64
+        # the program's CPU (proxy/arch): x86-64 until its ELF says otherwise (set_arch)
+        self.arch: Arch = X86_64
+        self.pc_regnum = X86_64.regnum(X86_64.pc)
+        self.sp_regnum = X86_64.regnum(X86_64.sp)
         self.exec_file: str | None = config.elf_path
         self.load_bias: int | None = None
         self.register_notice = "registers: " + ("safe" if config.registers_safe else "full")
@@ -220,6 +250,7 @@ class SessionBase:
         self._capture_interrupt = False  # our own 0x03 for the capture is in flight
         self._switch_request: tuple[str | None, str | None] | None = None
         self.capture_notice: str | None = None
+        self._fallbacks_said: set[str] = set()  # capture.fallback lines said (each once a session)
         self._entry: int | None = None
         self._emulate = False  # decided from the stub's qSupported reply
         self._no_emulation = False  # this hit's thread is not the stub's selected one (hidden.py)
@@ -240,17 +271,62 @@ class SessionBase:
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
         self._g_asked = False  # the client's `g` is out: its reply gives the stub's register block size
         self._g_size: int | None = None
+        self._qsymbol_asked = False  # the client's qSymbol: is out: its reply may open the stub's symbol look-up
+        self._symbol_lookup: bytes | None = None  # the symbol (hex) the stub asked the client for and waits on
         self.shield_last: str | None = None  # why the last refused client packet was refused
-        self.identity: Identity = UNDECIDED  # the program's host (proxy/identity.py), decided at the first resume
+        self.identity: Identity = UNDECIDED  # the program's host (proxy/host/identity.py), decided at the first resume
+        # what is known of the process: its binary, its snapshot at this stop (proxy.program.Program,
+        # composed in by proxy.app; None: a session answering nothing about tasks)
+        self.program: Any = None
+        # what the stub would answer at this stop, answered here (known.py)
+        self.known = StopKnowledge(open_memory=config.live_memory)
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
         return out
 
     def _emit(self, action: Action) -> None:
-        self._actions.append(action)
+        kind = type(action)
+        if kind is ToStub:
+            self.known.sent(action.body)  # type: ignore[union-attr]
+        elif kind is ToStubRaw:
+            raw = action.raw  # type: ignore[union-attr]
+            self.known.sent(raw[1:-3] if raw[:1] == b"$" else raw)
+        if self.pacer.no_ack:
+            self._actions.append(action)
+        else:
+            self._actions.extend(self.pacer.offer(action))
+
+    def stub_stale(self, body: bytes) -> None:
+        """A packet the link dropped as stale (rsp/connection.py, drop_before_ack): when it is
+        another thread's stop report, that thread is parked in the stub's loop (pacing.py)."""
+        if not self.pacer.no_ack and body[:1] in (b"T", b"S"):
+            self.pacer.strays += 1
+
+    def kick_parked(self) -> None:
+        """The shell's watch: release a thread parked in the stub's loop (pacing.py) when the
+        only request in flight resumes the program (the client's, or a hidden stop's step)."""
+        w = self._waiters
+        if len(w) == 1 and w[0].resume:
+            self._actions.extend(self.pacer.kick())
+
+    def _stray_stop(self, waiter: Waiter, body: bytes) -> bool:
+        """A stop report where the reply to another request was due: a stub that lets every
+        trapping thread report (QEMU 7.2 user mode, pacing.py). Counted as parked, not a reply."""
+        if self.pacer.no_ack or waiter.resume or waiter.asks_stop or body[:1] not in (b"T", b"S"):
+            return False
+        if stop_or_none(body) is None:
+            return False
+        self.pacer.strays += 1
+        return True
+
+    def _stub_answered(self) -> None:
+        """The stub replied: the packets held for it (pacing.py) may go."""
+        if not self.pacer.no_ack:
+            self._actions.extend(self.pacer.answered())
 
     def _to_stub(self, body: bytes, waiter: Waiter) -> None:
+        waiter.asks_stop = body == b"?"
         self._waiters.append(waiter)
         self._emit(ToStub(body))
 
@@ -269,7 +345,8 @@ class SessionBase:
 
     def _forward(self, body: bytes, raw: bytes | None, resume: bool = False) -> None:
         keep = body if self.capture is not None and self.capture.filters_replies else None
-        self._waiters.append(Waiter("client-resume" if resume else "client", resume, keep))
+        self.known.forwarding(body)
+        self._waiters.append(Waiter("client-resume" if resume else "client", resume, keep, body == b"?"))
         self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
         if resume and self._interrupt_pending:
             # The client's Ctrl-C came while a procedure prepared this resume
@@ -288,10 +365,43 @@ class SessionBase:
     def _reply(self, body: bytes) -> None:
         self._emit(ToClient(body))
 
+    def _set_arch(self, arch: Arch) -> None:
+        """The program's CPU: where pc and sp are in its `g` block and stop replies, its
+        breakpoint kind; emulated prologues and the step follower only where they decode it."""
+        self.arch = arch
+        self.pc_regnum = arch.regnum(arch.pc)
+        self.sp_regnum = arch.regnum(arch.sp)
+        if not arch.emulates:
+            self._emulate = False
+            self.stepping.enabled = False
+            self.stepping.refused = arch.unsupported("the step follower")
+
     def _start_proc(self, proc: Procedure) -> None:
         assert self._proc is None, "one procedure at a time"
+        if self.bps.lingering:
+            proc = self._after_lingering(proc)  # the proxy's own traffic: the stub as the client believes it
         self._proc = proc
         self._advance(proc, None)
+
+    def _after_lingering(self, proc: Procedure) -> Procedure:
+        """The client's lingering breakpoints out of the stub (breakpoints.py), then `proc`."""
+        keys = self.bps.take_lingering()
+        replies = yield Exchange(tuple(z_packet(False, k) for k in keys))
+        if any(r != b"OK" for r in replies):
+            self._emit(Notice(f"the stub refused to remove a breakpoint the client removed: {replies!r}"[:200]))
+        return (yield from proc)
+
+    def _proc_dispatch(self, body: bytes, raw: bytes | None, handed_over: bool = False) -> Procedure:
+        """A client request dispatched once the lingering breakpoints are out (`_start_proc`);
+        `handed_over`: the edge (shield, capture, residues) has seen it already."""
+        self._proc = None
+        self._dispatch_client(body, raw, handed_over=handed_over)
+        return
+        yield  # a procedure that asks nothing itself
+
+    def _end_proc(self) -> None:
+        """The running procedure answers now: its replies are the client's, not its own."""
+        self._proc = None
 
     def _step_proc(self, replies: list[bytes]) -> None:
         assert self._proc is not None
@@ -322,6 +432,15 @@ class SessionBase:
             last = i == len(ex.bodies) - 1
             self._to_stub(b, Waiter("proc", resume=ex.resume and last))
 
+    def _read_memory(self, ranges: list[tuple[int, int]]) -> Generator[Exchange, list[bytes], list[bytes | None]]:
+        """The bytes of each range (None: unreadable), read in pieces the stub takes (reads.py)."""
+        out = yield from read_memory(self.read_limit, ranges)
+        learned = self.read_limit.learned
+        if learned is not None and learned != self._read_limit_said:
+            self._read_limit_said = learned
+            self._emit(Notice(learned))
+        return out
+
     def _after_answer(self) -> None:
         for work in self.after_answer:
             self._emit(AfterSend(work))
@@ -345,6 +464,7 @@ class SessionBase:
         return self.target.engine if self.target is not None else None
 
     if TYPE_CHECKING:  # provided by the mixins and core.Session
+        stepping: AsyncStepping
         def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None: ...
         def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
                          pc: int | None = None) -> None: ...

@@ -1,10 +1,13 @@
 """Small pure helpers for the session: packet builders and parsers for the
-few bits of RSP the session core reads itself (gdb's amd64 `g` order, the
-auxiliary vector, resume packets without their signals)."""
+few bits of RSP the session core reads itself (pc and sp from a `g` block in
+the order of the program's architecture, proxy/arch; the auxiliary vector,
+resume packets without their signals)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Generator
+from typing import Literal
 
 from rsp.errors import MalformedPacket
 from rsp.framing import rle_expand, unescape_binary
@@ -15,29 +18,50 @@ from rsp.packets.resume import Resume, ResumeAction
 from rsp.packets.stop import StopReply, parse_stop_reply
 from rsp.threads import ThreadId
 
+from proxy.arch import X86_64, Arch
+
 from .breakpoints import BpKey
 
-PC_REGNUM_AMD64 = 16
-RSP_REGNUM_AMD64 = 7
+PC_REGNUM_AMD64 = X86_64.regnum(X86_64.pc)
+RSP_REGNUM_AMD64 = X86_64.regnum(X86_64.sp)
 SIGINT = 2
 SIGSTOP = 0x13  # Linux SIGSTOP (19)
 SIGTRAP = 5
 
 
-def pc_from_g(reply: bytes) -> int | None:
-    """rip from an x86-64 `g` block in gdb's order (16 GPRs, then rip)."""
-    data = memory_bytes(reply.replace(b"xx", b"00"))
-    if data is None or len(data) < 136:
-        return None
-    return int.from_bytes(data[128:136], "little")
+def _g_data(reply: bytes) -> bytes | None:
+    # gdbserver marks registers it cannot read as "xx": read them as zeros
+    return memory_bytes(reply.replace(b"xx", b"00"))
 
 
-def stopped_pc_from_g(reply: bytes) -> int | None:
-    """rip from a `g` block, or None when the stub marks it unavailable
+def pc_from_g(reply: bytes, arch: Arch = X86_64) -> int | None:
+    """The pc from a `g` block in ``arch``'s order (x86-64: rip after the 16 GPRs, byte 128;
+    AArch64: pc after x0-x30 and sp, byte 256)."""
+    data = _g_data(reply)
+    return arch.read_g(data, arch.pc) if data is not None else None
+
+
+def expedite_from_g(sr: StopReply, reply: bytes, arch: Arch = X86_64) -> StopReply:
+    """``sr`` with pc and sp filled in from the thread's `g` block where the stop reply did not
+    carry them: QEMU's gdbstub expedites no register (``T05thread:p01.5ef3;``), and the capture
+    reads sp (a poll's frame) and pc from the stop. The reply's wire form is not changed."""
+    data = _g_data(reply)
+    if data is None or arch.read_g(data, arch.pc) is None:
+        return sr
+    regs = dict(sr.registers)
+    for name in (arch.pc, arch.sp):
+        at = arch.g_offset(name)
+        regs.setdefault(arch.regnum(name), data[at:at + 8].hex().encode())
+    return dataclasses.replace(sr, registers=regs)
+
+
+def stopped_pc_from_g(reply: bytes, arch: Arch = X86_64) -> int | None:
+    """The pc from a `g` block, or None when the stub marks it unavailable
     (`xx`: gdbserver's answer for a thread that runs, in non-stop mode)."""
-    if reply[256:272].count(b"x"):
+    at = 2 * arch.g_offset(arch.pc)
+    if reply[at:at + 16].count(b"x"):
         return None
-    return pc_from_g(reply)
+    return pc_from_g(reply, arch)
 
 
 def stop_or_none(body: bytes) -> StopReply | None:
@@ -139,19 +163,6 @@ def auxv_entry(reply: bytes) -> int | None:
 
 
 
-def sigint_in_status(text: str) -> bool:
-    """A SIGINT waits in a /proc/PID/status (ShdPnd: the process's shared
-    pending set; SigPnd: the thread's; SIGINT is bit 1)."""
-    for line in text.splitlines():
-        if line.startswith(("ShdPnd:", "SigPnd:")):
-            try:
-                if int(line.split()[1], 16) & (1 << (SIGINT - 1)):
-                    return True
-            except (IndexError, ValueError):
-                continue
-    return False
-
-
 def stub_file(path: bytes, size: int = 0x1000) -> Generator[tuple[bytes, ...], list[bytes], bytes | None]:
     """The first `size` bytes of a file on the stub's host (vFile:open, pread,
     close), as steps: each yield is the packets to send at once, answered
@@ -164,6 +175,28 @@ def stub_file(path: bytes, size: int = 0x1000) -> Generator[tuple[bytes, ...], l
     read, _ = yield (b"vFile:pread:%x,%x,0" % (got[0], size), b"vFile:close:%x" % got[0])
     data = vfile_reply(read)
     return data[1] if data is not None else None
+
+
+def stub_file_whole(path: bytes, limit: int = 1 << 20
+                    ) -> Generator[tuple[bytes, ...], list[bytes], bytes | Literal[False] | None]:
+    """A whole file on the stub's host (a /proc file's size is 0: read until a read comes back
+    empty), as ``stub_file``'s steps; None when it cannot be opened, False when the stub
+    knows no vFile (an empty reply: QEMU), ``limit`` bytes at most."""
+    (opened,) = yield (b"vFile:open:" + path.hex().encode() + b",0,0",)
+    if opened == b"":
+        return False
+    got = vfile_reply(opened)
+    if got is None:
+        return None
+    fd, out = got[0], bytearray()
+    while len(out) < limit:
+        (read,) = yield (b"vFile:pread:%x,%x,%x" % (fd, 0x3000, len(out)),)
+        data = vfile_reply(read)
+        if data is None or not data[1]:
+            break
+        out += data[1]
+    yield (b"vFile:close:%x" % fd,)
+    return bytes(out)
 
 
 def vfile_reply(reply: bytes) -> tuple[int, bytes] | None:

@@ -285,7 +285,7 @@ def _held(pid: int) -> bool:
     """The program is stopped by its tracer and stays so: a SIGINT waits in
     the kernel (the 0x03's, or the keeper's own) and every thread is in a
     tracing stop. A running thread would take the SIGINT at once."""
-    from proxy.capture.procmem import sigint_pending  # here only: the keeper starts with every session
+    from proxy.host.procmem import sigint_pending  # here only: the keeper starts with every session
 
     try:
         if not sigint_pending(pid):
@@ -330,13 +330,14 @@ def _sigint_waiting(wire: _Wire, pid: int | None, stub_pid: int | None) -> bool:
     (`scripts/fault-campaign --victims proxy --backends breakpoints
     --proxy-arg=--remote`)."""
     if pid:
-        from proxy.capture.procmem import sigint_pending  # here only: the keeper starts with every session
+        from proxy.host.procmem import sigint_pending  # here only: the keeper starts with every session
 
         try:
             return sigint_pending(pid)
         except OSError:
             return False
-    from proxy.session.wire import sigint_in_status, stub_file
+    from proxy.host.procmem import sigint_in_status
+    from proxy.session.wire import stub_file
     from rsp.errors import MalformedPacket
     from rsp.framing import rle_expand
 

@@ -41,6 +41,7 @@ _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError)
 LEAVE_TIMEOUT = 5.0  # seconds to take probes out after the client left
 CAPTURE_TICK = 0.05  # how often the capture is asked whether it needs a hidden stop
 CAPTURE_BATCH = 0.002  # after a wakeup, gather more events before reading them
+STUB_WATCH = 0.1  # a stub that acknowledges: how often its link is looked after (_stub_watch)
 WINDOW_MS = 1  # the poll window: how long a pump waits outside trio for the next packet
 WINDOW_SPAN = 0.02  # seconds outside trio at most (< CAPTURE_TICK), before the pumps wait in trio again
 # Young-generation threshold while a capture folds events (Python's default: 700).
@@ -202,6 +203,7 @@ class Link:
         self._window_capture_fd: int | None = None
         self.close_reason = ""
         self.client_gone = False
+        self._stub_heard = 0.0  # monotonic time of the stub's last bytes
         self._window: select.poll | None = None
         self._sides: dict[int, tuple[str, Connection]] = {}
         fds = (_socket_fd(client), _socket_fd(stub))
@@ -216,6 +218,7 @@ class Link:
             nursery.start_soon(self._pump, "client", self.client, self.cconn)
             nursery.start_soon(self._pump, "stub", self.stub, self.sconn)
             nursery.start_soon(self._capture_loop)
+            nursery.start_soon(self._stub_watch)
             await self.closed.wait()
             nursery.cancel_scope.cancel()
         return self.close_reason
@@ -241,6 +244,8 @@ class Link:
         """Bytes from one side: each of their packets to the session, each
         followed by what it sends in answer. False: the link broke."""
         self.log.write("c>" if side == "client" else "s>", data)
+        if side == "stub":
+            self._stub_heard = time.monotonic()
         try:
             conn.feed(data)
             # One event at a time, each followed by what the session sends in
@@ -300,6 +305,7 @@ class Link:
         elif isinstance(ev, StalePacket):
             # gdb's rule for a packet received instead of an ack (rsp/connection.py)
             self.log.write("s!", b"stale, acknowledged and ignored: " + ev.raw)
+            self.session.stub_stale(ev.body)
         elif side == "client":
             if isinstance(ev, Packet):
                 self.session.client_packet(ev.body, ev.raw)
@@ -309,6 +315,21 @@ class Link:
             self.session.stub_packet(ev.body, ev.raw)
         elif isinstance(ev, Notification):
             self.session.stub_notification(ev.body, ev.raw)
+
+    async def _stub_watch(self) -> None:
+        """Look after a stub that acknowledges packets (never agreed to no-ack mode; the watch
+        ends when it does): resend our packet a parked thread of QEMU's user-mode stub ate
+        (rsp/connection.py lost_to_stale) once the stub is quiet, and release its parked
+        threads while the program runs (proxy/session/pacing.py), a byte a tick."""
+        while not self.closed.is_set():
+            await trio.sleep(STUB_WATCH)
+            if self.sconn.no_ack:
+                return
+            if self.sconn.lost_to_stale() and time.monotonic() - self._stub_heard >= STUB_WATCH:
+                self.log.write("s!", b"our packet was taken for acks (stale reports): sent again")
+                self.sconn.retransmit()
+            self.session.kick_parked()
+            await self._flush()
 
     async def _capture_loop(self) -> None:
         """Drive the capture while the program runs: fold a continuous
@@ -402,6 +423,8 @@ class Link:
             elif isinstance(action, ToStubRaw):
                 if action.raw == b"\x03":
                     self.sconn.send_interrupt()
+                elif action.raw == b"+":  # a parked thread's release (pacing.py): no packet
+                    self.sconn.send_ack()
                 else:
                     self.sconn.send_raw(action.raw)
             elif isinstance(action, ToClient):

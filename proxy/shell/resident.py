@@ -31,7 +31,7 @@ import select
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # What a session imports, loaded once by the resident (what a session
 # imports later, e.g. the DWARF reader for a Rust program, is loaded by
@@ -186,7 +186,9 @@ def client_main(path: str, argv: Sequence[str]) -> int:
 
 # -- the resident ---------------------------------------------------------------------------
 
-def preload() -> None:
+def preload(prepare: Callable[[], object] = lambda: None) -> None:
+    """Import what every session imports; ``prepare``: what else to make once (the command
+    line's parser, built once for every session)."""
     import gc
     import importlib
 
@@ -195,9 +197,7 @@ def preload() -> None:
         for name in PRELOAD:
             importlib.import_module(name)
         _warm_uprobes()
-        import proxy.cli
-
-        proxy.cli._parser()  # the command line's parser, built once for every session
+        prepare()
     finally:
         gc.freeze()  # the children share these pages: no collection touches them
         gc.enable()
@@ -242,7 +242,7 @@ def bind(path: str) -> socket.socket:
     return srv
 
 
-def serve_resident(srv: socket.socket) -> int:
+def serve_resident(srv: socket.socket, main: Callable[[list[str]], int]) -> int:
     """Accept requests until SIGTERM/SIGINT; fork a session for each, and
     send each caller its session's exit status when it ends. The sessions
     running then go on."""
@@ -270,7 +270,7 @@ def serve_resident(srv: socket.socket) -> int:
                     conn, _ = srv.accept()
                 except OSError:
                     continue
-                pid = _start(conn, srv, r, w, waiting)
+                pid = _start(conn, srv, r, w, waiting, main)
                 if pid:
                     waiting[pid] = conn
                 else:
@@ -302,7 +302,8 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _start(conn: socket.socket, srv: socket.socket, r: int, w: int, waiting: dict[int, socket.socket]) -> int:
+def _start(conn: socket.socket, srv: socket.socket, r: int, w: int, waiting: dict[int, socket.socket],
+           main: Callable[[list[str]], int]) -> int:
     """Read one request and fork its session; the session's pid (0: refused)."""
     conn.settimeout(5)  # a caller that connects and says nothing does not hold the resident
     fds: list[int] = []
@@ -343,8 +344,6 @@ def _start(conn: socket.socket, srv: socket.socket, r: int, w: int, waiting: dic
         try:
             _become(fds, targets, req, keep=(srv, conn, *waiting.values()), pipe=(r, w))
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
-            from proxy.cli import main
-
             code = main(argv)
         except SystemExit as exc:  # argparse's errors and --help
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
@@ -409,18 +408,19 @@ def _dup_high(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 256)
 
 
-def resident_main(path: str) -> int:
-    """`asyncrsp resident --socket PATH`."""
+def resident_main(path: str, main: Callable[[list[str]], int], prepare: Callable[[], object]) -> int:
+    """`asyncrsp resident --socket PATH`: ``main`` runs each session's command line (the
+    CLI's), ``prepare`` is made once before the first (its parser)."""
     try:
         srv = bind(path)
     except ResidentError as err:
         print(f"asyncrsp: {err}", file=sys.stderr)
         return 2
     try:
-        preload()
+        preload(prepare)
         print(f"asyncrsp: resident on {path} (pid {os.getpid()}): `asyncrsp serve --resident {path} ...` "
               "runs its session here", file=sys.stderr, flush=True)
-        return serve_resident(srv)
+        return serve_resident(srv, main)
     finally:
         srv.close()
         try:

@@ -53,9 +53,7 @@ Where each part lives: ``inputs`` (what a build is given, what it gathers),
 history edges), ``merge`` (rules 1-7 on memory, stacks and pcs), ``convert`` (the
 frozen values of one task), ``waits`` (the wait-for graph); this module runs
 them in order. At scale (100,000 tasks) the costs are one walk per task and
-one conversion per node: every per-layout fact is made once (``plans``), and
-a pass of the session's read loop that still misses memory stops before any
-task is walked. The rules run once, here, for every task (the task list needs
+one conversion per node: every per-layout fact is made once (``plans``). The rules run once, here, for every task (the task list needs
 them: rule 3 decides what is a task, rule 7 what is gone); what a command asks
 of a task beyond its identity, name and state (its tree, its logical stack,
 the wait-for graph) is made from their result when first asked, and kept: the
@@ -69,16 +67,19 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from proxy.reflect.memory import ReadMemory
+from proxy.analysis.model import SourceLoc
+from proxy.reflect.memory import Budget, ReadMemory
 
 from .convert import Convert
 from .engine_view import EngineView
 from .inputs import EarlierStops, SnapshotInputs
+from .locals import locals_of
 from .merge import Merge
-from .model import FutureNode, Hold, Snapshot, Task, Wait, WaitGraph
+from .model import FutureNode, Hold, Locals, Snapshot, Task, Wait, WaitGraph
+from .timing import StopTiming
 from .waits import wait_graph
 
-__all__ = ["EarlierStops", "SnapshotInputs", "build_snapshot", "paused_gc"]
+__all__ = ["Budget", "EarlierStops", "SnapshotInputs", "build_snapshot", "paused_gc"]
 
 
 @contextmanager
@@ -119,10 +120,6 @@ class _Builder(EngineView, Merge, Convert):
             trees = self._memory_trees()
         else:
             trees = self._engine_trees()
-        if self.inp.missed is not None and self.inp.missed():
-            # memory this pass asked for is not read yet: the caller reads it and builds again;
-            # the tasks, their names and the wait-for graph are made in the pass that has it all
-            return Snapshot(stop=stop, tasks=(), notes=tuple(self.notes), complete=False)
         tasks = [self._task(root, node) for root, node in trees]
         tasks += self._finished_roots({t.id for t in tasks})
         tasks.sort(key=lambda t: (not t.live, t.id))
@@ -155,7 +152,7 @@ class _Builder(EngineView, Merge, Convert):
 
     def graph(self) -> tuple[WaitGraph, dict[int, tuple[tuple[Hold, ...], tuple[Wait, ...]]]]:
         """The wait-for graph of the snapshot's tasks (``waits.wait_graph``), kept once every
-        read it made was answered; else made again in the next pass (after ``bind``)."""
+        read it made was answered; else made again for the next question (after ``bind``)."""
         got = self._graph
         if got is not None and (got[2] or got[3] is self._bound):
             return got[0], got[1]
@@ -175,8 +172,40 @@ class _Builder(EngineView, Merge, Convert):
                     out.setdefault(n.id, (t.id, n))
         return out
 
+    def timing(self) -> StopTiming | None:
+        return StopTiming(self.engine) if self.engine is not None else None
+
+    def locals_of(self, node: FutureNode) -> Locals:
+        return locals_of(node, self.inv, self.engine, self._bound)
+
+    def thread_stack(self, tid: int) -> tuple[tuple[str, SourceLoc | None, tuple[int, str]], ...]:
+        """The coroutines on thread ``tid``'s own stack (its unwound frames, not the observed
+        polls), innermost first, each at its line: each resume frame's coroutine and, in
+        optimised builds, the ones inlined into it (release: leaf and middle inside outer's
+        resume); with the coroutine's key (address, type)."""
+        out: list[tuple[str, SourceLoc | None, tuple[int, str]]] = []
+        for key in self.stack_chains.get(tid, ()):
+            if key is not None:
+                out += [(name, loc, key) for name, loc in self._frame_coroutines(key)]
+        return tuple(out)
+
+    def _frame_coroutines(self, key: tuple[int, str]) -> list[tuple[str, SourceLoc | None]]:
+        from proxy.reflect.tree import norm
+        from proxy.reflect.walker import coroutine_path
+
+        pc = self.chain_pcs.get(key)
+        frames_at = self.inp.frames_at
+        if pc is None or frames_at is None:
+            return [(coroutine_path(key[1]), None)]
+        try:
+            frames = frames_at(pc)
+        except Exception:  # noqa: BLE001 - a line table we cannot read: the name alone
+            return [(coroutine_path(key[1]), None)]
+        out = [(norm(f.function), f.loc) for f in frames if "{" in f.function and " as " not in f.function]
+        return out or [(coroutine_path(key[1]), frames[-1].loc if frames else None)]
+
     def bind(self, read: ReadMemory | None) -> None:
-        """Later command passes at the same stop read through their own ``read``."""
+        """Later questions at the same stop read through their own ``read``."""
         if self.r is not None and read is not None:
             self.r.mem.rebind(read)
         self._bound = read

@@ -51,18 +51,16 @@ class SnapshotInputs:
     ids: TaskIds = field(default_factory=TaskIds)
     notes: tuple[str, ...] = ()
     memory: bool = True  # False: no memory reads at all (the tree is the engine's edges)
-    source: Any = None  # the ReflectSource it came from: told what the stacks showed (stack_chains...)
-    missed: Callable[[], bool] | None = None  # the caller's: a read of this pass was not answered yet
 
     @classmethod
     def from_source(cls, src: Any, **kw: Any) -> SnapshotInputs:
-        """From a ``proxy.reflect.ReflectSource`` (inventory, bias, helpers, earlier stops)."""
+        """From a ``proxy.reflect.ReflectSource`` (inventory, bias, helpers); the program's
+        earlier stops and ids come in ``kw``."""
         adapters = [src.discover] if getattr(src, "discover", None) is not None else []
         notes = (src.note,) if getattr(src, "note", None) else ()
         return cls(inventory=src.inventory, bias=src.bias, frames_at=src.frames_at, symbol_at=src.symbol_at,
                    stacks=src.stacks, adapters=adapters, now_ns=src.now_ns() if src.now_ns else None,
-                   earlier=EarlierStops(src.seen, src.seen_status), ids=src.ids,
-                   notes=notes + tuple(kw.pop("notes", ())), source=src, **kw)
+                   notes=notes + tuple(kw.pop("notes", ())), **kw)
 
 
 
@@ -77,13 +75,13 @@ class BuildState:
         self.r: Reflector | None = None
         if read is not None and self.inv is not None and inp.memory and self.inv.layouts:
             self.r = Reflector(self.inv, inp.bias, BlockReader(read), now_ns=inp.now_ns, symbol_at=inp.symbol_at)
-            self.r.pending = inp.missed
         self.engine_ids: dict[Key, int] = {}  # unfinished engine tasks by key
         self.finished_keys: set[Key] = set()
         self.stack_keys: dict[Key, int] = {}  # futures found on a thread's stack -> the thread
         self.engine_fns: dict[Key, tuple[int, int]] = {}  # observed coroutine -> its resume fn (link-time)
         self.chains: dict[int, list[Key | None]] = {}  # LWP -> running coroutines, innermost first
-        self.chain_pcs: dict[Key, int] = {}
+        self.chain_pcs: dict[Key, int] = {}  # a coroutine on a thread's stack -> its frame's pc (link-time)
+        self.stack_chains: dict[int, list[Key | None]] = {}  # LWP -> the stack's own chain (StackFinder.chains)
         self.running: dict[int, int] = {}  # id(Node) -> thread
         self._pcf: list[list[SrcFrame]] | None = None
         self.frame_pcs: dict[int, list[int]] = {}  # LWP -> every unwound frame's link-time pc

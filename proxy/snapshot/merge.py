@@ -46,8 +46,6 @@ class Merge(BuildState):
                 have = roots.setdefault((root.addr, root.type_name), root)
                 if have is not root and root.label and not have.label:  # on a stack, and the runtime's task
                     roots[root.addr, root.type_name] = replace(have, label=root.label)
-        if self.inp.missed is not None and self.inp.missed():
-            return []  # finding the tasks needs memory not read yet: walking them now is wasted
         for key in self.finished_keys:  # rule 8
             if key not in roots:
                 earlier.seen.pop(key, None)
@@ -145,10 +143,7 @@ class Merge(BuildState):
                 self.chains[tid] = list(chain)
         self.chain_pcs = dict(finder.chain_pcs)
         self.frame_pcs = dict(getattr(finder, "frame_pcs", {}))
-        src = self.inp.source
-        if src is not None:
-            src.stack_notes, src.stack_chains, src.chain_pcs = list(finder.notes), dict(finder.chains), \
-                dict(finder.chain_pcs)
+        self.stack_chains = dict(finder.chains)
         for tid, chain in self.chains.items():  # an observed scope whose poll is on no frame: stale
             pcs = self.frame_pcs.get(tid)
             if pcs:
@@ -174,7 +169,10 @@ class Merge(BuildState):
                         continue
                     trees.append((Root(key[0], key[1], "", "stack", tid, header=f"running on thread {tid}"), node))
                 if prev_node is None:
-                    pass  # the innermost poller on the chain: the pc says what runs below it (rule 5)
+                    # the innermost poller on the chain: the pc says what runs below it (rule 5);
+                    # its line is where its own frame is now (a sync fn it called: tokio's tinydb
+                    # stopped in handle_request showed its block's first line, not the call's)
+                    node.loc = self._own_frame_line(key) or node.loc
                 elif not any(n is prev_node for n in node.iter()):
                     loc = node.loc if node.status == "pending" else None
                     node.children = [prev_node]
@@ -283,6 +281,16 @@ class Merge(BuildState):
                 return loc
         return found[0] if found else None
 
+    def _own_frame_line(self, key: Key) -> SourceLoc | None:
+        """The line a coroutine's own resume frame is at (the call out of it), in its own source
+        file: the innermost frame inlined at that pc that is of that file."""
+        pc = self.chain_pcs.get(key)
+        home = _home_file(self.inv, key[1])
+        if pc is None or home is None:
+            return None
+        own = [f.loc for f in self._frames(pc) if f.loc is not None and f.loc.file == home]
+        return own[-1] if own else None
+
     def _frames(self, link_pc: int) -> list[SrcFrame]:
         if self.inp.frames_at is None:
             return []
@@ -296,7 +304,7 @@ class Merge(BuildState):
         if got is None:
             pcs = dict(self.inp.pcs)
             for tid, regs in self.inp.threads.items():
-                pcs.setdefault(tid, regs.get("rip", 0))
+                pcs.setdefault(tid, regs.get("rip", regs.get("pc", 0)))  # x86-64's name, AArch64's
             got = [self._frames(pc - self.inp.bias) for pc in pcs.values() if pc > self.inp.bias]
             for tid, link_pcs in self.frame_pcs.items():  # the outer frames too: an inlined poller
                 got += [self._frames(pc) for pc in link_pcs[1:]]
@@ -338,12 +346,20 @@ class Merge(BuildState):
         whose pc is known (the stop's, and every thread's registers when read)."""
         pcs = dict(self.inp.pcs)
         for tid, regs in self.inp.threads.items():
-            pcs.setdefault(tid, regs.get("rip", 0))
+            pcs.setdefault(tid, regs.get("rip", regs.get("pc", 0)))  # x86-64's name, AArch64's
         out = []
         for tid, pc in pcs.items():
             if pc <= self.inp.bias:
                 continue
             run = running_from_frames(tid, self._frames(pc - self.inp.bias), None)
+            if run is None:
+                # the thread is in a sync function (a breakpoint in it): what runs is at the call
+                # in the innermost resume frame, with the coroutines inlined there (release:
+                # axum's chat stopped in check_username showed websocket, inlined into
+                # on_upgrade's block, at its old `.await` 79, not running the call at 82)
+                inner = next((k for k in self.chains.get(tid, []) if k is not None), None)
+                call = self.chain_pcs.get(inner) if inner is not None else None
+                run = running_from_frames(tid, self._frames(call), None) if call is not None else None
             if run is not None:
                 out.append((tid, run))
         return out

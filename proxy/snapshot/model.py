@@ -130,6 +130,12 @@ class TaskParts(Protocol):
 
     def coroutines(self) -> Mapping[int, tuple[int, FutureNode]]: ...
 
+    def thread_stack(self, tid: int) -> tuple[tuple[str, SourceLoc | None, tuple[int, str]], ...]: ...
+
+    def timing(self) -> Any: ...
+
+    def locals_of(self, node: FutureNode) -> Locals: ...
+
 
 class Task:
     """One task of the stop. Its identity, name and state are made with the snapshot; its tree,
@@ -249,6 +255,29 @@ _TASK_VALUES = ("id", "addr", "type_name", "name", "state", "stats", "found_by",
 
 
 @dataclass(frozen=True, slots=True)
+class Local:
+    """A local live across an ``.await``, its value decoded from memory at this stop."""
+
+    name: str
+    type_name: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.type_name} = {self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class Locals:
+    """The locals of a coroutine at its suspend point (``state``: the layout's name of it)."""
+
+    state: str
+    loc: SourceLoc | None
+    values: tuple[Local, ...]
+    suspended: bool = True  # False: no suspend point (``why`` says its state): nothing is live
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class HistoryEdge:
     """An await edge the poll observation saw (pending, completed or dropped)."""
 
@@ -302,14 +331,32 @@ class Snapshot:
         return got
 
     def bind(self, read: Any) -> None:
-        """The command pass now asking: what is made on demand reads memory through ``read``
-        (the session's read of this pass; None: not read yet, it reads and asks again)."""
+        """The question now asking: what is made on demand reads memory through ``read``
+        (the session's read for this question)."""
         bind = getattr(self._parts, "bind", None)
         if bind is not None:
             bind(read)
 
     def live(self) -> list[Task]:
         return [t for t in self.tasks if t.live]
+
+    @property
+    def timing(self) -> Any:
+        """The observed tasks' poll timing at this stop (proxy.snapshot.timing.StopTiming; None:
+        nothing observes the program)."""
+        return self._parts.timing() if self._parts is not None else None
+
+    def locals_of(self, node: FutureNode) -> Locals:
+        """The locals live at ``node``'s suspend point, with their values read at this stop
+        (raises ``LookupError`` saying why there are none to show)."""
+        if self._parts is None:
+            raise LookupError("memory cannot be read in this session")
+        return self._parts.locals_of(node)
+
+    def thread_stack(self, tid: int) -> tuple[tuple[str, SourceLoc | None, tuple[int, str]], ...]:
+        """The coroutines on thread ``tid``'s own stack, innermost first: (name, line, (address,
+        type)) (a crashed thread's async backtrace: ``asyncrsp ps``)."""
+        return self._parts.thread_stack(tid) if self._parts is not None else ()
 
     def on_thread(self, tid: int) -> Task | None:
         task = self.threads.get(tid)

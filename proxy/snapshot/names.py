@@ -50,7 +50,27 @@ def display_name(name: str, line: int | None = None) -> str:
 
 def layout_name(inv: Inventory | None, layout: str) -> str:
     lay = inv.layouts.get(layout) if inv is not None else None
-    return display_name(layout, _start_line(lay))
+    return display_name(_outer_blocks(inv, layout), _start_line(lay))
+
+
+_OUTER_BLOCK = re.compile(r"::\{async_block#(\d+)\}(?=::)")
+
+
+def _outer_blocks(inv: Inventory | None, layout: str) -> str:
+    """A block inside a block: the outer one by its line too. rustc names a block's state
+    machine inside another block ``main::{async_block#0}::{async_block_env#1}`` (the outer
+    one's resume function), and a reader knows the outer one (``#[tokio::main]``'s body,
+    ``smol::block_on(async { ... })``) by its line: ``main::{async_block@33}::{async_block@60}``.
+    The outer one's line is its own layout's (``main::{async_block_env#0}``) first state's."""
+    if inv is None or "{async_block#" not in layout:
+        return layout
+    out, last = [], 0
+    for m in _OUTER_BLOCK.finditer(layout):
+        line = _start_line(inv.layouts.get(f"{layout[:m.start()]}::{{async_block_env#{m.group(1)}}}"))
+        if line is not None:
+            out += [layout[last:m.start()], f"::{{async_block@{line}}}"]
+            last = m.end()
+    return "".join(out) + layout[last:]
 
 
 def _start_line(lay: Layout | None) -> int | None:
@@ -85,19 +105,38 @@ def user_line(inv: Inventory | None, layout: str, loc: SourceLoc | None) -> Sour
     lay = inv.layouts.get(layout) if inv is not None else None
     if lay is None or loc is None:
         return loc
-    first, last = lay.state(0), lay.state(1)
+    first = lay.state(0)
     if first is None or first.loc is None or loc.file == first.loc.file:
         return loc
     # tokio's join.rs -> join!; futures-util's async_await/join_mod.rs and select_mod.rs -> join!, select!
     macro = loc.file.rsplit("/", 1)[-1].removesuffix(".rs").removesuffix("_mod")
-    end = last.loc.line if last is not None and last.loc is not None and last.loc.file == first.loc.file \
-        else first.loc.line + 2000
     text = _source(first.loc.file)
     if text is None:
         return loc
-    hits = [i + 1 for i in range(first.loc.line - 1, min(end, len(text)))
+    hits = [i + 1 for i in range(first.loc.line - 1, min(_body_end(lay, text), len(text)))
             if any(m.group(1) == macro or m.group(1).endswith("_" + macro) for m in _MACRO_CALL.finditer(text[i]))]
     return SourceLoc(first.loc.file, hits[0]) if len(hits) == 1 else loc
+
+
+_FN_ITEM = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s")
+
+
+def _body_end(lay: Layout, text: list[str]) -> int:
+    """The last line of a coroutine's body in its own file: its Returned variant's line (the
+    closing brace). A block a proc macro made (``#[tokio::main]``'s body, ``#[instrument]``'s)
+    has every variant at the attribute's line: then up to the next fn item after its last
+    `.await` of its own file (tokio's graceful-shutdown: main's select! at 43, not the one of
+    handle_connection at 78 too)."""
+    first, last = lay.state(0), lay.state(1)
+    assert first is not None and first.loc is not None
+    if last is not None and last.loc is not None and last.loc.file == first.loc.file and last.loc.line > first.loc.line:
+        return last.loc.line
+    own = [st.loc.line for st in lay.states if st.loc is not None and st.loc.file == first.loc.file]
+    start = max([first.loc.line, *own])
+    for i in range(start, min(start + 2000, len(text))):
+        if _FN_ITEM.match(text[i]):
+            return i  # the line before the next fn (1-based i is that fn's line)
+    return start + 2000
 
 
 def _source(path: str) -> list[str] | None:

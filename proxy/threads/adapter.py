@@ -133,9 +133,11 @@ def task_frames(coroutines: list[tuple[str, int, int, str]], points: SuspendPoin
     return tuple(frames)
 
 
-def from_snapshot(snapshot: Any, points: SuspendPoints, bias: int) -> list[TaskThread]:
+def from_snapshot(snapshot: Any, points: SuspendPoints, bias: int,
+                  spawned: Callable[[Any], str] | None = None) -> list[TaskThread]:
     """The live tasks of a ``proxy.snapshot.Snapshot`` (the one model of tasks, states and
-    logical stacks) as task threads: the same names, states and stacks every command prints."""
+    logical stacks) as task threads: the same names, states and stacks every command prints.
+    ``spawned``: a task's spawning line ("-": none known; proxy.origins), after its state."""
     holders = {h.resource.addr: h.task for h in getattr(snapshot.waits, "holds", ())}
     out = []
     for t in snapshot.live():
@@ -159,6 +161,9 @@ def from_snapshot(snapshot: Any, points: SuspendPoints, bias: int) -> list[TaskT
             leaf = next((n for n in t.tree.iter() if n.kind == "leaf"), None) if t.tree is not None else None
             if leaf is not None:
                 extra += f", {leaf.name}" + (f": {leaf.detail}" if leaf.detail else "")
+        at = spawned(t) if spawned is not None else "-"
+        if at != "-":
+            extra += f", spawned at {at.rsplit('/', 1)[-1]}"  # the file's name, as the state's
         coroutines = [(f.type_name, f.state_value, f.addr, f.name) for f in t.stack if f.state_value is not None]
         frames = () if running is not None else task_frames(coroutines, points, bias)
         out.append(TaskThread((t.addr, t.type_name), f"task {t.label} {t.name}", extra, frames, running))
@@ -179,11 +184,13 @@ class TaskSource:
                        if self.shapes is not None else None)
         self.end_ra = _outermost_return(finder, src.bias) if finder is not None else 0
 
-    def from_snapshot(self, snapshot: Any) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None, int]:
+    def from_snapshot(self, snapshot: Any, spawned: Callable[[Any], str] | None = None,
+                      ) -> tuple[list[TaskThread], Callable[[int, bool], Any] | None, int]:
         if self.points is None or self.shapes is None:
             return [], None, 0
         shapes, bias = self.shapes, self.src.bias
-        return from_snapshot(snapshot, self.points, bias), lambda pc, outer: shapes.shape(pc - bias), self.end_ra
+        return (from_snapshot(snapshot, self.points, bias, spawned), lambda pc, outer: shapes.shape(pc - bias),
+                self.end_ra)
 
 
 def _outermost_return(finder: Any, bias: int) -> int:

@@ -1,6 +1,6 @@
 """A small RSP relay for tests and fixture capture, built on `rsp.Connection`.
 
-    python tests/rsp/relay.py LISTEN_PORT STUB_PORT LOGFILE   (LISTEN_PORT 0: any; printed) [--strip-xml-registers]
+    python -m tests.rsp.relay LISTEN_PORT STUB_PORT LOGFILE   (LISTEN_PORT 0: any; printed) [--strip-xml-registers]
                               [--serve-features DIR]
 
 It accepts one client, connects to a stub on localhost, and forwards
@@ -27,8 +27,6 @@ import selectors
 import socket
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rsp.connection import Connection  # noqa: E402
 from rsp.packets.qsupported import (  # noqa: E402

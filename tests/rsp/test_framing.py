@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from rsp_testutil import wire
+from tests.rsp.rsp_testutil import wire
 from hypothesis import given
 from hypothesis import strategies as st
 

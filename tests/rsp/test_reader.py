@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rsp_testutil import framed, wire
+from tests.rsp.rsp_testutil import framed, wire
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rsp_testutil import wire
+from tests.rsp.rsp_testutil import wire
 
 from rsp.framing import hex_decode, rle_expand
 from rsp.packets.stop import parse_stop_reply

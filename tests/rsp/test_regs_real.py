@@ -62,9 +62,9 @@ def relay_port(program: Path) -> Iterator[int]:
     try:
         stub_port = _port_from(stub, r"Listening on port (\d+)")
         relay = subprocess.Popen(
-            [sys.executable, str(HERE / "relay.py"), "0", str(stub_port), str(program / "log.jsonl"),
+            [sys.executable, "-m", "tests.rsp.relay", "0", str(stub_port), str(program / "log.jsonl"),
              "--strip-xml-registers", "--serve-features", str(program / "features")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=HERE.resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         yield _port_from(relay, r"listening (\d+)")
     finally:
         for proc in (relay, stub):

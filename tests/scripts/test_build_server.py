@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "build_server", Path(__file__).resolve().parents[2] / "bench" / "server" / "build_server.py")
-assert _spec is not None and _spec.loader is not None
-bs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bs)
+from bench.server import build_server as bs
 
 
 def _checkout(root: Path, main_rs: str) -> Path:

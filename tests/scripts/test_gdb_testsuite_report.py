@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "gdb_testsuite", Path(__file__).resolve().parents[2] / "scripts" / "gdb_testsuite.py")
-assert _spec is not None and _spec.loader is not None
-gts = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gts)
+from scripts import gdb_testsuite as gts
 
 
 def _store(cache: Path, label: str, stamp: str, tests: list[str], secs: float, chosen: bool | None) -> None:

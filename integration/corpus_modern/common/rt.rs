@@ -33,3 +33,23 @@ pub fn ready(program: &str) {
     println!("{program} ready pid={}", std::process::id());
     std::io::stdout().flush().expect("flush stdout");
 }
+
+/// tokio's own task dump (`Handle::dump()`: every spawned task's trace), between `==dump==`
+/// and `==end==`, into the file `$TK_DUMP_FILE` names (printed when unset). Only in builds
+/// with `--cfg tokio_unstable --cfg tokio_taskdump`; a no-op in the others.
+#[cfg(tokio_taskdump)]
+pub async fn task_dump() {
+    let dump = tokio::runtime::Handle::current().dump().await;
+    let mut text = String::from("==dump==\n");
+    for task in dump.tasks().iter() {
+        text += &format!("TASK\n{}\n", task.trace());
+    }
+    text += "==end==\n";
+    match std::env::var_os("TK_DUMP_FILE") {
+        Some(path) => std::fs::write(path, text).expect("write the dump"),
+        None => print!("{text}"),
+    }
+}
+
+#[cfg(not(tokio_taskdump))]
+pub async fn task_dump() {}

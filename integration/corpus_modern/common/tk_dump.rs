@@ -70,23 +70,6 @@ async fn oneshot_waiter(rx: oneshot::Receiver<u64>) -> u64 {
     rx.await.unwrap_or(0) // await: oneshot_waiter -> oneshot
 }
 
-#[cfg(tokio_taskdump)]
-async fn dump() {
-    let dump = tokio::runtime::Handle::current().dump().await; // await: dump -> dump
-    let mut text = String::from("==dump==\n");
-    for task in dump.tasks().iter() {
-        text += &format!("TASK\n{}\n", task.trace());
-    }
-    text += "==end==\n";
-    match std::env::var_os("TK_DUMP_FILE") {
-        Some(path) => std::fs::write(path, text).expect("write the dump"),
-        None => print!("{text}"),
-    }
-}
-
-#[cfg(not(tokio_taskdump))]
-async fn dump() {}
-
 async fn run() {
     let lock = Arc::new(Mutex::new(7));
     let (_tx, rx) = mpsc::channel::<u64>(1);
@@ -106,7 +89,7 @@ async fn run() {
     }
     // Each task counts itself just before its last await; give it time to park.
     tokio::time::sleep(Duration::from_millis(100)).await; // await: run -> sleep
-    dump().await; // await: run -> dump
+    rt::task_dump().await; // await: run -> task_dump
     rt::ready("tk_dump"); // bp: dumped
     std::future::pending::<()>().await; // await: run -> pending
 }

@@ -10,6 +10,8 @@ from .catchup import BUDGET
 
 def available(target: Target | None) -> str | None:
     """None when uprobes can capture this program, else the one-line reason."""
+    if target is not None and target.arch.name != "x86-64":  # x86 pt_regs, entry emulation
+        return target.arch.unsupported("uprobe capture")
     ok, why = UprobeCapture.available(target)
     return None if ok else why
 
@@ -31,6 +33,8 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
         kw["record_changes"] = True  # type: ignore[assignment]
     if opts.get("uprobe_every"):
         kw["elide_nested"] = False  # type: ignore[assignment]
+    if opts.get("wakes"):
+        kw["spawns"] = True  # type: ignore[assignment]  # spawn records and the tasks' wakes (wakes.py)
     if opts.get("uprobe_strict"):
         kw["catch_up"] = False  # type: ignore[assignment]
     budget = opts.get("uprobe_budget")

@@ -1,7 +1,7 @@
 """The BPF side of the uprobe capture, through libbpf (``libbpf.so.1``) and ctypes.
 
-Theory of operation: ``Program.open()`` opens the committed object
-``uprobes.bpf.o`` with libbpf, sizes its maps (ring buffer, site table),
+Theory of operation: ``Program.open()`` opens the prebuilt object
+(``uprobes-<source hash>.bpf.o``, build.py; checked against prebuilt.py) with libbpf, sizes its maps (ring buffer, site table),
 marks the program for ``BPF_TRACE_UPROBE_MULTI`` and loads it. ``attach()``
 creates one uprobe_multi link per binary with the raw ``bpf(BPF_LINK_CREATE)``
 syscall (libbpf 1.1, Debian bookworm's, cannot create it), filtered by pid,
@@ -30,8 +30,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import prebuilt
+
 HERE = Path(__file__).resolve().parent
-OBJECT = HERE / "uprobes.bpf.o"
+OBJECT = HERE / prebuilt.OBJECT_NAME
 PROGRAM_NAME = b"asyncrsp_poll"
 # Count sites only (every site KIND_COUNT: --probe on a program with no resume
 # functions): loaded alone, the verifier's ~0.55 s over asyncrsp_poll is not paid.
@@ -73,7 +75,13 @@ CHUNK = 256
 STACK_MAX = 16384
 
 COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope table full", "retries",
-            "skipped", "stats lost", "duplicates", "uncovered", "retsite other", "flushed", "elided", "slices", "lost with room")
+            "skipped", "stats lost", "duplicates", "uncovered", "retsite other", "flushed", "elided", "slices", "lost with room",
+            "spawns lost")
+KIND_SPAWN, KIND_WAKE = 6, 7  # spawn and wake sites (proxy/capture/uprobes/wake_sites.py)
+AUX = struct.Struct("<QII")  # struct aux: the next task id's address, spawn stack bytes, pad
+SPAWN_MAX = 8192
+WAKE_STATS_SIZE = 13 * 8 + 20 * 4 + 8 + 4 * 32  # struct wake_stats (proxy/origins/wakes.py decodes it)
+THREAD_TAIL = 24  # struct thread_state after its scopes: cur_task, cur_sp, cur_unbound (KIND_WAKE)
 
 
 class BpfError(Exception):
@@ -178,6 +186,32 @@ def _errno_text(code: int) -> str:
     return f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
 
 
+def object_problem(path: Path = OBJECT) -> str | None:
+    """Why `path` is not the BPF object this version of the package was built
+    with (None: it is). Its name carries its source's hash and its bytes must
+    hash to prebuilt.OBJECT_SHA256: an object left by another installed
+    version, or a copy of one under this name, is refused here rather than
+    loaded with maps this code would misread. Another path is a variant given
+    on purpose (bench/bench_bpf_cost.py --object): only its presence counts."""
+    import hashlib
+
+    if path != OBJECT:
+        return None if path.is_file() else f"the BPF object {path} is missing"
+    if not path.is_file():
+        others = sorted(p.name for p in path.parent.glob("uprobes-*.bpf.o"))
+        found = f" (found {', '.join(others)}: another version's)" if others else ""
+        return (f"the BPF object {path.name} is missing from {path.parent}{found}: "
+                f"reinstall asyncrsp, or in a checkout run python -m proxy.capture.uprobes.build")
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as err:
+        return f"the BPF object {path} cannot be read: {err.strerror}"
+    if digest != prebuilt.OBJECT_SHA256:
+        return (f"the BPF object {path} is not the one this asyncrsp was built with "
+                f"(sha256 {digest[:12]}, want {prebuilt.OBJECT_SHA256[:12]}): reinstall asyncrsp")
+    return None
+
+
 # ---- the program ------------------------------------------------------------------------------
 
 class Program:
@@ -192,19 +226,22 @@ class Program:
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
             for name in ("events", "sites", "config", "counters", "site_hits", "site_elided", "site_nested",
                          "instances",
-                         "retsites", "rets_seen", "tstate")
+                         "retsites", "rets_seen", "tstate", "side", "aux", "wakes")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
 
     @classmethod
     def open(cls, *, ring_bytes: int = 16 << 20, max_sites: int = 1024, path: Path = OBJECT,
-             count_only: bool = False) -> Program:
+             count_only: bool = False, side_bytes: int = 4 << 20, wake_tasks: int = 0) -> Program:
         """Open and load the object (needs root: CAP_BPF + CAP_PERFMON). `count_only`:
         the program that only counts hits per site (no records: the ring, the
-        instances and return-address maps at their smallest), ~1 ms to load."""
-        if not path.exists():
-            raise BpfError(f"the BPF object {path} is missing (run: python -m proxy.capture.uprobes.build)")
+        instances and return-address maps at their smallest), ~1 ms to load. `wake_tasks`:
+        the tasks the `wakes` map folds (0: no spawn or wake site, its ring and map at their
+        smallest), `side_bytes` the spawn records' ring (wakes.py)."""
+        why = object_problem(path)
+        if why is not None:
+            raise BpfError(why)
         lib = libbpf()
         lib.take_messages()
         ctypes.set_errno(0)
@@ -218,6 +255,9 @@ class Program:
                      ("site_elided", max(max_sites, 1)), ("site_nested", max(max_sites, 1))]
             if count_only:  # the LRU map's 262144 entries are preallocated: ~0.1 s
                 sizes += [("instances", 1), ("retsites", 1), ("rets_seen", 1)]
+            # spawns and wakes (KIND_SPAWN, KIND_WAKE sites): their ring and the tasks' map
+            sizes += [("side", PAGE if count_only or not wake_tasks else _pow2_pages(side_bytes)),
+                      ("wakes", max(wake_tasks, 1))]
             for name, n in sizes:
                 m = lib.lib.bpf_object__find_map_by_name(obj, name.encode())
                 if not m or lib.lib.bpf_map__set_max_entries(m, n) != 0:
@@ -316,7 +356,7 @@ class Program:
         try:
             lib = self._lib.lib
             key = ctypes.c_int(pidfd)
-            size = THREAD_HEAD.size + MAX_DEPTH * SCOPE.size
+            size = THREAD_HEAD.size + MAX_DEPTH * SCOPE.size + THREAD_TAIL
             val = ctypes.create_string_buffer(size)
             if lib.bpf_map_lookup_elem(self.fds["tstate"], ctypes.byref(key), val) != 0:
                 return [], 0  # no hit on this thread yet
@@ -403,6 +443,30 @@ class Program:
                 polls, raw, hits, recorded = INST_STATS.unpack(val.raw)[:4]
                 if polls:  # 0: emptied (an elided coroutine's), not an instance
                     out[(self_ptr, fn)] = (polls, raw, hits, recorded)
+        return out
+
+    def set_aux(self, id_addr: int, spawn_stack: int) -> None:
+        """Spawn sites: where the runtime's next task id is (0: none), the stack bytes a spawn keeps."""
+        self._update("aux", 0, AUX.pack(id_addr, max(0, min(spawn_stack, SPAWN_MAX)), 0))
+
+    def side_ring(self) -> Ring:
+        """The spawn records' ring (KIND_SPAWN)."""
+        return Ring(self.fds["side"])
+
+    def wake_table(self) -> dict[int, bytes]:
+        """The `wakes` map: task (header or raw pointer) -> its struct wake_stats, raw."""
+        fd = self.fds["wakes"]
+        lib = self._lib.lib
+        key = ctypes.create_string_buffer(8)
+        nxt = ctypes.create_string_buffer(8)
+        val = ctypes.create_string_buffer(WAKE_STATS_SIZE)
+        out: dict[int, bytes] = {}
+        prev = None
+        while lib.bpf_map_get_next_key(fd, prev, nxt) == 0 and len(out) < 1 << 20:
+            ctypes.memmove(key, nxt, 8)
+            prev = key
+            if lib.bpf_map_lookup_elem(fd, key, val) == 0:
+                out[struct.unpack("<Q", key.raw)[0]] = val.raw
         return out
 
     def set_sites(self, sites: list[SiteSpec], first: int = 0) -> None:

@@ -37,7 +37,7 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
 * Recording only what changes the graph (``record_changes``, full mode,
   ``--uprobe-changes``; not the default: on the axum server benchmark it cut
   the records 40% but not the proxy's CPU, and the BPF program costs ~120 ns
-  a hit more, docs/speed.md; ``set_changes``): the kernel folds every poll into its instance's totals
+  a hit more, docs/history/2026-speed.md; ``set_changes``): the kernel folds every poll into its instance's totals
   as above, and a poll goes out as records only when it tells the graph
   something new (a new instance or life, another state, parent or thread, a
   completion, whose exit carries the totals), its entry naming the poll it
@@ -111,8 +111,8 @@ from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
 from proxy.graph.events import PollEnter, PollResumed
-from proxy.session.probes import Probe
-from proxy.session.procedure import Exchange, Procedure
+from proxy.probes import Probe
+from proxy.procedure import Exchange, Procedure
 
 from . import bpf as B
 from .decode import ENTRY_REC, F_STATE, PARENT, PARENT_AT, Decoder, EntryCapture, InstanceTotals, entry_capture
@@ -125,6 +125,7 @@ from .tasks_mode import TasksMode
 from .host import host_check, running_file
 from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
+from .wakes import SpawnsAndWakes
 
 _COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
 _REC_BYTES = 116  # a record's mean size in the ring (entries 152 with the header, exits 80)
@@ -139,6 +140,7 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
 class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientView, CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
+    swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
     installs_early = True  # count sites only: attached from the client's first `?` on (install_early)
 
     def __init__(
@@ -172,8 +174,14 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         catchup_marks: tuple[int, int] | None = None,
         cpu_budget: float | None = None,
         nested_out: bool = True,
+        spawns: bool = False,
+        wakes: bool = True,
     ) -> None:
         super().__init__()
+        # spawn records and the tasks' wakes (wakes.py; `--wakes`). Off by default: on a server
+        # every request's spawn and wakes are probed too (axum service: 0.64x the requests/s of
+        # the capture without them, docs/wakes.md)
+        self.origins = SpawnsAndWakes(wakes=wakes) if spawns else None
         self._load = load_inventory
         self.only, self.exclude, self.entry_only = only, exclude, entry_only
         self.stack_bytes = stack_bytes
@@ -380,6 +388,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                                 entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries,
                                 move_exits=self.move_exits,
                                 learn_returns=self.learn_returns and self.slice_duty >= 1.0 and not self.tasks_only)
+        if self.origins is not None and inv.resume_fns and not self.entry_only:
+            self.plan_.sites += self.origins.plan_sites(self._elf, inv, bias, self.unwinder)
         self._sites_by_addr = self.plan_.by_addr()
         self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
         if not inv.resume_fns:
@@ -586,8 +596,24 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             self.notices.append(f"uprobes: {len(leave_out)} sites left unprobed: the client has "
                                 "software breakpoints there and no debug register is free")
         prog = self._attach_bpf(sites)
+        if prog is None and self.origins is not None and self.origins.active:
+            # the kernel refused the link: without the spawn and wake sites, today's capture (seen:
+            # 524, a site on a CS-prefixed nop the kernel cannot probe: emulated.BAD_PREFIXES)
+            sites = self._without_origins(sites)
+            prog = self._attach_bpf(sites)
         if prog is not None:
             self._take_links(prog, sites)
+
+    def _without_origins(self, sites: list[Site]) -> list[Site]:
+        assert self.origins is not None and self.origins.plan is not None and self.plan_ is not None
+        gone = {s.addr for s in self.origins.plan.sites}
+        self.notices.append(f"uprobes: spawn and wake probes left out, the link with them failed: {self.note}")
+        self.origins.plan.sites = []
+        self.note = None
+        self.plan_.sites = [s for s in self.plan_.sites if s.addr not in gone]
+        self._sites_by_addr = self.plan_.by_addr()
+        self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
+        return [s for s in sites if s.addr not in gone]
 
     def _attach_bpf(self, sites: list[Site]) -> B.Program | None:
         """Load the BPF program, write its tables, attach the links (the kernel's
@@ -598,7 +624,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         try:
             self._site_cap = len(sites) + (0 if count_only else RETSITE_ROOM)
             prog = B.Program.open(ring_bytes=self.ring_bytes, max_sites=self._site_cap, count_only=count_only,
-                                  **({"path": self.object_path} if self.object_path else {}))
+                                  **({"path": self.object_path} if self.object_path else {}),
+                                  **(self.origins.open_args() if self.origins is not None else {}))
         except B.BpfError as err:
             self.note = str(err)
             return None
@@ -612,6 +639,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             prog.set_adapt(self.catchup is not None)
             prog.set_hold_new(self.catchup is not None and self.elide)
             prog.set_sites([s.spec for s in sites])
+            if self.origins is not None:
+                self.origins.configure(prog)
             t0 = time.perf_counter()
             offsets = [s.file_offset for s in sites]
             if self._path == self._given_path:
@@ -791,6 +820,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             self._final_hits = self._read_hits()  # no more hits: the links are closed
         self._final_counters = self._prog.counters()
         self._fold(budget_s=None)
+        if self.origins is not None:
+            self.origins.close(self._prog)
         assert self._ring is not None
         self._ring.close()
         self._prog.close()
@@ -825,12 +856,16 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             ring = self._ring
             if ring is not None and ring.pending() > self.ring_bytes // 2:
                 self._drain_ring()
+            if self.origins is not None:
+                self.origins.drain()  # raw copies only (no symbol is read): spawns must not be lost
             self._catchup_step()
             self._nested_step()
             return False
         if allow is not None:
             budget_s = min(budget_s, allow)
         behind = self._fold(budget_s=budget_s)
+        if self.origins is not None:
+            self.origins.drain()
         self._catchup_step()
         self._nested_step()
         return behind and (allow is None or allow > budget_s)  # paced: the next tick, not at once
@@ -872,6 +907,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             self._fold(budget_s=None)
             self._end_slice(self._prog)
         self._fold(budget_s=None)
+        if self.origins is not None:
+            self.origins.drain()
         self._catchup_step(stopped=True)
         if self.nested is not None:
             self.nested.stop(time.monotonic())
@@ -1121,7 +1158,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             # until the proxy had folded up to one of them, seconds later when behind
             # (--uprobe-strict): the BPF program's ns a hit doubled and more, the 64 MiB
             # ring filled in a fraction of a second and more records were lost, each
-            # loss starting it again (docs/speed.md, "The BPF program's cost a hit").
+            # loss starting it again (docs/history/2026-speed.md, "The BPF program's cost a hit").
             want = max(want, RESYNC_CREDITS * len(self._resync))
         return want
 
@@ -1160,7 +1197,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         """Decode the records at `spans` ((offset, length) in `buf`: the ring's
         pages or a chunk copied out of them) and feed them to the engine: the
         plain ones straight into it (``Decoder.fold``: no event objects, half the
-        CPU a record, docs/speed.md), the others one by one (``_feed_each``)."""
+        CPU a record, docs/history/2026-speed.md), the others one by one (``_feed_each``)."""
         feeders = (None if self.slice_duty < 1.0 or self._learning or self._resync or self._settle_ns is not None
                    else engine.feeders())
         if feeders is None:
@@ -1324,6 +1361,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             lines.append(f"forked children cleaned of the probes: {self.children_cleaned}")
         if self.unwinder is not None:
             lines += self.unwinder.stats.lines()
+        if self.origins is not None:
+            lines += self.origins.lines()
         lines += [f"capture note: {n}" for n in self.notices if n != self.note]
         if self.note:
             lines.append(f"capture note: {self.note}")

@@ -6,7 +6,7 @@ the axum benchmark, ~22,000 requests/s at 8 records each, needs 1.5-1.9
 cores of folding and the proxy gets ~0.6. Without a bound the unread records
 (the ring, then the backlog copied out of it) grow until the backlog is full
 and records are lost, and a stop waits for all of them to be folded first
-(~6 s after 5 s of load, docs/speed.md).
+(~6 s after 5 s of load, docs/history/2026-speed.md).
 
 `CatchUp` bounds them. After each fold the capture tells it how many records
 are unread; past the high-water mark the BPF program is switched to sampling
@@ -62,7 +62,7 @@ from __future__ import annotations
 
 HIGH_S = 0.25  # fold time of the unread records past which the kernel samples
 LOW_S = 0.05  # ... under which every poll is recorded again
-COST_S = 10e-6  # a record's fold before any is measured (axum, docs/speed.md)
+COST_S = 10e-6  # a record's fold before any is measured (axum, docs/history/2026-speed.md)
 BUDGET = 0.10  # share of one core the watcher may take while the program runs (--uprobe-budget)
 BURST_S = 0.05  # CPU seconds the watcher may save up in a quiet spell and spend at once
 MIN_OUT_S = 0.5  # the nested probes stay out at least this long once taken out (NestedProbes)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.capture.procmem import host_pid_of, restore_code
-from proxy.session.procedure import Forward, Handover, Procedure
+from proxy.host.procmem import host_pid_of, restore_code
+from proxy.procedure import Forward, Handover, Procedure
 from rsp.errors import MalformedPacket
 from rsp.packets.breakpoints import SOFTWARE, parse_breakpoint
 from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_read_memory, parse_write_memory

@@ -215,7 +215,7 @@ class Decoder:
         still to give) it stops and returns that record's index, for the caller to
         take the general way (``decode_at``); len(spans) when all were folded. The
         same engine state and stats as ``decode_at`` + ``Engine.feed`` record by
-        record (tests/proxy/capture/test_uprobes_fold.py)."""
+        record (tests/proxy/capture/uprobes/test_uprobes_fold.py)."""
         end = len(spans)
         if self.elided:
             return start

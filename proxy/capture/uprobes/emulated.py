@@ -56,6 +56,12 @@ _ALIASES = {
 _PUSH_REGS = {"rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp",
               "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"}
 MAX_PROLOGUE = 32  # instructions looked at before giving up
+# Prefixes with which the kernel probes no instruction (arch/x86/kernel/uprobes.c is_prefix_bad:
+# ES, CS, SS, DS segment overrides and LOCK; uprobe_init_insn answers ENOTSUPP, and a
+# uprobe_multi link with one such site fails whole: error 524). rustc pads with
+# ``nop word ptr cs:[rax+rax]`` (66 2e 0f 1f 84 ..): a moved entry must not stand there
+# (tokio's wake_by_ref in the axum service's release build did: every probe lost).
+BAD_PREFIXES = frozenset({0x26, 0x2E, 0x36, 0x3E, 0xF0})
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,8 @@ def emulated(insn) -> bool:  # type: ignore[no-untyped-def]
     """Does the kernel emulate this instruction (arch/x86/kernel/uprobes.c
     branch_setup_xol_ops / push_setup_xol_ops), instead of stepping it out of line?"""
     b = bytes(insn.bytes)
+    if BAD_PREFIXES & set(insn.prefix):
+        return False  # the kernel refuses to probe it at all (see BAD_PREFIXES)
     if 0x66 in insn.prefix and insn.mnemonic != "nop":
         return False  # an operand-size prefix: the kernel refuses to emulate it
     m = insn.mnemonic

@@ -1,15 +1,22 @@
-"""The host's side of uprobe capture: can this machine load the BPF program,
-and which file does the running process map (``running_file``)."""
+"""The host's side of uprobe capture: can this machine load the BPF program
+(the facts it needs, read here and judged by proxy/host/checks.py, which the
+doctor prints too), and which file does the running process map (``running_file``)."""
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import os
+import platform
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import bpf as B
+from proxy.host.checks import uprobes_prerequisite
+from proxy.host.facts import BpfLoad, HostFacts
+from proxy.host.read import BPF_SYSCTL, UPROBE_PMU, SimulationError, capeff, ptrace_scope, simulated, simulated_words
 
-MIN_KERNEL = (6, 6)  # uprobe_multi links
+from . import bpf as B
 
 
 def running_file(pid: int, path: str) -> tuple[str, str | None]:
@@ -47,7 +54,8 @@ _HOST: tuple[bool, str] | None = None
 
 
 def host_check() -> tuple[bool, str]:
-    """Root, a kernel with uprobe_multi, libbpf, the object, and a real load
+    """Privileges (root, or CAP_BPF and CAP_PERFMON), a kernel with uprobe_multi,
+    libbpf, this version's object, and a real load
     (cached in the process, and a success on disk for this boot: the real
     load takes 0.4-0.8 s, paid by every proxy start otherwise - GDB's own
     testsuite starts 93 of them)."""
@@ -73,28 +81,60 @@ def _host_mark() -> Path | None:
     return default_dir() / f"uprobes-ok-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
 
-def _host_check_uncached() -> tuple[bool, str]:
-    import platform
-
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return False, f"uprobes: needs Linux on x86-64 (this is {platform.system()} {platform.machine()})"
-    rel = platform.release().split("-")[0].split(".")
+def _libbpf() -> tuple[str | None, str]:
+    """libbpf's version string, or None and why it could not be loaded."""
     try:
-        ver = (int(rel[0]), int(rel[1]))
-    except (ValueError, IndexError):
-        ver = (0, 0)
-    if ver < MIN_KERNEL:
-        return False, f"uprobes: Linux {platform.release()} has no uprobe_multi links (needs >= 6.6)"
-    if os.geteuid() != 0:
-        return False, "uprobes: loading BPF needs root (CAP_BPF and CAP_PERFMON)"
-    mark = _host_mark()
-    if mark is not None and mark.exists():
-        return True, "uprobes: available"
+        lib = B.libbpf().lib
+    except B.BpfError as err:
+        return None, str(err)
+    try:
+        fn = lib.libbpf_version_string
+    except AttributeError:
+        return "< 0.7", ""  # libbpf_version_string came with 0.7
+    fn.restype = ctypes.c_char_p
+    return (fn() or b"?").decode().lstrip("v"), ""
+
+
+def read_uprobe_facts(env: Mapping[str, str] | None = None) -> HostFacts:
+    """What the uprobe capture needs before its trial load: no subprocess, no load."""
+    sim = simulated(env)
+    version, why = _libbpf()
+    facts = HostFacts(
+        system=platform.system(), machine=platform.machine(), kernel=platform.release(),
+        euid=os.geteuid(), caps=capeff(), ptrace_scope=ptrace_scope(), uprobe_pmu=UPROBE_PMU.exists(),
+        bpf_syscall=BPF_SYSCTL.exists(), libbpf=version, libbpf_error=why, bpf_object=B.OBJECT.name,
+        bpf_object_problem=B.object_problem(),
+    )
+    return dataclasses.replace(facts, simulated=simulated_words(env) if sim else (), **sim)
+
+
+def trial_load() -> BpfLoad:
+    """Load the BPF program once (its ring buffer, task storage, uprobe_multi type) and close it."""
     try:
         prog = B.Program.open(ring_bytes=B.PAGE, max_sites=1)
     except B.BpfError as err:
-        return False, f"uprobes: {err}"
+        return BpfLoad(False, str(err))
     prog.close()
+    return BpfLoad(True, "loaded")
+
+
+def _host_check_uncached() -> tuple[bool, str]:
+    """The host's uprobe checks (proxy/host/checks.py: the doctor's words), then a trial load."""
+    try:
+        why = uprobes_prerequisite(read_uprobe_facts())
+    except SimulationError as err:
+        return False, f"uprobes: {err}"
+    if why is not None:
+        return False, why
+    mark = _host_mark()
+    try:
+        if mark is not None and mark.exists():
+            return True, "uprobes: available"
+    except OSError:  # a cache directory this user may not enter (HOME left at another user's)
+        mark = None
+    load = trial_load()
+    if not load.ok:
+        return False, f"uprobes: {load.text}"
     if mark is not None:
         try:
             mark.parent.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ class LearnedReturns:
             # future returns into futures_util's Map::poll after a vtable call
             # that every boxed future of a request passes through: 438,234 hits
             # in 5 s, 420,421 of them other calls' ("retsite other"), ~1.9 traps
-            # a request while the nested probes were out (docs/speed.md).
+            # a request while the nested probes were out (docs/history/2026-speed.md).
             served = self._served(seen) if self._split and self.nested is not None else {}
             inner = [c for c, ret in zip(cookies, new) if self._inner_fns(served.get(ret, set()))]
             outer = [c for c in cookies if c not in inner]

@@ -103,6 +103,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define KIND_COUNT 3
 #define KIND_STATS 4 /* records only: an instance's totals, closed */
 #define KIND_RETSITE 5 /* sites only: a learned return site (its records are KIND_EXIT) */
+#define KIND_SPAWN 6 /* sites only: a task about to be spawned (a record in `side`, see on_spawn) */
+#define KIND_WAKE 7 /* sites only: a waker function or a task's poll function (folded in `wakes`) */
 
 #define REG_RDI 0
 #define REG_RSI 1
@@ -140,7 +142,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define C_ELIDED 13 /* CFG_ELIDE: polls of coroutines created and completed inside one poll of their parent */
 #define C_SLICES 14 /* entries written with a stack slice */
 #define C_LOST_WITH_ROOM 15 /* records lost (drops, stats lost) with the ring at most half full: see lost_with_room */
-#define N_COUNTERS 16
+#define C_SPAWNS_LOST 16 /* spawn records the ring `side` had no room for */
+#define N_COUNTERS 17
 
 struct site {
 	__u8 kind;
@@ -254,6 +257,12 @@ struct thread_state {
 	__u32 epoch;    /* config's epoch when this state was last reset */
 	__u32 elided;   /* CFG_ELIDE: coroutines elided since the thread's last record */
 	struct scope_val scopes[MAX_DEPTH]; /* [0]: the root poll */
+	/* KIND_WAKE: the runtime task whose poll function (OP_POLL) ran last on this
+	 * thread, and its sp there: a hit deeper (a lower sp) while a poll is in
+	 * progress on the thread (depth > 0) runs inside that task's poll */
+	__u64 cur_task;
+	__u64 cur_sp;
+	__u64 cur_unbound; /* cur_task's future not named yet: the next root entry on the thread is it */
 };
 
 struct inst_key {
@@ -396,6 +405,122 @@ struct {
 	__type(key, struct ret_key);
 	__type(value, __u64);
 } rets_seen SEC(".maps");
+
+/* ---- Spawns and wakes (KIND_SPAWN, KIND_WAKE sites; docs/wakes.md) ----
+ *
+ * A spawn site stands on a function every spawn of the runtime goes through
+ * (tokio's task::Id::next, async-task's RawTask::allocate), or, where the
+ * function was inlined (release builds), after each increment of tokio's id
+ * counter (state_size 1: the id is the counter's value less one). Its hit writes one
+ * record into the ring `side` (never `events`: the poll decoder does not see
+ * it) with what a backtrace needs later and nothing resolved: the registers the
+ * CFI unwinder starts from, the first `spawn_stack` bytes of the stack, the
+ * runtime's next task id (read at `aux.id_addr`: tokio's counter, the id the
+ * task is about to get), the runtime task whose poll runs on the thread, and
+ * the coroutines polled on the thread (its scope stack, innermost first).
+ *
+ * A wake site stands on a waker function (wake, wake by reference, clone,
+ * drop) or a task's poll function (tokio's raw::poll, async-task's
+ * RawTask::run); the site's state_off is the operation. The task is the
+ * first argument (rdi: tokio's header, async-task's raw pointer; self_reg REG_RSP: read at rsp + cfa_off, where a debug build's prologue stored it). Each hit is
+ * folded into the task's entry of `wakes`; nothing goes to a ring. A poll
+ * closes the scheduling delay begun by the first wake since the last poll. */
+#define OP_WAKE 0        /* wake by value: a wake, and the waker is consumed */
+#define OP_WAKE_BY_REF 1
+#define OP_CLONE 2
+#define OP_DROP 3
+#define OP_POLL 4
+#define SPAWN_MAX 8192
+#define CHAIN 8
+#define HIST 20  /* scheduling delays: bucket b < 2^(b+10) ns (the first < 1 us, the last the rest) */
+#define LAST 4   /* the last wakes kept per task */
+
+struct aux {
+	__u64 id_addr;     /* the runtime's next task id (0: none) */
+	__u32 spawn_stack; /* bytes of stack a spawn record keeps, <= SPAWN_MAX */
+	__u32 pad;
+};
+
+struct spawn_rec {
+	__u16 kind;
+	__u16 depth;       /* polls in progress on the thread */
+	__u32 cookie;
+	__u32 tid;
+	__u32 stack_len;
+	__u64 ts;
+	__u64 ip;
+	__u64 sp;
+	__u64 task_id;     /* read at aux.id_addr */
+	__u64 task;        /* the runtime task polled on the thread (0: none) */
+	__u64 rbp, rbx, r12, r13, r14, r15;
+	__u64 chain[CHAIN];    /* self of the polls in progress, innermost first */
+	__u32 chain_fn[CHAIN]; /* ... their resume function's index */
+	__u8 stack[SPAWN_MAX + PAGE];
+};
+#define SPAWN_HEAD 200 /* offsetof(struct spawn_rec, stack) */
+
+struct wake_last {
+	__u64 ts;
+	__u64 waker;  /* the runtime task whose poll woke it (0: none: a driver, a timer, another thread) */
+	__u64 ret;    /* the waker function's return address */
+	__u32 tid;
+	__u32 op;     /* the operation | (the resume function polled innermost on the thread + 1) << 8 */
+};
+
+struct wake_stats {
+	__u64 wakes;      /* by value and by reference */
+	__u64 by_ref;
+	__u64 self_wakes; /* woken from inside its own poll */
+	__u64 clones;
+	__u64 drops;      /* drops, and wakes by value (they consume the waker) */
+	__u64 polls;
+	__u64 woken_at;   /* the first wake since the last poll began (0: none) */
+	__u64 sched_ns;   /* sum of wake -> poll delays */
+	__u64 sched_max;
+	__u64 sched_n;
+	__u64 poll_at;    /* the last poll's start */
+	__u64 first_ts;   /* first seen */
+	__u64 future;     /* the first coroutine its poll polls (self): the task as the graph knows it */
+	__u32 hist[HIST];
+	__u32 last_i;     /* wakes written into last[] */
+	__u32 pad;
+	struct wake_last last[LAST];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20); /* the proxy resizes it before load */
+} side SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct spawn_rec);
+} side_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct aux);
+} aux SEC(".maps");
+
+/* per runtime task (its header or raw pointer): wakes folded (the proxy sizes it) */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct wake_stats);
+} wakes SEC(".maps");
+
+/* an all-zero wake_stats: a new task's entry is inserted from it (too big for the BPF stack) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wake_stats);
+} wake_zero SEC(".maps");
 
 static __always_inline void count(__u32 which)
 {
@@ -704,6 +829,203 @@ static __always_inline void emit_pending(struct thread_state *th, __u32 upto, __
 	}
 }
 
+/* The runtime task whose poll runs on the thread at this hit (0: none). */
+static __always_inline __u64 running_task(struct thread_state *th, __u64 sp)
+{
+	if (th && th->depth > 0 && th->cur_task && sp < th->cur_sp)
+		return th->cur_task;
+	return 0;
+}
+
+/* A root entry on a thread right after a task's poll function (KIND_WAKE, OP_POLL): its
+ * coroutine is the task's future; the task's `wakes` entry names it (once a poll). */
+static __noinline void bind_future(struct thread_state *th, __u64 self, __u64 first)
+{
+	__u32 zero = 0;
+	__u64 key = th->cur_task;
+	th->cur_unbound = 0;
+	struct wake_stats *w = bpf_map_lookup_elem(&wakes, &key);
+	if (!w)
+		return;
+	if (first && w->polls > 1) {
+		/* its coroutine's first poll (Unresumed): a new task in a cell an ended one had;
+		 * the old task's figures go (its poll, just counted, stays) */
+		struct wake_stats *z = bpf_map_lookup_elem(&wake_zero, &zero);
+		if (z) {
+			__u64 at = w->poll_at;
+			__builtin_memcpy(w, z, sizeof(*w));
+			w->polls = 1;
+			w->poll_at = at;
+			w->first_ts = at;
+		}
+	}
+	w->future = self;
+}
+
+/* KIND_SPAWN: one record in `side` (see the top of the spawns and wakes part). */
+static __noinline void on_spawn(struct pt_regs *ctx, struct thread_state *th, const struct site *s, __u32 cookie,
+			       __u64 now)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 zero = 0;
+	struct spawn_rec *r = bpf_map_lookup_elem(&side_scratch, &zero);
+	struct aux *a = bpf_map_lookup_elem(&aux, &zero);
+	if (!r || !a)
+		return;
+	__u64 sp = PT_REGS_SP(ctx);
+	r->kind = KIND_SPAWN;
+	r->cookie = cookie;
+	r->tid = (__u32)id;
+	r->ts = now;
+	r->ip = PT_REGS_IP(ctx);
+	r->sp = sp;
+	r->task_id = 0;
+	if (a->id_addr) {
+		bpf_probe_read_user(&r->task_id, 8, (void *)a->id_addr);
+		if (s->state_size) /* a site after the counter's increment (an inlined Id::next) */
+			r->task_id -= 1;
+	}
+	r->task = running_task(th, sp);
+	r->rbp = ctx->rbp;
+	r->rbx = ctx->rbx;
+	r->r12 = ctx->r12;
+	r->r13 = ctx->r13;
+	r->r14 = ctx->r14;
+	r->r15 = ctx->r15;
+	__u32 depth = th ? th->depth : 0;
+	r->depth = (__u16)depth;
+	for (int k = 0; k < CHAIN; k++) {
+		int i = (int)depth - 1 - k;
+		r->chain[k] = 0;
+		r->chain_fn[k] = 0;
+		if (i < 0 || !th)
+			continue;
+		struct scope_val *sc = &th->scopes[i & (MAX_DEPTH - 1)];
+		r->chain[k] = sc->self;
+		r->chain_fn[k] = sc->fn;
+	}
+	__u32 want = a->spawn_stack;
+	if (want > SPAWN_MAX)
+		want = SPAWN_MAX;
+	__u32 got = 0;
+	if (want) {
+		got = PAGE - (__u32)(sp & (PAGE - 1));
+		barrier_var(got);
+		if (got > PAGE)
+			got = PAGE;
+		if (bpf_probe_read_user(&r->stack[0], got, (void *)sp)) {
+			got = 0;
+		} else {
+			for (int i = 0; i < SPAWN_MAX / PAGE; i++) {
+				if (got >= want)
+					break;
+				if (bpf_probe_read_user(&r->stack[got & (SPAWN_MAX - 1)], PAGE, (void *)(sp + got)))
+					break;
+				got += PAGE;
+			}
+		}
+		if (got > want)
+			got = want;
+	}
+	r->stack_len = got;
+	long size = SPAWN_HEAD + (got & (SPAWN_MAX * 2 - 1));
+	if (size > SPAWN_HEAD + SPAWN_MAX)
+		size = SPAWN_HEAD + SPAWN_MAX;
+	if (bpf_ringbuf_output(&side, r, size, BPF_RB_NO_WAKEUP))
+		count(C_SPAWNS_LOST);
+}
+
+static __always_inline __u32 delay_bucket(__u64 ns)
+{
+	__u32 b = 0;
+	ns >>= 10;
+	for (int i = 0; i < HIST - 1; i++) {
+		if (!ns)
+			break;
+		ns >>= 1;
+		b++;
+	}
+	return b;
+}
+
+/* KIND_WAKE: folded into the task's `wakes` entry. */
+static __noinline void on_wake(struct pt_regs *ctx, struct thread_state *th, const struct site *s, __u64 id, __u64 now)
+{
+	__u32 zero = 0;
+	__u32 op = s->state_off;
+	__u64 key = ctx->rdi;
+	__u64 sp = PT_REGS_SP(ctx);
+	if (s->self_reg == REG_RSP) { /* a debug build's waker: the task in its frame's slot (wake_sites.py) */
+		key = 0;
+		bpf_probe_read_user(&key, 8, (void *)(sp + (__s64)s->cfa_off));
+	}
+	if (!key)
+		return;
+	struct wake_stats *w = bpf_map_lookup_elem(&wakes, &key);
+	if (!w) {
+		struct wake_stats *z = bpf_map_lookup_elem(&wake_zero, &zero);
+		if (!z)
+			return;
+		bpf_map_update_elem(&wakes, &key, z, BPF_NOEXIST);
+		w = bpf_map_lookup_elem(&wakes, &key);
+		if (!w)
+			return;
+		w->first_ts = now;
+	}
+	if (op == OP_POLL) {
+		if (w->woken_at && now > w->woken_at) {
+			__u64 d = now - w->woken_at;
+			w->sched_ns += d;
+			w->sched_n += 1;
+			if (d > w->sched_max)
+				w->sched_max = d;
+			__u32 b = delay_bucket(d);
+			barrier_var(b); /* keeps the bound below: the verifier needs it */
+			if (b < HIST)
+				w->hist[b] += 1;
+		}
+		w->woken_at = 0;
+		w->polls += 1;
+		w->poll_at = now;
+		if (th) {
+			th->cur_task = key;
+			th->cur_sp = sp;
+			th->cur_unbound = 1;
+		}
+		return;
+	}
+	if (op == OP_CLONE) {
+		w->clones += 1;
+		return;
+	}
+	if (op == OP_DROP) {
+		w->drops += 1;
+		return;
+	}
+	__u64 waker = running_task(th, sp);
+	w->wakes += 1;
+	if (op == OP_WAKE_BY_REF)
+		w->by_ref += 1;
+	else
+		w->drops += 1;
+	if (waker == key)
+		w->self_wakes += 1;
+	if (!w->woken_at)
+		w->woken_at = now;
+	__u64 ret = 0; /* at the entry's sp: the site may stand after a push or two (sp_adjust) */
+	bpf_probe_read_user(&ret, 8, (void *)(sp + (__s64)s->sp_adjust));
+	__u32 i = w->last_i & (LAST - 1);
+	w->last[i].ts = now;
+	w->last[i].waker = waker;
+	w->last[i].ret = ret;
+	w->last[i].tid = (__u32)id;
+	__u32 fn1 = 0; /* the resume function polled innermost on the thread, + 1 (0: none) */
+	if (th && th->depth > 0)
+		fn1 = th->scopes[(th->depth - 1) & (MAX_DEPTH - 1)].fn + 1;
+	w->last[i].op = op | (fn1 << 8);
+	w->last_i += 1;
+}
+
 SEC("uprobe")
 int asyncrsp_poll(struct pt_regs *ctx)
 {
@@ -733,6 +1055,14 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	struct site *s = bpf_map_lookup_elem(&sites, &cookie);
 	if (s && s->kind == KIND_COUNT)
 		return 0; /* counted, no record (not in hits = records + drops) */
+	if (s && s->kind == KIND_SPAWN) {
+		on_spawn(ctx, th, s, cookie, bpf_ktime_get_ns());
+		return 0; /* counted in site_hits, its record in `side` */
+	}
+	if (s && s->kind == KIND_WAKE) {
+		on_wake(ctx, th, s, id, bpf_ktime_get_ns());
+		return 0; /* counted in site_hits, folded in `wakes` */
+	}
 	__u64 sp = PT_REGS_SP(ctx);
 	if (s && s->kind == KIND_RETSITE) {
 		/* ours only when a poll in progress entered at rsp - 8 read this return address */
@@ -903,6 +1233,8 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	__u32 pfn = 0;
 	if (th) {
 		pop_stale(th, esp);
+		if (th->cur_unbound && th->depth == 0 && esp < th->cur_sp)
+			bind_future(th, self, (flags & F_STATE) && state == 0);
 		__u32 d = th->depth;
 		if (d > 0) {
 			struct scope_val *up = &th->scopes[(d - 1) & (MAX_DEPTH - 1)];

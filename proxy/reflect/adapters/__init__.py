@@ -23,75 +23,17 @@ payload, to ``Root``s).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
-from typing import Any, Protocol
 
 from proxy.analysis.model import Inventory
 
-from ..memory import BLOCK, word_hits
 from ..tree import Root
 from ..walker import Reflector
+from .scan import RuntimeAdapter, scan
+
+__all__ = ["NAMES", "Discovery", "RuntimeAdapter", "choose", "scan"]
 
 NAMES = ("tokio", "async-task", "futures-executor")
-
-
-class RuntimeAdapter(Protocol):
-    name: str
-    note: str | None
-    targets: dict[int, Any]
-    vt_off: int
-
-    def roots(self, r: Reflector, hits: dict[int, Any]) -> list[Root]: ...
-
-
-def scan(r: Reflector, ranges: list[tuple[int, int]], adapters: list[RuntimeAdapter]) -> tuple[list[dict[int, Any]], int]:
-    """One pass over ``ranges``: per adapter, header address -> payload; and the bytes read.
-
-    Every block is read first (a pass of the session's read loop asks for all the blocks it
-    has not read yet at once); when a read of this pass is still unanswered
-    (``Reflector.pending``) nothing is searched: the next pass searches it all. Then each
-    vtable's 8 bytes are searched with ``bytes.find`` over each run of blocks read (C speed: a
-    few dozen vtables against millions of words; unpacking every word in Python was the
-    scan's cost at 100,000 tasks); a hit counts only at a word-aligned offset."""
-    words: dict[bytes, tuple[int, Any]] = {}
-    for i, a in enumerate(adapters):
-        for vt, payload in a.targets.items():
-            words[struct.pack("<Q", vt)] = (i, payload)
-    hits: list[dict[int, Any]] = [{} for _ in adapters]
-    scanned = 0
-    runs: list[tuple[int, list[bytes]]] = []  # (start, blocks read back to back from it)
-    rec = getattr(r.mem, "recording", None)
-    pats = tuple(words)
-    for lo, hi in ranges:
-        run: list[bytes] = []
-        for base in range(lo, hi, BLOCK):
-            key = (base, min(BLOCK, hi - base))
-            fresh = rec is not None and key not in rec.reads
-            data = r.mem.read(*key)
-            if fresh:  # what this scan depends on in the block: where the words lie (LastStop)
-                rec.reads.pop(key, None)
-                rec.scanned[key] = (pats, word_hits(data, pats) if data is not None else None)
-            if data is None:
-                run = []
-                continue
-            if not run:
-                runs.append((base, run))
-            run.append(data[:len(data) & ~7])
-            scanned += len(data)
-            if len(data) < BLOCK:  # a short block ends the run: the next one does not follow it
-                run = []
-    if r.pending is not None and r.pending():
-        return hits, scanned
-    for start, blocks in runs:
-        data = b"".join(blocks)
-        for pat, (i, payload) in words.items():
-            at = data.find(pat)
-            while at >= 0:
-                if at & 7 == 0:
-                    hits[i][start + at - adapters[i].vt_off] = payload
-                at = data.find(pat, at + 1)
-    return hits, scanned
 
 
 class Discovery:
@@ -116,8 +58,6 @@ class Discovery:
         if not self.adapters:
             return None
         hits, self.scanned = scan(r, self.ranges(), self.adapters)
-        if r.pending is not None and r.pending():  # the heap is not all read yet (the session reads
-            return None  # it and runs the command again): its tasks are made in the pass that has it
         roots: list[Root] = []
         for a, h in zip(self.adapters, hits):
             upto = getattr(a, "roots_upto", None)
@@ -131,8 +71,10 @@ class Discovery:
 
 
 def choose(inv: Inventory, bias: int, pid: int | None, local: bool, wanted: str = "auto",
-           ranges: Callable[[], list[tuple[int, int]]] | None = None) -> Discovery:
-    """The adapters ``wanted`` ("auto", "off", or names joined by commas) for this program."""
+           ranges: Callable[[], list[tuple[int, int]]] | None = None, why: str | None = None) -> Discovery:
+    """The adapters ``wanted`` ("auto", "off", or names joined by commas) for this program.
+    ``ranges``: the memory to scan when the program is not a local process (a core, a
+    remote program's maps read through the stub); ``why``: why there are none."""
     from ..tokio_adapter import TokioAdapter, heap_ranges
     from .async_task import AsyncTaskAdapter
     from .future_obj import FutureObjAdapter
@@ -158,7 +100,8 @@ def choose(inv: Inventory, bias: int, pid: int | None, local: bool, wanted: str 
             ranges = lambda: heap_ranges(pid)  # noqa: E731
         else:
             if found:
-                notes.append("runtime adapters scan /proc/PID/maps: they need a local program")
+                notes.append(f"runtime adapters scan the program's memory map: {why}" if why else
+                             "runtime adapters scan /proc/PID/maps: they need a local program")
             found = []
             ranges = lambda: []  # noqa: E731
     return Discovery(found, ranges, notes)

@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from proxy.analysis.inventory import build_inventory  # noqa: E402
-from proxy.analysis.model import Inventory  # noqa: E402
+from proxy.analysis.inventory import build_inventory
+from proxy.analysis.model import Inventory
 
 
 @pytest.fixture(scope="session")

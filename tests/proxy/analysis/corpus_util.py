@@ -4,17 +4,14 @@ corpus builder's reason when a toolchain is missing) and marker matching."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from integration.corpus import build as corpus_build
+from integration.corpus import markers as corpus_markers
 
-from integration.corpus import build as corpus_build  # noqa: E402
-from integration.corpus import markers as corpus_markers  # noqa: E402
+REPO = Path(__file__).resolve().parents[3]
 
 CONFIGS = ("debug", "release", "release-fp", "release-lines", "lto", "old-debug", "old-release")
 PROGRAMS = ("nested", "tokio_app", "tokio_bench", "stuck", "many_tasks")

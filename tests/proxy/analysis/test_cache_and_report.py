@@ -5,7 +5,7 @@ import json
 import time
 from pathlib import Path
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis import cache
 from proxy.analysis.inventory import build_inventory
 from proxy.analysis.report import inspect_main

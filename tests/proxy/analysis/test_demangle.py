@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis.demangle import demangle
 from proxy.analysis.elf import open_elf
 

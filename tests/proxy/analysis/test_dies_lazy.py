@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis import dies as D
 from proxy.analysis.dwarf import KEEP_TAGS, DwarfView
 from proxy.analysis.elf import open_elf

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis.elf import AT_ENTRY, AT_PHDR, load_bias, load_bias_from_auxv, open_elf, parse_auxv
 from proxy.analysis.errors import AnalysisError
 

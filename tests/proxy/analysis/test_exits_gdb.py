@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")

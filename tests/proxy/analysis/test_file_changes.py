@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from corpus_util import REPO, corpus_binary
+from tests.proxy.analysis.corpus_util import REPO, corpus_binary
 
 SCRIPT = r"""
 import os, sys

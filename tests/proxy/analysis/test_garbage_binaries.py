@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from integration.harness.fuzzbinaries import mutate
 from proxy.analysis.report import inspect_main
 

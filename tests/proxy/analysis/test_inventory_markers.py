@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpus_util import CONFIGS, OLD, PROGRAMS, REPO, corpus_binary, corpus_markers, marker_name, names_match
+from tests.proxy.analysis.corpus_util import CONFIGS, OLD, PROGRAMS, REPO, corpus_binary, corpus_markers, marker_name, names_match
 
 FAST = [("debug", "nested"), ("release", "nested"), ("old-debug", "nested"), ("old-release", "nested"),
         ("debug", "tokio_app"), ("release", "tokio_app")]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis.elf import open_elf
 from proxy.analysis.errors import AnalysisError
 from proxy.analysis.inventory import build_inventory

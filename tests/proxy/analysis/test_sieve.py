@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis import dies as D
 from proxy.analysis import sieve as S
 from proxy.analysis.inventory import analyse

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis.dwarf import DwarfView
 from proxy.analysis.elf import open_elf
 from proxy.analysis.lines import SourceMap

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis import dies as D
 from proxy.analysis import unitwalk
 from proxy.analysis.dwarf import DwarfView

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from corpus_util import corpus_binary
+from tests.proxy.analysis.corpus_util import corpus_binary
 from proxy.analysis.elf import load_bias, open_elf
 from proxy.analysis.unwind import Unwinder
 
@@ -78,5 +78,5 @@ def test_unwinder_matches_gdb_bt(inventory_of, tmp_path: Path) -> None:  # type:
                 mismatches.append((config, program, [hex(p - bias) for p in ours], [hex(p - bias) for p in gdbs]))
     assert total >= 50, f"only {total} stops"
     assert matched / total >= 0.95, f"{matched}/{total} match; first mismatches: {mismatches[:3]}"
-    # the acceptance asks for 95%; report what we have for the record
+    # the target is 95%; report what we have for the record
     print(f"unwinder == gdb bt at {matched}/{total} stops")

@@ -7,7 +7,6 @@ no resume function of its own for its connection task's async block: it is inlin
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -46,8 +45,7 @@ def test_the_shifted_layout_reads_the_same_bytes_through_the_wrapper() -> None:
     assert st.loc == SourceLoc("a.rs", 3)
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "server"))
-import build_server  # type: ignore[import-not-found]  # noqa: E402
+from bench.server import build_server  # noqa: E402
 
 CONSOLE = build_server.binary("console")
 

@@ -6,7 +6,7 @@ compared with gdb straight on gdbserver) is integration/test_tracepoints.py."""
 from __future__ import annotations
 
 from proxy.capture.tracepoints import TraceVeil
-from proxy.session.procedure import Reply
+from proxy.procedure import Reply
 from rsp.packets.trace import NOT_RUN_STATUS
 
 

@@ -1,18 +1,16 @@
 """A minimal RSP responder on stdin/stdout that serves our osdata tables.
 
 Not a stub: just enough protocol (qSupported, ?, g, qXfer:osdata) for a real
-gdb 13.1 to connect through ``target remote | python3 osdata_stub.py ROOT TYPES``
+gdb 13.1 to connect through ``target remote | python3 -m tests.proxy.commands.osdata_stub TYPES`` (PYTHONPATH: the repository root)
 and parse our XML with its own osdata DTD. Used by test_osdata_gdb.py.
 """
 import re, sys
-sys.path.insert(0, sys.argv[1])  # the repository root
 from proxy.commands.osdata import osdata_table, merge_osdata_types
-sys.path.insert(0, sys.argv[1] + "/tests/proxy/graph")
-from graphfix import Script, engine, snapshot
+from tests.proxy.graph.graphfix import Script, engine, snapshot
 s = Script(); s.enter("sel", 0x200000); s.enter("x", 0x200100); s.exit(3); s.enter("y", 0x200200); s.exit(1); s.exit(3)
 e = engine(); e.feed_many(s.events)
 docs = {"async-tasks": osdata_table("async-tasks", snapshot(e)), "async-edges": osdata_table("async-edges", snapshot(e)),
-        "": merge_osdata_types(open(sys.argv[2], "rb").read())}
+        "": merge_osdata_types(open(sys.argv[1], "rb").read())}
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 def esc(b):
     return re.sub(rb"[#$}*]", lambda m: b"}" + bytes([m.group(0)[0] ^ 0x20]), b)

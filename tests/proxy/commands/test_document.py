@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from graphfix import BIAS, Script, engine, snapshot
+from tests.proxy.graph.graphfix import BIAS, Script, engine, snapshot
 
 from proxy.commands.document import SCHEMA, VERSION, graph_document
 

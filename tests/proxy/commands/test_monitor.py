@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from graphfix import BIAS, Script, engine
+from tests.proxy.graph.graphfix import BIAS, Script, engine
 
 from proxy.commands.monitor import MonitorContext, MonitorError, parse_monitor, run_monitor
 from proxy.graph.engine import Engine
@@ -44,13 +44,14 @@ def read(addr: int, size: int) -> bytes | None:
 
 def ctx(e: Engine | None = None, **kw: object) -> MonitorContext:
     """The engine's graph with no memory walk (rule 9 of proxy.snapshot.build: the tree is
-    the engine's pending edges); `locals` still reads memory."""
+    the engine's pending edges); `locals` still reads memory (the snapshot's read, as the
+    session binds it to each command pass)."""
     e = graph() if e is None else e
     base: dict[str, object] = dict(thread=1, pcs={1: 0x1020 + BIAS}, read_memory=read)
     base.update(kw)
     inputs = SnapshotInputs(inventory=e.catalog.inventory, bias=BIAS, engine=e, pcs=base["pcs"],  # type: ignore[arg-type]
                             memory=False)
-    return MonitorContext(e, snapshot=lambda: build_snapshot(inputs, None), **base)  # type: ignore[arg-type]
+    return MonitorContext(e, snapshot=lambda: build_snapshot(inputs, base["read_memory"]), **base)  # type: ignore[arg-type]
 
 
 def run(text: str, c: MonitorContext | None = None) -> str:
@@ -154,7 +155,7 @@ def test_edges_pending_completed_and_by_parent() -> None:
 def test_where() -> None:
     assert run("where #5") == "#5 rt::x (0x200100): suspended at src/main.rs:13, suspend index 0"
     assert run("where 0x100000") == "#1 rt::a (0x100000): running on thread 1 at src/main.rs:9"
-    assert run("where") == "asyncrsp: usage: where TASK"
+    assert run("where") == "asyncrsp: usage: where TASK [--stack]"
 
 
 def test_locals_decoded_from_memory() -> None:
@@ -168,10 +169,24 @@ def test_locals_decoded_from_memory() -> None:
     assert run("locals #5", ctx(read_memory=None)) == "asyncrsp: memory cannot be read in this session"
 
 
-def test_stats_with_proxy_lines() -> None:
-    out = run("stats", ctx(proxy_lines=["hidden stops: 12", "time in hidden stops: 3.1 ms"]))
+def test_stats_all_with_proxy_lines() -> None:
+    out = run("stats --all", ctx(proxy_lines=["hidden stops: 12", "time in hidden stops: 3.1 ms"]))
     assert out.splitlines()[0] == "events: 15 (enters 9, exits 6, lost 0, rejected 0)"
     assert out.splitlines()[-2:] == ["hidden stops: 12", "time in hidden stops: 3.1 ms"]
+
+
+def test_stats_summary_is_short() -> None:
+    """The capture first, then events and lost, tasks, the session's host and cost lines."""
+    summary = ["capture: uprobes (auto: uprobes available)", "program's host: pid 7, proved",
+               "proxy's cost: 0.40 s of CPU, RSS 80 MB; the program: 0 hidden stops (0.0 ms)"]
+    c = ctx(proxy_lines=["hidden stops: 12"], summary_lines=summary)
+    st = c.engine.stats()  # type: ignore[union-attr]
+    out = run("stats", c).splitlines()
+    assert out == [summary[0], f"events: {st.events} recorded, {st.events_lost} lost",
+                   f"tasks: {st.tasks_live} live, {st.tasks_seen} seen", *summary[1:],
+                   "(every counter: monitor async stats --all)"]
+    assert "hidden stops: 12" not in out
+    assert run("stats --verbose") == "asyncrsp: usage: stats [--all]"
 
 
 def test_help_lists_every_command() -> None:

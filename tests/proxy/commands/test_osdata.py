@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from graphfix import Script, engine, snapshot
+from tests.proxy.graph.graphfix import Script, engine, snapshot
 
 from proxy.commands.osdata import UnknownOsdataType, merge_osdata_types, osdata_table
 from proxy.graph.engine import Engine
@@ -80,7 +80,7 @@ def test_types_without_or_with_a_broken_stub_listing() -> None:
 @pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
 def test_real_gdb_prints_our_tables_in_cli_and_mi() -> None:
     root = HERE.parents[2]
-    stub = f"python3 {HERE / 'osdata_stub.py'} {root} {HERE / 'gdbserver13_osdata_types.xml'}"
+    stub = f"python3 -m tests.proxy.commands.osdata_stub {HERE / 'gdbserver13_osdata_types.xml'}"
     target = f"target remote | {stub}"
     cli = subprocess.run(
         ["gdb", "-batch", "-nx", "-ex", "set architecture i386:x86-64", "-ex", target,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from proxy.analysis.model import Member
-from proxy.commands.values import decode_bytes, decode_member, decode_value
+from proxy.snapshot.values import decode_bytes, decode_value
 
 HEAP = {0x5555_0000_1000: "héllo wörld".encode(), 0x5555_0000_2000: b"x" * 1000}
 
@@ -69,8 +68,7 @@ def test_other_types_as_bytes_and_large_buffers_by_length() -> None:
     assert dec("core::option::Option<u8>", b"\x01\x05") == "<core::option::Option<u8>: 01 05>"
     assert dec("()", b"") == "<(): zero-sized>"
     assert decode_value("[u8; 4096]", 4096, 0x100, read) == "<4096 bytes at 0x100>"
-    m = Member("buf", 8, 4, "u32")
-    assert decode_member(m, 0x5555_0000_1000 - 8, read) == f"buf: u32 = {int.from_bytes(b'h' + 'é'.encode() + b'l', 'little')}"
+    assert decode_value("u32", 4, 0x5555_0000_1000, read) == str(int.from_bytes(b'h' + 'é'.encode() + b'l', 'little'))
 
 
 def test_structs_by_their_kept_layout() -> None:

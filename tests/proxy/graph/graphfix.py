@@ -157,4 +157,6 @@ def snapshot(e, pcs=None):  # type: ignore[no-untyped-def]
 def monitor_context(e, **kw):  # type: ignore[no-untyped-def]
     from proxy.commands.monitor import MonitorContext
 
-    return MonitorContext(e, snapshot=lambda: snapshot(e, kw.get("pcs")), **kw)
+    # observed: the memory-less snapshot the program gives when the full one is over budget
+    return MonitorContext(e, snapshot=lambda: snapshot(e, kw.get("pcs")), observed=lambda: snapshot(e, kw.get("pcs")),
+                          **kw)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphfix import BIAS, FILE, Script, engine, site
+from tests.proxy.graph.graphfix import BIAS, FILE, Script, engine, site
 
 from proxy.analysis.model import SourceLoc
 from proxy.graph.engine import Engine

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from graphfix import Script, engine
+from tests.proxy.graph.graphfix import Script, engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,7 @@ whether they are still there (``GraphState.resolve``)."""
 
 from __future__ import annotations
 
-from graphfix import Script, engine, monitor_context, snapshot
+from tests.proxy.graph.graphfix import Script, engine, monitor_context, snapshot
 
 from proxy.commands.monitor import run_monitor as monitor
 from proxy.graph.model import StateKind
@@ -46,7 +46,7 @@ def test_a_task_polled_unseen_that_reads_unresumed_ended_unseen() -> None:
     assert live == {d}, snap.tasks
     (gone,) = [t for t in snap.tasks if t.id == a]
     assert gone.stats is not None and gone.stats.polls == 7
-    out = monitor("stats", monitor_context(e))
+    out = monitor("stats --all", monitor_context(e))
     assert "1 live" in out and "1 ended in a poll not recorded (read at stops)" in out, out
     # a new coroutine's first poll at the address is a new task
     s = Script()

@@ -9,7 +9,7 @@ work back exactly.
 from __future__ import annotations
 
 import pytest
-from graphfix import Script, engine, monitor_context
+from tests.proxy.graph.graphfix import Script, engine, monitor_context
 
 from proxy.commands.monitor import run_monitor
 from proxy.commands.top import fmt_ns
@@ -185,6 +185,7 @@ def test_top_says_a_wrappers_window_is_measured() -> None:
     from dataclasses import replace
 
     from proxy.commands.top import render_top, window_mark
+    from proxy.snapshot.timing import StopTiming
 
     e = spinner_and_sleeper()
     a = e.task(f"#{task_id(e, 'rt::a')}")
@@ -196,7 +197,7 @@ def test_top_says_a_wrappers_window_is_measured() -> None:
                 if t.path == "rt::a" else t for t in orig()]
 
     e.tasks = tasks  # type: ignore[method-assign]
-    out = render_top(e, ()).splitlines()
+    out = render_top(StopTiming(e), ()).splitlines()
     assert out[2].endswith("rt::a [in Instrumented::poll]") and not out[3].endswith("]")
     (note,) = [ln for ln in out if ln.startswith("[in Instrumented::poll]:")]
     assert "span's enter and exit included" in note

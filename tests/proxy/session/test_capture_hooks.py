@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from proxy.capture.base import CaptureBase, Forward, Handover, Reply
 from proxy.capture.target import Target
-from proxy.identity import Identity
+from proxy.host.identity import Identity
 from proxy.session.actions import Close, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session, SessionConfig
-from proxy.session.procedure import Exchange, Procedure
-from proxy.session.probes import Probe
+from proxy.procedure import Exchange, Procedure
+from proxy.probes import Probe
 from rsp.framing import frame
 
 from rsp.threads import ThreadId
@@ -376,7 +376,7 @@ class EarlyCounter(CountingRecorder):
 
 
 def _early_session(rec: Recorder, *, local: bool = True) -> Session:
-    from proxy.identity import Identity
+    from proxy.host.identity import Identity
 
     def identify(pid, auxv, path):  # type: ignore[no-untyped-def]
         rec.calls.append(f"identify:{pid}")

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.session.actions import Close, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session, SessionConfig
-from proxy.session.probes import Probe
+from proxy.probes import Probe
 from rsp.framing import frame
 
 PROBE = 0x555555555169
@@ -195,7 +195,7 @@ def test_a_refused_thread_selection_is_not_taken_for_the_clients() -> None:
     d.stub(stop_at(0x1000, reason=b""))
     assert bodies(d.client(b"Hgp8a3a4d.3a50"), ToStubRaw) == [frame(b"Hgp8a3a4d.3a50")]
     assert bodies(d.stub(b"E01"), ToClientRaw) == [frame(b"E01")]
-    assert d.s.client_g_thread is None
+    assert d.s.client_g_thread == THREAD  # the stop's thread, gdbserver's selection since the stop
     assert bodies(d.client(b"Z0,1234,1"), ToStubRaw) == [frame(b"Z0,1234,1")]
     d.stub(b"OK")
     assert bodies(d.client(b"Hg0"), ToStubRaw) == [frame(b"Hg0")]
@@ -242,7 +242,7 @@ def test_a_sigint_that_crossed_a_stop_is_consumed_before_the_detach() -> None:
     client breakpoint) came instead of its SIGINT: gdbserver left a real
     SIGINT waiting in the kernel, which the detach would deliver. The proxy
     runs the program until it stops with it, passing no signal, then detaches."""
-    from proxy.identity import Identity
+    from proxy.host.identity import Identity
 
     pending = [True]
     d = Driver(probes=[], sigint_pending=lambda pid: pending[0])
@@ -261,7 +261,7 @@ def test_a_sigint_that_crossed_a_stop_is_consumed_before_the_detach() -> None:
 def _crossed_with_a_probe(pending: list[bool]) -> Driver:
     """A probe planted, the client's 0x03 sent, and a client breakpoint's stop
     came instead of its SIGINT (which now waits in the kernel while `pending`)."""
-    from proxy.identity import Identity
+    from proxy.host.identity import Identity
 
     d = Driver(sigint_pending=lambda pid: pending[0])
     d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
@@ -309,7 +309,7 @@ def test_a_crossed_sigint_of_a_remote_program_read_through_the_stub() -> None:
     waiting (ShdPnd bit 1): consumed before the proxy goes (`fault-campaign
     --victims client --backends breakpoints --proxy-arg=--remote`: 4 of 20
     programs died of SIGINT when it was not)."""
-    from proxy.identity import Identity
+    from proxy.host.identity import Identity
 
     d = Driver(sigint_pending=_remote_asked)
     d.s.identity = Identity(False, None, 0x3a4d, "test: remote")
@@ -332,7 +332,7 @@ def test_a_crossed_sigint_of_a_remote_program_read_through_the_stub() -> None:
 
 def _crossed_without_probes(local: bool, sigint_pending) -> Driver:  # type: ignore[no-untyped-def]
     """No probe; the client's 0x03 crossed a client breakpoint's stop."""
-    from proxy.identity import Identity
+    from proxy.host.identity import Identity
 
     d = Driver(probes=[], sigint_pending=sigint_pending)
     d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test") if local else Identity(False, None, 0x3a4d, "remote")
@@ -375,7 +375,7 @@ def test_a_stub_without_vfile_leaves_as_before() -> None:
 
 
 def test_no_crossing_no_extra_resume_at_the_detach() -> None:
-    from proxy.identity import Identity
+    from proxy.host.identity import Identity
 
     d = Driver(probes=[], sigint_pending=lambda pid: True)  # a SIGINT someone else sent: the program's own
     d.s.identity = Identity(True, 0x3a4d, 0x3a4d, "test")
@@ -517,15 +517,14 @@ def test_monitor_async_local_others_forwarded(text: bytes, expect_local: bool) -
 def test_work_after_the_answer_comes_after_its_replies() -> None:
     """What a monitor command leaves for after its answer (session.after_answer: a cold
     analysis's cache write, proxy.app) comes as AfterSend after the command's last reply,
-    at the end of its procedure only: a pass that reads memory first does not send it."""
+    at the end of its procedure only: not while the command waits for a memory read."""
     from proxy.session.actions import AfterSend
 
     done: list[str] = []
 
     def monitor(text: str, session: Session, read) -> str:  # type: ignore[no-untyped-def]
-        if read(0x1000, 4) is None:  # the first pass: the session reads it and asks again
-            session.after_answer.append(lambda: done.append("cache written"))
-            return ""
+        session.after_answer.append(lambda: done.append("cache written"))
+        assert read(0x1000, 4) == b"\x01\x02\x03\x04"  # asked of the stub while the command waits
         return "answer\n"
 
     d = Driver(probes=[], monitor=monitor)
@@ -631,7 +630,7 @@ def test_monitor_reads_every_thread_then_restores_the_clients_thread(hg_after_st
     acts = d.stub(b"OK")
     out = bodies(acts, ToClient)
     assert out[-1] == b"OK" and bytes.fromhex(out[0][1:].decode()) == b"ok\n"
-    assert seen == [None, {0x3a50: b"00" * 8, 0x3a51: b"11" * 8}]
+    assert seen == [{0x3a50: b"00" * 8, 0x3a51: b"11" * 8}]  # read when asked: the command ran once
 
 
 @pytest.mark.parametrize("client_mp", [False, True])
@@ -714,3 +713,129 @@ def test_another_process_after_a_kill_goes_at_once() -> None:
     assert bodies(d.stub(b"OK"), ToStubRaw) == [frame(b"vKill;3a4d")]
     d.stub(b"OK")
     assert bodies(d.client(b"vRun;"), ToStubRaw) == [frame(b"vRun;")]
+
+
+def test_the_stubs_symbol_look_up_takes_only_its_answers_until_it_ends() -> None:
+    """A client's `qSymbol::` answered `qSymbol:NAME`: the stub now waits for that
+    symbol's answer and takes any other packet for a malformed one (gdbserver:
+    "Malformed response to qSymbol, ignoring: g"; a `vCont;c` there ran the
+    program to its end). The proxy answers E01 to everything but the answer and
+    `m` reads until the stub's look-up is over, then lets everything through again."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000, reason=b""))
+    assert bodies(d.client(b"qSymbol::"), ToStubRaw) == [frame(b"qSymbol::")]
+    d.stub(b"qSymbol:6d61696e")
+    for hostile in (b"g", b"vCont;c", b"qC"):
+        acts = d.client(hostile)
+        assert bodies(acts, ToClient) == [b"E01"] and not bodies(acts, ToStubRaw), hostile
+    assert bodies(d.client(b"m1000,8"), ToStubRaw) == [frame(b"m1000,8")]
+    d.stub(b"0000000000000000")
+    assert bodies(d.client(b"qSymbol::6d61696e"), ToStubRaw) == [frame(b"qSymbol::6d61696e")]
+    d.stub(b"qSymbol:6f74686572")  # the next question
+    assert bodies(d.client(b"g"), ToClient) == [b"E01"]
+    d.client(b"qSymbol:1234:6f74686572")
+    d.stub(b"OK")  # done
+    assert bodies(d.client(b"g"), ToStubRaw) == [frame(b"g")]
+
+
+def test_a_client_gone_inside_the_symbol_look_up_gets_it_ended_before_the_leave() -> None:
+    """The client hangs up while the stub waits for a symbol: every packet of the
+    proxy's leave would be a malformed answer, so each question is answered
+    "unknown" first."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000, reason=b""))
+    d.client(b"qSymbol::")
+    d.stub(b"qSymbol:6d61696e")
+    d.s.client_closed()
+    assert bodies(d.s.take_actions(), ToStub) == [b"qSymbol::6d61696e"]
+    assert bodies(d.stub(b"qSymbol:6f74686572"), ToStub) == [b"qSymbol::6f74686572"]
+    assert bodies(d.stub(b"OK"), ToStub) == [f"z0,{PROBE:x},1".encode()]
+
+
+def _stopped_in_program(pid: int) -> Driver:
+    d = Driver(probes=[])
+    d.client(b"qSupported:multiprocess+;fork-events+")
+    d.stub(b"PacketSize=47ff;multiprocess+;fork-events+")
+    d.s._main_pid = pid  # the program's pid, as the plant finds it (lifecycle._find_program)
+    d.client(b"?")
+    d.stub(stop_at(PROBE))
+    return d
+
+
+def test_a_resume_of_a_fork_child_asks_the_stub_for_its_leader_and_is_forwarded() -> None:
+    """gdb following a fork child (`follow-fork-mode child`, `detach-on-fork
+    off`) resumes it by its own process's wildcard, `vCont;c:pCHILD.-1`. `T`
+    takes no wildcard at gdbserver, so the child's leader thread is asked for:
+    there, the resume goes on (it was answered E01 when any other process
+    counted as one the stub did not have)."""
+    d = _stopped_in_program(0x3a4d)
+    assert bodies(d.client(b"vCont;c:p3a60.-1"), ToStub) == [b"Tp3a60.3a60"]
+    assert bodies(d.stub(b"OK"), ToStubRaw) == [frame(b"vCont;c:p3a60.-1")]
+
+
+def test_a_resume_of_a_process_the_stub_does_not_have_is_refused() -> None:
+    d = _stopped_in_program(0x3a4d)
+    assert bodies(d.client(b"vCont;c:p1.-1"), ToStub) == [b"Tp1.1"]
+    assert bodies(d.stub(b"E01"), ToClient) == [b"E01"]
+    assert d.s.stats.shielded == 1
+
+
+def test_a_stop_makes_its_thread_the_clients_selection_in_all_stop() -> None:
+    """gdbserver makes the reported thread its general thread at a stop, and
+    gdb sends no Hg before its next `Z0`/`z0` there (remote.c keeps the
+    stopped thread as selected). With a fork child selected before the stop
+    (`detach-on-fork off`: gdb inserts into both processes), the parent's
+    `Z0` counted as the child's: forwarded past the table, the stub's one
+    breakpoint there went out with the child's `z0`, and the parent's `z0`
+    got E01 ("Cannot remove breakpoints because program is no longer
+    writable")."""
+    d = _stopped_in_program(0x3a4d)
+    assert bodies(d.client(b"Z0,1000,1"), ToStubRaw) == [frame(b"Z0,1000,1")]
+    d.stub(b"OK")
+    d.client(b"Hgp3a60.3a60")
+    d.stub(b"OK")
+    assert d.s.client_g_thread == b"p3a60.3a60"
+    assert bodies(d.client(b"vCont;c:p3a4d.-1"), ToStubRaw) == [frame(b"vCont;c:p3a4d.-1")]
+    d.stub(stop_at(PROBE))
+    assert d.s.client_g_thread == THREAD
+    acts = d.client(b"Z0,1000,1")  # the program's, already in the union
+    assert bodies(acts, ToClient) == [b"OK"] and not bodies(acts, ToStubRaw)
+
+
+def test_an_exec_of_the_program_empties_the_breakpoint_table() -> None:
+    """gdbserver forgets a process's breakpoints when it calls exec, and gdb
+    inserts its own again without removing them: the same `Z0` must reach
+    the stub (answered OK from the table, the new image had no int3 there)."""
+    d = _stopped_in_program(0x3a4d)
+    assert bodies(d.client(b"Z0,1000,1"), ToStubRaw) == [frame(b"Z0,1000,1")]
+    d.stub(b"OK")
+    assert bodies(d.client(b"vCont;c:p3a4d.-1"), ToStubRaw) == [frame(b"vCont;c:p3a4d.-1")]
+    d.stub(b"T05exec:2f62696e2f74727565;thread:p3a4d.3a4d;")
+    assert bodies(d.client(b"Z0,1000,1"), ToStubRaw) == [frame(b"Z0,1000,1")]
+
+
+def test_an_exec_of_another_process_keeps_the_programs_breakpoints() -> None:
+    d = _stopped_in_program(0x3a4d)
+    d.client(b"Z0,1000,1")
+    d.stub(b"OK")
+    d.client(b"vCont;c:p3a4d.-1")
+    d.stub(b"T05exec:2f62696e2f74727565;thread:p3a60.3a60;")  # a fork child gdb keeps
+    d.client(b"Hgp3a4d.3a4d")
+    d.stub(b"OK")
+    acts = d.client(b"Z0,1000,1")
+    assert bodies(acts, ToClient) == [b"OK"] and not bodies(acts, ToStubRaw)
+
+
+def test_the_current_thread_is_the_stops_not_the_last_hg() -> None:
+    """gdb fetches other threads' registers with Hg after a stop (a late attach: the last Hg
+    named another thread than the one gdb shows): `monitor async bt` with no argument
+    describes the stop's thread (tokio's tinydb attached late)."""
+    d = Driver()
+    d.start_running()
+    d.stub(stop_at(0x1000, reason=b""))
+    d.client(b"Hgp3a4d.3a51")
+    d.stub(b"OK")
+    assert d.s.client_g_thread == b"p3a4d.3a51"
+    assert d.s.current_thread() == 0x3A50

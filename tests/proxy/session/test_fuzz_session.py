@@ -31,8 +31,8 @@ from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
 from proxy.session.actions import Close, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session, SessionConfig
-from proxy.session.procedure import Exchange, Procedure
-from proxy.session.probes import Probe
+from proxy.procedure import Exchange, Procedure
+from proxy.probes import Probe
 from rsp.framing import frame
 
 from .test_core import stop_at

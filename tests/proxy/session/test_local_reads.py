@@ -1,8 +1,8 @@
-"""The read loop of a monitor command with a local memory reader (proxy/reflect/localmem.py).
+"""The read loop of a monitor command with a local memory reader (proxy/host/localmem.py).
 
 The reader is the session's config hook; here it is a small stand-in with three kinds of
 address (the real reader is tested against a real process in
-tests/proxy/test_localmem.py): data it reads, an address no mapping holds, and code
+tests/proxy/reflect/test_localmem.py): data it reads, an address no mapping holds, and code
 (refused: the stub's `m` hides its breakpoints, /proc/PID/mem does not).
 """
 
@@ -47,10 +47,10 @@ def test_local_reads_skip_the_stub_and_code_still_goes_to_it() -> None:
     d.client(b"?")
     d.stub(stop_at(0x1000, reason=b""))
     acts = d.client(b"qRcmd," + b"async tree".hex().encode())
-    assert bodies(acts, ToStub) == [b"m5000,4"]  # only the code: one pass, one packet
+    assert bodies(acts, ToStub) == [b"m5000,4"]  # only the code: one packet
     acts = d.stub(b"90909090")
     assert bodies(acts, ToClient)[-1] == b"OK"
-    assert seen == [(b"****", None, None), (b"****", None, b"\x90" * 4)]
+    assert seen == [(b"****", None, b"\x90" * 4)]  # the command ran once, its read answered
     assert local.closed == 1 and d.s.stats.local_read_bytes == 4
     assert any("/proc/PID/mem" in line and " 4 bytes" in line for line in d.s.stats_lines())
 
@@ -65,7 +65,9 @@ def test_without_a_local_reader_every_read_is_an_m_packet() -> None:
     d.client(b"?")
     d.stub(stop_at(0x1000, reason=b""))
     acts = d.client(b"qRcmd," + b"async tree".hex().encode())
-    assert bodies(acts, ToStub) == [b"m7000,4", b"m10,4"]
+    assert bodies(acts, ToStub) == [b"m7000,4"]  # asked as the command reads it
+    assert bodies(d.stub(b"2a2a2a2a"), ToStub) == [b"m10,4"]
+    assert bodies(d.stub(b"E14"), ToClient)[-1] == b"OK"
     assert not any("/proc/PID/mem" in line for line in d.s.stats_lines())
 
 
@@ -75,9 +77,10 @@ def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
     seen: list[object] = []
 
     def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
-        assert s.monitor_peek is not None and s.monitor_missed is not None
-        seen.append((s.monitor_peek(DATA, 4), s.monitor_peek(CODE, 4), s.monitor_missed()))
+        assert s.monitor_peek is not None
+        seen.append((s.monitor_peek(DATA, 4), s.monitor_peek(CODE, 4)))
         read(CODE, 4)
+        seen.append((s.monitor_peek(DATA, 4), s.monitor_peek(CODE, 4)))
         return "ok\n"
 
     d = Driver(probes=[], monitor=monitor, local_memory=lambda s: _Local())
@@ -86,5 +89,26 @@ def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
     acts = d.client(b"qRcmd," + b"async tree".hex().encode())
     assert bodies(acts, ToStub) == [b"m5000,4"]  # the read's, not the peek's
     d.stub(b"90909090")
-    assert seen == [(b"****", None, False), (b"****", b"\x90" * 4, False)]
+    assert seen == [(b"****", None), (b"****", b"\x90" * 4)]  # known once read
     assert d.s.monitor_peek is None  # only during a pass
+
+
+def test_many_reads_at_once_ask_the_stub_for_the_unknown_ones_back_to_back() -> None:
+    """``read.many`` (a runtime adapter's heap scan: proxy.reflect.memory.BlockReader.prefetch):
+    what the local reader holds is not asked; the rest goes in one exchange, not a round trip
+    each; later reads of the same ranges ask nothing."""
+    seen: list[object] = []
+
+    def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
+        seen.append(read.many([(DATA, 4), (CODE, 4), (0x6000, 4), (UNMAPPED, 4)]))
+        seen.append((read(CODE, 4), read(0x6000, 4)))
+        return "ok\n"
+
+    d = Driver(probes=[], monitor=monitor, local_memory=lambda s: _Local())
+    d.client(b"?")
+    d.stub(stop_at(0x1000, reason=b""))
+    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
+    assert bodies(acts, ToStub) == [b"m5000,4", b"m6000,4"]  # sent at once
+    assert d.stub(b"90909090") == []
+    assert bodies(d.stub(b"E14"), ToClient)[-1] == b"OK"
+    assert seen == [[b"****", b"\x90" * 4, None, None], (b"\x90" * 4, None)]

@@ -1,8 +1,6 @@
 """shield.py: which client packets the stub never gets.
 
-KILLERS: each was sent alone to a fresh gdbserver 13.1 (tokio_app, stopped
-at its first instruction) and the gdbserver exited, killing the program
-("Invalid hex digit 122", "invalid remote ptid", the vCont;t assertion).
+KILLERS (integration/harness/killers.py): packets that killed gdbserver 13.1;
 integration/test_shield.py shows a few of them live. GDB_PACKETS: packets
 real gdb 13 and lldb send; they all pass."""
 
@@ -11,18 +9,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from integration.harness.killers import KILLERS
 from proxy.session.shield import refuse
 
-KILLERS = [
-    b"Gzz", b"m1,zz", b"mzz", b"M0,1:zz", b"Hcp-1.-1", b"qXfer:features:read:target.xml:zz",
-    b"qXfer:auxv:read::0", b"qRcmd,zz", b"Czz", b"qSearch:memory:zz", b"QPassSignals:zz",
-    b"QProgramSignals:zzz;", b"QCatchSyscalls:1;zz", b"QEnvironmentHexEncoded:zz", b"QSetWorkingDir:zz",
-    b"qXfer:threads:read::zz", b"vCont;t", b"vCont;t:p1.1", b"QTDV:zz",
-    # over a breakpoint of gdbserver's: "check_mem_read: Assertion ... failed" (the fuzz client, seed 1)
-    b"m7ffff734d2ad,10000",
-    # "invalid remote ptid: p11" (the fuzz client, seed 3)
-    b"Tp11",
-]
 PACKET_SIZE = 0x47FF  # gdbserver 13.1's
 
 GDB_PACKETS = [
@@ -91,3 +80,18 @@ def test_a_non_hex_digit_in_a_hex_field_is_refused(body: bytes, at: int, ch: int
     if body[:1] == b"g" or body.startswith(b"p10;"):
         return  # the thread suffix is matched loosely
     assert refuse(mutant) is not None, mutant
+
+
+def test_inside_the_stubs_symbol_look_up_only_its_answers_and_reads_pass() -> None:
+    """gdbserver's look_up_one_symbol reads only `m` (and `v`) between its
+    `qSymbol:NAME` question and the answer: any other packet is a malformed answer
+    (its reply is the next question, every reply after it one packet late), and a
+    `vCont;c` runs the program inside the look-up (it ran to its end)."""
+    for body in (b"qSymbol::6d61696e", b"qSymbol:1234:6d61696e", b"qSymbol::", b"m1000,8",
+                 b"vFile:close:5"):
+        assert refuse(body, symbol_lookup=True) is None, body
+    for body in (b"g", b"qC", b"?", b"vCont;c", b"c", b"Z0,1000,1", b"qfThreadInfo", b"vKill;1", b"D",
+                 b"qRcmd,6173796e63207461736b73", b""):
+        why = refuse(body, symbol_lookup=True)
+        assert why is not None and "qSymbol" in why, body
+        assert refuse(body) is None or body == b"", body  # refused only because of the look-up

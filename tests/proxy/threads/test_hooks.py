@@ -17,9 +17,8 @@ SHAPE = FrameShape("rsp", 64, (("rip", -8),), (("rsp", 16),))
 
 
 def tasks(session, read):  # type: ignore[no-untyped-def]
-    if session.monitor_threads() is None:  # the session reads them and asks again
-        return [], None, 0, 0
-    word = read(0x7000, 8)  # one memory read: the session reads it and asks again
+    session.monitor_threads()  # the threads' registers: the session reads them as asked
+    word = read(0x7000, 8)  # one memory read: asked of the stub while this waits
     if word is None:
         return [], None, 0, 0
     frames = (TaskFrame(0x5000, int.from_bytes(word, "little")),)
@@ -29,7 +28,7 @@ def tasks(session, read):  # type: ignore[no-untyped-def]
 class Driver:
     def __init__(self) -> None:
         self.s = Session(SessionConfig(elf_path="/bin/true", task_threads=tasks))
-        self.s.task_view = TaskThreadView()
+        self.s.task_threads.view = TaskThreadView()
         self.to_stub: list[bytes] = []
         self.client(b"?")  # the stop the client attaches at
         self.stub(b"T0006:00e0ffffff7f0000;07:b00eddf7ff7f0000;10:0010000000000000;thread:p10.10;core:0;")
@@ -100,17 +99,17 @@ def test_continue_with_a_task_selected_resumes_the_program_and_step_is_refused()
 def test_no_tasks_before_the_first_stop() -> None:
     """lldb lists threads before it asks `?`: nothing is known of the program yet."""
     s = Session(SessionConfig(elf_path="/bin/true", task_threads=tasks))
-    s.task_view = TaskThreadView()
+    s.task_threads.view = TaskThreadView()
     s.client_packet(b"qfThreadInfo", frame(b"qfThreadInfo"))
     (fwd,) = [a for a in s.take_actions() if isinstance(a, ToStubRaw)]
     assert fwd.raw == frame(b"qfThreadInfo")
-    assert not s.task_view.fresh
+    assert not s.task_threads.view.fresh
 
 
 def test_off_by_default_everything_goes_to_the_stub() -> None:
     d = Driver()
-    assert d.s.task_view is not None
-    d.s.task_view.enabled = False
+    assert d.s.task_threads.view is not None
+    d.s.task_threads.view.enabled = False
     d.client(b"qfThreadInfo")
     assert d.to_stub == [b"qfThreadInfo"]
 
@@ -121,7 +120,8 @@ def test_monitor_async_threads_command() -> None:
     from proxy.app import _threads_command
 
     view = TaskThreadView(enabled=False)
-    session = SimpleNamespace(task_view=view, _threads_doc=b"old")
+    part = SimpleNamespace(view=view, doc=b"old", refused=lambda: None)  # an x86-64 program
+    session = SimpleNamespace(task_threads=part)
     assert _threads_command(session, ()).startswith("task threads: off, cap 1024")  # type: ignore[arg-type]
     assert _threads_command(session, ("on",)).startswith("task threads: on")  # type: ignore[arg-type]
     assert _threads_command(session, ("off",)).startswith("task threads: on (off from the next resume)")  # type: ignore[arg-type]
@@ -130,7 +130,7 @@ def test_monitor_async_threads_command() -> None:
     assert _threads_command(session, ("on",)).startswith("task threads: on,")  # type: ignore[arg-type]
     assert "cap 50" in _threads_command(session, ("50",))  # type: ignore[arg-type]
     assert "filter 'lock'" in _threads_command(session, ("filter", "lock"))  # type: ignore[arg-type]
-    assert view.enabled and view.cap == 50 and view.pattern == "lock" and session._threads_doc is None
+    assert view.enabled and view.cap == 50 and view.pattern == "lock" and part.doc is None
     assert _threads_command(session, ("many",)).startswith("asyncrsp: usage:")  # type: ignore[arg-type]
     assert _threads_command(session, ("filter", "(")).startswith("asyncrsp: bad filter '('")  # type: ignore[arg-type]
     assert view.pattern == "lock"

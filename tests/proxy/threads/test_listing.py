@@ -66,7 +66,7 @@ def test_the_full_snapshot_of_the_stop_takes_every_task_found_without_scanning_a
 
 
 def test_the_full_build_reads_none_of_what_the_capped_build_read() -> None:
-    from proxy.app import _remembering, _reusing
+    from proxy.program.taskthreads import remembering, reusing
 
     asked: list[tuple[int, int]] = []
 
@@ -75,10 +75,10 @@ def test_the_full_build_reads_none_of_what_the_capped_build_read() -> None:
         return None if addr == 0x3000 else bytes([addr >> 12]) * size
 
     kept: dict[tuple[int, int], bytes] = {}
-    capped = _remembering(stub, kept)
+    capped = remembering(stub, kept)
     assert capped(0x1000, 4096) == b"\x01" * 4096 and capped(0x3000, 4096) is None
     asked.clear()
-    full = _reusing(stub, kept)
+    full = reusing(stub, kept)
     assert full(0x1000, 4096) == b"\x01" * 4096 and asked == []  # read by the capped build
     assert full(0x2000, 4096) == b"\x02" * 4096 and full(0x3000, 4096) is None  # not read, or missing
     assert asked == [(0x2000, 4096), (0x3000, 4096)]

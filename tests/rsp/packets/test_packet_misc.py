@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rsp_testutil import wire
+from tests.rsp.rsp_testutil import wire
 
 from rsp.errors import MalformedPacket
 from rsp.packets.breakpoints import BreakpointPacket

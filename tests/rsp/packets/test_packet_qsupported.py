@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from rsp_testutil import wire
+from tests.rsp.rsp_testutil import wire
 
 from rsp.errors import MalformedPacket
 from rsp.packets.qsupported import (

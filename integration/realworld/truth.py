@@ -1,0 +1,172 @@
+"""The gauntlet's truth tables: what a program's source says must be shown (pure).
+
+One TOML file per program (``integration/realworld/truth/<program>.toml``), written by
+reading the program's source in ``../shared/realworld``. Every place in it is named by
+the text of its source line (``at = "listener.accept().await"``), found in the source
+when the table is loaded: a table whose text is not on exactly one line (or not on the
+``line`` it also gives) is an error, so a table cannot drift from the source it reads.
+
+    program = "tokio_echo_tcp"                    # the bin of integration/realworld/Cargo.toml
+    source = "tokio-examples/echo-tcp.rs"         # under ../shared/realworld
+    args = ["127.0.0.1:{port}"]                   # {port}: a free port; or `port = 6142` fixed
+    binds = [3000]                                # other fixed ports it binds (checked free first)
+
+    [[state]]                                     # one state the clients drive the program into
+    name = "two idle connections"
+    clients = [{kind = "line", send = ["hello"], expect = "hello"}, {kind = "line"}]
+
+    [[state.task]]                                # a task that must be alive, `count` times
+    name = "tokio_echo_tcp::main"                 # its root's name as the snapshot gives it
+    at = "listener.accept().await"                # the line its innermost coroutine waits at
+    line = 23
+    waits = "readiness"                           # what its leaf waits on (words of `waits`)
+    frames = ["tokio_echo_tcp::main"]             # coroutines of its tree (optional), outermost first
+
+    [[stall]]                                     # an upstream that never answers (a proxy's)
+    port = 3000                                   # listens; the kernel takes connections, no one reads
+
+    [breakpoint]                                  # a sync function inside a request
+    function = "tokio_tinydb::handle_request"
+    clients = [{kind = "line", send = ["GET foo"]}]
+    bt = [{name = "...", at = "..."}, ...]        # the logical backtrace, innermost first
+
+Items: each expected task (times its count) is one item per view (tasks, tree, JSON,
+waits when it says what it waits on), each state adds one for `deadlocks` (the truth
+says which cycles there are: none unless `cycles` is given), each backtrace frame one,
+each task's id one at the second stop.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+SHARED = REPO.parent / "shared" / "realworld"
+TRUTH_DIR = HERE / "truth"
+
+
+class TruthError(Exception):
+    """A table that does not match its source (a text on no line, or on several)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    text: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTruth:
+    name: str
+    at: Place
+    count: int = 1
+    waits: str | None = None
+    frames: tuple[Place | str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    name: str
+    at: Place | None  # None: a frame whose line is not the program's (the executor's root)
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    kind: str  # line | http | http-partial (headers cut off) | http-partial-body (body cut off) | ws
+    send: tuple[str, ...] = ()
+    expect: str | None = None
+    path: str = "/"
+    method: str = "GET"
+    body: str = ""
+    port: int | None = None  # another port than the program's own
+    headers: tuple[str, ...] = ()  # more HTTP header lines ("User-Agent: x")
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    name: str
+    clients: tuple[Client, ...]
+    tasks: tuple[TaskTruth, ...]
+    cycles: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Breakpoint:
+    function: str
+    clients: tuple[Client, ...]
+    bt: tuple[Frame, ...]
+    setup: tuple[Client, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    program: str
+    source: Path
+    args: tuple[str, ...]
+    port: int | None
+    states: tuple[State, ...]
+    breakpoint: Breakpoint | None
+    env: dict[str, str] = field(default_factory=dict)
+    helpers: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (program, args): run beside it
+    stalls: tuple[int, ...] = ()  # ports of upstreams that take connections and never answer
+    binds: tuple[int, ...] = ()  # other ports the program binds (its own upstream's), fixed
+
+
+def place(source: Path, text: str, line: int | None) -> Place:
+    """The one line of ``source`` holding ``text`` (checked against ``line`` when given)."""
+    lines = source.read_text().splitlines()
+    hits = [i for i, s in enumerate(lines, 1) if text in s]
+    if line is not None:
+        if line not in hits:
+            raise TruthError(f"{source.name}:{line} does not hold {text!r} (it is on {hits or 'no line'})")
+        return Place(text, line)
+    if len(hits) != 1:
+        raise TruthError(f"{text!r} is on {len(hits)} lines of {source.name} ({hits}): give `line`")
+    return Place(text, hits[0])
+
+
+def _client(raw: dict) -> Client:  # type: ignore[type-arg]
+    return Client(raw["kind"], tuple(raw.get("send", ())), raw.get("expect"), raw.get("path", "/"),
+                  raw.get("method", "GET"), raw.get("body", ""), raw.get("port"),
+                  tuple(raw.get("headers", ())))
+
+
+def _task(source: Path, raw: dict) -> TaskTruth:  # type: ignore[type-arg]
+    frames: list[Place | str] = []
+    for f in raw.get("frames", ()):
+        frames.append(f if isinstance(f, str) else place(source, f["at"], f.get("line")))
+    return TaskTruth(raw["name"], place(source, raw["at"], raw.get("line")), raw.get("count", 1),
+                     raw.get("waits"), tuple(frames))
+
+
+def _frame(source: Path, raw: dict) -> Frame:  # type: ignore[type-arg]
+    at = raw.get("at")
+    return Frame(raw["name"], None if at is None else place(source, at, raw.get("line")))
+
+
+def load(path: Path, shared: Path = SHARED) -> Table:
+    raw = tomllib.loads(path.read_text())
+    source = shared / raw["source"]
+    if not source.exists():
+        raise TruthError(f"{path.name}: no {source} (../shared/realworld beside the project?)")
+    states = tuple(State(s["name"], tuple(_client(c) for c in s.get("clients", ())),
+                         tuple(_task(source, t) for t in s.get("task", ())), s.get("cycles", 0))
+                   for s in raw.get("state", ()))
+    bp = raw.get("breakpoint")
+    breakpoint = None if bp is None else Breakpoint(
+        bp["function"], tuple(_client(c) for c in bp.get("clients", ())),
+        tuple(_frame(source, f) for f in bp["bt"]), tuple(_client(c) for c in bp.get("setup", ())))
+    helpers = tuple((h["program"], tuple(h.get("args", ()))) for h in raw.get("helper", ()))
+    stalls = tuple(int(s["port"]) for s in raw.get("stall", ()))
+    return Table(raw["program"], source, tuple(raw.get("args", ())), raw.get("port"), states, breakpoint,
+                 dict(raw.get("env", {})), helpers, stalls, tuple(raw.get("binds", ())))
+
+
+def tables(names: list[str] | None = None) -> list[Table]:
+    paths = sorted(TRUTH_DIR.glob("*.toml"))
+    if names:
+        paths = [p for p in paths if p.stem in names]
+    return [load(p) for p in paths]

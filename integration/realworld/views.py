@@ -1,0 +1,167 @@
+"""What the proxy shows at one stop, as the gauntlet reads it: the text of `monitor async
+tasks / tree / waits / deadlocks / bt` and the qXfer:asyncrsp.graph JSON document, and
+the checks of a truth table against them (pure: text in, items out)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from integration.realworld.truth import Frame, Place, State, TaskTruth
+
+VIEWS = ("tasks", "tree", "waits", "deadlocks")
+
+
+@dataclass
+class Stop:
+    """One stop's views (text per command, the JSON document parsed)."""
+
+    text: dict[str, str]
+    doc: dict  # type: ignore[type-arg]
+
+    def tree_block(self, label: str) -> str:
+        """The `tree` lines of one task (from its `task #N` line to the next)."""
+        m = re.search(rf"^task {re.escape(label)} .*?(?=^task #|\Z)", self.text.get("tree", ""), re.S | re.M)
+        return m.group(0) if m else ""
+
+    def task_row(self, label: str) -> str:
+        return next((ln for ln in self.text.get("tasks", "").splitlines() if ln.startswith(label + " ")), "")
+
+
+@dataclass
+class Items:
+    """Items right / checked, and what was wrong (for the report)."""
+
+    right: int = 0
+    checked: int = 0
+    misses: list[str] = field(default_factory=list)
+
+    def add(self, ok: bool, what: str) -> None:
+        self.checked += 1
+        if ok:
+            self.right += 1
+        else:
+            self.misses.append(what)
+
+    def merge(self, other: Items) -> None:
+        self.right += other.right
+        self.checked += other.checked
+        self.misses += other.misses
+
+
+def _coroutines(node: dict, depth: int = 0) -> list[tuple[int, dict]]:  # type: ignore[type-arg]
+    out = [(depth, node)] if node.get("kind") == "coroutine" else []
+    for c in node.get("children", ()):
+        out += _coroutines(c, depth + 1)
+    return out
+
+
+def _in_source(node: dict, source: str) -> bool:  # type: ignore[type-arg]
+    st = node.get("state") or {}
+    return bool(st.get("file")) and st["file"].endswith("/" + source)
+
+
+def innermost_line(task: dict, source: str) -> int | None:  # type: ignore[type-arg]
+    """The line of the deepest coroutine of the program's own source in a task's tree."""
+    best: tuple[int, int] | None = None
+    for depth, node in _coroutines(task["tree"]):
+        if _in_source(node, source) and (best is None or depth >= best[0]):
+            best = (depth, node["state"]["line"])
+    return None if best is None else best[1]
+
+
+def matches(doc: dict, truth: TaskTruth, source: str) -> list[dict]:  # type: ignore[type-arg]
+    """The live tasks of the document that are this truth's task: a coroutine of its name in
+    its tree (the root, or one a library's root polls: axum's upgrade, smol's block_on), and
+    its innermost coroutine of the program's source at the truth's line."""
+    live = [t for t in doc.get("tasks", ()) if (t.get("state") or {}).get("kind") != "finished"]
+    return [t for t in live if any(n["name"] == truth.name for _, n in _coroutines(t["tree"]))
+            and innermost_line(t, source) == truth.at.line]
+
+
+def _frames_ok(task: dict, frames: tuple[Place | str, ...], source: str) -> list[str]:  # type: ignore[type-arg]
+    """Which of the expected frames (a name, or a line of the source) the tree lacks."""
+    nodes = _coroutines(task["tree"])
+    missing = []
+    for f in frames:
+        if isinstance(f, str):
+            if not any(n["name"] == f for _, n in nodes):
+                missing.append(f)
+        elif not any(_in_source(n, source) and n["state"]["line"] == f.line for _, n in nodes):
+            missing.append(f"line {f.line} ({f.text})")
+    return missing
+
+
+def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str, list[int]]]:
+    """A state's items at one stop; returns the ids matched per truth task (for the next stop)."""
+    items = Items()
+    ids: dict[str, list[int]] = {}
+    for truth in state.tasks:
+        found = matches(stop.doc, truth, source)
+        ids[f"{truth.name}@{truth.at.line}"] = [t["id"] for t in found]
+        for k in range(truth.count):
+            t = found[k] if k < len(found) else None
+            what = f"{state.name}: {truth.name} at {source}:{truth.at.line} ({truth.at.text})"
+            items.add(t is not None, f"json: no live task {what}")
+            label = t["label"] if t else "#?"
+            row = stop.task_row(label) if t else ""
+            items.add(bool(row) and truth.name in row, f"tasks: no row {label} for {what}")
+            block = stop.tree_block(label) if t else ""
+            items.add(f"{source}:{truth.at.line}" in block and truth.name in block, f"tree: {what} not in {label}'s tree")
+            if truth.waits is not None:
+                items.add(t is not None and truth.waits in block, f"tree: {label} of {what} waits on no {truth.waits!r}")
+            for f in truth.frames:
+                items.add(t is not None and not _frames_ok(t, (f,), source), f"tree: {label} of {what} lacks the frame {f}")
+    cycles = len(re.findall(r"^cycle:", stop.text.get("deadlocks", ""), re.M))
+    items.add(cycles == state.cycles, f"deadlocks: {cycles} cycles, the source makes {state.cycles}")
+    return items, ids
+
+
+def check_ids(first: dict[str, list[int]], second: Stop, state: State, source: str) -> Items:
+    """Every task matched at the first stop is there at the second with its id."""
+    items = Items()
+    for truth in state.tasks:
+        key = f"{truth.name}@{truth.at.line}"
+        now = {t["id"] for t in matches(second.doc, truth, source)}
+        before = first.get(key, [])
+        for k in range(truth.count):
+            tid = before[k] if k < len(before) else None
+            items.add(tid is not None and tid in now,
+                      f"ids: {truth.name} at line {truth.at.line}: #{tid} at the first stop, {sorted(now)} at the second")
+    return items
+
+
+BT_LINE = re.compile(r"^#(?P<level>\d+)\s+(?P<name>\S.*?)(?: \(#\d+\)| \[inlined\]| \(no id\))?(?: awaiting)?(?: at (?P<file>\S+):(?P<line>\d+))?\s*$")
+
+
+def bt_frames(text: str) -> list[tuple[str, str | None, int | None]]:
+    out = []
+    for ln in text.splitlines():
+        m = BT_LINE.match(ln.strip())
+        if m:
+            out.append((m["name"], m["file"], int(m["line"]) if m["line"] else None))
+    return out
+
+
+def check_bt(text: str, want: tuple[Frame, ...], source: str) -> Items:
+    """The logical backtrace at the breakpoint, frame by frame (innermost first)."""
+    items = Items()
+    got = bt_frames(text)
+    for i, f in enumerate(want):
+        have = got[i] if i < len(got) else None
+        ok = have is not None and have[0] == f.name and (
+            f.at is None or (have[1] is not None and have[1].endswith("/" + source) and have[2] == f.at.line))
+        where = f" at {source}:{f.at.line}" if f.at else ""
+        items.add(ok, f"bt #{i}: want {f.name}{where}, got {have}")
+    return items
+
+
+def parse_doc(text: str) -> dict:  # type: ignore[type-arg]
+    from integration.harness.monitor import decode_maint_packet
+
+    raw = decode_maint_packet(text)
+    try:
+        return json.loads(raw)  # type: ignore[no-any-return]
+    except ValueError:
+        return {"tasks": [], "error": raw[-300:].decode(errors="replace")}

@@ -1,0 +1,250 @@
+"""Spawn backtraces and wake statistics under uprobe capture, on a real corpus program.
+
+Outside truth: the program's source. Every task `deadlock`'s `run` spawns is a
+`tokio::spawn(` call at a line of `run`; the spawn records, resolved, must name
+exactly those lines, and nothing is symbolised before a record is asked for.
+Needs root and uprobe_multi links (skips saying why otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from proxy.analysis.inventory import build_inventory
+from proxy.capture.uprobes.capture import UprobeCapture
+from proxy.graph.catalog import Catalog
+from proxy.graph.engine import Engine
+from proxy.origins.resolve import Origin, crate_of
+
+from integration.harness.monitor import corpus_binary
+from integration.harness.uprobes import spawn_stopped
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "integration" / "corpus" / "src" / "bin" / "deadlock.rs"
+_OK, _WHY = UprobeCapture.available(SimpleNamespace(local=True))
+pytestmark = pytest.mark.skipif(not _OK, reason=_WHY)
+
+
+def _spawn_lines() -> set[int]:
+    """The lines of `run` that call tokio::spawn, from the source."""
+    lines = SOURCE.read_text().splitlines()
+    start = next(i for i, t in enumerate(lines) if t.startswith("async fn run()"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("}"))
+    return {i + 1 for i in range(start, end) if "tokio::spawn(" in lines[i]}
+
+
+def _capture(prog: Path, args: list[str], run_s: float) -> tuple[UprobeCapture, int]:
+    """`prog` under uprobe capture for `run_s` seconds, then stopped (SIGSTOP) and synced."""
+    inv = build_inventory(str(prog))
+    bias = 0x555555554000 if inv.pie else 0
+    eng = Engine(Catalog(inv, bias), keep_log=False)
+    pid = spawn_stopped([str(prog), *args])
+    target = SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias, engine=eng,
+                             note=None, extra={})
+    cap = UprobeCapture(spawns=True)
+    cap.plan(target)  # type: ignore[arg-type]
+    assert cap.install() is None
+    assert cap.attached, cap.note
+    os.kill(pid, signal.SIGCONT)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < run_s:
+        cap.poll()
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGSTOP)
+    cap.sync()
+    return cap, pid
+
+
+@pytest.mark.parametrize("config", ["old-debug", "debug"])
+def test_spawning_lines_are_the_sources_spawn_calls_and_resolved_only_when_asked(config: str) -> None:
+    prog = corpus_binary(config, "deadlock")
+    cap, pid = _capture(prog, ["ct"], 1.5)
+    try:
+        sw = cap.origins
+        assert sw is not None and sw.resolver is not None and sw.plan is not None
+        assert sw.plan.spawns, sw.plan.notes
+        assert sw.log.seen >= 8, sw.lines()
+        assert sw.resolver.symbolised == 0  # collected raw: nothing resolved until shown
+        want = _spawn_lines()
+        got: dict[int, int] = {}
+        for task_id, rec in sw.log.by_id.items():
+            o = sw.resolver.origin(rec)
+            if o.line is not None and o.line.file.endswith("deadlock.rs") and "run" in o.function:
+                got[task_id] = o.line.line
+                assert rec.chain, "spawned inside run's poll: its coroutine is on the thread"
+        assert sw.resolver.symbolised == len(sw.log.by_id)
+        assert set(got.values()) == want, (sorted(got.values()), sorted(want))
+        assert sorted(got) == sorted(got, key=got.get)  # tokio's ids in the source's order
+        # wakes: lock_ab was woken (by lock_ba's barrier wait) and polled again
+        ws = sw.wakes()
+        assert any(w.wakes and w.sched_n for w in ws.values()), ws
+        assert all(w.polls >= 1 for w in ws.values() if w.future)
+    finally:
+        cap.uninstall()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_no_wakes_plants_neither() -> None:
+    prog = corpus_binary("old-debug", "deadlock")
+    inv = build_inventory(str(prog))
+    cap = UprobeCapture(spawns=False)
+    eng = Engine(Catalog(inv, 0x555555554000), keep_log=False)
+    cap.plan(SimpleNamespace(path=str(prog), pid=os.getpid(), local=True, inventory=inv, bias=0x555555554000,
+                             engine=eng, note=None, extra={}))  # type: ignore[arg-type]
+    assert cap.plan_ is not None
+    assert not any(s.spec.kind in (6, 7) for s in cap.plan_.sites)
+    assert not any(re.search(r"Id::next|waker", s.name) for s in cap.plan_.sites)
+
+
+@pytest.mark.parametrize("config", ["old-debug", "debug"])
+def test_the_lost_waker_built_on_purpose_is_the_one_found(config: str) -> None:
+    """`lost_waker`'s `forgetful` drops the only clone of its waker and stays Pending: the one
+    task with no waker alive; its siblings keep theirs (a timer, a Notify)."""
+    from proxy.origins.view import Origins, WakeWords
+
+    prog = corpus_binary(config, "lost_waker")
+    cap, pid = _capture(prog, ["ct"], 1.5)
+    try:
+        sw = cap.origins
+        assert sw is not None
+        eng = cap.engine
+        assert eng is not None
+        paths = {t.self_ptr: t.path for t in eng.tasks()}
+        org = Origins(sw, cap.inventory, eng.catalog.load_bias, None)
+        snap_tasks = [SimpleNamespace(addr=w.future, live=True, state=SimpleNamespace(thread=None), label="",
+                                      name=paths.get(w.future, "?")) for w in sw.wakes().values() if w.future]
+        words = WakeWords(org, SimpleNamespace(tasks=snap_tasks), time.monotonic_ns(), org.place)
+        lost = sorted(t.name for t in snap_tasks if words.lost(t))
+        named = sorted(t.name for t in snap_tasks)
+        assert any("sleeper" in n for n in named) and any("waiter" in n for n in named), named
+        assert len(lost) == 1 and "forgetful" in lost[0], (lost, named)
+        assert "lost waker" in (words.evidence(next(t for t in snap_tasks if t.name == lost[0])) or "")
+    finally:
+        cap.uninstall()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+REALWORLD = ["tokio_echo_tcp", "tokio_chat", "axum_chat", "smol_chat_server"]
+
+
+def _source_line(file: str, line: int) -> str | None:
+    """The text of `file`'s line, where the file is on this machine (the program's source under
+    ../shared/realworld, a crate's under the packaged registry)."""
+    from integration.realworld.truth import SHARED
+
+    for cand in (Path(file), *(SHARED / d / Path(file).name for d in ("tokio-examples", "smol-examples"))):
+        if cand.is_file():
+            lines = cand.read_text(errors="replace").splitlines()
+            return lines[line - 1] if 0 < line <= len(lines) else None
+    return None
+
+
+def _library_spawns_for_it(o: Origin) -> bool:
+    """The program's line calls a library that spawns for it (axum's `ws.on_upgrade(...)`):
+    a frame between it and the runtime's own (the innermost frame's crate) is another
+    crate's line that calls a spawn."""
+    inner = [f for f in o.frames if f.loc is not None]
+    at = next((i for i, f in enumerate(inner) if f.loc == o.line), None)
+    if at is None or at == 0:
+        return False
+    runtime = crate_of(inner[0].function)
+    return any(crate_of(f.function) != runtime and "spawn" in (_source_line(f.loc.file, f.loc.line) or "")
+               for f in inner[1:at])
+
+
+@pytest.mark.timeout(600)  # a debug build's first analysis on a loaded machine
+@pytest.mark.parametrize("config", ["realworld-debug", "realworld-release"])
+@pytest.mark.parametrize("program", REALWORLD)
+def test_realworld_spawning_lines_are_spawn_calls(program: str, config: str) -> None:
+    """Real programs driven by real clients into their truth table's first state: every spawn
+    recorded resolves to a line of the program that calls a spawn, or calls a library that
+    spawns for it (its frame inside the line's is a spawn call: axum's `ws.on_upgrade`), and the connections' tasks to the program's
+    or its library's `spawn` line; nothing resolved before asked. (The runtime's own worker
+    threads, spawn_blocking tasks made by its start, resolve to the runtime's construction in
+    `main`, sync code: `#[tokio::main]`'s line; they are not checked.)"""
+    from integration.corpus import build
+    from integration.realworld import clients, truth
+
+    skip = build.skip_reason(config)
+    if skip is not None:
+        pytest.skip(f"{config}: {skip}")
+    try:
+        prog = build.pinned(build.binary(config, program))
+    except Exception as err:  # noqa: BLE001 - not built here: say why
+        pytest.skip(f"{program} ({config}) not built: {err}")
+    table = truth.tables([program])[0]
+    port = table.port or _free_port()
+    args = [a.replace("{port}", str(port)) for a in table.args]
+    inv = build_inventory(str(prog))
+    if not inv.resume_fns:
+        pytest.skip(f"{program} ({config}): the analysis finds no async resume function in this build "
+                    f"(its coroutines inlined away): the uprobe capture has nothing to plant")
+    bias = 0x555555554000 if inv.pie else 0
+    eng = Engine(Catalog(inv, bias), keep_log=False)
+    pid = spawn_stopped([str(prog), *args])
+    cap = UprobeCapture(spawns=True)
+    cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias, engine=eng,  # type: ignore[arg-type]
+                             note=None, extra={}))
+    conns = []
+    try:
+        assert cap.install() is None and cap.attached, cap.note
+        os.kill(pid, signal.SIGCONT)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30 and not _listening(port):
+            cap.poll()
+            time.sleep(0.02)
+        conns = clients.drive(table.states[0].clients, port)
+        for _ in range(50):
+            cap.poll()
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGSTOP)
+        cap.sync()
+        sw = cap.origins
+        assert sw is not None and sw.resolver is not None
+        recs = [*sw.log.by_id.values(), *sw.log.unkeyed]
+        assert len(recs) >= len(table.states[0].clients), (sw.lines(), sw.plan.notes if sw.plan else None)
+        assert sw.resolver.symbolised == 0
+        bad, spawn_lines = [], 0
+        for rec in recs:
+            o = sw.resolver.origin(rec)
+            if o.line is None or not re.search(r"\{\{closure\}\}|\{async_(fn|block)", o.function):
+                continue  # spawned by sync code: the runtime's start (its worker threads), not a task
+            text = _source_line(o.line.file, o.line.line)
+            if text is None:
+                continue
+            if "spawn" in text or _library_spawns_for_it(o):
+                spawn_lines += 1
+            elif "block_on" not in text and "#[tokio::main]" not in text and "fn main" not in text:
+                bad.append((str(o.line), text.strip(), o.function, [(f.function[:50], str(f.loc)) for f in o.frames]))
+        assert not bad, bad
+        assert spawn_lines >= len(table.states[0].clients), [str(sw.resolver.origin(r).line) for r in recs]
+    finally:
+        clients.close_all(conns)
+        cap.uninstall()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0

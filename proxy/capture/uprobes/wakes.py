@@ -1,0 +1,125 @@
+"""Spawns and wakes under uprobe capture: the sites, the spawn records' ring, the wakes map.
+
+The uprobe capture owns one ``SpawnsAndWakes`` (``UprobeCapture.origins``) and
+calls it at four points: ``plan`` (the spawn and wake sites join the capture's
+own, so the client's view of them, m masking and Z0 -> Z1, is the poll sites'),
+``configure`` (the BPF program loaded: where tokio's next task id is, how much
+stack a spawn keeps), ``drain`` (while the program runs and at stops: the spawn
+records go raw into the ``SpawnLog``) and ``wakes`` (at a command: the tasks'
+wake statistics from the kernel's map). Resolving a record (unwind, symbols,
+lines) is ``proxy.origins.resolve``'s, when a command shows it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from proxy.analysis.elf import ElfImage
+from proxy.analysis.model import Inventory
+from proxy.origins.log import SpawnLog
+from proxy.origins.records import SpawnRecord, WakeStats, decode_spawn, decode_wakes
+from proxy.origins.resolve import Resolver
+
+from . import bpf as B
+from .decode import EntryCapture
+from .sites import Site
+from .wake_sites import WakePlan, plan_wake_sites
+
+SPAWN_STACK = 8192  # bytes of stack a spawn keeps (debug builds: tokio::spawn's frames hold copies of the future)
+WAKE_TASKS = 65536  # tasks the kernel folds wakes for (an LRU map: the least recently woken go first)
+SIDE_BYTES = 32 << 20  # the spawn records' ring: ~4,000 spawns of 8 KiB between two drains (5-50 ms)
+
+
+class SpawnsAndWakes:
+    def __init__(self, *, wakes: bool = True, spawn_stack: int = SPAWN_STACK, wake_tasks: int = WAKE_TASKS) -> None:
+        self.want_wakes = wakes
+        self.spawn_stack = spawn_stack
+        self.wake_tasks = wake_tasks
+        self.plan: WakePlan | None = None
+        self.log = SpawnLog()
+        self.resolver: Resolver | None = None
+        self.bias = 0
+        self._ring: B.Ring | None = None
+        self._prog: B.Program | None = None
+        self._last_wakes: dict[int, WakeStats] = {}
+        self.started_ns = 0
+
+    def plan_sites(self, elf: ElfImage, inv: Inventory, bias: int, unwinder: Any) -> list[Site]:
+        self.bias = bias
+        self.plan = plan_wake_sites(elf, inv, bias, wakes=self.want_wakes)
+        if unwinder is not None:
+            self.resolver = Resolver(lambda rec: _unwind(unwinder, rec), _frames_of(elf), bias)
+        return list(self.plan.sites)
+
+    @property
+    def active(self) -> bool:
+        return self.plan is not None and bool(self.plan.sites)
+
+    def open_args(self) -> dict[str, int]:
+        return {"wake_tasks": self.wake_tasks if self.active else 0, "side_bytes": SIDE_BYTES}
+
+    def configure(self, prog: B.Program) -> None:
+        if not self.active:
+            return
+        assert self.plan is not None
+        counter = self.plan.counter + self.bias if self.plan.counter is not None else 0
+        prog.set_aux(counter, self.spawn_stack)
+        self._prog = prog
+        self._ring = prog.side_ring()
+        self.started_ns = time.monotonic_ns()
+        self.log.since = self.started_ns
+
+    def drain(self) -> None:
+        ring = self._ring
+        if ring is None:
+            return
+        got = ring.copy_out()
+        if got is None:
+            return
+        chunk, spans = got
+        for off, n in spans:
+            rec = decode_spawn(chunk, off, n)
+            if rec is not None:
+                self.log.add(rec)
+
+    def wakes(self) -> dict[int, WakeStats]:
+        """Each runtime task's wake statistics (by header / raw pointer); the last read once closed."""
+        if self._prog is not None:
+            self._last_wakes = {k: decode_wakes(k, v) for k, v in self._prog.wake_table().items()}
+        return self._last_wakes
+
+    def close(self, prog: B.Program) -> None:
+        """Before the program's maps go: the last records, the last statistics."""
+        if self._prog is None:
+            return
+        self.drain()
+        self.wakes()
+        self.log.lost = prog.counters().get("spawns lost", 0)
+        if self._ring is not None:
+            self._ring.close()
+        self._ring = None
+        self._prog = None
+
+    def lines(self) -> list[str]:
+        if self.plan is None:
+            return []
+        n_spawn = sum(1 for s in self.plan.sites if s.spec.kind == B.KIND_SPAWN)
+        n_wake = len(self.plan.sites) - n_spawn
+        out = [f"spawn sites: {n_spawn}, wake sites: {n_wake}" + ("" if self.want_wakes else " (spawns only)")]
+        if n_spawn:
+            out.append(self.log.line() + (f" ({self.resolver.symbolised} so far)" if self.resolver else ""))
+        out += self.plan.notes
+        return out
+
+
+def _unwind(unwinder: Any, rec: SpawnRecord) -> tuple[tuple[int, ...], bool]:
+    cap = EntryCapture(0, rec.thread, 0, rec.regs, rec.stack, None)
+    res = unwinder.unwind(cap)
+    return res.pcs, res.full
+
+
+def _frames_of(elf: ElfImage) -> Any:
+    from proxy.analysis.lines import pc_to_frames
+
+    return lambda pc: pc_to_frames(elf, pc)

@@ -1,0 +1,59 @@
+"""``monitor async warnings``: tokio-console's warnings, from the observed polls and wakes.
+
+The same checks and thresholds as tokio-console's defaults (its ``warnings.rs``):
+
+* **lost waker**: a task pending, not woken since its last poll, not running,
+  whose wakers were all dropped (``WakeWords.lost``): nothing can wake it;
+* **self-wakes**: a task that woke itself (from inside its own poll) in more
+  than ``SELF_WAKE_PERCENT`` of its wakes;
+* **never yielded**: a poll that ran longer than ``NEVER_YIELDED_NS`` (1 s),
+  finished (the engine's longest poll) or still running at the stop.
+
+Each warning names the task, where it is (its line) and where it was spawned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SELF_WAKE_PERCENT = 50
+NEVER_YIELDED_NS = 1_000_000_000
+
+
+def render_warnings(snap: Any, org: Any, engine: Any, now_ns: int, *, self_wake_percent: int = SELF_WAKE_PERCENT,
+                    never_yielded_ns: int = NEVER_YIELDED_NS) -> str:
+    from proxy.graph.timing import fmt_ns
+
+    words = org.wake_words(snap)
+    out: list[str] = []
+    seen: set[int] = set()
+    for t in snap.tasks:
+        if t.id in seen or not t.live:
+            continue
+        seen.add(t.id)
+        where = f"at {t.location or '?'}, spawned at {org.spawn_line(t)}"
+        w = org.wakes_of(t)
+        if words.lost(t):
+            out.append(f"lost waker: {t.label} {t.name} ({where}): no waker alive; it will never be woken again")
+        if w is not None and w.wakes and w.self_wakes * 100 > self_wake_percent * w.wakes:
+            out.append(f"self-wakes: {t.label} {t.name} ({where}): woke itself in {w.self_wakes} of {w.wakes} wakes "
+                       f"({100 * w.self_wakes // w.wakes}% > {self_wake_percent}%)")
+        longest = _longest(engine, t)
+        running = now_ns - w.poll_at if w is not None and w.poll_at and t.state.thread is not None else 0
+        if max(longest, running) > never_yielded_ns:
+            what = (f"its poll has run {fmt_ns(running)} without yielding (still running)" if running > longest
+                    else f"a poll ran {fmt_ns(longest)} without yielding")
+            out.append(f"never yielded: {t.label} {t.name} ({where}): {what} (> {fmt_ns(never_yielded_ns)})")
+    head = (f"warnings (tokio-console's: lost waker; self-wakes > {self_wake_percent}% of wakes; a poll longer "
+            f"than {fmt_ns(never_yielded_ns)}): {len(out)}")
+    return "\n".join([head, *out])
+
+
+def _longest(engine: Any, task: Any) -> int:
+    if engine is None:
+        return 0
+    timing = getattr(engine, "timing", None)
+    try:
+        return int(timing.longest_ns(task.id)) if timing is not None and timing.of(task.id) is not None else 0
+    except (KeyError, AttributeError):
+        return 0

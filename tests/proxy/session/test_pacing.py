@@ -1,0 +1,178 @@
+"""Stubs as they are: one packet in flight to a stub that acknowledges
+(proxy/session/pacing.py), reads no larger than the stub takes (reads.py).
+
+QEMU 7.2's user-mode gdbstub offers no QStartNoAckMode and, after each reply,
+reads one byte and resends the reply unless it is ``+``: a packet sent behind
+another before its reply came loses its first byte. The session plays a
+QEMU-like stub here (its qSupported reply is the one qemu-x86_64 7.2 sends);
+integration/test_qemu_corpus.py runs the real one.
+"""
+
+from __future__ import annotations
+
+from proxy.session.actions import SetNoAck, ToStub, ToStubRaw
+from proxy.session.pacing import Pacer
+from proxy.session.reads import ReadLimit, read_memory
+from tests.proxy.session.test_core import PROBE, Driver, bodies, stop_at
+
+QEMU_QSUPPORTED = b"PacketSize=1000;qXfer:features:read+;qXfer:auxv:read+;multiprocess+"
+
+
+def _connected(stub_reply: bytes, probes: list[int]) -> Driver:
+    d = Driver(probes=probes)
+    d.client(b"qSupported:multiprocess+;swbreak+;xmlRegisters=i386")
+    acts = d.stub(stub_reply)
+    if b"QStartNoAckMode" in stub_reply:
+        acts = d.stub(b"OK")
+        assert SetNoAck("stub") in acts
+    return d
+
+
+def _answer(packet: bytes) -> bytes:
+    """What a stub answers to each of the proxy's own packets here."""
+    if packet.startswith(b"qXfer:"):
+        return b"l"
+    if packet[:1] == b"m":
+        return b"00" * int(packet.split(b",")[1], 16)
+    if packet == b"g":
+        return b"00" * 560
+    return b"OK"
+
+
+def _play(d: Driver, acts: list[object], until: bytes) -> list[list[bytes]]:
+    """Answer every packet the session sends until it sends one starting with ``until``
+    (framed or not); the packets of each step, in order."""
+    sent: list[list[bytes]] = []
+    for _ in range(50):
+        out = bodies(acts, ToStub) + [r[1:].split(b"#")[0] if r[:1] == b"$" else r
+                                       for r in bodies(acts, ToStubRaw)]
+        assert out, sent
+        if out[-1][:1] == b"+":  # a kick (below) goes right behind a resume
+            out = out[:-1]
+        sent.append(out)
+        if out[-1].startswith(until):
+            return sent
+        acts = d.stub(_answer(out[-1]))
+    raise AssertionError(sent)
+
+
+def test_a_stub_without_no_ack_gets_one_packet_at_a_time() -> None:
+    probes = [PROBE, PROBE + 0x40, PROBE + 0x80]
+    d = _connected(QEMU_QSUPPORTED, probes)
+    sent = _play(d, d.client(b"vCont;c:p1.-1"), b"vCont")
+    assert all(len(s) == 1 for s in sent), sent
+    assert sum(s[0].startswith(b"Z0") for s in sent) == 3, sent
+    assert d.s.pacer.held_total >= 2  # the Z0s were planned as one burst
+
+
+def test_a_hidden_stop_waits_for_each_reply() -> None:
+    d = _connected(QEMU_QSUPPORTED, [PROBE])
+    _play(d, d.client(b"vCont;c:p1.-1"), b"vCont")
+    # The hidden stop: z0, a step, Z0 again and the client's continue, one at a time.
+    acts = d.stub(stop_at(PROBE, thread=b"p1.1"))
+    sent = _play(d, acts, b"vCont;s")
+    sent += _play(d, d.stub(stop_at(PROBE + 2, thread=b"p1.1")), b"vCont;c")
+    assert all(len(s) == 1 for s in sent), sent
+    assert [s[0][:2] for s in sent][-3:] == [b"vC", b"Z0", b"vC"], sent
+
+
+def test_a_stub_that_agrees_to_no_ack_gets_bursts() -> None:
+    d = _connected(b"PacketSize=3fff;QStartNoAckMode+;multiprocess+", [PROBE, PROBE + 0x40])
+    acts = d.client(b"vCont;c:p1.-1")
+    assert len(bodies(acts, ToStub)) == 2  # both Z0s at once
+
+
+def test_the_interrupt_byte_is_never_held() -> None:
+    p = Pacer()
+    p.stub_acks(True)
+    assert p.offer(ToStub(b"m1000,8")) == [ToStub(b"m1000,8")]
+    assert p.offer(ToStub(b"m2000,8")) == []
+    assert p.offer(ToStubRaw(b"\x03")) == [ToStubRaw(b"\x03")]
+    assert p.answered() == [ToStub(b"m2000,8")]
+
+
+def test_packets_without_a_reply_do_not_hold_the_next() -> None:
+    p = Pacer()
+    p.stub_acks(True)
+    assert p.offer(ToStub(b"R00")) == [ToStub(b"R00")]
+    assert p.offer(ToStub(b"qC")) == [ToStub(b"qC")]  # R gets no reply: nothing to wait for
+    assert p.offer(ToStub(b"g")) == []
+    assert p.stub_acks(False) == [ToStub(b"g")]  # no-ack after all: everything goes
+
+
+def test_another_threads_stop_report_is_parked_and_released_while_running() -> None:
+    """QEMU 7.2 user mode: a second thread's T05 comes while the first one's hidden stop is
+    handled (seen: right behind the `g` reply). It is no reply to the proxy's request; once the
+    program runs again and no stop came, the shell's watch ticks release it, a `+` a tick."""
+    d = _connected(QEMU_QSUPPORTED, [PROBE])
+    _play(d, d.client(b"vCont;c:p1.-1"), b"vCont")
+    acts = d.stub(stop_at(PROBE, thread=b"p1.1"))
+    first = (bodies(acts, ToStub) + [b""])[0]
+    acts = d.stub(stop_at(PROBE, thread=b"p1.2"))  # the other thread, where a reply was due
+    assert bodies(acts, ToStub) == [] and d.s.pacer.strays == 1
+    d.s.kick_parked()
+    assert d.s.take_actions() == []  # the hidden stop is being handled: no kick yet
+    acts = d.stub(_answer(first))
+    _play(d, acts, b"vCont;s")
+    _play(d, d.stub(stop_at(PROBE + 2, thread=b"p1.1")), b"vCont;c")
+    for _ in range(2):  # every tick while it runs: which thread reads which byte is not known
+        d.s.kick_parked()
+        assert d.s.take_actions() == [ToStubRaw(b"+")]
+    assert d.s.pacer.kicks == 2
+    d.stub(b"T05thread:p1.2;")  # the stop (reported: not at a probe): no more kicks
+    d.s.kick_parked()
+    assert bodies(d.s.take_actions(), ToStubRaw) == []
+
+
+# -- reads cut to what the stub takes (proxy/session/reads.py)
+
+def _run(limit: ReadLimit, ranges: list[tuple[int, int]], stub_max: int,
+         unmapped: range = range(0)) -> tuple[list[bytes | None], list[bytes]]:
+    """Run read_memory against a stub that refuses reads over ``stub_max`` bytes (E22, as
+    QEMU 7.2 does over 2,048) and reads in ``unmapped`` (E14); memory byte = address & 0xff."""
+    gen = read_memory(limit, ranges)
+    asked: list[bytes] = []
+    try:
+        ex = next(gen)
+        while True:
+            replies = []
+            for body in ex.bodies:
+                asked.append(body)
+                addr, size = (int(x, 16) for x in body[1:].split(b","))
+                if size > stub_max:
+                    replies.append(b"E22")
+                elif addr in unmapped or addr + size - 1 in unmapped:
+                    replies.append(b"E14")
+                else:
+                    replies.append(bytes((a & 0xff) for a in range(addr, addr + size)).hex().encode())
+            ex = gen.send(replies)
+    except StopIteration as done:
+        return done.value, asked
+
+
+def test_reads_are_cut_from_packet_size() -> None:
+    limit = ReadLimit(0x1000)  # QEMU's PacketSize: (4096 - 4) / 2 -> 1024-byte pieces
+    assert limit.size == 1024
+    got, asked = _run(limit, [(0x10000, 4096)], stub_max=2048)
+    assert len(asked) == 4 and got[0] == bytes(a & 0xff for a in range(0x10000, 0x11000))
+    assert ReadLimit(0x3FFF).size == 4096 and ReadLimit(None).size == 4096
+
+
+def test_a_refused_big_read_is_halved_and_the_limit_kept() -> None:
+    limit = ReadLimit(0x4000)  # claims 4096-byte reads; takes 2048 (QEMU's real limit)
+    got, asked = _run(limit, [(0x20000, 4096), (0x30008, 8)], stub_max=2048)
+    assert got[0] == bytes(a & 0xff for a in range(0x20000, 0x21000))
+    assert got[1] == bytes(range(8, 16))
+    assert limit.size == 2048 and limit.learned and "4096-byte" in limit.learned
+    _, asked = _run(limit, [(0x40000, 4096)], stub_max=2048)
+    assert asked == [b"m40000,800", b"m40800,800"]  # no refused read any more
+
+
+def test_unreadable_memory_is_not_taken_for_a_limit() -> None:
+    limit = ReadLimit(0x1000)
+    got, _ = _run(limit, [(0x50000, 1024)], stub_max=2048)  # proves 1024-byte reads
+    got, asked = _run(limit, [(0x60000, 1024), (0x70000, 2048)], stub_max=2048,
+                      unmapped=range(0x60000, 0x61000))
+    assert got[0] is None and got[1] is not None and len(got[1]) == 2048
+    assert limit.size == 1024 and limit.learned is None
+    assert asked == [b"m60000,400", b"m70000,400", b"m70400,400"]  # no halving of the unmapped one

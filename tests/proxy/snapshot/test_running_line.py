@@ -1,0 +1,95 @@
+"""The line of the innermost coroutine running on a thread that is inside a sync function it
+called (sans-IO): tokio's tinydb (examples/tinydb.rs) stopped at a breakpoint in
+handle_request, called at line 129 of the connection's block (spawned at 117): `bt` gave
+117, the block's first line, for the frame that runs the call at 129."""
+
+from __future__ import annotations
+
+
+from proxy.analysis.model import Frame, Inventory, Layout, SourceLoc, State
+from proxy.reflect.walker import Node
+from proxy.snapshot.inputs import SnapshotInputs
+from proxy.snapshot.merge import Merge
+
+SRC = "/src/tinydb.rs"
+BLOCK = "tinydb::main::{async_block#0}::{async_block_env#1}"
+
+
+def _merge(frames_at) -> Merge:  # type: ignore[no-untyped-def]
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0)
+    inv.layouts[BLOCK] = Layout(BLOCK, 64, 60, 8, (State(0, "Unresumed", SourceLoc(SRC, 117)),
+                                                  State(3, "Suspend0", SourceLoc(SRC, 126))))
+    m = Merge(SnapshotInputs(inventory=inv, bias=0, frames_at=frames_at), None)
+    return m
+
+
+def test_the_innermost_running_coroutine_is_at_its_own_frames_call() -> None:
+    at_call = [Frame("tinydb::main::{async_block#0}::{async_block#1}", SourceLoc(SRC, 129))]
+    m = _merge(lambda pc: at_call if pc == 0x5123 else [])
+    key = (0x7000, BLOCK)
+    m.chains = {7: [key]}
+    m.chain_pcs = {key: 0x5123}
+    node = Node("coroutine", "tinydb::main::{async_block@84}::{async_block@117}", 0x7000, BLOCK)
+    node.loc = SourceLoc(SRC, 117)
+    m.r = type("R", (), {"walk": staticmethod(lambda addr, t: node)})()  # type: ignore[assignment]
+    m._nest_chains([])
+    assert node.loc == SourceLoc(SRC, 129) and node.status == "running"
+
+
+def test_a_frame_line_of_another_file_is_not_the_coroutines() -> None:
+    """Inlined at that pc, a library's line (the call's callee inlined) is not the block's."""
+    m = _merge(lambda pc: [Frame("core::ptr::drop", SourceLoc("/rustlib/ptr.rs", 500))])
+    key = (0x7000, BLOCK)
+    m.chain_pcs = {key: 0x5123}
+    assert m._own_frame_line(key) is None
+
+
+def test_a_thread_in_a_sync_fn_runs_what_is_inlined_at_the_call_in_its_resume_frame() -> None:
+    """axum's chat, release: stopped in check_username (a sync fn), called at main.rs:82 by
+    websocket(), which is inlined into axum's on_upgrade block (the physical resume frame).
+    The pc (in check_username) has no async frame: the call's pc in the innermost resume
+    frame says what runs, websocket included, at 82 (it was shown at its old `.await`, 79)."""
+    blk = "axum::ws::on_upgrade::{async_block#0}"
+    ws = SourceLoc("/src/chat.rs", 82)
+    frames = {0x9000: [Frame("axum_chat::check_username", SourceLoc("/src/chat.rs", 149))],
+              0x5123: [Frame("axum_chat::websocket::{async_fn#0}", ws, inlined=True),
+                       Frame(blk, SourceLoc("/axum/ws.rs", 376))]}
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0)
+    m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: 0x9000}, frames_at=lambda pc: frames.get(pc, [])), None)
+    key = (0x7000, "axum::ws::on_upgrade::{async_block_env#0}")
+    m.chains = {7: [key]}
+    m.chain_pcs = {key: 0x5123}
+    ((tid, run),) = m._runs_at_pcs()
+    assert tid == 7 and run.chain == ("axum::ws::on_upgrade", "axum_chat::websocket") and run.loc == ws
+    m.chain_pcs = {}  # no resume frame known: nothing is said to run
+    assert m._runs_at_pcs() == []
+
+
+def test_a_frame_named_by_its_symbol_is_the_coroutine_named_by_its_impl_block() -> None:
+    """axum's chat, release, stopped in check_username: the resume frame at the call is out of
+    line and named by its symbol, `axum::extract::ws::WebSocketUpgrade<F>::on_upgrade::
+    {{closure}}`; the task's coroutine by its DWARF type, `axum::extract::ws::{impl#1}::
+    on_upgrade::{async_block#0}<..>`. `{impl#1}` is that one segment: websocket, inlined at the
+    call, runs at 82 (it was shown awaiting at its old `.await`, 79: the names did not match)."""
+    from proxy.reflect.tree import Root, same_fn
+
+    blk_t = "axum::extract::ws::{impl#1}::on_upgrade::{async_block_env#0}<axum::F, axum_chat::websocket>"
+    ws_t = "axum_chat::websocket::{async_fn_env#0}"
+    frames = {0x9000: [Frame("axum_chat::check_username", SourceLoc("/src/chat.rs", 149))],
+              0x5123: [Frame("axum_chat::websocket::{{closure}}", SourceLoc("/src/chat.rs", 82), inlined=True),
+                       Frame("axum::extract::ws::WebSocketUpgrade<F>::on_upgrade::{{closure}}",
+                             SourceLoc("/axum/ws.rs", 376))]}
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0)
+    m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: 0x9000}, frames_at=lambda pc: frames.get(pc, [])), None)
+    blk = Node("coroutine", "axum::extract::ws::{impl#1}::on_upgrade::{async_block@376}<axum::F, axum_chat::websocket>",
+               0x7000, blk_t)
+    ws = Node("coroutine", "axum_chat::websocket", 0x7010, ws_t)
+    ws.loc = SourceLoc("/src/chat.rs", 79)
+    blk.children = [ws]
+    m.chains = {7: [(0x7000, blk_t)]}
+    m.chain_pcs = {(0x7000, blk_t): 0x5123}
+    m.r = type("R", (), {"walk": staticmethod(lambda addr, t: blk)})()  # type: ignore[assignment]
+    m._overlay_pcs([(Root(0x7000, blk_t), blk)])
+    assert ws.loc == SourceLoc("/src/chat.rs", 82) and ws.status == "running"
+    assert same_fn("a::{impl#3}::f", "a::T<U::V>::f") and not same_fn("a::{impl#3}::f", "a::T::g")
+    assert not same_fn("a::{impl#3}::f", "a::f")
