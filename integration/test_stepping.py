@@ -226,7 +226,10 @@ def test_lldb_step_over_and_step_out() -> None:
     assert re.search(rf"tokio_app::b::.* at {SRC}:{B_AWAIT}:", step_out) or \
         re.search(rf"tokio_app::worker::.* at {SRC}:{await_line('worker', 'c')}:", step_out), step_out
     stats = next(o for c, o in parts if c == "process plugin packet monitor async step")
-    assert "steps taken over: 2" in stats, stats
+    # lldb single-steps the sleep line: on a loaded machine its 5 ms may pass before the
+    # first poll, the .await is ready and the step over is lldb's own (the line and `x`
+    # above still hold); the step out always waits
+    assert re.search(r"steps taken over: [12],", stats), stats
 
 
 def test_lldb_step_over_on_the_multi_thread_runtime() -> None:
@@ -261,7 +264,11 @@ def test_lldb_step_over_on_the_multi_thread_runtime() -> None:
         there = re.search(rf"^.*tid = {moved.group(1)}, .*$", lists[i], re.M)
         assert there and f"at {SRC}:{SLEEP + 1}:" in there.group(0), lists[i]
     stats = next(o for c, o in parts if c == "process plugin packet monitor async step")
-    assert f"steps taken over: {rounds}, ended on another thread: {switched})" in stats, stats
+    m = re.search(r"steps taken over: (\d+), ended on another thread: (\d+)\)", stats)
+    assert m and int(m.group(2)) == switched, stats
+    # a step whose sleep was ready at once (its 5 ms passed while lldb single-stepped the
+    # line, on a loaded machine) is lldb's own: every other one was taken over
+    assert switched <= int(m.group(1)) <= rounds and int(m.group(1)) >= 1, stats
     print(f"lldb mt: {rounds} steps over the sleep's .await, {switched} resumed on another thread")
 
 
