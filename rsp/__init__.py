@@ -12,7 +12,7 @@ build events, get bytes to send. No trio, no sockets, no threads.
 * `rsp.threads`    ThreadId (``p<pid>.<tid>``, -1 all, 0 any)
 * `rsp.packets`    typed parse/build per packet family (stop, resume,
                    breakpoints, qsupported, qxfer, monitor, memory, registers,
-                   thread, replies) and raw.classify() through one prefix table
+                   thread, replies) and requests.kind_of()/classify() through one table
 * `rsp.regs`       RegisterLayout from target.xml; the amd64 no-XML layout of
                    gdbserver 13.1 and a target description for it
 * `rsp.agent`      agent-expression bytecode (conditions, tracepoint actions)

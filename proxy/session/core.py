@@ -35,8 +35,6 @@ stats); `wire.py` the small packet helpers.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rsp.errors import MalformedPacket
 from rsp.framing import checksum, frame, is_hex, rle_expand
 from rsp.packets.breakpoints import parse_breakpoint
@@ -47,6 +45,7 @@ from rsp.packets.qsupported import (
     parse_qsupported_reply,
     parse_qsupported_request,
 )
+from rsp.packets.requests import Kind, kind_of
 from rsp.packets.resume import Resume, parse_resume
 from rsp.packets.stop import StopReply, is_stop_reply, parse_stop_reply
 from rsp.threads import ThreadId
@@ -81,38 +80,35 @@ def _checksum_ok(raw: bytes) -> bool:
             and int(raw[-2:], 16) == checksum(raw[1:-3]))
 
 
-# Reads of memory and registers: forwarded as they are, once the shield,
-# the capture and the task threads have seen them (_dispatch_client).
-_PLAIN_READS = frozenset((b"m", b"x", b"g", b"p"))
-
 # Features the client must not see (rule 5).
 _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
 
 
-# The client's requests the session routes itself: one table, tried in order (rr's
-# dispatch_debugger_request, gdbstub's command table). A row: the packet's prefixes (or,
-# exact, the whole packets) and the route that takes it; a route that returns False passes
-# it on down the table (a side effect only, or not its case after all: non-stop's rows in
-# all-stop). A request no row takes is forwarded as it came.
-# What comes before the table, at the edge: the shield, the capture's and its residues'
-# verdicts, task threads, and the plain reads (m x g p: no row is theirs).
-_CLIENT_ROUTES: tuple[tuple[tuple[bytes, ...], bool, str], ...] = (  # (prefixes, exact, route)
-    ((b"qSupported",), False, "_client_qsupported"),
-    ((b"QNonStop:",), False, "_ns_client_nonstop"),
-    ((b"vStopped", b"?"), True, "_route_ns_query"),  # non-stop only
-    ((b"",), False, "_route_ns_resume"),  # non-stop only: any resume packet (parse_resume)
-    ((b"!",), True, "_route_extended"),
-    ((b"QStartNoAckMode",), True, "_route_no_ack"),
-    ((b"Z0", b"Z1", b"z0", b"z1"), False, "_client_breakpoint"),
-    ((b"Hg",), False, "_route_hg"),
-    ((b"vCont?",), True, "_route_vcont_query"),
-    ((b"qRcmd,",), False, "_client_monitor"),
-    ((b"qXfer:",), False, "_client_qxfer"),
-    ((b"D", b"k", b"vKill"), False, "_client_leave"),
-    ((b"vRun;", b"vAttach;", b"R"), False, "_client_new_process"),
-    ((b"G", b"P", b"M", b"X"), False, "_route_write"),
-    ((b"",), False, "_route_resume"),  # any resume packet (parse_resume)
-)
+# The client's requests the session routes itself: one table keyed by the request's kind
+# (rsp.packets.requests, which names a packet's kind once, at the edge, building nothing), as
+# rr's dispatch_debugger_request and gdbstub's command table. A row: the kind and its routes,
+# tried in order; a route that returns False passes it on (a side effect only, or not its
+# case after all: non-stop's routes in all-stop). A request no route takes is forwarded as
+# it came. What comes before the table, at the edge: the shield, the capture's and its
+# residues' verdicts, task threads and the answers known at this stop; reads of memory and
+# registers (Kind.READ) have no row: forwarded as they are once those have seen them.
+_CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
+    Kind.QSUPPORTED: ("_client_qsupported",),
+    Kind.NON_STOP: ("_ns_client_nonstop",),
+    Kind.STOP_QUERY: ("_route_ns_query",),  # non-stop only
+    Kind.VSTOPPED: ("_route_ns_query",),  # non-stop only
+    Kind.RESUME: ("_route_ns_resume", "_route_resume"),  # non-stop's first
+    Kind.EXTENDED: ("_route_extended",),
+    Kind.NO_ACK: ("_route_no_ack",),
+    Kind.BREAKPOINT: ("_client_breakpoint",),
+    Kind.SELECT_G: ("_route_hg",),
+    Kind.VCONT_QUERY: ("_route_vcont_query",),
+    Kind.MONITOR: ("_client_monitor",),
+    Kind.QXFER: ("_client_qxfer",),
+    Kind.LEAVE: ("_client_leave",),
+    Kind.NEW_PROCESS: ("_client_new_process",),
+    Kind.WRITE: ("_route_write",),
+}
 
 
 class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
@@ -122,8 +118,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
         super().__init__(config)
         self.stepping = AsyncStepping()  # steps that follow a coroutine across .await (stepping.py)
         self.task_threads = TaskThreads(self)  # tasks as threads (taskthreads.py)
-        self._routes = tuple((prefixes, exact, getattr(self, name)) for prefixes, exact, name in _CLIENT_ROUTES)
-        self._routes_by_head: dict[int, tuple[Any, ...]] = {}  # the rows a first byte can match, in order
+        self._routes = {kind: tuple(getattr(self, name) for name in names) for kind, names in _CLIENT_ROUTES.items()}
 
     def client_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.client_packets += 1
@@ -373,16 +368,10 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
             known = self.known.answer(body)  # what the stub would answer at this stop (known.py)
             if known is not None:
                 return self._reply(known)
-        if body[:1] in _PLAIN_READS:
-            # Most of what gdb sends while it steps and looks: no row of the table is theirs.
-            return self._forward(body, raw)
-        routes = self._routes_by_head.get(body[0]) if body else self._routes
-        if routes is None:
-            routes = self._routes_by_head[body[0]] = tuple(
-                r for r in self._routes if any(not p or p[0] == body[0] for p in r[0]))
+        # Reads (most of what gdb sends while it steps and looks) and packets no row names: no route.
         try:
-            for prefixes, exact, route in routes:
-                if (body in prefixes if exact else body.startswith(prefixes)) and route(body, raw) is not False:
+            for route in self._routes.get(kind_of(body), ()):  # type: ignore[arg-type]
+                if route(body, raw) is not False:
                     return None
         except MalformedPacket as err:
             self._emit(Notice(f"malformed packet from the client: {err}"))
