@@ -209,8 +209,10 @@ def test_ten_thousand_tasks_are_one_box(tmp_path: Path) -> None:
 CONNECTIONS = 4
 
 
-def _load(port: int, stop: threading.Event, served: list[int], barrier: threading.Barrier) -> None:
-    """One keep-alive connection: opened with the others (the barrier), then GET / in a loop."""
+def _load(port: int, stop: threading.Event, served: list[int], barrier: threading.Barrier,
+          path: str = "/", answer: bytes = b"ok ") -> None:
+    """One keep-alive connection: opened with the others (the barrier), then GET `path` in a
+    loop (`answer`: how a served reply starts)."""
     deadline = time.monotonic() + 120
     while not port_listening(port):
         if time.monotonic() > deadline or stop.is_set():
@@ -221,8 +223,8 @@ def _load(port: int, stop: threading.Event, served: list[int], barrier: threadin
         conn.connect()
         barrier.wait(timeout=120)
         while not stop.is_set():
-            conn.request("GET", "/")
-            if conn.getresponse().read().startswith(b"ok "):
+            conn.request("GET", path)
+            if conn.getresponse().read().startswith(answer):
                 served.append(1)
     except (OSError, http.client.HTTPException, threading.BrokenBarrierError):
         pass  # the server was killed under the load: the end of the test's session
@@ -278,6 +280,54 @@ def test_server_under_load_report_in_chromium(tmp_path: Path) -> None:
         shot = page.screenshot(tmp_path / "server-report.png")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     kept = ARTIFACTS / "server-report.png"
+    shutil.copyfile(shot, kept)
+    print(f"screenshot: {kept}")
+
+
+def test_realworld_server_under_load_report_in_chromium(tmp_path: Path) -> None:
+    """tokio's tinyhttp (../shared/realworld: tokio's own example, built against Debian sid's
+    crates) under load: CONNECTIONS keep-alive clients send requests back to back, and gdb stops
+    it in `respond` after 12 requests. The report's table has main's block once and one
+    connection task per open connection: their names are the truth table's (written from the
+    program's source: integration/realworld/truth/tokio_tinyhttp.toml), the counts the test's."""
+    needs_browser()
+    from integration.corpus import build
+    from integration.realworld.truth import SHARED, TRUTH_DIR, load
+
+    if not SHARED.is_dir():
+        pytest.skip(f"no {SHARED}: the real programs live beside the project (../shared/realworld)")
+    if build.skip_reason("realworld-debug") is not None:
+        pytest.skip(str(build.skip_reason("realworld-debug")))
+    table = load(TRUTH_DIR / "tokio_tinyhttp.toml")
+    main_task, conn_task = (t.name for t in table.states[0].tasks)
+    prog = build.pinned(build.binary("realworld-debug", "tokio_tinyhttp"))
+    lines = table.source.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if '"Hello, World!".to_string()' in text)
+    port = free_port()
+    stop, served = threading.Event(), []  # type: ignore[var-annotated]
+    barrier = threading.Barrier(CONNECTIONS)
+    clients = [threading.Thread(target=_load, args=(port, stop, served, barrier, "/plaintext", b"Hello, World!"),
+                                daemon=True) for _ in range(CONNECTIONS)]
+    for c in clients:
+        c.start()
+    html_path = tmp_path / "tinyhttp.html"
+    try:
+        out = session(prog, [f"127.0.0.1:{port}"], [f"break {table.source.name}:{line}", "ignore 1 12", "continue",
+                                                    f"monitor async report {html_path}"],
+                      extra=["--capture", "auto"])
+    finally:
+        stop.set()
+        for c in clients:
+            c.join(timeout=30)
+    assert re.search(rf"^wrote {re.escape(str(html_path))}: \d+ live tasks, \d+ polls on the timeline$", out, re.M), \
+        out[-3000:]
+    assert len(served) >= 8, len(served)
+    with open_page(html_path) as page:
+        facts = check_page(page, expected={main_task}, cycle=set(), others=re.escape(conn_task) + "$")
+        assert Counter(facts["rows"])[conn_task] == CONNECTIONS, facts["rows"]  # type: ignore[arg-type]
+        shot = page.screenshot(tmp_path / "tinyhttp-report.png")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    kept = ARTIFACTS / "tinyhttp-report.png"
     shutil.copyfile(shot, kept)
     print(f"screenshot: {kept}")
 
