@@ -57,7 +57,6 @@ from .breakpoints import BpKey
 from .hidden import HiddenStops
 from .known import keeps_stop
 from .lifecycle import CaptureLifecycle
-from .nonstop import NonStop
 from .queries import PROXY_QXFER_OBJECTS, Queries
 from .shield import ERROR_REPLY, refuse
 from .state import SessionConfig, Stopped, Waiter, next_stop_serial
@@ -94,7 +93,7 @@ _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
 # registers (Kind.READ) have no row: forwarded as they are once those have seen them.
 _CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
     Kind.QSUPPORTED: ("_client_qsupported",),
-    Kind.NON_STOP: ("_ns_client_nonstop",),
+    Kind.NON_STOP: ("_route_non_stop",),
     Kind.STOP_QUERY: ("_route_ns_query",),  # non-stop only
     Kind.VSTOPPED: ("_route_ns_query",),  # non-stop only
     Kind.RESUME: ("_route_ns_resume", "_route_resume"),  # non-stop's first
@@ -111,7 +110,7 @@ _CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
 }
 
 
-class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
+class Session(HiddenStops, CaptureLifecycle, Queries):
     """One client <-> stub session (see the module docstring)."""
 
     def __init__(self, config: SessionConfig) -> None:
@@ -315,8 +314,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
         self._closing = self._keep_stub = self._left = False
         self._qsymbol_asked, self._symbol_lookup = False, None  # the leave ended the stub's look-up
         self._client_queue.clear()
-        self._ns_queue.clear()
-        self._ns_notified = False
+        self.ns.client_gone()
         self.client_features = []
         self.client_g_thread = None
         self._resume = None
@@ -380,14 +378,21 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
 
     # -- routes of _CLIENT_ROUTES that may pass a request down (False) -------------------------
 
+    def _route_non_stop(self, body: bytes, raw: bytes | None) -> None:
+        self.ns.client_nonstop(body, raw)
+
     def _route_ns_query(self, body: bytes, raw: bytes | None) -> bool | None:
         if not self.non_stop:
             return False
-        return self._ns_client_vstopped() if body == b"vStopped" else self._ns_client_status()
+        return self.ns.client_vstopped() if body == b"vStopped" else self.ns.client_status()
 
     def _route_ns_resume(self, body: bytes, raw: bytes | None) -> bool | None:
         resume = parse_resume(body) if self.non_stop else None
-        return False if resume is None else self._ns_client_resume(resume, body, raw)
+        return False if resume is None else self.ns.client_resume(resume, body, raw)
+
+    def stub_notification(self, body: bytes, raw: bytes) -> None:
+        """A notification from the stub (`%Stop` in non-stop mode: nonstop.py)."""
+        self.ns.notification(body, raw)
 
     def _route_extended(self, body: bytes, raw: bytes | None) -> bool:
         self._extended = True
@@ -674,7 +679,7 @@ class Session(HiddenStops, NonStop, CaptureLifecycle, Queries):
             self._qsymbol_asked = False
             self._symbol_lookup = body[8:] if body.startswith(b"qSymbol:") and len(body) > 8 else None
         self._snoop_reply(body)
-        self._ns_reply_seen(body)
+        self.ns.reply_seen(body)
         self.known.replied(body)
         sr = None
         if body[:1] in (b"T", b"S") and is_stop_reply(body):  # the answer to `?`

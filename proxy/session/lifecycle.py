@@ -181,7 +181,7 @@ class CaptureLifecycle(SessionBase):
         self._resume = None
         self._interrupt_forwarded = self._interrupt_pending = self._interrupt_at_resume = False
         self._interrupted_for_leave = False
-        self._ns_held.clear()
+        self.ns.held.clear()
         self.processes += 1
 
     def _proc_plant_then_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:

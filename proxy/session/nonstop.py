@@ -32,6 +32,8 @@ resumes them (`_ns_held`).
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
+from typing import TYPE_CHECKING
 
 from rsp.errors import MalformedPacket
 from rsp.framing import frame_notification, rle_expand, unescape_binary
@@ -44,9 +46,8 @@ from proxy.probes import Probe
 from proxy.procedure import Exchange, Procedure
 
 from . import emulate
-from .actions import ToClient, ToClientRaw
+from .actions import ToClientRaw
 from .breakpoints import BpKey
-from .state import SessionBase
 from .wire import (
     SIGTRAP,
     feature_on,
@@ -56,6 +57,9 @@ from .wire import (
     stopped_pc_from_g,
     z_packet,
 )
+
+if TYPE_CHECKING:
+    from .state import SessionBase
 
 
 def _key(thread: ThreadId | None) -> tuple[int | None, int] | None:
@@ -141,121 +145,146 @@ def place_stops(stops: list[tuple[int | None, int | None]], seen: list[Seen]) ->
     return out
 
 
-class NonStop(SessionBase):
+class NonStopMode:
+    """Non-stop mode's part of a session (the module's docstring): its state, the client's
+    notification cycle and the stub's. The session holds it (`session.ns`) and routes to it
+    the client's `QNonStop`, `?`, `vStopped` and resumes in non-stop mode, the replies it
+    sees go by, and the stub's `%Stop` notifications; it asks the session (`s`) for the
+    links, the procedure runner, the breakpoint table and the capture's reads."""
+
+    def __init__(self, session: SessionBase) -> None:
+        self.s = session
+        self.on = False  # the stub is in non-stop mode (its OK to QNonStop:1 seen)
+        self.request: bool | None = None  # QNonStop:N sent, its OK not seen yet
+        self.queue: deque[bytes] = deque()  # stops for the client; [0] notified, not acknowledged
+        self.notified = False  # the client is in a notification cycle
+        self.waiting = False  # the stub notified while the proxy was busy
+        self.notified_stop: bytes | None = None  # that notification's stop
+        self.actions: dict[tuple[int | None, int], ResumeAction] = {}  # the client's, per thread
+        self.default: ResumeAction | None = None  # ... and for the others
+        # threads stepping over a proxy breakpoint: (the breakpoint, the client's action for the thread)
+        self.over: dict[tuple[int | None, int], tuple[BpKey, ResumeAction | None]] = {}
+        self.held: set[tuple[int | None, int]] = set()  # stopped for the client, not resumed since
+
+    def client_gone(self) -> None:
+        """The client left (a kept stub waits for the next): no cycle of its is open."""
+        self.queue.clear()
+        self.notified = False
+
     # -- the client's side
-    def _ns_client_nonstop(self, body: bytes, raw: bytes | None) -> None:
-        self._ns_request = body[len(b"QNonStop:"):] == b"1"
-        self._forward(body, raw)
+    def client_nonstop(self, body: bytes, raw: bytes | None) -> None:
+        self.request = body[len(b"QNonStop:"):] == b"1"
+        self.s._forward(body, raw)
 
-    def _ns_reply_seen(self, body: bytes) -> None:
+    def reply_seen(self, body: bytes) -> None:
         """A reply to the client's request went by (QNonStop's OK)."""
-        if self._ns_request is not None:
+        if self.request is not None:
             if body == b"OK":
-                self.non_stop = self._ns_request
-                self._ns_queue.clear()
-                self._ns_held.clear()
-                self._ns_notified = False
-            self._ns_request = None
+                self.on = self.request
+                self.queue.clear()
+                self.held.clear()
+                self.notified = False
+            self.request = None
 
-    def _ns_client_vstopped(self) -> None:
-        if self._ns_queue:
-            self._ns_queue.popleft()
-        if self._ns_queue:
-            self._reply(self._ns_queue[0])
+    def client_vstopped(self) -> None:
+        if self.queue:
+            self.queue.popleft()
+        if self.queue:
+            self.s._reply(self.queue[0])
         else:
-            self._ns_notified = False
-            self._reply(b"OK")
+            self.notified = False
+            self.s._reply(b"OK")
 
-    def _ns_client_status(self) -> None:
+    def client_status(self) -> None:
         """`?`: gdbserver answers one stopped thread and queues the others."""
-        self._start_proc(self._proc_ns_status())
+        self.s._start_proc(self._proc_status())
 
-    def _proc_ns_status(self) -> Procedure:
+    def _proc_status(self) -> Procedure:
         (first,) = yield Exchange((b"?",))
         stops = [first] if first != b"OK" else []
         if stops:
-            stops += yield from self._ns_drain()
-        yield from self._ns_status_held(stops)
-        self._proc = None
-        self._ns_queue.clear()
-        self._ns_queue.extend(stops)
-        self._ns_notified = bool(stops)
-        self._reply(stops[0] if stops else b"OK")
+            stops += yield from self._drain()
+        yield from self._status_held(stops)
+        self.s._proc = None
+        self.queue.clear()
+        self.queue.extend(stops)
+        self.notified = bool(stops)
+        self.s._reply(stops[0] if stops else b"OK")
 
-    def _ns_status_held(self, stops: list[bytes]) -> Procedure:
+    def _status_held(self, stops: list[bytes]) -> Procedure:
         """`?` answers a stop for every thread whose stop gdbserver reported
         and nobody resumed since: those are the client's now (_ns_held). A
         stub that names no thread: when there are as many stopped threads
         as stops, they are those threads; otherwise the ones not yet known
         stay unknown (a later stop without a thread may then wait out the
         bound, _ns_place)."""
-        self._ns_held.clear()
+        self.held.clear()
         parsed = [sr for sr in map(stop_or_none, stops) if sr is not None]
         for sr in parsed:
             if sr.thread is not None:
-                self._ns_held.add(_key(sr.thread))  # type: ignore[arg-type]
-        unnamed = [sr for sr in parsed if self._ns_placeable(sr)]
+                self.held.add(_key(sr.thread))  # type: ignore[arg-type]
+        unnamed = [sr for sr in parsed if self.placeable(sr)]
         if not unnamed:
             return
-        threads = yield from self._ns_threads()
+        threads = yield from self._threads()
         if len(threads) == 1:
-            self._ns_held.add(_key(threads[0]))  # type: ignore[arg-type]
+            self.held.add(_key(threads[0]))  # type: ignore[arg-type]
             return
-        if not threads or not feature_on(self.stub_features, "qXfer:siginfo:read"):
+        if not threads or not feature_on(self.s.stub_features, "qXfer:siginfo:read"):
             return
-        seen = yield from self._ns_seen(threads)
-        if self._ns_restore():
-            yield Exchange(self._ns_restore())
+        seen = yield from self._seen(threads)
+        if self._restore():
+            yield Exchange(self._restore())
         if len(seen) == len(unnamed):
-            self._ns_held.update(_key(t.thread) for t in seen)  # type: ignore[misc]
+            self.held.update(_key(t.thread) for t in seen)  # type: ignore[misc]
 
-    def _ns_client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
+    def client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
         for action in resume.actions:
             k = _key(action.thread)
             if k is None or action.thread is None or action.thread.tid in (-1, 0):
-                self._ns_default = action
+                self.default = action
                 if action.op != "t":
-                    self._ns_actions.clear()
-                    self._ns_held.clear()
+                    self.actions.clear()
+                    self.held.clear()
             else:
-                self._ns_actions[k] = action
+                self.actions[k] = action
                 if action.op != "t":
-                    self._ns_held.discard(k)
-        if not self._planted and (self.config.resolve_probes is not None or self.capture is not None
-                                  or self.config.make_capture is not None):
-            self._start_proc(self._proc_ns_plant_then(body, raw))
+                    self.held.discard(k)
+        if not self.s._planted and (self.s.config.resolve_probes is not None or self.s.capture is not None
+                                  or self.s.config.make_capture is not None):
+            self.s._start_proc(self._proc_plant_then(body, raw))
             return
-        self._forward(body, raw)
+        self.s._forward(body, raw)
 
-    def _proc_ns_plant_then(self, body: bytes, raw: bytes | None) -> Procedure:
-        yield from self._plant()
-        self._proc = None
-        self._forward(body, raw)
+    def _proc_plant_then(self, body: bytes, raw: bytes | None) -> Procedure:
+        yield from self.s._plant()
+        self.s._proc = None
+        self.s._forward(body, raw)
 
-    def _ns_action_for(self, thread: ThreadId | None) -> ResumeAction | None:
+    def _action_for(self, thread: ThreadId | None) -> ResumeAction | None:
         k = _key(thread)
-        if k is not None and k in self._ns_actions:
-            return self._ns_actions[k]
-        return self._ns_default
+        if k is not None and k in self.actions:
+            return self.actions[k]
+        return self.default
 
     # -- the stub's side
-    def stub_notification(self, body: bytes, raw: bytes) -> None:
-        if not self.non_stop or not body.startswith(b"Stop:"):
-            self._emit(ToClientRaw(raw))
+    def notification(self, body: bytes, raw: bytes) -> None:
+        if not self.on or not body.startswith(b"Stop:"):
+            self.s._emit(ToClientRaw(raw))
             return
         body = body[len(b"Stop:"):]
         if b"*" in body:  # run-length encoded like any reply
             body = rle_expand(body)
-        self._ns_waiting = True
-        self._ns_notified_stop = body
-        self._ns_kick()
+        self.waiting = True
+        self.notified_stop = body
+        self.kick()
 
-    def _ns_kick(self) -> None:
-        if self._ns_waiting and self._proc is None and not self._closing:
-            self._ns_waiting = False
-            self._start_proc(self._proc_ns_cycle())
+    def kick(self) -> None:
+        if self.waiting and self.s._proc is None and not self.s._closing:
+            self.waiting = False
+            self.s._start_proc(self._proc_cycle())
 
-    def _ns_drain(self) -> Procedure:
+    def _drain(self) -> Procedure:
         """vStopped until OK: the stub's queued stops (the first one, notified
         or answered, is acknowledged by the first vStopped)."""
         out: list[bytes] = []
@@ -265,31 +294,31 @@ class NonStop(SessionBase):
                 return out
             out.append(reply)
 
-    def _ns_reported(self) -> Procedure:
+    def _reported(self) -> Procedure:
         """The stops the stub reported since the last look: the notified one
         (kept by stub_notification) and its queue behind it."""
-        stops = [self._ns_notified_stop] if self._ns_notified_stop is not None else []
-        self._ns_notified_stop = None
-        stops += yield from self._ns_drain()
+        stops = [self.notified_stop] if self.notified_stop is not None else []
+        self.notified_stop = None
+        stops += yield from self._drain()
         return stops
 
-    def _proc_ns_cycle(self) -> Procedure:
+    def _proc_cycle(self) -> Procedure:
         # The notification's own stop is the head of the stub's queue: the
         # first vStopped acknowledges it and answers the next. Ask `?`-less:
         # the notified stop came with the notification, kept by the link.
-        stops = yield from self._ns_reported()
-        placed = yield from self._ns_place(stops)
+        stops = yield from self._reported()
+        placed = yield from self._place(stops)
         for body, sr, hit, pc in placed:
-            yield from self._ns_sort(body, sr, hit, pc)
-        self._proc = None
+            yield from self._sort(body, sr, hit, pc)
+        self.s._proc = None
 
-    def _ns_placeable(self, sr: StopReply | None) -> bool:
+    def placeable(self, sr: StopReply | None) -> bool:
         """A stop without a thread that the proxy must place: one of its own
         (a hidden probe hit, a step over one) may be among them."""
         return (sr is not None and sr.thread is None and sr.kind in ("T", "S")
-                and bool(self._ns_stepping or self.probes))
+                and bool(self.over or self.s.probes))
 
-    def _ns_place(self, stops: list[bytes]) -> Procedure:
+    def _place(self, stops: list[bytes]) -> Procedure:
         """Each stop parsed, with its thread where the stub named none
         (gdbserver --disable-packet=T or Tthread): (body, stop, whether it
         can be a probe hit, its pc if read).
@@ -319,132 +348,132 @@ class NonStop(SessionBase):
         parsed: list[StopReply | None] = [stop_or_none(body) for body in stops]
         hits = [True] * len(stops)
         pcs: list[int | None] = [None] * len(stops)
-        t0, rounds, selected = self.config.clock(), 0, False
-        while any(self._ns_placeable(sr) for sr in parsed):
+        t0, rounds, selected = self.s.config.clock(), 0, False
+        while any(self.placeable(sr) for sr in parsed):
             rounds += 1
-            todo = [i for i, sr in enumerate(parsed) if self._ns_placeable(sr)]
-            threads = yield from self._ns_threads()
+            todo = [i for i, sr in enumerate(parsed) if self.placeable(sr)]
+            threads = yield from self._threads()
             if len(threads) == 1:
                 for i in todo:
                     parsed[i] = dataclasses.replace(parsed[i], thread=threads[0])  # type: ignore[arg-type]
                 break
-            if not threads or not feature_on(self.stub_features, "qXfer:siginfo:read"):
+            if not threads or not feature_on(self.s.stub_features, "qXfer:siginfo:read"):
                 break
-            seen = yield from self._ns_seen(threads)
+            seen = yield from self._seen(threads)
             selected = True
-            asked = [(parsed[i].signal, self._ns_stop_pc(parsed[i])) for i in todo]  # type: ignore[union-attr]
+            asked = [(parsed[i].signal, self._stop_pc(parsed[i])) for i in todo]  # type: ignore[union-attr]
             verdict = place_stops(asked, seen)
             if isinstance(verdict, list):
-                replies = yield Exchange(tuple(p for t in seen for p in (self._ns_select(t.thread), b"g"))
-                                         + self._ns_restore())
-                seen = [dataclasses.replace(t, pc=stopped_pc_from_g(replies[2 * j + 1], self.arch))
+                replies = yield Exchange(tuple(p for t in seen for p in (self._select(t.thread), b"g"))
+                                         + self._restore())
+                seen = [dataclasses.replace(t, pc=stopped_pc_from_g(replies[2 * j + 1], self.s.arch))
                         for j, t in enumerate(seen)]
                 verdict = place_stops(asked, seen)
                 selected = False
             if isinstance(verdict, list):
                 if rounds > 1:
-                    self.stats.ns_waited += len(todo)
+                    self.s.stats.ns_waited += len(todo)
                 for i, j in zip(todo, verdict):
                     t = seen[j]
                     parsed[i] = dataclasses.replace(parsed[i], thread=t.thread)  # type: ignore[arg-type]
                     hits[i] = t.signo == SIGTRAP and t.code != TRAP_TRACE
                     pcs[i] = t.pc
                 break
-            if self._closing or verdict == "odd" or rounds >= PLACE_MAX_ROUNDS or (
-                    rounds >= PLACE_ROUNDS and self.config.clock() - t0 >= PLACE_WAIT):
-                yield from self._ns_guess(parsed, todo, seen)
+            if self.s._closing or verdict == "odd" or rounds >= PLACE_MAX_ROUNDS or (
+                    rounds >= PLACE_ROUNDS and self.s.config.clock() - t0 >= PLACE_WAIT):
+                yield from self._guess(parsed, todo, seen)
                 selected = False
                 break
-            if self._ns_waiting:  # the stub reported more meanwhile
-                self._ns_waiting = False
-                more = yield from self._ns_reported()
+            if self.waiting:  # the stub reported more meanwhile
+                self.waiting = False
+                more = yield from self._reported()
                 for body in more:
                     stops.append(body)
                     parsed.append(stop_or_none(body))
                     hits.append(True)
                     pcs.append(None)
-        if selected and self._ns_restore():
-            yield Exchange(self._ns_restore())
+        if selected and self._restore():
+            yield Exchange(self._restore())
         return list(zip(stops, parsed, hits, pcs))
 
-    def _ns_stop_pc(self, sr: StopReply) -> int | None:
-        return sr.pc(self.pc_regnum) if sr.kind == "T" else None
+    def _stop_pc(self, sr: StopReply) -> int | None:
+        return sr.pc(self.s.pc_regnum) if sr.kind == "T" else None
 
-    def _ns_seen(self, threads: list[ThreadId]) -> Procedure:
+    def _seen(self, threads: list[ThreadId]) -> Procedure:
         """The stopped threads the client does not hold, by their siginfo."""
         asks: tuple[bytes, ...] = ()
         for thread in threads:
-            asks += (self._ns_select(thread), b"qXfer:siginfo:read::0,80")
+            asks += (self._select(thread), b"qXfer:siginfo:read::0,80")
         replies = yield Exchange(asks)  # the client's selection back with the next reads (_ns_place)
         seen: list[Seen] = []
         for i, thread in enumerate(threads):
             info = siginfo_of(replies[2 * i + 1]) if replies[2 * i] == b"OK" else None
-            if info is not None and _key(thread) not in self._ns_held:
+            if info is not None and _key(thread) not in self.held:
                 seen.append(Seen(thread, info[0], info[1]))
         return seen
 
-    def _ns_guess(self, parsed: list[StopReply | None], todo: list[int], seen: list[Seen]) -> Procedure:
+    def _guess(self, parsed: list[StopReply | None], todo: list[int], seen: list[Seen]) -> Procedure:
         """The counts did not meet: each stop to the one stopped thread it can
         be about - one the proxy is stepping, or one at a proxy breakpoint
         (at the stop's pc, when the stop names one) that the client did not
         ask to step - if there is exactly one; else the client's, as sent."""
-        replies = yield Exchange(tuple(p for t in seen for p in (self._ns_select(t.thread), b"g"))
-                                 + self._ns_restore())
+        replies = yield Exchange(tuple(p for t in seen for p in (self._select(t.thread), b"g"))
+                                 + self._restore())
         found: list[tuple[ThreadId, int]] = []
         for j, t in enumerate(seen):
-            pc = stopped_pc_from_g(replies[2 * j + 1], self.arch) if replies[2 * j] == b"OK" else None
+            pc = stopped_pc_from_g(replies[2 * j + 1], self.s.arch) if replies[2 * j] == b"OK" else None
             if pc is None:
                 continue
-            action = self._ns_action_for(t.thread)
-            if _key(t.thread) in self._ns_stepping or (
-                    self.bps.proxy_key_at(pc) is not None
+            action = self._action_for(t.thread)
+            if _key(t.thread) in self.over or (
+                    self.s.bps.proxy_key_at(pc) is not None
                     and not (action is not None and action.op in ("s", "S", "r"))):
                 found.append((t.thread, pc))
         for i in todo:
             sr = parsed[i]
             assert sr is not None
-            known = self._ns_stop_pc(sr)
-            fits = [f for f in found if known in (None, f[1]) or _key(f[0]) in self._ns_stepping]
+            known = self._stop_pc(sr)
+            fits = [f for f in found if known in (None, f[1]) or _key(f[0]) in self.over]
             if len(fits) == 1:
                 parsed[i] = dataclasses.replace(sr, thread=fits[0][0])
                 found.remove(fits[0])
             else:
-                self.stats.ns_unplaced += 1
+                self.s.stats.ns_unplaced += 1
 
-    def _ns_sort(self, body: bytes, sr: StopReply | None, hit: bool = True, pc: int | None = None) -> Procedure:
+    def _sort(self, body: bytes, sr: StopReply | None, hit: bool = True, pc: int | None = None) -> Procedure:
         """One stop of the stub's: hidden (handled here) or the client's.
         `hit`: False when the thread's siginfo says it only stepped onto the
         address (a client's step ending at a probe is not a hit)."""
         if sr is not None and sr.kind in ("W", "X"):
-            self._program_exited = True
-            self.bps.forget_all()
-            self._capture_installed = False
-            self._ns_held.clear()
+            self.s._program_exited = True
+            self.s.bps.forget_all()
+            self.s._capture_installed = False
+            self.held.clear()
         k = _key(sr.thread) if sr is not None else None
-        if sr is not None and k is not None and k in self._ns_stepping:
-            yield from self._ns_step_done(sr, body, k)
+        if sr is not None and k is not None and k in self.over:
+            yield from self._step_done(sr, body, k)
             return
-        if hit and sr is not None and sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.probes:
+        if hit and sr is not None and sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.s.probes:
             if pc is None:
-                pc = self._ns_stop_pc(sr)
+                pc = self._stop_pc(sr)
             if pc is None and sr.thread is not None:
-                replies = yield Exchange((self._ns_select(sr.thread), b"g") + self._ns_restore())
-                pc = pc_from_g(replies[1], self.arch)
+                replies = yield Exchange((self._select(sr.thread), b"g") + self._restore())
+                pc = pc_from_g(replies[1], self.s.arch)
             if pc is not None and (is_trap_reason(sr) or sr.reason is None):
-                probe = self.probes.get(pc)
+                probe = self.s.probes.get(pc)
                 if probe is not None and sr.thread is not None:
-                    self.stats.probe_stats.hit(probe, sr.thread)
-                    if not self.bps.client_owns(pc):
-                        yield from self._ns_hidden(sr, pc, probe)
+                    self.s.stats.probe_stats.hit(probe, sr.thread)
+                    if not self.s.bps.client_owns(pc):
+                        yield from self._hidden(sr, pc, probe)
                         return
-                    self.stats.shared_stops += 1
-                    reads = self._capture_reads(probe, sr)
+                    self.s.stats.shared_stops += 1
+                    reads = self.s._capture_reads(probe, sr)
                     if reads:
-                        replies = yield Exchange((self._ns_select(sr.thread),) + reads + self._ns_restore())
-                        self._capture_hit(probe, sr, replies[1:1 + len(reads)])
-        self._ns_to_client(body, sr.thread if sr is not None else None)
+                        replies = yield Exchange((self._select(sr.thread),) + reads + self._restore())
+                        self.s._capture_hit(probe, sr, replies[1:1 + len(reads)])
+        self._to_client(body, sr.thread if sr is not None else None)
 
-    def _ns_threads(self) -> Procedure:
+    def _threads(self) -> Procedure:
         """The program's threads (qfThreadInfo/qsThreadInfo)."""
         ids: list[bytes] = []
         (listing,) = yield Exchange((b"qfThreadInfo",))
@@ -459,65 +488,65 @@ class NonStop(SessionBase):
                 continue
         return threads
 
-    def _ns_to_client(self, body: bytes, thread: ThreadId | None = None) -> None:
+    def _to_client(self, body: bytes, thread: ThreadId | None = None) -> None:
         """A stop for the client; its thread (when known) stays stopped for
         the client until the client resumes it (_ns_held)."""
         if thread is not None:
-            self._ns_held.add(_key(thread))  # type: ignore[arg-type]
-        self._ns_queue.append(body)
-        if not self._ns_notified:
-            self._ns_notified = True
-            self._emit(ToClientRaw(frame_notification(b"Stop:" + body)))
+            self.held.add(_key(thread))  # type: ignore[arg-type]
+        self.queue.append(body)
+        if not self.notified:
+            self.notified = True
+            self.s._emit(ToClientRaw(frame_notification(b"Stop:" + body)))
 
-    def _ns_select(self, thread: ThreadId) -> bytes:
+    def _select(self, thread: ThreadId) -> bytes:
         return b"Hg" + thread.format(thread.pid is not None)
 
-    def _ns_restore(self) -> tuple[bytes, ...]:
+    def _restore(self) -> tuple[bytes, ...]:
         """The client's selection back (rule 6)."""
-        g = self.client_g_thread
+        g = self.s.client_g_thread
         return (b"Hg" + g,) if g else ()
 
-    def _ns_hidden(self, sr: StopReply, pc: int, probe: Probe) -> Procedure:
+    def _hidden(self, sr: StopReply, pc: int, probe: Probe) -> Procedure:
         """A thread at a proxy breakpoint: read, then resume it alone."""
-        t0 = self.config.clock()
-        self.stats.hidden_stops += 1
+        t0 = self.s.config.clock()
+        self.s.stats.hidden_stops += 1
         thread = sr.thread
         assert thread is not None
-        key = self.bps.proxy_key_at(pc)
+        key = self.s.bps.proxy_key_at(pc)
         assert key is not None
         tid = thread.format(thread.pid is not None)
-        action = self._ns_action_for(thread)
-        reads = self._capture_reads(probe, sr)
+        action = self._action_for(thread)
+        reads = self.s._capture_reads(probe, sr)
         em = None
-        if (self._emulate and probe.code and action is not None and action.op in ("c", "C")):
+        if (self.s._emulate and probe.code and action is not None and action.op in ("c", "C")):
             em = emulate.decode(probe.code)
         extra: tuple[bytes, ...] = ()
-        sp = sr.register_value(self.sp_regnum)
+        sp = sr.register_value(self.s.sp_regnum)
         if em is not None:
             extra = () if b"g" in reads else (b"g",)
             if em.needs_stack_word and sp is not None:
                 extra += (b"m%x,8" % sp,)
-        replies = (yield Exchange((self._ns_select(thread),) + reads + extra))[1:]
-        self._capture_hit(probe, sr, replies[: len(reads)])
+        replies = (yield Exchange((self._select(thread),) + reads + extra))[1:]
+        self.s._capture_hit(probe, sr, replies[: len(reads)])
         if em is not None:
             regs = replies[reads.index(b"g")] if b"g" in reads else replies[len(reads)]
             word = memory_bytes(replies[-1]) if em.needs_stack_word and sp is not None else None
             effect = emulate.apply(em, regs, word)
             if effect is not None:
-                self.stats.emulated += 1
-                yield Exchange(tuple(effect.packets) + (b"vCont;c:" + tid,) + self._ns_restore())
-                self.stats.hidden_time += self.config.clock() - t0
+                self.s.stats.emulated += 1
+                yield Exchange(tuple(effect.packets) + (b"vCont;c:" + tid,) + self._restore())
+                self.s.stats.hidden_time += self.s.config.clock() - t0
                 return
-        self._ns_stepping[_key(thread)] = (key, action)  # type: ignore[index]
-        yield Exchange((z_packet(False, key), b"vCont;s:" + tid) + self._ns_restore())
-        self.stats.hidden_time += self.config.clock() - t0
+        self.over[_key(thread)] = (key, action)  # type: ignore[index]
+        yield Exchange((z_packet(False, key), b"vCont;s:" + tid) + self._restore())
+        self.s.stats.hidden_time += self.s.config.clock() - t0
 
-    def _ns_step_done(self, sr: StopReply, body: bytes, k: tuple[int | None, int]) -> Procedure:
+    def _step_done(self, sr: StopReply, body: bytes, k: tuple[int | None, int]) -> Procedure:
         """The step over a proxy breakpoint ended: the breakpoint back; then
         the thread goes on as the client asked, or the client sees the stop."""
-        key, action = self._ns_stepping.pop(k)
+        key, action = self.over.pop(k)
         if sr.kind in ("W", "X"):
-            self._ns_to_client(body)
+            self._to_client(body)
             return
         yield Exchange((z_packet(True, key),))
         assert sr.thread is not None
@@ -527,9 +556,9 @@ class NonStop(SessionBase):
                 yield Exchange((b"vCont;c:" + tid,))
                 return
             if action.op == "r" and action.range is not None:
-                pc = sr.pc(self.pc_regnum)
+                pc = sr.pc(self.s.pc_regnum)
                 lo, hi = action.range
                 if pc is not None and lo <= pc < hi:
                     yield Exchange((b"vCont;r%x,%x:%s" % (lo, hi, tid),))
                     return
-        self._ns_to_client(body, sr.thread)
+        self._to_client(body, sr.thread)

@@ -3,10 +3,12 @@
 `SessionBase` holds what the client believes and what the stub does (see
 core.py's theory of operation), the FIFO of waiters for stub replies, and
 the procedure runner: a procedure is a generator that yields `Exchange`s
-(request bodies sent back to back) and receives their replies. The parts of
-the session are mixins on this base: `hidden` (hidden stops), `lifecycle`
-(the capture's life: plant, install, switch, fork, exec, exit, leave),
-`queries` (monitor commands, qXfer objects, stats) and `core` (routing).
+(request bodies sent back to back) and receives their replies. Parts that
+own their state are held by the session (`ns`: non-stop mode, nonstop.py;
+`stepping`: steps across `.await`; `task_threads`); the rest are still
+mixins on this base: `hidden` (hidden stops), `lifecycle` (the capture's
+life: plant, install, switch, fork, exec, exit, leave), `queries` (monitor
+commands, qXfer objects, stats) and `core` (routing).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rsp.errors import ProtocolError
 from rsp.packets.qsupported import Feature
-from rsp.packets.resume import Resume, ResumeAction
+from rsp.packets.resume import Resume
 from rsp.packets.stop import StopReply
 from rsp.threads import ThreadId
 
@@ -32,6 +34,7 @@ from proxy.procedure import Exchange, Procedure
 from .actions import Action, AfterSend, Close, Notice, ToClient, ToStub, ToStubRaw
 from .breakpoints import BpKey, BreakpointTable
 from .known import StopKnowledge
+from .nonstop import NonStopMode
 from .pacing import Pacer
 from .reads import ReadLimit, read_memory
 from .wire import stop_or_none, z_packet
@@ -257,17 +260,7 @@ class SessionBase:
         self._main_pid: int | None = None  # the program's process (fork children are others)
         self._resume_checked: object = None  # the resume whose named threads the stub has (core._named_threads)
         self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
-        # non-stop mode (nonstop.py)
-        self.non_stop = False
-        self._ns_request: bool | None = None  # QNonStop:N sent, its OK not seen yet
-        self._ns_queue: deque[bytes] = deque()  # stops for the client; [0] notified, not acknowledged
-        self._ns_notified = False  # the client is in a notification cycle
-        self._ns_waiting = False  # the stub notified while the proxy was busy
-        self._ns_notified_stop: bytes | None = None  # that notification's stop
-        self._ns_actions: dict[tuple[int | None, int], ResumeAction] = {}  # the client's, per thread
-        self._ns_default: ResumeAction | None = None  # ... and for the others
-        self._ns_stepping: dict[tuple[int | None, int], tuple[BpKey, ResumeAction | None]] = {}
-        self._ns_held: set[tuple[int | None, int]] = set()  # stopped for the client, not resumed since
+        self.ns = NonStopMode(self)  # non-stop mode: its state and cycles (nonstop.py)
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
         self._g_asked = False  # the client's `g` is out: its reply gives the stub's register block size
         self._g_size: int | None = None
@@ -415,7 +408,7 @@ class SessionBase:
                 self._proc = None
             self._after_answer()
             self._drain_client_queue()
-            self._ns_kick()
+            self.ns.kick()
             return
         except ProtocolError as err:
             # A stub reply the proxy's own exchange cannot read (a qSupported
@@ -460,6 +453,15 @@ class SessionBase:
             self._emit(Notice(f"capture error (counted in stats, the session goes on): {err!r}"))
 
     @property
+    def non_stop(self) -> bool:
+        """The stub is in non-stop mode (nonstop.py)."""
+        return self.ns.on
+
+    @non_stop.setter
+    def non_stop(self, on: bool) -> None:
+        self.ns.on = on
+
+    @property
     def engine(self) -> Any:
         return self.target.engine if self.target is not None else None
 
@@ -478,4 +480,3 @@ class SessionBase:
         def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure: ...
         def _leave_for_hang_up(self) -> None: ...
         def _interrupt_reply(self, step: StopReply) -> bytes: ...
-        def _ns_kick(self) -> None: ...

@@ -46,11 +46,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rsp.packets.memory import memory_bytes
 from rsp.packets.monitor import build_console_output
-from rsp.packets.resume import Resume, ResumeAction, parse_resume
+from rsp.packets.resume import Resume, ResumeAction
 from rsp.packets.stop import StopReply
 from rsp.threads import ThreadId
 

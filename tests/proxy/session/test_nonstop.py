@@ -196,7 +196,7 @@ def test_a_step_onto_a_probe_is_the_clients_and_its_thread_held() -> None:
     assert d.s.stats.ns_waited == 0 and d.s.stats.hidden_stops == 1
     # the client resumes the worker: it is no longer held
     d.client(b"vCont;c:" + WORKER)
-    assert WORKER not in [b"p%x.%x" % k for k in d.s._ns_held]  # type: ignore[str-format]
+    assert WORKER not in [b"p%x.%x" % k for k in d.s.ns.held]  # type: ignore[str-format]
 
 
 def test_counts_that_never_meet_give_the_stop_as_sent() -> None:
