@@ -310,10 +310,10 @@ def test_realworld_server_under_load_report_in_chromium(tmp_path: Path) -> None:
                                 daemon=True) for _ in range(CONNECTIONS)]
     for c in clients:
         c.start()
-    html_path = tmp_path / "tinyhttp.html"
+    html_path, stacks = tmp_path / "tinyhttp.html", tmp_path / "tinyhttp-stacks.png"
     try:
         out = session(prog, [f"127.0.0.1:{port}"], [f"break {table.source.name}:{line}", "ignore 1 12", "continue",
-                                                    f"monitor async report {html_path}"],
+                                                    f"monitor async report {html_path}", f"monitor async stacks {stacks}"],
                       extra=["--capture", "auto"])
     finally:
         stop.set()
@@ -322,13 +322,16 @@ def test_realworld_server_under_load_report_in_chromium(tmp_path: Path) -> None:
     assert re.search(rf"^wrote {re.escape(str(html_path))}: \d+ live tasks, \d+ polls on the timeline$", out, re.M), \
         out[-3000:]
     assert len(served) >= 8, len(served)
+    assert f"wrote {stacks}: the parallel stacks of" in out and stacks.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", out[-2000:]
     with open_page(html_path) as page:
-        facts = check_page(page, expected={main_task}, cycle=set(), others=re.escape(conn_task) + "$")
+        # the runtime's own rows (its workers run as blocking tasks: `tokio::task::spawn_blocking(runtime worker)`)
+        facts = check_page(page, expected={main_task}, cycle=set(), others=re.escape(conn_task) + "$|tokio::")
         assert Counter(facts["rows"])[conn_task] == CONNECTIONS, facts["rows"]  # type: ignore[arg-type]
         shot = page.screenshot(tmp_path / "tinyhttp-report.png")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     kept = ARTIFACTS / "tinyhttp-report.png"
     shutil.copyfile(shot, kept)
+    shutil.copyfile(stacks, ARTIFACTS / "tinyhttp-stacks.png")
     print(f"screenshot: {kept}")
 
 
