@@ -65,7 +65,7 @@ def _proxy_lines(session: Session) -> list[str]:
     """What `monitor async stats` prints of the proxy: its memory, then the
     session's and the capture's lines as they wrote them."""
     program = session.program
-    return [f"proxy RSS: {_rss_mb()}", *session.stats_lines(), *(program.lines() if program is not None else ())]
+    return [f"proxy RSS: {_rss_mb()}", *session.queries.stats_lines(), *(program.lines() if program is not None else ())]
 
 
 def _summary_lines(session: Session) -> list[str]:
@@ -229,7 +229,7 @@ def _capture_command(session: Session, args: tuple[str, ...]) -> str:
         for name in capture_backends.names():
             reason = capture_backends.unavailable(name, session.target)
             lines.append(f"  {name}: {'available' if reason is None else reason}")
-        probes = session.probes_line()
+        probes = session.queries.probes_line()
         if probes is not None:
             lines.append(probes)
         return "\n".join(lines)

@@ -4,7 +4,7 @@ Reflection at a stop (monitor commands, task threads) reads the program's heap
 and stacks: thousands of 4 KiB blocks for 10,000 tasks. Through the stub each
 block is an ``m`` packet (8 KiB of hex, run-length encoded, decoded in Python)
 and each pointer hop one more pass of the session's read loop
-(``Queries._with_reads``), in which the whole snapshot is built again.
+(``Queries.with_reads``), in which the whole snapshot is built again.
 
 For a program that is proven to be a process of this host (proxy/host/identity.py:
 the stub's auxv and AT_RANDOM bytes against /proc, the build-id; the same

@@ -58,13 +58,13 @@ def find_source(session: Any, current: Any, adapters: str) -> Any:
 
 def remote_ranges(session: Any, local: bool) -> tuple[Callable[[], list[tuple[int, int]]] | None, str | None]:
     """What the runtime adapters scan in a program of another host: its /proc/PID/maps as the
-    stub read it at this stop (session.remote_maps, read through vFile), or why there is none."""
+    stub read it at this stop (session.queries.remote_maps, read through vFile), or why there is none."""
     if local:
         return None, None
-    if session.remote_maps is None:
-        why = session.remote_maps_why or "the program is not this host's"
+    if session.queries.remote_maps is None:
+        why = session.queries.remote_maps_why or "the program is not this host's"
         return None, f"{why}: only the tasks on the threads' stacks are found"
     from proxy.host.procmem import parse_maps
     from proxy.reflect.tokio_adapter import heap_ranges_of
 
-    return (lambda: heap_ranges_of(parse_maps(session.remote_maps or ""))), None
+    return (lambda: heap_ranges_of(parse_maps(session.queries.remote_maps or ""))), None

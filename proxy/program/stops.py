@@ -72,7 +72,7 @@ class SessionStop:
         return self.session.stop_pcs()  # type: ignore[no-any-return]
 
     def raw_registers(self) -> dict[int, bytes] | None:
-        fn = self.session.monitor_threads
+        fn = self.session.queries.monitor_threads
         return fn() if fn is not None else None
 
     def registers(self) -> Mapping[int, dict[str, int]] | None:
@@ -81,7 +81,7 @@ class SessionStop:
         return thread_regs(dict(self.raw_registers() or {}), getattr(self.session, "arch", None))
 
     def peek(self) -> ReadMemory | None:
-        return self.session.monitor_peek  # type: ignore[no-any-return]
+        return self.session.queries.monitor_peek  # type: ignore[no-any-return]
 
     def find_source(self, current: Any, adapters: str) -> Any:
         from .live import find_source

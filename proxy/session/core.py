@@ -57,7 +57,7 @@ from .breakpoints import BpKey
 from .hidden import HiddenStops
 from .known import keeps_stop
 from .lifecycle import CaptureLifecycle
-from .queries import PROXY_QXFER_OBJECTS, Queries
+from .queries import PROXY_QXFER_OBJECTS
 from .shield import ERROR_REPLY, refuse
 from .state import SessionConfig, Stopped, Waiter, next_stop_serial
 from .stepping import AsyncStepping
@@ -102,15 +102,15 @@ _CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
     Kind.BREAKPOINT: ("_client_breakpoint",),
     Kind.SELECT_G: ("_route_hg",),
     Kind.VCONT_QUERY: ("_route_vcont_query",),
-    Kind.MONITOR: ("_client_monitor",),
-    Kind.QXFER: ("_client_qxfer",),
+    Kind.MONITOR: ("_route_monitor",),
+    Kind.QXFER: ("_route_qxfer",),
     Kind.LEAVE: ("_client_leave",),
     Kind.NEW_PROCESS: ("_client_new_process",),
     Kind.WRITE: ("_route_write",),
 }
 
 
-class Session(HiddenStops, CaptureLifecycle, Queries):
+class Session(HiddenStops, CaptureLifecycle):
     """One client <-> stub session (see the module docstring)."""
 
     def __init__(self, config: SessionConfig) -> None:
@@ -377,6 +377,36 @@ class Session(HiddenStops, CaptureLifecycle, Queries):
         return None
 
     # -- routes of _CLIENT_ROUTES that may pass a request down (False) -------------------------
+
+    def _route_monitor(self, body: bytes, raw: bytes | None) -> None:
+        self.queries.client_monitor(body, raw)
+
+    def _route_qxfer(self, body: bytes, raw: bytes | None) -> None:
+        self.queries.client_qxfer(body, raw)
+
+    def current_thread(self) -> int | None:
+        """The thread the client stopped in: the last stop's (gdb switches to it), else its Hg.
+        Not its last Hg once there is a stop: gdb sends Hg for every thread whose registers
+        it fetches (after a late attach it ends at another thread than the one it shows), and
+        none when it switches to a thread whose registers it has (tokio's tinydb attached:
+        `monitor async bt` described thread 2143, gdb's current thread was 2141)."""
+        st = self._stopped
+        if st is not None and st.thread is not None and st.thread.tid > 0:
+            return st.thread.tid
+        if self.client_g_thread:
+            try:
+                tid = ThreadId.parse(self.client_g_thread).tid
+            except MalformedPacket:
+                tid = 0
+            if tid > 0:  # 0 (any) and -1 (all) name no thread
+                return tid
+        return None
+
+    def stop_pcs(self) -> dict[int, int]:
+        st = self._stopped
+        if st is None or st.thread is None or st.pc is None:
+            return {}
+        return {st.thread.tid: st.pc}
 
     def _route_non_stop(self, body: bytes, raw: bytes | None) -> None:
         self.ns.client_nonstop(body, raw)

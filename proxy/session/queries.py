@@ -6,7 +6,7 @@ gdbserver leaves out (rule 11), and the session's stats."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar
 
 from rsp.errors import MalformedPacket
 from rsp.framing import unescape_binary
@@ -18,11 +18,10 @@ from proxy.procedure import Exchange, Procedure
 
 from .actions import Notice
 from .reader import Asker
-from .state import SessionBase
 from .wire import feature_on
 
 if TYPE_CHECKING:
-    from .core import Session
+    from .state import SessionBase
 
 # Objects the proxy answers itself through qXfer.
 PROXY_QXFER_OBJECTS = ("asyncrsp.graph",)
@@ -32,68 +31,85 @@ READS_AT_ONCE = 1024
 T = TypeVar("T")
 
 
-class Queries(SessionBase):
-    def _client_monitor(self, body: bytes, raw: bytes | None) -> None:
+class Queries:
+    """What the proxy answers itself, a part the session holds (`session.queries`): it owns
+    what a question at a stop reads (the remote program's map, the stop's thread registers and
+    known memory while a question runs, `info os`' merged table types) and asks the session
+    (`s`) for the links, the procedure runner and the stop's facts."""
+
+    def __init__(self, session: SessionBase) -> None:
+        self.s = session
+        # the program's /proc/PID/maps read through the stub (vFile) at this stop, for
+        # reflection's runtime adapters (_read_remote_maps), or why not
+        self.remote_maps: str | None = None
+        self.remote_maps_why: str | None = None
+        # while a question reads the stopped program (with_reads): every thread's `g` block,
+        # and what is known without the stub (None outside a question)
+        self.monitor_threads: Callable[[], dict[int, bytes]] | None = None
+        self.monitor_peek: Callable[[int, int], bytes | None] | None = None
+        self.osdata_types: bytes | None = None  # `info os`: the stub's table types and the proxy's
+
+    def client_monitor(self, body: bytes, raw: bytes | None) -> None:
         text = parse_qrcmd(body)
         words = text.split()
         if words[:2] == ["async", "step"]:  # the step follower's switch (stepping.py)
-            self._reply(build_console_output(self.stepping.command(words[2:])))
-            self._reply(b"OK")
+            self.s._reply(build_console_output(self.s.stepping.command(words[2:])))
+            self.s._reply(b"OK")
             return None
-        if not words or words[0] != "async" or self.config.monitor is None:
-            return self._forward(body, raw)
-        self._start_proc(self._proc_monitor(text))
+        if not words or words[0] != "async" or self.s.config.monitor is None:
+            return self.s._forward(body, raw)
+        self.s._start_proc(self._proc_monitor(text))
         return None
 
     def _proc_monitor(self, text: str) -> Procedure:
         """Run a command, reading the memory it asks for as it asks."""
-        assert self.config.monitor is not None
-        monitor = self.config.monitor
+        assert self.s.config.monitor is not None
+        monitor = self.s.config.monitor
         try:
-            out = yield from self._with_reads(lambda read: monitor(text, cast("Session", self), read))
+            out = yield from self.with_reads(lambda read: monitor(text, self.s, read))
         except Exception as err:  # a command must never take the session down
             out = f"asyncrsp: internal error in '{text}': {err!r}\n"
-        if self._switch_request is not None:
-            name, mode = self._switch_request
-            self._switch_request = None
+        if self.s._switch_request is not None:
+            name, mode = self.s._switch_request
+            self.s._switch_request = None
             try:
-                yield from self._switch(name, mode)
+                yield from self.s._switch(name, mode)
             except ValueError as err:
                 out += f"asyncrsp: {err}\n"
-        self._proc = None
+        self.s._proc = None
         if out and not out.endswith("\n"):
             out += "\n"
         for i in range(0, len(out), 400):
-            self._reply(build_console_output(out[i:i + 400]))
-        self._reply(b"OK")
+            self.s._reply(build_console_output(out[i:i + 400]))
+        self.s._reply(b"OK")
 
     def _before_reflection(self) -> Generator[Exchange, list[bytes], None]:
         """What reading the program's state at a stop needs first: the capture's drain and
         the deferred reads, and (before the first resume) whether the stub's process is
         this host's, since reflection may then read the program here."""
         yield from self._resolve_pending_reads()
-        if not self._planted and self._last_stop is not None:
-            yield from self._find_program()  # the file, pid, AT_ENTRY (the load bias) and host
-        if self.config.remote_maps and not self.identity.local and self._last_stop is not None and not self.running:
+        if not self.s._planted and self.s._last_stop is not None:
+            yield from self.s._find_program()  # the file, pid, AT_ENTRY (the load bias) and host
+        if self.s.config.remote_maps and not self.s.identity.local and self.s._last_stop is not None and not self.s.running:
             yield from self._read_remote_maps()
 
     def _read_remote_maps(self) -> Generator[Exchange, list[bytes], None]:
         """The program's /proc/PID/maps through the stub (vFile) at this stop, for a program of
         another host: the runtime adapters scan its writable anonymous mappings
         (``remote_maps``; ``remote_maps_why`` says why there are none)."""
-        pid = self._main_pid or self._stop_pid()
+        pid = self.s._main_pid or self.s._stop_pid()
         if pid is None or self.remote_maps_why == "the stub has no vFile":
             self.remote_maps = None
             self.remote_maps_why = self.remote_maps_why or "the stub reported no pid"
             return
-        text = yield from self._stub_file(b"/proc/%d/maps" % pid, whole=True)
+        text = yield from self.s._stub_file(b"/proc/%d/maps" % pid, whole=True)
         if text is False:
             self.remote_maps, self.remote_maps_why = None, "the stub has no vFile"
             return
         self.remote_maps = text.decode(errors="replace") if text else None
         self.remote_maps_why = None if text else f"the stub could not read /proc/{pid}/maps"
 
-    def _with_reads(self, answer: Callable[[Callable[[int, int], bytes | None]], T]) -> Generator[Exchange, list[bytes], T]:
+    def with_reads(self, answer: Callable[[Callable[[int, int], bytes | None]], T]) -> Generator[Exchange, list[bytes], T]:
         """``answer(read)``, run once (proxy/session/reader.py): each memory read it makes that
         nothing here holds is asked of the stub while it waits, and every thread's registers
         when it asks for them (``monitor_threads``). ``monitor_peek`` reads what is known
@@ -104,7 +120,7 @@ class Queries(SessionBase):
         # a proven local program's data pages straight from /proc/PID/mem (proxy/reflect/
         # localmem.py): no `m`; an address no mapping holds is unreadable at once; code and
         # anything else it cannot read go to the stub
-        local = self.config.local_memory(self) if self.config.local_memory is not None else None
+        local = self.s.config.local_memory(self) if self.s.config.local_memory is not None else None
         threads: list[dict[int, bytes]] = []  # LWP -> `g` reply, read when the question asks
 
         def peek(addr: int, size: int) -> bytes | None:
@@ -160,14 +176,14 @@ class Queries(SessionBase):
                 else:  # ("m", [(addr, size), ...]): READS_AT_ONCE at a time, in pieces the stub takes
                     got = []
                     for i in range(0, len(value[1]), READS_AT_ONCE):
-                        got += yield from self._read_memory(value[1][i:i + READS_AT_ONCE])
+                        got += yield from self.s._read_memory(value[1][i:i + READS_AT_ONCE])
                 asker.answer(got)
         finally:
             asker.abandon()
             self.monitor_threads = None
             self.monitor_peek = None
             if local is not None:
-                self.stats.local_read_bytes += local.bytes_read
+                self.s.stats.local_read_bytes += local.bytes_read
                 local.close()
 
     def _read_thread_registers(self) -> Generator[Exchange, list[bytes], dict[int, bytes]]:
@@ -188,14 +204,14 @@ class Queries(SessionBase):
                 tids.append(ThreadId.parse(t).tid)
             except MalformedPacket:
                 tids.append(-1)
-        if feature_on(self.stub_features, "QThreadSuffixSupported"):
+        if feature_on(self.s.stub_features, "QThreadSuffixSupported"):
             bodies = [b"g;thread:%x;" % tid for tid in tids]
             replies = yield Exchange(tuple(bodies))
             regs = replies
         else:
             bodies = [p for t in ids for p in (b"Hg" + t, b"g")]
-            if self._stub_g is not None:
-                bodies.append(b"Hg" + self._stub_g)
+            if self.s._stub_g is not None:
+                bodies.append(b"Hg" + self.s._stub_g)
             replies = yield Exchange(tuple(bodies))
             regs = replies[1:2 * len(ids):2]
         return {tid: r for tid, r in zip(tids, regs) if tid > 0 and not r.startswith(b"E") and r}
@@ -203,51 +219,51 @@ class Queries(SessionBase):
     def _resolve_pending_reads(self) -> Generator[Exchange, list[bytes], None]:
         """The capture's drain, then the engine's deferred __state reads, at
         the first question after a stop."""
-        if self.running:
+        if self.s.running:
             return
-        if self.capture is not None and self._capture_installed:
-            proc = self._capture_call("sync")
+        if self.s.capture is not None and self.s._capture_installed:
+            proc = self.s._capture_call("sync")
             if proc is not None:
                 yield from proc
-        engine = self.engine
+        engine = self.s.engine
         if engine is None:
             return
         reads = engine.pending_reads()[:512]
         if not reads:
             return
-        got = yield from self._read_memory([(r.addr, r.size) for r in reads])
+        got = yield from self.s._read_memory([(r.addr, r.size) for r in reads])
         for r, data in zip(reads, got):
             engine.resolve_read(r, data)
 
-    def _client_qxfer(self, body: bytes, raw: bytes | None) -> None:
+    def client_qxfer(self, body: bytes, raw: bytes | None) -> None:
         try:
             req = parse_qxfer(body)
         except MalformedPacket:
-            return self._forward(body, raw)
+            return self.s._forward(body, raw)
         if not isinstance(req, QXferRead):
-            return self._forward(body, raw)
-        if req.object == "features" and self._serve_own_tdesc and self.config.target_xml:
-            doc = self.config.target_xml.get(req.annex)
+            return self.s._forward(body, raw)
+        if req.object == "features" and self.s._serve_own_tdesc and self.s.config.target_xml:
+            doc = self.s.config.target_xml.get(req.annex)
             if doc is None:
-                self._reply(b"E00")
+                self.s._reply(b"E00")
             else:
-                self._reply(build_qxfer_reply(doc.encode(), req.offset, req.length))
+                self.s._reply(build_qxfer_reply(doc.encode(), req.offset, req.length))
             return None
-        if (req.object == "features" and self.config.target_xml and self.config.registers_safe
+        if (req.object == "features" and self.s.config.target_xml and self.s.config.registers_safe
                 and req.annex == "target.xml"):
-            self._start_proc(self._proc_features(req, body))
+            self.s._start_proc(self._proc_features(req, body))
             return None
-        if req.object == "osdata" and req.annex == "" and self.config.merge_osdata_types is not None:
-            self._start_proc(self._proc_osdata_types(req, body))
+        if req.object == "osdata" and req.annex == "" and self.s.config.merge_osdata_types is not None:
+            self.s._start_proc(self._proc_osdata_types(req, body))
             return None
         if self._is_own_qxfer(req):
-            self._start_proc(self._proc_own_qxfer(req))
+            self.s._start_proc(self._proc_own_qxfer(req))
             return None
-        self._forward(body, raw)
+        self.s._forward(body, raw)
         return None
 
     def _is_own_qxfer(self, req: QXferRead) -> bool:
-        return self.config.qxfer is not None and (
+        return self.s.config.qxfer is not None and (
             req.object in PROXY_QXFER_OBJECTS
             or (req.object == "osdata" and req.annex.startswith("async-"))
         )
@@ -256,16 +272,16 @@ class Queries(SessionBase):
         """The JSON document and the osdata tables render the stop's snapshot, which reads
         memory: the same read loop as a monitor command (every chunk of a document comes
         from the one snapshot of this stop)."""
-        doc = yield from self._with_reads(lambda read: self._own_qxfer(req, read))
-        self._proc = None
+        doc = yield from self.with_reads(lambda read: self._own_qxfer(req, read))
+        self.s._proc = None
         if doc is None:
-            self._reply(b"E00")
+            self.s._reply(b"E00")
         else:
-            self._reply(build_qxfer_reply(doc, req.offset, req.length))
+            self.s._reply(build_qxfer_reply(doc, req.offset, req.length))
 
     def _proc_osdata_types(self, req: QXferRead, body: bytes) -> Procedure:
         """`info os`: the stub's table types followed by the proxy's own."""
-        if req.offset == 0 or self._osdata_types is None:
+        if req.offset == 0 or self.osdata_types is None:
             stub_doc = b""
             for _ in range(64):
                 ask = b"qXfer:osdata:read::%x,%x" % (len(stub_doc), 0x3FFF)
@@ -275,64 +291,40 @@ class Queries(SessionBase):
                 stub_doc += unescape_binary(reply[1:])
                 if reply[:1] == b"l":
                     break
-            assert self.config.merge_osdata_types is not None
-            self._osdata_types = self.config.merge_osdata_types(stub_doc or None)
-        self._proc = None
-        self._reply(build_qxfer_reply(self._osdata_types, req.offset, req.length))
+            assert self.s.config.merge_osdata_types is not None
+            self.osdata_types = self.s.config.merge_osdata_types(stub_doc or None)
+        self.s._proc = None
+        self.s._reply(build_qxfer_reply(self.osdata_types, req.offset, req.length))
 
     def _proc_features(self, req: QXferRead, body: bytes) -> Procedure:
         """Rule 11: a gdbserver asked without xmlRegisters describes no
         registers; lldb then crashes and gdb falls back to a built-in layout.
         Serve the complete description of the block the stub now sends."""
         (reply,) = yield Exchange((body,))
-        self._snoop_reply(reply)
-        self._proc = None
-        if self._serve_own_tdesc and self.config.target_xml:
-            doc = self.config.target_xml["target.xml"].encode()
-            self._reply(build_qxfer_reply(doc, req.offset, req.length))
+        self.s._snoop_reply(reply)
+        self.s._proc = None
+        if self.s._serve_own_tdesc and self.s.config.target_xml:
+            doc = self.s.config.target_xml["target.xml"].encode()
+            self.s._reply(build_qxfer_reply(doc, req.offset, req.length))
         else:
-            self._reply(reply)
+            self.s._reply(reply)
 
     def _own_qxfer(self, req: QXferRead, read: Callable[[int, int], bytes | None] | None = None) -> bytes | None:
-        assert self.config.qxfer is not None
+        assert self.s.config.qxfer is not None
         try:
-            return self.config.qxfer(req.object, req.annex, cast("Session", self), read)
+            return self.s.config.qxfer(req.object, req.annex, self.s, read)
         except Exception as err:  # noqa: BLE001 - never take the session down
-            self._emit(Notice(f"qXfer:{req.object}:{req.annex} failed: {err!r}"))
+            self.s._emit(Notice(f"qXfer:{req.object}:{req.annex} failed: {err!r}"))
             return None
-
-    def current_thread(self) -> int | None:
-        """The thread the client stopped in: the last stop's (gdb switches to it), else its Hg.
-        Not its last Hg once there is a stop: gdb sends Hg for every thread whose registers
-        it fetches (after a late attach it ends at another thread than the one it shows), and
-        none when it switches to a thread whose registers it has (tokio's tinydb attached:
-        `monitor async bt` described thread 2143, gdb's current thread was 2141)."""
-        st = self._stopped
-        if st is not None and st.thread is not None and st.thread.tid > 0:
-            return st.thread.tid
-        if self.client_g_thread:
-            try:
-                tid = ThreadId.parse(self.client_g_thread).tid
-            except MalformedPacket:
-                tid = 0
-            if tid > 0:  # 0 (any) and -1 (all) name no thread
-                return tid
-        return None
-
-    def stop_pcs(self) -> dict[int, int]:
-        st = self._stopped
-        if st is None or st.thread is None or st.pc is None:
-            return {}
-        return {st.thread.tid: st.pc}
 
     def probes_line(self) -> str | None:
         """How the --probe functions are counted (`stats`, `monitor async capture`):
         by the capture without a stop (uprobes), or at hidden breakpoints."""
-        addrs = {p.addr for p in self._count_probes}
+        addrs = {p.addr for p in self.s._count_probes}
         if not addrs:
             return None
-        counted = len(addrs & set(self._capture_counts))
-        kernel = f"counted by {self.capture.name} (no stop)" if counted and self.capture is not None else ""
+        counted = len(addrs & set(self.s._capture_counts))
+        kernel = f"counted by {self.s.capture.name} (no stop)" if counted and self.s.capture is not None else ""
         hidden = "hidden breakpoints (a stop per call)"
         if counted == len(addrs):
             return f"--probe functions: {len(addrs)}, all {kernel}"
@@ -341,12 +333,12 @@ class Queries(SessionBase):
         return f"--probe functions: {len(addrs)}: {counted} {kernel}, {len(addrs) - counted} {hidden}"
 
     def stats_lines(self) -> list[str]:
-        s = self.stats
+        s = self.s.stats
         per_probe, total = s.probe_stats.per_probe.copy(), s.probe_stats.total
-        if self._capture_counts and self.capture is not None:  # counted by the capture (uprobes)
-            for addr, n in (self._capture_call("probe_counts") or {}).items():
-                if addr in self._capture_counts:
-                    per_probe[self._capture_counts[addr].name] += n
+        if self.s._capture_counts and self.s.capture is not None:  # counted by the capture (uprobes)
+            for addr, n in (self.s._capture_call("probe_counts") or {}).items():
+                if addr in self.s._capture_counts:
+                    per_probe[self.s._capture_counts[addr].name] += n
                     total += n
         lines = [
             f"probe hits: {total}",
@@ -358,28 +350,28 @@ class Queries(SessionBase):
             f"interrupts during hidden stops: {s.interrupts_during_hidden}",
             f"hidden stops resumed once (probed instruction emulated): {s.emulated}",
             f"capture errors: {s.capture_errors}",
-            self.register_notice.removeprefix("asyncrsp: "),
-            self.identity.line(),
+            self.s.register_notice.removeprefix("asyncrsp: "),
+            self.s.identity.line(),
         ]
         if s.local_read_bytes:
             lines.append(f"memory read at stops through /proc/PID/mem (data pages of the proven local program): "
                          f"{s.local_read_bytes} bytes")
-        k = self.known.stats
+        k = self.s.known.stats
         if k.registers or k.selections or k.thread_lists or k.memory or k.memory_left or k.breakpoints:
             lines.append(f"answered at stops without the stub: {k.registers} registers, {k.selections} thread "
                          f"selections, {k.thread_lists} thread lists, {k.memory} memory reads "
                          f"({k.memory_left} left to the stub), {k.breakpoints} breakpoints removed and put "
                          "back while stopped")
-        if not self.pacer.no_ack:
-            p = self.pacer
+        if not self.s.pacer.no_ack:
+            p = self.s.pacer
             lines.append(f"stub without no-ack mode: one packet at a time ({p.held_total} waited for a reply); "
                          f"other threads' stop reports while one was handled: {p.strays}; "
                          f"bare acks sent while the program ran: {p.kicks}")
-        if self.read_limit.learned:
-            lines.append(f"memory reads: {self.read_limit.learned}")
+        if self.s.read_limit.learned:
+            lines.append(f"memory reads: {self.s.read_limit.learned}")
         if s.shielded:
             lines.append(f"client packets answered E01, not forwarded (the stub could not take them): "
-                         f"{s.shielded}; last: {self.shield_last}")
+                         f"{s.shielded}; last: {self.s.shield_last}")
         if s.ns_waited or s.ns_unplaced:
             lines.append(f"non-stop stops without a thread: {s.ns_waited} placed after waiting for the stub's "
                          f"next report, {s.ns_unplaced} given to the client unplaced")
@@ -391,14 +383,14 @@ class Queries(SessionBase):
             lines.append(f"forks hidden from the client (children cleaned and detached): {s.hidden_forks}")
         if s.capture_switches:
             lines.append(f"capture switches: {s.capture_switches}")
-        if self.capture_notice:
-            lines.append(self.capture_notice)
-        if self.capture is not None:
-            lines += self._capture_call("stats_lines") or []
+        if self.s.capture_notice:
+            lines.append(self.s.capture_notice)
+        if self.s.capture is not None:
+            lines += self.s._capture_call("stats_lines") or []
         else:
-            lines.append(f"capture: none (mode {self.mode})")
-        if self._plant_failed:
-            lines.append(f"probes not planted: {self._plant_failed}")
+            lines.append(f"capture: none (mode {self.s.mode})")
+        if self.s._plant_failed:
+            lines.append(f"probes not planted: {self.s._plant_failed}")
         for name, n in sorted(per_probe.items()):
             lines.append(f"  {name}: {n}")
         return lines

@@ -5,10 +5,10 @@ core.py's theory of operation), the FIFO of waiters for stub replies, and
 the procedure runner: a procedure is a generator that yields `Exchange`s
 (request bodies sent back to back) and receives their replies. Parts that
 own their state are held by the session (`ns`: non-stop mode, nonstop.py;
-`stepping`: steps across `.await`; `task_threads`); the rest are still
-mixins on this base: `hidden` (hidden stops), `lifecycle` (the capture's
-life: plant, install, switch, fork, exec, exit, leave), `queries` (monitor
-commands, qXfer objects, stats) and `core` (routing).
+`queries`: monitor commands, qXfer objects, stats; `stepping`: steps
+across `.await`; `task_threads`); the rest are still mixins on this base:
+`hidden` (hidden stops), `lifecycle` (the capture's life: plant, install,
+switch, fork, exec, exit, leave) and `core` (routing).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from .actions import Action, AfterSend, Close, Notice, ToClient, ToStub, ToStubR
 from .breakpoints import BpKey, BreakpointTable
 from .known import StopKnowledge
 from .nonstop import NonStopMode
+from .queries import Queries
 from .pacing import Pacer
 from .reads import ReadLimit, read_memory
 from .wire import stop_or_none, z_packet
@@ -172,10 +173,6 @@ class SessionBase:
         # threads a proxy step went to that another thread's report answered (hidden.py): their
         # step's trap, when it comes, is the proxy's, resumed hidden (pacing.py)
         self._orphan_steps: set[int] = set()
-        # a program of another host: its /proc/PID/maps read through the stub at the last
-        # reflection (queries._read_remote_maps), or why not
-        self.remote_maps: str | None = None
-        self.remote_maps_why: str | None = None
         self._read_limit_said: str | None = None
         # work a procedure's answer does not wait for (proxy.app: the inventory's cache
         # write), sent after its replies as AfterSend when it ends
@@ -198,10 +195,6 @@ class SessionBase:
         # the stub's selected thread as the client believes it: its last Hg, or the
         # thread of the last stop it saw (a stop reply moves it; rule 6)
         self._stub_g: bytes | None = None
-        # while a question reads the stopped program (queries._with_reads): every thread's
-        # registers (read when first asked), and a read that never asks the stub
-        self.monitor_threads: Callable[[], dict[int, bytes]] | None = None
-        self.monitor_peek: Callable[[int, int], bytes | None] | None = None
         self._resume: Resume | None = None  # the client's outstanding resume
         self._interrupt_pending = False
         self._interrupt_forwarded = False
@@ -212,7 +205,6 @@ class SessionBase:
         self._sigint_crossed = False
         self._stopped: Stopped | None = None
         self._last_stop: StopReply | None = None
-        self._osdata_types: bytes | None = None
         self._stop_pc_override: int | None = None
         self._interrupted_for_leave = False
         self._planted = False
@@ -261,6 +253,7 @@ class SessionBase:
         self._resume_checked: object = None  # the resume whose named threads the stub has (core._named_threads)
         self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
         self.ns = NonStopMode(self)  # non-stop mode: its state and cycles (nonstop.py)
+        self.queries = Queries(self)  # what the proxy answers itself (queries.py)
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
         self._g_asked = False  # the client's `g` is out: its reply gives the stub's register block size
         self._g_size: int | None = None

@@ -38,7 +38,7 @@ class TaskThreads:
     of the stop's tasks, the client's paging through the thread list, whether its ``Hc``
     named a task thread, the threads document); it uses the session only to run its
     procedures and to reply or forward (``session``: ``running``, ``non_stop``, whether a
-    stop was seen, ``config.task_threads``, ``current_thread``, ``_with_reads``,
+    stop was seen, ``config.task_threads``, ``current_thread``, ``queries.with_reads``,
     ``_start_proc``/``_end_proc``, ``_reply``, ``_forward``, ``_emit``)."""
 
     def __init__(self, session: Session) -> None:
@@ -172,7 +172,7 @@ class TaskThreads:
         return doc
 
     def _read_tasks(self, view: TaskThreadView) -> Generator[Exchange, list[bytes], None]:
-        """The live tasks at this stop, read like a monitor command (``_with_reads``: memory
+        """The live tasks at this stop, read like a monitor command (``queries.with_reads``: memory
         read as it is asked for; the threads' registers only when the tasks are looked for, so a
         program without coroutines costs nothing more at a stop: the matrix's C programs
         under lldb met their interrupt at another moment when each stop took 0.2 s longer)."""
@@ -182,12 +182,12 @@ class TaskThreads:
 
         def answer(read: Callable[[int, int], bytes | None]) -> tuple[list[Any], Any, int, int]:
             got = fn(self.session, read)
-            if got[0] and self.session.monitor_threads is not None:  # tasks: the registers were read
-                seen.update(self.session.monitor_threads() or {})
+            if got[0] and self.session.queries.monitor_threads is not None:  # tasks: the registers were read
+                seen.update(self.session.queries.monitor_threads() or {})
             return got  # type: ignore[no-any-return]
 
         try:
-            tasks, shape, end_ra, unread = yield from self.session._with_reads(answer)
+            tasks, shape, end_ra, unread = yield from self.session.queries.with_reads(answer)
         except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
             self.session._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
             tasks, shape, end_ra, unread = [], None, 0, 0

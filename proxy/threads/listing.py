@@ -92,7 +92,7 @@ class LastStop:
     words lie: the rest of the heap changes whenever the program runs). At the next stop
     the same fields are read again, through the same block cache, and compared (for a
     local program: preads of /proc/PID/mem, ~1,700 blocks for 10,000 tasks' heap): one
-    byte different, or anything else, and the snapshot is built again. The comparison never asks the stub (``Session.monitor_peek``):
+    byte different, or anything else, and the snapshot is built again. The comparison never asks the stub (``Queries.monitor_peek``):
     bytes not known without it (a remote program's) count as changed.
     """
 

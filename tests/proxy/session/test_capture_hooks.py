@@ -289,15 +289,15 @@ def test_count_probes_taken_by_the_capture() -> None:
     assert rec.calls[:3] == ["plan", "count_probes", "install"]
     assert SITE not in s.probes and s.bps.proxy_only() == []
     stub(s, stop_at(0x1000, reason=b""))
-    assert "probe hits: 7" in s.stats_lines() and "  probed: 7" in s.stats_lines()
-    assert "--probe functions: 1, all counted by recorder (no stop)" in s.stats_lines()
+    assert "probe hits: 7" in s.queries.stats_lines() and "  probed: 7" in s.queries.stats_lines()
+    assert "--probe functions: 1, all counted by recorder (no stop)" in s.queries.stats_lines()
     s._start_proc(s._proc_switch(None, "off"))
     assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
     assert bodies(stub(s, b"OK"), ToStub) == [b"Z0,%x,1" % SITE]  # after the uninstall, never before
     stub(s, b"OK")
     assert SITE in s.probes and s.stats.probe_stats.total == 7
     rec.hits = 100  # gone: its counts were folded once, at the uninstall
-    assert "probe hits: 7" in s.stats_lines()
+    assert "probe hits: 7" in s.queries.stats_lines()
 
 
 def test_the_keepers_plan_lists_the_captures_own_breakpoints() -> None:
@@ -335,7 +335,7 @@ def test_count_probes_given_back_when_the_capture_cannot_count() -> None:
     assert bodies(stub(s, b"OK"), ToStubRaw) == [frame(b"vCont;c")]
     assert SITE in s.probes and s.bps.proxy_only() == [(0, SITE, 1)]
     stub(s, stop_at(0x1000, reason=b""))
-    assert "--probe functions: 1, all hidden breakpoints (a stop per call)" in s.stats_lines()
+    assert "--probe functions: 1, all hidden breakpoints (a stop per call)" in s.queries.stats_lines()
 
 
 # -- the early install (uprobes' install_early): from the client's first stop on --------------
@@ -409,8 +409,8 @@ def test_count_probes_installed_at_the_first_stop_the_first_resume_only_finishes
     assert rec.calls[-2:] == ["install", "counting"]
     assert s.bps.proxy_only() == [] and SITE not in s.probes
     stub(s, stop_at(0x1000, reason=b""))
-    assert "--probe functions: 1, all counted by recorder (no stop)" in s.stats_lines()
-    assert "probe hits: 3" in s.stats_lines()
+    assert "--probe functions: 1, all counted by recorder (no stop)" in s.queries.stats_lines()
+    assert "probe hits: 3" in s.queries.stats_lines()
 
 
 def test_early_install_that_cannot_count_gives_the_probes_back_at_the_first_resume() -> None:

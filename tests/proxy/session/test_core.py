@@ -599,7 +599,7 @@ def test_fork_child_loses_the_proxy_breakpoints_and_is_not_the_program() -> None
 
 def _monitor_wanting_threads(seen: list[object]):  # type: ignore[no-untyped-def]
     def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
-        got = s.monitor_threads() if s.monitor_threads is not None else "no accessor"
+        got = s.queries.monitor_threads() if s.queries.monitor_threads is not None else "no accessor"
         seen.append(got)
         return "ok\n"
     return monitor

@@ -233,11 +233,11 @@ class SessionUnderFire(RuleBasedStateMachine):
     @rule()
     def closed_sessions_get_nothing_more(self) -> None:
         """The shell stops feeding a closed session; its stats still answer."""
-        assert self.s.stats_lines()
+        assert self.s.queries.stats_lines()
 
     @invariant()
     def stats_always_answer(self) -> None:
-        lines = self.s.stats_lines()
+        lines = self.s.queries.stats_lines()
         assert all(isinstance(line, str) for line in lines)
 
 

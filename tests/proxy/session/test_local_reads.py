@@ -52,7 +52,7 @@ def test_local_reads_skip_the_stub_and_code_still_goes_to_it() -> None:
     assert bodies(acts, ToClient)[-1] == b"OK"
     assert seen == [(b"****", None, b"\x90" * 4)]  # the command ran once, its read answered
     assert local.closed == 1 and d.s.stats.local_read_bytes == 4
-    assert any("/proc/PID/mem" in line and " 4 bytes" in line for line in d.s.stats_lines())
+    assert any("/proc/PID/mem" in line and " 4 bytes" in line for line in d.s.queries.stats_lines())
 
 
 def test_without_a_local_reader_every_read_is_an_m_packet() -> None:
@@ -68,7 +68,7 @@ def test_without_a_local_reader_every_read_is_an_m_packet() -> None:
     assert bodies(acts, ToStub) == [b"m7000,4"]  # asked as the command reads it
     assert bodies(d.stub(b"2a2a2a2a"), ToStub) == [b"m10,4"]
     assert bodies(d.stub(b"E14"), ToClient)[-1] == b"OK"
-    assert not any("/proc/PID/mem" in line for line in d.s.stats_lines())
+    assert not any("/proc/PID/mem" in line for line in d.s.queries.stats_lines())
 
 
 def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
@@ -77,10 +77,10 @@ def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
     seen: list[object] = []
 
     def monitor(text: str, s: Session, read) -> str:  # type: ignore[no-untyped-def]
-        assert s.monitor_peek is not None
-        seen.append((s.monitor_peek(DATA, 4), s.monitor_peek(CODE, 4)))
+        assert s.queries.monitor_peek is not None
+        seen.append((s.queries.monitor_peek(DATA, 4), s.queries.monitor_peek(CODE, 4)))
         read(CODE, 4)
-        seen.append((s.monitor_peek(DATA, 4), s.monitor_peek(CODE, 4)))
+        seen.append((s.queries.monitor_peek(DATA, 4), s.queries.monitor_peek(CODE, 4)))
         return "ok\n"
 
     d = Driver(probes=[], monitor=monitor, local_memory=lambda s: _Local())
@@ -90,7 +90,7 @@ def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
     assert bodies(acts, ToStub) == [b"m5000,4"]  # the read's, not the peek's
     d.stub(b"90909090")
     assert seen == [(b"****", None), (b"****", b"\x90" * 4)]  # known once read
-    assert d.s.monitor_peek is None  # only during a pass
+    assert d.s.queries.monitor_peek is None  # only during a pass
 
 
 def test_many_reads_at_once_ask_the_stub_for_the_unknown_ones_back_to_back() -> None:

@@ -17,7 +17,7 @@ SHAPE = FrameShape("rsp", 64, (("rip", -8),), (("rsp", 16),))
 
 
 def tasks(session, read):  # type: ignore[no-untyped-def]
-    session.monitor_threads()  # the threads' registers: the session reads them as asked
+    session.queries.monitor_threads()  # the threads' registers: the session reads them as asked
     word = read(0x7000, 8)  # one memory read: asked of the stub while this waits
     if word is None:
         return [], None, 0, 0
