@@ -12,7 +12,9 @@ A register the stub cannot read is sent as ``xx`` per byte.
 when the client did *not* offer ``xmlRegisters=i386`` (DESIGN.md §3 rule 11:
 the proxy never offers it to gdbserver). `amd64_linux_target_xml` describes
 exactly that block, with the same register numbers, for clients that ask
-the proxy for a target description.
+the proxy for a target description. `AARCH64_LINUX` and
+`aarch64_linux_target_xml` are gdb's AArch64 block (core and fpu features),
+in which the core stub serves an AArch64 core's registers.
 """
 
 from __future__ import annotations
