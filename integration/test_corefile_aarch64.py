@@ -256,6 +256,16 @@ def test_crash_core_gives_the_async_backtrace(kind: str, sig: int, config: str, 
         assert masked(out.stdout)[1:] == want[1:], out.stdout + "\n--- x86-64:\n" + "\n".join(want)
     # QEMU, as the kernel, writes the thread that took the signal first: the stop is its
     crash_line = markers.breakpoint_markers("crash")[kind][1]
-    gdb = serve_core(core, prog, ["bt", *ask("tree")], gdb_path="gdb-multiarch", setup=GDB_SETUP)
+    gdb = serve_core(core, prog, ["bt", *ask("tree", "bt")], gdb_path="gdb-multiarch", setup=GDB_SETUP)
     assert re.search(rf"crash\.rs:{crash_line}\n", gdb), gdb
     assert "crash::bystander" in section(gdb, "tree"), gdb
+    # monitor async bt of the stopped thread: each coroutine at its `.await` (debug: leaf's
+    # state is still its sleep's, a coroutine's state changes only when its poll returns;
+    # release: leaf is inlined into outer's resume and its line is the line table's at the
+    # frame's pc, the line `tree --core` gives it, the x86-64 build's above)
+    at = {m.parent: m.line for m in markers.await_markers("crash")}
+    if config.endswith("release"):
+        at["leaf"] = int(re.search(r"╼ crash::leaf at \S+crash\.rs:(\d+) \(running on thread", out.stdout)[1])
+    bt = [(m[1], int(m[2])) for m in re.finditer(r"^#\d+ +(crash::\w+) .*at \S+crash\.rs:(\d+)$", section(gdb, "bt"),
+                                                 re.M)]
+    assert bt == [("crash::leaf", at["leaf"]), ("crash::middle", at["middle"]), ("crash::outer", at["outer"])], gdb
