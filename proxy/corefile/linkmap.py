@@ -55,7 +55,8 @@ class _Headers:
         if phentsize < 56 or self.phoff + phnum * phentsize > len(data):
             return
         for i in range(phnum):
-            p_type, _flags, offset, vaddr, _paddr, filesz = struct.unpack_from("<IIQQQQ", data, self.phoff + i * phentsize)
+            at = self.phoff + i * phentsize
+            p_type, _flags, offset, vaddr, _paddr, filesz = struct.unpack_from("<IIQQQQ", data, at)
             if p_type == PT_LOAD:
                 self.loads.append((vaddr, offset, filesz))
             elif p_type == PT_DYNAMIC:

@@ -79,8 +79,8 @@ def crash_of(image: ProgramImage, snap: Snapshot) -> Crash | None:
         name = signal.Signals(thread.signal).name
     except ValueError:
         name = f"signal {thread.signal}"
-    address = (fault[2] if fault is not None and fault[0] in (signal.SIGSEGV, signal.SIGBUS) and fault[0] == thread.signal
-               else None)
+    faulted = fault is not None and fault[0] in (signal.SIGSEGV, signal.SIGBUS) and fault[0] == thread.signal
+    address = fault[2] if faulted and fault is not None else None
     owner = {}
     for t in snap.tasks:
         for n in t.tree.iter():
