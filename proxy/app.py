@@ -526,6 +526,7 @@ def make_session(
         from proxy.corefile.program import image_source
 
         image = upstream.image
+        session.set_arch(image.arch)  # type: ignore[union-attr]  # the core's CPU: its `g` block, its stack
         session.program = Program(adapters=session.program.adapters,  # type: ignore[arg-type]
                                   source=image_source(image, progress=sys.stderr))
         session.register_notice = (f"serving {image.origin} (pid {image.pid}, "  # type: ignore[union-attr]

@@ -12,7 +12,9 @@ A register the stub cannot read is sent as ``xx`` per byte.
 when the client did *not* offer ``xmlRegisters=i386`` (DESIGN.md §3 rule 11:
 the proxy never offers it to gdbserver). `amd64_linux_target_xml` describes
 exactly that block, with the same register numbers, for clients that ask
-the proxy for a target description.
+the proxy for a target description. `AARCH64_LINUX` and
+`aarch64_linux_target_xml` are gdb's AArch64 block (core and fpu features),
+in which the core stub serves an AArch64 core's registers.
 """
 
 from __future__ import annotations
@@ -370,7 +372,8 @@ _VEC128_TYPES = """\
   </union>
 """
 
-_LLDB_GENERIC = {"rip": "pc", "rsp": "sp", "rbp": "fp", "eflags": "flags"}
+_LLDB_GENERIC = {"rip": "pc", "rsp": "sp", "rbp": "fp", "eflags": "flags",
+                 "pc": "pc", "sp": "sp", "x29": "fp", "x30": "ra", "cpsr": "flags"}
 
 
 def _feature_xml(name: str, types: str, regs: list[tuple[str, int, str]], first: int) -> str:
@@ -402,11 +405,16 @@ def amd64_linux_target_xml() -> dict[str, str]:
             "org.gnu.gdb.i386.segments", "", _SEGMENTS, n_core + n_sse + 1
         ),
     }
+    return _with_target(files, "i386:x86-64")
+
+
+def _with_target(files: dict[str, str], architecture: str) -> dict[str, str]:
+    """``files`` (feature annexes) and the ``target.xml`` that includes them."""
     includes = "".join(f'  <xi:include href="{name}"/>\n' for name in files)
     files["target.xml"] = (
         '<?xml version="1.0"?>\n<!DOCTYPE target SYSTEM "gdb-target.dtd">\n'
         '<target xmlns:xi="http://www.w3.org/2001/XInclude">\n'
-        "  <architecture>i386:x86-64</architecture>\n"
+        f"  <architecture>{architecture}</architecture>\n"
         "  <osabi>GNU/Linux</osabi>\n"
         f"{includes}</target>\n"
     )
@@ -433,3 +441,44 @@ def parse_g_reply(body: bytes, layout: RegisterLayout) -> dict[str, RegisterValu
     if body.startswith(b"E") and len(body) == 3:
         raise MalformedPacket(body, "g reply is an error")
     return layout.decode(body)
+
+
+# -- AArch64 GNU/Linux --------------------------------------------------------
+
+_A64_CORE: list[tuple[str, int, str]] = (
+    [(f"x{i}", 64, "int") for i in range(31)]
+    + [("sp", 64, "data_ptr"), ("pc", 64, "code_ptr"), ("cpsr", 32, "int")]
+)
+_A64_FPU: list[tuple[str, int, str]] = [(f"v{i}", 128, "aarch64v") for i in range(32)] + [
+    ("fpsr", 32, "int"), ("fpcr", 32, "int")
+]
+
+AARCH64_LINUX = RegisterLayout.from_specs(_A64_CORE + _A64_FPU, architecture="aarch64")
+"""gdb's aarch64 block (``org.gnu.gdb.aarch64.core`` and ``.fpu``, no SVE): 788 bytes,
+x0-x30 (0-30), sp 31 @248, pc 32 @256, a 32-bit cpsr 33 @264, v0-v31 34-65 @268,
+fpsr 66 @780, fpcr 67 @784. QEMU 7.2's gdbstub sends the core part (268 bytes) as its
+`g` block and the rest through `p`; the offsets of x0-pc are the same in both."""
+
+# gdb's aarch64-fpu.xml types: each v register is a union of its lanes' vectors
+_A64_LANES = (("d", (("f", "ieee_double"), ("u", "uint64"), ("s", "int64")), 2),
+              ("s", (("f", "ieee_single"), ("u", "uint32"), ("s", "int32")), 4),
+              ("h", (("f", "ieee_half"), ("u", "uint16"), ("s", "int16")), 8),
+              ("b", (("u", "uint8"), ("s", "int8")), 16),
+              ("q", (("u", "uint128"), ("s", "int128")), 1))
+_A64_VECTORS = "".join(
+    "".join(f'  <vector id="v{n}{k}" type="{t}" count="{n}"/>\n' for k, t in kinds)
+    + f'  <union id="vn{lane}">' + "".join(f'<field name="{k}" type="v{n}{k}"/>' for k, _ in kinds) + "</union>\n"
+    for lane, kinds, n in _A64_LANES
+) + '  <union id="aarch64v">' + "".join(f'<field name="{lane}" type="vn{lane}"/>' for lane, _, _ in _A64_LANES) \
+    + "</union>\n"
+
+
+def aarch64_linux_target_xml() -> dict[str, str]:
+    """A target description of `AARCH64_LINUX` (annex name -> text), the features and
+    types of gdb's aarch64-core.xml and aarch64-fpu.xml."""
+    n_core = len(_A64_CORE)
+    files = {
+        "aarch64-core.xml": _feature_xml("org.gnu.gdb.aarch64.core", "", _A64_CORE, 0),
+        "aarch64-fpu.xml": _feature_xml("org.gnu.gdb.aarch64.fpu", _A64_VECTORS, _A64_FPU, n_core),
+    }
+    return _with_target(files, "aarch64")

@@ -18,9 +18,13 @@ def asyncrsp(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-def gdb_at(port: int, prog: Path, commands: list[str], leave: str = "detach") -> str:
-    gdb = ["gdb", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60",
-           "-ex", f"target remote 127.0.0.1:{port}"]
+def gdb_at(port: int, prog: Path, commands: list[str], leave: str = "detach", gdb_path: str = "gdb",
+           setup: tuple[str, ...] = ()) -> str:
+    """``setup``: commands before the connection (gdb-multiarch's ``set sysroot /``)."""
+    gdb = [gdb_path, "-nx", "-batch", "-ex", "set pagination off", "-ex", "set remotetimeout 60"]
+    for c in setup:
+        gdb += ["-ex", c]
+    gdb += ["-ex", f"target remote 127.0.0.1:{port}"]
     for c in commands:
         gdb += ["-ex", c]
     gdb += ["-ex", leave, str(prog)]
@@ -51,9 +55,9 @@ def finish(proc: subprocess.Popen[str]) -> str:
 
 
 def serve_core(core: Path, prog: Path, commands: list[str], extra: list[str] = (),  # type: ignore[assignment]
-               command: str = "serve") -> str:
+               command: str = "serve", gdb_path: str = "gdb", setup: tuple[str, ...] = ()) -> str:
     proxy, port = start_cli(["--core", str(core), *extra], command)
     try:
-        return gdb_at(port, prog, commands)
+        return gdb_at(port, prog, commands, gdb_path=gdb_path, setup=setup)
     finally:
         finish(proxy)

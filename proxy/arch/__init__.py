@@ -4,9 +4,9 @@ An `Arch` says where the registers the proxy reads are (gdb's register numbers a
 offsets in the `g` block), which registers a call passes `self` and arguments in, DWARF's
 register numbering (the CFI unwinder's columns), the callee-saved set, the return-address
 column, the software breakpoint (the `Z0` kind and the instruction the stub writes), the
-highest user-space address, and whether the proxy's code analysis (capstone over the
-resume functions: rets, unwind exits, PLT slots, emulated prologues) and stack unwinding
-know this CPU yet.
+highest user-space address, how its cores hold registers (``core``: core.py), and whether
+the proxy's code analysis (capstone over the resume functions: rets, unwind exits, PLT
+slots, emulated prologues) and stack unwinding know this CPU yet.
 
 Which `Arch` a program has comes from its ELF header (``for_machine``: ``e_machine``) or
 from the stub's target description (``for_layout``: rsp/regs.py's RegisterLayout parsed from
@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rsp.regs import RegisterLayout
+
+from .core import AARCH64_CORE, X86_64_CORE, CoreRegs
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class Arch:
     regs: tuple[tuple[str, int, int], ...]  # (name, gdb regnum, g offset) of the registers above
     code_analysis: bool  # rets/exits/prologues are decoded for this CPU
     unwinding: bool  # the CFI unwinder and stack discovery read this CPU's frames
+    core: CoreRegs  # its ELF cores' register notes and the `g` block they are served in (core.py)
     # the session's instruction-level helpers decode this CPU: emulated prologues
     # (session/emulate.py, its `G` writes) and the step follower (session/stepping.py)
     emulates: bool = False
@@ -85,7 +88,7 @@ X86_64 = Arch(
     callee_saved=frozenset({"rbx", "rbp", "r12", "r13", "r14", "r15"}),
     bp_kind=1, bp_insn=b"\xcc", user_limit=1 << 47,
     regs=tuple((n, i, 8 * i) for i, n in enumerate(_X86_GPRS)) + (("rip", 16, 128),),
-    code_analysis=True, unwinding=True, emulates=True,
+    code_analysis=True, unwinding=True, core=X86_64_CORE, emulates=True,
 )
 
 AARCH64 = Arch(
@@ -96,7 +99,7 @@ AARCH64 = Arch(
     callee_saved=frozenset(f"x{i}" for i in range(19, 30)),
     bp_kind=4, bp_insn=bytes.fromhex("000020d4"), user_limit=1 << 48,
     regs=tuple((f"x{i}", i, 8 * i) for i in range(31)) + (("sp", 31, 248), ("pc", 32, 256)),
-    code_analysis=True, unwinding=True,
+    code_analysis=True, unwinding=True, core=AARCH64_CORE,
 )
 
 ARCHES = (X86_64, AARCH64)
@@ -105,6 +108,11 @@ ARCHES = (X86_64, AARCH64)
 def for_machine(machine: str | None) -> Arch | None:
     """The Arch of an ELF ``e_machine`` name ("EM_X86_64", ...); None for a CPU not known."""
     return next((a for a in ARCHES if a.machine == machine), None)
+
+
+def for_e_machine(e_machine: int) -> Arch | None:
+    """The Arch of an ELF header's ``e_machine`` number (62, 183); None for another CPU."""
+    return next((a for a in ARCHES if a.core.e_machine == e_machine), None)
 
 
 def machine_of(path: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Parse an ELF core file (x86-64 Linux) from bytes: segments and notes.
+"""Parse an ELF core file (x86-64 or AArch64 Linux) from bytes: segments and notes.
 
 Sans-IO: `parse_core(buf)` takes any buffer (bytes, mmap) and returns a
 `CoreFile`; nothing here opens a file. Problems raise `CoreError` with one
@@ -13,8 +13,17 @@ Linux kernel on this machine):
   reservations, and only the first page of a mapping that starts with an ELF
   header (its build-id); gdb's `gcore` writes those reservations in full.
 * ``NT_PRSTATUS`` (one per thread, the first is the thread that took the
-  signal), ``NT_FPREGSET`` (FXSAVE) and ``NT_X86_XSTATE`` following it,
-  ``NT_PRPSINFO``, ``NT_AUXV``, ``NT_SIGINFO``, ``NT_FILE``.
+  signal), ``NT_FPREGSET`` (x86-64's FXSAVE, AArch64's FPSIMD registers) and
+  ``NT_X86_XSTATE`` following it, ``NT_PRPSINFO``, ``NT_AUXV``, ``NT_SIGINFO``,
+  ``NT_FILE``. Where the registers are in them is the CPU's (the core's
+  ``e_machine``: proxy/arch/core.py).
+* What qemu-aarch64 7.2 (user mode) writes for a guest killed by a signal
+  (``qemu_PROG_DATE_PID.core`` in the cwd): ``NT_PRSTATUS`` for each guest
+  thread (pr_cursig and pr_info's si_signo in the first only, pr_fpvalid 0),
+  ``NT_PRPSINFO`` (pid and args; pr_state and pr_sname 0) and ``NT_AUXV``;
+  no ``NT_FPREGSET``, ``NT_SIGINFO`` or ``NT_FILE``, and no bytes for the
+  executable mappings of files (code comes from the files:
+  proxy/corefile/linkmap.py finds which).
 * More than 65,534 program headers (``PN_XNUM``): the real count is in
   section header 0's ``sh_info``.
 """
@@ -25,9 +34,9 @@ import struct
 from dataclasses import dataclass, field
 
 from proxy.analysis.elf import NoteOverrun, Segment, iter_notes  # one segment type, one note reader
+from proxy.arch import ARCHES, X86_64, Arch, for_e_machine
 
 ET_CORE = 4
-EM_X86_64 = 62
 PT_LOAD, PT_NOTE = 1, 4
 PF_X, PF_W, PF_R = 1, 2, 4
 PN_XNUM = 0xFFFF
@@ -37,13 +46,11 @@ NT_X86_XSTATE = 0x202
 NT_SIGINFO = 0x53494749
 NT_FILE = 0x46494C45
 
-# user_regs_struct (asm/ptrace.h) in NT_PRSTATUS.pr_reg, in this order
-USER_REGS = ("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx",
-             "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base",
-             "gs_base", "ds", "es", "fs", "gs")
-PRSTATUS_SIZE = 336
-PR_REG_OFFSET = 112
+PR_REG_OFFSET = 112  # struct elf_prstatus's pr_reg, on every 64-bit Linux
 PRPSINFO_SIZE = 136
+
+
+_KNOWN = " and ".join(f"{a.name} ({a.core.e_machine})" for a in ARCHES)
 
 
 class CoreError(Exception):
@@ -70,7 +77,7 @@ class CoreThread:
     tid: int
     signal: int  # pr_cursig: the signal being delivered (0 when none)
     regs: dict[str, int]
-    fpregs: bytes | None = None  # 512-byte FXSAVE area
+    fpregs: bytes | None = None  # NT_FPREGSET (x86-64: the 512-byte FXSAVE area; AArch64: FPSIMD)
     xstate: bytes | None = None
 
 
@@ -89,6 +96,7 @@ class CoreFile:
     size: int
     segments: list[Segment]
     threads: list[CoreThread]
+    arch: Arch = X86_64  # the CPU (e_machine)
     auxv: bytes = b""
     files: list[MappedFile] = field(default_factory=list)
     process: ProcessInfo | None = None
@@ -116,12 +124,13 @@ def parse_core(buf: bytes | memoryview, name: str = "core") -> CoreFile:
     if size < 64 or bytes(buf[:4]) != b"\x7fELF":
         raise CoreError(f"{name}: not an ELF file")
     if buf[4] != 2 or buf[5] != 1:
-        raise CoreError(f"{name}: not a 64-bit little-endian ELF file (only x86-64 cores are supported)")
+        raise CoreError(f"{name}: not a 64-bit little-endian ELF file (only {_KNOWN} cores are supported)")
     e_type, e_machine = struct.unpack_from("<HH", buf, 16)
     if e_type != ET_CORE:
         raise CoreError(f"{name}: an ELF file but not a core dump (e_type {e_type}); give the program with --elf")
-    if e_machine != EM_X86_64:
-        raise CoreError(f"{name}: a core of machine {e_machine}, only x86-64 (62) is supported")
+    arch = for_e_machine(e_machine)
+    if arch is None:
+        raise CoreError(f"{name}: a core of machine {e_machine}, only {_KNOWN} cores are supported")
     phoff, shoff = struct.unpack_from("<QQ", buf, 32)
     phentsize, phnum = struct.unpack_from("<HH", buf, 54)
     if phnum == PN_XNUM:
@@ -153,7 +162,7 @@ def parse_core(buf: bytes | memoryview, name: str = "core") -> CoreFile:
     if not notes:
         raise CoreError(f"{name}: corrupt: no PT_NOTE segment (no threads, no registers)")
     segments.sort(key=lambda s: s.vaddr)
-    core = CoreFile(size, segments, [])
+    core = CoreFile(size, segments, [], arch)
     for off, length in notes:
         _parse_notes(core, bytes(buf[off:off + length]), name)
     if not core.threads:
@@ -173,9 +182,10 @@ def _parse_notes(core: CoreFile, data: bytes, name: str) -> None:
         if owner not in (b"CORE", b"LINUX"):
             continue  # e.g. gdb's own "GDB" target description note
         if ntype == NT_PRSTATUS and owner == b"CORE":
-            core.threads.append(_prstatus(desc, name))
-        elif ntype == NT_FPREGSET and owner == b"CORE" and core.threads and len(desc) >= 512:
-            core.threads[-1].fpregs = desc[:512]
+            core.threads.append(_prstatus(desc, name, core.arch))
+        elif (ntype == NT_FPREGSET and owner == b"CORE" and core.threads
+              and len(desc) >= core.arch.core.fpregs_size):
+            core.threads[-1].fpregs = desc[:core.arch.core.fpregs_size]
         elif ntype == NT_X86_XSTATE and core.threads:
             core.threads[-1].xstate = desc
         elif ntype == NT_PRPSINFO and owner == b"CORE" and len(desc) >= PRPSINFO_SIZE:
@@ -189,13 +199,14 @@ def _parse_notes(core: CoreFile, data: bytes, name: str) -> None:
             core.files = _nt_file(desc, name)
 
 
-def _prstatus(desc: bytes, name: str) -> CoreThread:
-    if len(desc) < PRSTATUS_SIZE:
-        raise CoreError(f"{name}: corrupt: NT_PRSTATUS of {len(desc)} bytes (x86-64 has {PRSTATUS_SIZE})")
+def _prstatus(desc: bytes, name: str, arch: Arch) -> CoreThread:
+    want, gregs = arch.core.prstatus_size, arch.core.gregs
+    if len(desc) < want:
+        raise CoreError(f"{name}: corrupt: NT_PRSTATUS of {len(desc)} bytes ({arch.name} has {want})")
     (cursig,) = struct.unpack_from("<h", desc, 12)
     (pid,) = struct.unpack_from("<i", desc, 32)
-    values = struct.unpack_from(f"<{len(USER_REGS)}Q", desc, PR_REG_OFFSET)
-    return CoreThread(pid, cursig, dict(zip(USER_REGS, values)))
+    values = struct.unpack_from(f"<{len(gregs)}Q", desc, PR_REG_OFFSET)
+    return CoreThread(pid, cursig, dict(zip(gregs, values)))
 
 
 def _prpsinfo(desc: bytes) -> ProcessInfo:

@@ -7,9 +7,11 @@ the drgn idea of one program object, live or dead.
 
 Memory of a core: the bytes the core holds for each ``PT_LOAD`` segment,
 then, for what it left out (read-only file mappings, the kernel keeps only
-their first page), the mapped file itself at the offset ``NT_FILE`` gives.
-Files are opened through an injected `open_file(path) -> buffer | None`, so
-this module does no I/O of its own.
+their first page), the mapped file itself at the offset ``NT_FILE`` gives
+(a core without ``NT_FILE``, qemu-user's: the mappings the program's headers
+and the dynamic linker's list give, linkmap.py). Files are opened through an
+injected `open_file(path) -> buffer | None`, so this module does no I/O of
+its own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from proxy.arch import X86_64, Arch
+
 from .elfcore import CoreFile, MappedFile, Segment, perms
+from .linkmap import mapped_files
 from .regs import g_block
 
 Buffer = bytes | memoryview
@@ -33,15 +38,16 @@ class ImageThread:
     tid: int
     signal: int
     regs: dict[str, int]
-    g: bytes  # hex text of the `g` block (rsp.regs.AMD64_LINUX_NOXML)
+    g: bytes  # hex text of the `g` block (the CPU's: arch.core.layout)
+    arch: Arch = X86_64
 
     @property
     def pc(self) -> int:
-        return self.regs.get("rip", 0)
+        return self.regs.get(self.arch.pc, 0)
 
     @property
     def sp(self) -> int:
-        return self.regs.get("rsp", 0)
+        return self.regs.get(self.arch.sp, 0)
 
 
 @dataclass(slots=True)
@@ -65,6 +71,7 @@ class ProgramImage:
     origin: str = ""  # "core file PATH" / "process PID"
     fault: tuple[int, int, int] | None = None  # (signo, code, address) that ended the program
     extra: dict[str, object] = field(default_factory=dict)
+    arch: Arch = X86_64  # the CPU: its registers' names, its `g` block
 
     def read(self, addr: int, size: int) -> bytes | None:
         """Exactly `size` bytes at `addr`, or None."""
@@ -170,11 +177,13 @@ def main_program(core: CoreFile) -> str | None:
     return None
 
 
-def core_regions(core: CoreFile) -> list[Region]:
-    """The address space by segment, with the file each one maps (if any)."""
+def core_regions(core: CoreFile, files: list[MappedFile] | None = None) -> list[Region]:
+    """The address space by segment, with the file each one maps (if any; ``files``:
+    NT_FILE's unless given)."""
+    files = core.files if files is None else files
     out = []
     for s in core.segments:
-        f = _file_at(core.files, s.vaddr)
+        f = _file_at(files, s.vaddr)
         out.append(Region(s.vaddr, s.vaddr + s.memsz, perms(s), f.path if f is not None else ""))
     return out
 
@@ -182,14 +191,20 @@ def core_regions(core: CoreFile) -> list[Region]:
 def core_image(core: CoreFile, buf: Buffer, open_file: OpenFile, *, elf: str | None = None,
                origin: str = "core file") -> ProgramImage:
     """The program image of a parsed core; `elf` replaces the program's own file."""
-    program = main_program(core)
-    files = core.files
-    if elf is not None and program is not None:
-        files = [MappedFile(f.start, f.end, f.offset, elf) if f.path == program else f for f in files]
+    if core.files:
+        program = main_program(core)
+        files = core.files
+        if elf is not None and program is not None:
+            files = [MappedFile(f.start, f.end, f.offset, elf) if f.path == program else f for f in files]
+    else:  # no NT_FILE (qemu-user): the program's headers and the dynamic linker's list say
+        program, files = mapped_files(core.auxv, lambda known: CoreMemory(buf, core.segments, known, open_file).read,
+                                      open_file, elf)
     mem = CoreMemory(buf, core.segments, files, open_file)
-    threads = [ImageThread(t.tid, t.signal, t.regs, g_block(t.regs, t.fpregs)) for t in core.threads]
+    arch = core.arch
+    threads = [ImageThread(t.tid, t.signal, t.regs, g_block(t.regs, t.fpregs, arch.core), arch)
+               for t in core.threads]
     exec_file = elf or program or (core.process.fname if core.process else None)
-    image = ProgramImage(core.pid or 0, threads, mem.read, core_regions(core), core.auxv, exec_file,
-                         origin, core.siginfo)
+    image = ProgramImage(core.pid or 0, threads, mem.read, core_regions(core, files), core.auxv, exec_file,
+                         origin, core.siginfo, arch=arch)
     image.extra["process"] = core.process
     return image

@@ -33,7 +33,9 @@ import time
 
 from proxy.analysis.elf import Segment
 
-from .elfcore import USER_REGS, MappedFile
+from proxy.arch.core import USER_REGS  # this host's CPU: x86-64 (PTRACE_GETREGS; AArch64 has only GETREGSET)
+
+from .elfcore import MappedFile
 from .image import CoreMemory, ImageThread, ProgramImage, Region
 from .load import map_file
 from proxy.host.procmem import Mapping, read_maps  # noqa: F401  (read_maps: the one /proc/PID/maps reader)

@@ -67,7 +67,7 @@ def library_entry(image: ProgramImage):  # type: ignore[no-untyped-def]
         return unwinders[region.path]
 
     def enter(regs, read, in_program):  # type: ignore[no-untyped-def]
-        unw = unwinder_for(regs.get("rip", 0))
+        unw = unwinder_for(regs.get(image.arch.pc, 0))
         if unw is None:
             return None
         for i, frame in enumerate(unw.unwind(regs, read, max_frames=32)):

@@ -8,7 +8,8 @@ stub (proxy/shell/corestub.py puts it behind a trio stream), so every
 `monitor async` command, reflection and the JSON document work unchanged.
 
 What it serves: the threads (``qfThreadInfo``, ``qXfer:threads``), each
-thread's registers (``g``/``p`` in the `rsp.regs.AMD64_LINUX_NOXML` block,
+thread's registers (``g``/``p`` in the block of the core's CPU,
+proxy/arch/core.py: `rsp.regs.AMD64_LINUX_NOXML` or `rsp.regs.AARCH64_LINUX`,
 with the matching ``target.xml``), memory (``m``/``x``: the core's segments,
 then the mapped files; a partial read answers the bytes that exist, as
 gdbserver does), ``qXfer:auxv`` and ``qXfer:exec-file`` from the core.
@@ -29,10 +30,8 @@ from rsp.framing import escape_binary, hex_encode, parse_hex_int
 from rsp.packets.memory import parse_read_memory
 from rsp.packets.qxfer import build_qxfer_reply
 from rsp.reader import Interrupt, Packet
-from rsp.regs import amd64_linux_target_xml
 
 from .image import ProgramImage
-from .regs import LAYOUT
 
 PACKET_SIZE = 0x4000
 MAX_READ = (PACKET_SIZE - 8) // 2
@@ -48,7 +47,8 @@ class CoreStub:
     def __init__(self, image: ProgramImage) -> None:
         self.image = image
         self.conn = Connection()
-        self.tdesc = {k: v.encode() for k, v in amd64_linux_target_xml().items()}
+        self.layout = image.arch.core.layout
+        self.tdesc = {k: v.encode() for k, v in image.arch.core.target_xml().items()}
         self.selected = image.threads[0].tid
         self.closed = False  # after k / D / vKill
 
@@ -141,7 +141,7 @@ class CoreStub:
     def _p(self, text: bytes) -> bytes:
         regnum = parse_hex_int(text.split(b";")[0])
         try:
-            reg = LAYOUT.by_regnum(regnum)
+            reg = self.layout.by_regnum(regnum)
         except KeyError:
             return b"E01"
         g = self._g(self.selected)

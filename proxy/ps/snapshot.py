@@ -72,13 +72,15 @@ def take(image: ProgramImage, src: ReflectSource) -> PsSnapshot:
 def crash_of(image: ProgramImage, snap: Snapshot) -> Crash | None:
     fault = image.fault
     thread = next((t for t in image.threads if t.signal), None)
-    if thread is None or fault is None or fault[0] in (signal.SIGSTOP, 0):
+    if thread is None or thread.signal == signal.SIGSTOP or (fault is not None and fault[0] in (signal.SIGSTOP, 0)):
         return None  # gcore writes SIGSTOP: the program did not die
+    # no NT_SIGINFO (qemu-user's cores): the signal is the thread's pr_cursig, the address unknown
     try:
         name = signal.Signals(thread.signal).name
     except ValueError:
         name = f"signal {thread.signal}"
-    address = fault[2] if fault[0] in (signal.SIGSEGV, signal.SIGBUS) and fault[0] == thread.signal else None
+    faulted = fault is not None and fault[0] in (signal.SIGSEGV, signal.SIGBUS) and fault[0] == thread.signal
+    address = fault[2] if faulted and fault is not None else None
     owner = {}
     for t in snap.tasks:
         for n in t.tree.iter():

@@ -254,7 +254,7 @@ class CaptureLifecycle(SessionBase):
                 self.target = self._open_target(ident)
         arch, refused = _program_arch(self.exec_file)
         if arch is not None:
-            self._set_arch(arch)
+            self.set_arch(arch)
         if refused is not None and self.mode != "off":
             # hidden breakpoints at rets the analysis cannot find, a breakpoint kind and pc
             # offset of another CPU: the program would trap at the proxy's own breakpoints

@@ -351,7 +351,7 @@ class SessionBase:
     def _reply(self, body: bytes) -> None:
         self._emit(ToClient(body))
 
-    def _set_arch(self, arch: Arch) -> None:
+    def set_arch(self, arch: Arch) -> None:
         """The program's CPU: where pc and sp are in its `g` block and stop replies, its
         breakpoint kind; emulated prologues and the step follower only where they decode it."""
         self.arch = arch

@@ -1,12 +1,12 @@
-"""Write small x86-64 ELF core files in memory, for the reader's unit tests
-(the real gcore and kernel cores are in integration/test_corefile.py)."""
+"""Write small x86-64 and AArch64 ELF core files in memory, for the reader's unit tests
+(the real gcore, kernel and qemu-aarch64 cores are in integration/test_corefile.py)."""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 
-from proxy.corefile.elfcore import USER_REGS
+from proxy.arch import X86_64, Arch
 
 
 def note(owner: bytes, ntype: int, desc: bytes) -> bytes:
@@ -15,11 +15,13 @@ def note(owner: bytes, ntype: int, desc: bytes) -> bytes:
     return struct.pack("<III", len(name), len(desc), ntype) + pad(name) + pad(desc)
 
 
-def prstatus(tid: int, regs: dict[str, int], signal: int = 0) -> bytes:
-    d = bytearray(336)
+def prstatus(tid: int, regs: dict[str, int], signal: int = 0, arch: Arch = X86_64) -> bytes:
+    """struct elf_prstatus: pr_cursig at 12, pr_pid at 32, pr_reg at 112 (the CPU's registers)."""
+    gregs = arch.core.gregs
+    d = bytearray(arch.core.prstatus_size)
     struct.pack_into("<h", d, 12, signal)
     struct.pack_into("<i", d, 32, tid)
-    struct.pack_into(f"<{len(USER_REGS)}Q", d, 112, *(regs.get(n, 0) for n in USER_REGS))
+    struct.pack_into(f"<{len(gregs)}Q", d, 112, *(regs.get(n, 0) for n in gregs))
     return bytes(d)
 
 
@@ -44,6 +46,7 @@ class CoreSpec:
     segments: list[tuple[int, int, bytes, int]] = field(default_factory=list)  # vaddr, memsz, data, flags
     notes: list[bytes] = field(default_factory=list)
     e_type: int = 4
+    e_machine: int = 62
 
     def build(self) -> bytes:
         phnum = 1 + len(self.segments)
@@ -57,5 +60,5 @@ class CoreSpec:
             body += data
             pos += len(data)
         ident = b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
-        ehdr = ident + struct.pack("<HHIQQQIHHHHHH", self.e_type, 62, 1, 0, 64, 0, 0, 64, 56, phnum, 64, 0, 0)
+        ehdr = ident + struct.pack("<HHIQQQIHHHHHH", self.e_type, self.e_machine, 1, 0, 64, 0, 0, 64, 56, phnum, 64, 0, 0)
         return ehdr + phdrs + body

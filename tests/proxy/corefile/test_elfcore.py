@@ -78,7 +78,7 @@ def test_elf_replaces_the_program_file() -> None:
     (lambda d: d[:len(d) - 100], "truncated"),
     (lambda d: d[:40], "not an ELF file"),
     (lambda d: b"\x7fELF" + d[4:16] + struct.pack("<H", 2) + d[18:], "not a core dump"),
-    (lambda d: d[:18] + struct.pack("<H", 183) + d[20:], "only x86-64"),
+    (lambda d: d[:18] + struct.pack("<H", 40) + d[20:], "a core of machine 40, only x86-64 (62) and aarch64 (183)"),
     (lambda d: b"garbage" * 20, "not an ELF file"),
     (lambda d: d[:64] + b"\xff" * 56 + d[120:], "corrupt: no PT_NOTE"),
 ])

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import struct
 
-from proxy.corefile.regs import LAYOUT, g_block
+from proxy.arch.core import X86_64_CORE
+from proxy.corefile.regs import g_block
+
+LAYOUT = X86_64_CORE.layout
 
 
 def fxsave(st: list[bytes], valid: int, top: int) -> bytes:
