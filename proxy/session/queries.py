@@ -120,7 +120,7 @@ class Queries:
         # a proven local program's data pages straight from /proc/PID/mem (proxy/reflect/
         # localmem.py): no `m`; an address no mapping holds is unreadable at once; code and
         # anything else it cannot read go to the stub
-        local = self.s.config.local_memory(self) if self.s.config.local_memory is not None else None
+        local = self.s.config.local_memory(self.s) if self.s.config.local_memory is not None else None
         threads: list[dict[int, bytes]] = []  # LWP -> `g` reply, read when the question asks
 
         def peek(addr: int, size: int) -> bytes | None:
