@@ -73,18 +73,32 @@ def _tokio_app(directory: Path) -> Path:
     return Path(shutil.copy2(got, directory / "tokio_app"))
 
 
+def _registers_warn() -> bool:
+    """This CPU's XSAVE layout (CPUID leaf 0xD) is not the one gdbserver 13 assumes (its
+    AVX-512 state at other offsets): the doctor's registers check must warn here, and
+    exit 1 (the integration/regsafety tests check the layout against gdbserver itself)."""
+    from proxy.host.regsafety import layout_matches_gdbserver13, read_host_xsave_layout
+
+    layout = read_host_xsave_layout()
+    return layout is not None and not layout_matches_gdbserver13(layout)
+
+
 def test_doctor_here_prints_every_check_and_all_pass() -> None:
+    """Every check passes on this host; but for the register-safety verdict on a CPU whose
+    XSAVE layout gdbserver 13.1 gets wrong (AVX-512 machines: a warning, ymm/zmm/k hidden)."""
     _root_only()
     code, lines = doctor()
     assert [line[6:17].strip() for line in lines[:-1]] == CHECKS, lines
-    assert all(line.startswith("ok ") for line in lines[:-1]), lines
+    warn = _registers_warn()
+    assert all(line.startswith("ok ") for line in lines[:-1] if not (warn and "registers" in line[6:17])), lines
+    assert line_of(lines, "registers").startswith("warn " if warn else "ok "), lines
     assert lines[-1].startswith("capture: uprobes"), lines
-    assert code == 0
+    assert code == (1 if warn else 0)
     assert f" {shutil.which('gdbserver')} " in line_of(lines, "gdbserver")
     done = subprocess.run([*ASYNCRSP, "doctor", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=False)
     doc = json.loads(done.stdout)
-    assert [c["name"] for c in doc["checks"]] == CHECKS and doc["exit"] == done.returncode == 0
+    assert [c["name"] for c in doc["checks"]] == CHECKS and doc["exit"] == done.returncode == code
     assert doc["capture"] == lines[-1]
 
 
@@ -142,7 +156,7 @@ def test_unprivileged_doctor_and_run_say_which_capture(caps: list[str], capture:
         assert code == 1
     else:
         assert priv.startswith("ok ") and "CAP_BPF, CAP_PERFMON" in priv, lines
-        assert lines[-1].startswith("capture: uprobes") and code == 0, lines
+        assert lines[-1].startswith("capture: uprobes") and code == (1 if _registers_warn() else 0), lines
     res = run_session([*NOBODY, *caps, *ASYNCRSP], [str(prog), "ct"],
                       [f"break tokio_app.rs:{_bp('c_after_sleep')}", "continue", *monitor("stats", "bt")], cwd=ROOT)
     assert "==end==" in res.gdb, res.proxy + res.gdb
