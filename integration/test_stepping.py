@@ -87,11 +87,18 @@ def test_next_over_await_ends_in_the_same_instance(rt: str) -> None:
             # (the `next`'s own output is in `before`)
             assert re.search(r'Thread \d+ "[^"]*" stopped\.', before) and "Switching to" in before, before
     print(f"{rt}: {ROUNDS} steps over the sleep's .await, {switched} resumed on another thread")
-    straight = _straight(prog, [rt], _next_rounds(1))
-    before, after = _rounds(straight, 1)[0]
-    where = re.findall(r"^(?:\S+ .* at )?(\S+):(\d+)$", after, re.M) or after.strip().splitlines()[-3:]
-    print(f"straight gdbserver: the same `next next` ended at {where}")
-    assert not re.search(rf"^{SLEEP + 1}\s+x \+ 1", after, re.M), after
+    # straight, the same steps follow the thread out of c; on a loaded machine gdb's single steps over
+    # the sleep line can outlast its 1 ms, the .await is ready at once and straight ends on the next
+    # line too: up to 3 runs, one must end elsewhere
+    for _ in range(3):
+        straight = _straight(prog, [rt], _next_rounds(1))
+        before, after = _rounds(straight, 1)[0]
+        where = re.findall(r"^(?:\S+ .* at )?(\S+):(\d+)$", after, re.M) or after.strip().splitlines()[-3:]
+        print(f"straight gdbserver: the same `next next` ended at {where}")
+        if not re.search(rf"^{SLEEP + 1}\s+x \+ 1", after, re.M):
+            break
+    else:
+        raise AssertionError(f"straight gdbserver ended on the next line 3 times: {after}")
 
 
 def test_finish_ends_in_the_awaiter_with_the_value() -> None:

@@ -56,16 +56,42 @@ def _connect(port: int) -> socket.socket:
             time.sleep(0.2)
 
 
-def _next_until_it_waits(g: PtyConsole, client: socket.socket, send: str) -> str:
+def _stopped_threads(prog: Path) -> int | None:
+    """How many threads of the running `prog` are in a ptrace stop (state `t`); None: not found."""
+    for exe in Path("/proc").glob("[0-9]*/exe"):
+        try:
+            if exe.resolve() != prog.resolve():
+                continue
+            return sum(1 for st in exe.parent.glob("task/*/stat")
+                       if st.read_text().rpartition(")")[2].split()[0] == "t")
+        except OSError:
+            continue
+    return None
+
+
+def _next_until_it_waits(g: PtyConsole, client: socket.socket, send: str, prog: Path) -> str:
     """`next` until one waits (the .await suspended), then the client's line; the output
-    of the step that waited."""
+    of the step that waited. A step waits when the program runs with none of its threads
+    in a ptrace stop for a second (the proxy continued it until the coroutine's next poll);
+    a step that is only slow (a loaded machine) keeps threads stopped while gdb steps."""
     for _ in range(4):
         g.start("next")
-        try:
-            g.wait_prompt(timeout=8)  # the call that makes the future, then its first poll
-        except ConsoleTimeout:
-            client.sendall(send.encode() + b"\n")
-            return g.wait_prompt(timeout=120)
+        free_since = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                g.wait_prompt(timeout=0.25)  # the call that makes the future, then its first poll
+                break
+            except ConsoleTimeout:
+                if _stopped_threads(prog) == 0:
+                    free_since = free_since if free_since is not None else time.monotonic()
+                    if time.monotonic() - free_since >= 1.0:
+                        client.sendall(send.encode() + b"\n")
+                        return g.wait_prompt(timeout=120)
+                else:
+                    free_since = None
+        else:
+            raise AssertionError(f"a next neither ended nor waited: {g.transcript[-4:]}")
     raise AssertionError(f"no next waited for the client: {g.transcript[-4:]}")
 
 
@@ -85,7 +111,7 @@ def test_next_over_a_handlers_await_while_a_client_talks(name: str, source: str,
                 assert f"{source}:{line}" in hit, hit
                 g.cmd("delete")
                 before = g.cmd(f"print {local}")
-                out = _next_until_it_waits(g, client, send)
+                out = _next_until_it_waits(g, client, send, prog)
                 after = g.cmd(f"print {local}")
                 stats = g.cmd("monitor async step")
                 g.cmd("kill")

@@ -76,6 +76,21 @@ def _wait_port(port: int, timeout: float = 240.0) -> None:
         time.sleep(0.05)
 
 
+def fixed_ports_taken(table: Table, wait: float = 0.0) -> str | None:
+    """Why the program cannot run now (a port fixed in its source is taken: another program,
+    another checkout's run of the same one), waiting up to `wait` seconds for them to free; None
+    when they are free."""
+    deadline = time.monotonic() + wait
+    while True:
+        taken = [p for p in (*table.binds, *((table.port,) if table.port is not None else ())) if port_listening(p)]
+        if not taken:
+            return None
+        if time.monotonic() >= deadline:
+            return (f"port {taken[0]} (fixed in {table.program}'s source) is taken by another program "
+                    f"after {wait:.0f} s")
+        time.sleep(0.5)
+
+
 def _port(table: Table) -> int:
     for other in table.binds:  # a port the program binds besides its own: taken, it panics quietly
         if port_listening(other):

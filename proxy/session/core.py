@@ -110,11 +110,12 @@ _CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
 }
 
 
-class Session(HiddenStops, CaptureLifecycle):
+class Session(CaptureLifecycle):
     """One client <-> stub session (see the module docstring)."""
 
     def __init__(self, config: SessionConfig) -> None:
         super().__init__(config)
+        self.hidden = HiddenStops(self)  # stops at the proxy's breakpoints (hidden.py)
         self.stepping = AsyncStepping()  # steps that follow a coroutine across .await (stepping.py)
         self.task_threads = TaskThreads(self)  # tasks as threads (taskthreads.py)
         self._routes = {kind: tuple(getattr(self, name) for name in names) for kind, names in _CLIENT_ROUTES.items()}
@@ -614,9 +615,9 @@ class Session(HiddenStops, CaptureLifecycle):
             if change is not None:
                 self._start_proc(self._proc_then_resume(change, resume, body, raw))
                 return
-        sitting = self._thread_on_proxy_bp(resume)
+        sitting = self.hidden.thread_on_proxy_bp(resume)
         if sitting is not None:
-            self._start_proc(self._proc_step_off_then_resume(resume, body, raw, *sitting))
+            self._start_proc(self.hidden.proc_step_off_then_resume(resume, body, raw, *sitting))
             return
         self._resume = resume
         self._stopped = None
@@ -764,22 +765,22 @@ class Session(HiddenStops, CaptureLifecycle):
         # A stub without T stop replies (gdbserver --disable-packet=T) says
         # `S05`: no thread, no registers; the pc is read as for QEMU below.
         if sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.probes:
-            if sr.thread is None and (is_trap_reason(sr) or not self._stepping(None)):
+            if sr.thread is None and (is_trap_reason(sr) or not self.hidden.client_steps(None)):
                 # No thread in the stop (gdbserver --disable-packet=T or Tthread):
                 # find the thread at the probe first (hidden.py).
-                self._start_proc(self._proc_read_pc_then_classify(sr, raw))
+                self._start_proc(self.hidden.proc_read_pc_then_classify(sr, raw))
                 return
             if is_trap_reason(sr) and pc is not None:
-                if self._probe_hit(sr, raw, pc):
+                if self.hidden.probe_hit(sr, raw, pc):
                     return
-            elif sr.reason is None and not self._stepping(sr.thread):
+            elif sr.reason is None and not self.hidden.client_steps(sr.thread):
                 # A stub that gives no stop reason (QEMU's gdbstub): a SIGTRAP
                 # of a thread that was not stepping is a breakpoint. QEMU
                 # sends no registers either: read the pc first.
                 if pc is None:
-                    self._start_proc(self._proc_read_pc_then_classify(sr, raw))
+                    self._start_proc(self.hidden.proc_read_pc_then_classify(sr, raw))
                     return
-                if self._probe_hit(sr, raw, pc):
+                if self.hidden.probe_hit(sr, raw, pc):
                     return
         self._report_stop(sr, raw)
 

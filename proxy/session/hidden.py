@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Generator
+from typing import TYPE_CHECKING
 
 from rsp.errors import MalformedPacket
 from rsp.framing import frame
@@ -21,7 +22,7 @@ from proxy.procedure import Exchange, Procedure
 from . import emulate
 from .actions import Notice, ToStub
 from .breakpoints import BpKey
-from .state import SessionBase, Waiter
+from .state import Waiter
 from .wire import (
     SIGINT,
     SIGSTOP,
@@ -37,14 +38,25 @@ from .wire import (
     z_packet,
 )
 
+if TYPE_CHECKING:
+    from .state import SessionBase
 
-class HiddenStops(SessionBase):
-    def _thread_on_proxy_bp(self, resume: Resume) -> tuple[ThreadId, BpKey] | None:
+
+class HiddenStops:
+    """Hidden stops, a part the session holds (`session.hidden`): a stop at a proxy
+    breakpoint classified, counted, handed to the capture and resumed as the client asked
+    (the module's docstring). It keeps no state of its own: it acts on the session's (`s`)
+    stop, breakpoint table, capture and procedure runner."""
+
+    def __init__(self, session: SessionBase) -> None:
+        self.s = session
+
+    def thread_on_proxy_bp(self, resume: Resume) -> tuple[ThreadId, BpKey] | None:
         """The last-stopped thread sits on a proxy breakpoint it would re-execute."""
-        st = self._stopped
+        st = self.s._stopped
         if st is None or st.thread is None or st.pc is None:
             return None
-        key = self.bps.proxy_key_at(st.pc)
+        key = self.s.bps.proxy_key_at(st.pc)
         if key is None or key[0] != 0:
             return None
         action = resume.action_for(st.thread)
@@ -52,42 +64,42 @@ class HiddenStops(SessionBase):
             return None
         return st.thread, key
 
-    def _interrupt_reply(self, step: StopReply) -> bytes:
+    def interrupt_reply(self, step: StopReply) -> bytes:
         """The stop the client's interrupt would have given (rule 8): gdbserver
         stops with SIGINT, lldb-server with SIGSTOP; no stop reason."""
-        sig = SIGSTOP if feature_on(self.stub_features, "QThreadSuffixSupported") else SIGINT
+        sig = SIGSTOP if feature_on(self.s.stub_features, "QThreadSuffixSupported") else SIGINT
         if step.thread is None:
             return b"S%02x" % sig
         return b"T%02xthread:%s;" % (sig, step.thread.format(step.thread.pid is not None))
 
-    def _stepping(self, thread: ThreadId | None) -> bool:
-        if self._resume is None:
+    def client_steps(self, thread: ThreadId | None) -> bool:
+        if self.s._resume is None:
             return False
         if thread is None:  # a stop without a thread (S05): any step of the client's
-            return self._resume.is_step
-        action = self._resume.action_for(thread)
+            return self.s._resume.is_step
+        action = self.s._resume.action_for(thread)
         return action is not None and action.op in ("s", "S", "r")
 
-    def _probe_hit(self, sr: StopReply, raw: bytes, pc: int) -> bool:
+    def probe_hit(self, sr: StopReply, raw: bytes, pc: int) -> bool:
         """A trap at `pc`: if it is a probe, count it and handle it (hidden or shared)."""
-        probe = self.probes.get(pc)
+        probe = self.s.probes.get(pc)
         if probe is None:
             return False
-        if self.bps.proxy_key_at(pc) is None and not self.bps.client_owns(pc):
+        if self.s.bps.proxy_key_at(pc) is None and not self.s.bps.client_owns(pc):
             # A trap at a probe's address while no breakpoint of ours is there (the
             # stub refused the Z0, or its reply came for another request: found by
             # tests/proxy/session/test_fuzz_session.py): not ours to hide.
             return False
-        self.stats.probe_stats.hit(probe, sr.thread)
-        self._stop_pc_override = pc
-        if not self.bps.client_owns(pc) and not self._closing:
-            self._start_proc(self._proc_hidden_stop(sr, pc, probe))
+        self.s.stats.probe_stats.hit(probe, sr.thread)
+        self.s._stop_pc_override = pc
+        if not self.s.bps.client_owns(pc) and not self.s._closing:
+            self.s._start_proc(self._proc_hidden_stop(sr, pc, probe))
         else:
-            self.stats.shared_stops += 1
-            self._start_proc(self._proc_shared_stop(sr, raw, probe))
+            self.s.stats.shared_stops += 1
+            self.s._start_proc(self._proc_shared_stop(sr, raw, probe))
         return True
 
-    def _proc_read_pc_then_classify(self, sr: StopReply, raw: bytes) -> Procedure:
+    def proc_read_pc_then_classify(self, sr: StopReply, raw: bytes) -> Procedure:
         scanned = False
         if sr.thread is None:
             # `S05` (gdbserver --disable-packet=T): no thread, and gdbserver's
@@ -96,8 +108,8 @@ class HiddenStops(SessionBase):
             # selected thread first; if it is not at a probe, the one that is.
             qc, regs = yield Exchange((b"qC", b"g"))
             cur = qc[2:] if qc.startswith(b"QC") else None
-            pc = pc_from_g(regs, self.arch)
-            found = cur if pc is not None and pc in self.probes else None
+            pc = pc_from_g(regs, self.s.arch)
+            found = cur if pc is not None and pc in self.s.probes else None
             if found is None and cur is not None:
                 ids: list[bytes] = []
                 (listing,) = yield Exchange((b"qfThreadInfo",))
@@ -108,8 +120,8 @@ class HiddenStops(SessionBase):
                     if t == cur:
                         continue
                     (_, other) = yield Exchange((b"Hg" + t, b"g"))
-                    opc = pc_from_g(other, self.arch)
-                    if opc is not None and opc in self.probes:
+                    opc = pc_from_g(other, self.s.arch)
+                    if opc is not None and opc in self.s.probes:
                         found, regs, scanned = t, other, True
                         break
                 if ids:
@@ -121,107 +133,107 @@ class HiddenStops(SessionBase):
                     pass
         else:
             (regs,) = yield Exchange((b"g",))
-        self._proc = None
-        pc = pc_from_g(regs, self.arch)
-        sr = expedite_from_g(sr, regs, self.arch)
+        self.s._proc = None
+        pc = pc_from_g(regs, self.s.arch)
+        sr = expedite_from_g(sr, regs, self.s.arch)
         # A thread found by the scan is not the stub's selected one: no
         # emulation (its writes would go to the selected thread).
-        self._no_emulation = scanned
-        hit = pc is not None and self._probe_hit(sr, raw, pc)
-        self._no_emulation = False
+        self.s._no_emulation = scanned
+        hit = pc is not None and self.probe_hit(sr, raw, pc)
+        self.s._no_emulation = False
         if not hit:
-            self._report_stop(sr, raw, pc=pc)
+            self.s._report_stop(sr, raw, pc=pc)
 
     def _proc_hidden_stop(self, sr: StopReply, pc: int, probe: Probe) -> Procedure:
         """Rules 2-4 and 8: step the thread over the proxy's breakpoint, resume."""
-        t0 = self.config.clock()
-        self.stats.hidden_stops += 1
-        if self.pacer.strays and self.capture is not None and not self._closing:
+        t0 = self.s.config.clock()
+        self.s.stats.hidden_stops += 1
+        if self.s.pacer.strays and self.s.capture is not None and not self.s._closing:
             yield from self._capture_off_for_strays()
-        key = self.bps.proxy_key_at(pc)
+        key = self.s.bps.proxy_key_at(pc)
         if key is None:  # the capture's breakpoint is gone: nothing to step over
-            resume = self._resume
-            self._proc = None
-            self.stats.hidden_time += self.config.clock() - t0
-            if resume is None or self._interrupt_pending or self._closing:
-                self._proc_done_report(self._interrupt_reply(sr))
+            resume = self.s._resume
+            self.s._proc = None
+            self.s.stats.hidden_time += self.s.config.clock() - t0
+            if resume is None or self.s._interrupt_pending or self.s._closing:
+                self._proc_done_report(self.interrupt_reply(sr))
             else:
-                self._forward(without_signals(resume), None, resume=True)
+                self.s._forward(without_signals(resume), None, resume=True)
             return
         thread = sr.thread
         step = step_packet(thread)
-        reads = self._capture_reads(probe, sr)
+        reads = self.capture_reads(probe, sr)
         em = self._emulation_for(probe, thread)
         if em is not None:
             # One resume instead of two: read what the instruction needs with
             # the capture's reads, then write its effect and resume (emulate.py).
             extra: tuple[bytes, ...] = () if b"g" in reads else (b"g",)
-            sp = sr.register_value(self.sp_regnum)
+            sp = sr.register_value(self.s.sp_regnum)
             if em.needs_stack_word and sp is not None:
                 extra += (b"m%x,8" % sp,)
             replies = yield Exchange(reads + extra)
-            self._capture_hit(probe, sr, replies[: len(reads)])
+            self.capture_hit(probe, sr, replies[: len(reads)])
             regs = replies[reads.index(b"g")] if b"g" in reads else replies[len(reads)]
             word = memory_bytes(replies[-1]) if em.needs_stack_word and sp is not None else None
             effect = emulate.apply(em, regs, word)
-            resume = self._resume
-            if (effect is not None and resume is not None and not self._interrupt_pending
-                    and not self._closing):
-                self.stats.emulated += 1
-                self.stats.hidden_time += self.config.clock() - t0
-                self._proc = None
+            resume = self.s._resume
+            if (effect is not None and resume is not None and not self.s._interrupt_pending
+                    and not self.s._closing):
+                self.s.stats.emulated += 1
+                self.s.stats.hidden_time += self.s.config.clock() - t0
+                self.s._proc = None
                 for body in effect.packets:
-                    self._to_stub(body, Waiter("write"))
-                self._waiters.append(Waiter("client-resume", True))
-                self._emit(ToStub(without_signals(resume)))
+                    self.s._to_stub(body, Waiter("write"))
+                self.s._waiters.append(Waiter("client-resume", True))
+                self.s._emit(ToStub(without_signals(resume)))
                 return
             reads = ()  # captured already: fall back to the step-over
-        if not self.pacer.no_ack and reads:
+        if not self.s.pacer.no_ack and reads:
             # A stub that takes one packet at a time: the reads first, so that a stop report
             # of another thread meanwhile is known before the step (pacing.py)
-            self._capture_hit(probe, sr, (yield Exchange(reads)))
+            self.capture_hit(probe, sr, (yield Exchange(reads)))
             reads = ()
-            if self.pacer.strays and self.capture is not None and not self._closing:
+            if self.s.pacer.strays and self.s.capture is not None and not self.s._closing:
                 yield from self._capture_off_for_strays()
-                self._proc = None
-                self.stats.hidden_time += self.config.clock() - t0
-                self._forward(without_signals(self._resume), None, resume=True)
+                self.s._proc = None
+                self.s.stats.hidden_time += self.s.config.clock() - t0
+                self.s._forward(without_signals(self.s._resume), None, resume=True)
                 return
         replies = yield Exchange(reads + (z_packet(False, key), step), resume=True)
         if em is None and reads:
-            self._capture_hit(probe, sr, replies[: len(reads)])
+            self.capture_hit(probe, sr, replies[: len(reads)])
         step_reply = replies[-1]
-        resume = self._resume
+        resume = self.s._resume
         assert resume is not None
         step_sr = stop_or_none(step_reply)
-        if (not self.pacer.no_ack and step_sr is not None and step_sr.thread is not None
+        if (not self.s.pacer.no_ack and step_sr is not None and step_sr.thread is not None
                 and thread is not None and step_sr.thread.tid != thread.tid):
             # Another thread's report came for the step (QEMU 7.2 user mode: the step went to
             # the thread whose read took it): the stepped thread steps when it is released and
             # reports then (core: an orphan step, resumed hidden); this one is parked at its
             # stop and goes on, or traps again, at the resume.
-            self.pacer.strays += 1
-            self._orphan_steps.add(thread.tid)
+            self.s.pacer.strays += 1
+            self.s._orphan_steps.add(thread.tid)
             yield Exchange((z_packet(True, key),))
-            if self.capture is not None and not self._closing:
+            if self.s.capture is not None and not self.s._closing:
                 yield from self._capture_off_for_strays()
-            self._proc = None
-            self.stats.hidden_time += self.config.clock() - t0
-            self._forward(without_signals(resume), None, resume=True)
+            self.s._proc = None
+            self.s.stats.hidden_time += self.s.config.clock() - t0
+            self.s._forward(without_signals(resume), None, resume=True)
             return
         if step_sr is None or step_sr.kind in ("W", "X") or step_sr.signal != SIGTRAP:
             # Something else happened during the step (rule 4): put the
             # breakpoint back if the process lives, and report it.
             if step_sr is not None and step_sr.kind not in ("W", "X"):
                 yield Exchange((z_packet(True, key),))
-            self.stats.hidden_time += self.config.clock() - t0
+            self.s.stats.hidden_time += self.s.config.clock() - t0
             self._on_stop_reply_after_proc(step_reply)
             return
-        new_pc = step_sr.pc(self.pc_regnum)
+        new_pc = step_sr.pc(self.s.pc_regnum)
         report: bytes | None = None
         action = resume.action_for(thread) if thread is not None else None
-        if self._interrupt_pending or self._interrupt_forwarded or self._closing:
-            report = self._interrupt_reply(step_sr)
+        if self.s._interrupt_pending or self.s._interrupt_forwarded or self.s._closing:
+            report = self.interrupt_reply(step_sr)
         elif action is not None and action.op in ("s", "S"):
             report = step_reply  # the proxy's step is the client's step (rule 3)
         elif action is not None and action.op == "r" and action.range is not None:
@@ -230,15 +242,15 @@ class HiddenStops(SessionBase):
                 report = step_reply
         if report is not None:
             yield Exchange((z_packet(True, key),))
-            self.stats.hidden_time += self.config.clock() - t0
+            self.s.stats.hidden_time += self.s.config.clock() - t0
             self._proc_done_report(report)
             return
         # Put the breakpoint back and re-issue the client's resume, back to back.
-        self.stats.hidden_time += self.config.clock() - t0
-        self._proc = None
-        self._to_stub(z_packet(True, key), Waiter("drop"))
-        self._waiters.append(Waiter("client-resume", True))
-        self._emit(ToStub(without_signals(resume)))
+        self.s.stats.hidden_time += self.s.config.clock() - t0
+        self.s._proc = None
+        self.s._to_stub(z_packet(True, key), Waiter("drop"))
+        self.s._waiters.append(Waiter("client-resume", True))
+        self.s._emit(ToStub(without_signals(resume)))
 
     def _capture_off_for_strays(self) -> Generator[Exchange, list[bytes], None]:
         """A stub whose every trapping thread reports and reads its socket on its own (QEMU
@@ -247,64 +259,64 @@ class HiddenStops(SessionBase):
         a multi-threaded runtime one thread was left parked (the program hung in 3 of 5 runs
         of the corpus' tokio_app mt, even with the parked threads kicked). The capture is
         taken out (mode off: reflection from memory at stops); the program runs on."""
-        yield from self._switch(None, "off")
-        self._emit(Notice("the stub let two threads report a stop at once (QEMU user mode): hidden "
+        yield from self.s._switch(None, "off")
+        self.s._emit(Notice("the stub let two threads report a stop at once (QEMU user mode): hidden "
                           "breakpoints would leave one of them parked; capture off (mode off), tasks "
                           "are read from memory at stops"))
-        self.capture_notice = ("capture: off since two threads reported a stop at once "
+        self.s.capture_notice = ("capture: off since two threads reported a stop at once "
                                "(a stub that lets every trapping thread report: QEMU user mode)")
 
     def _proc_shared_stop(self, sr: StopReply, raw: bytes, probe: Probe) -> Procedure:
         """Rule 4: a probe at a client breakpoint is processed, then reported."""
-        reads = self._capture_reads(probe, sr)
+        reads = self.capture_reads(probe, sr)
         replies: list[bytes] = (yield Exchange(reads)) if reads else []
-        self._capture_hit(probe, sr, replies)
-        self._proc = None
-        self._report_stop(sr, raw, pc=self._stop_pc_override)
-        if self._stopped is not None:
-            self._stopped.counted = True
+        self.capture_hit(probe, sr, replies)
+        self.s._proc = None
+        self.s._report_stop(sr, raw, pc=self.s._stop_pc_override)
+        if self.s._stopped is not None:
+            self.s._stopped.counted = True
 
     def _emulation_for(self, probe: Probe, thread: ThreadId | None) -> emulate.Emulation | None:
         """Emulate the probed instruction when it is safe: a known instruction,
         gdbserver's `g` layout without xmlRegisters (rule 11), and a thread
         that simply continues (a step is the client's own: rule 3)."""
-        if (not self._emulate or not probe.code or thread is None or self._resume is None
-                or self._no_emulation):
+        if (not self.s._emulate or not probe.code or thread is None or self.s._resume is None
+                or self.s._no_emulation):
             return None
-        if self._interrupt_pending or self._interrupt_forwarded or self._closing:
+        if self.s._interrupt_pending or self.s._interrupt_forwarded or self.s._closing:
             return None
-        action = self._resume.action_for(thread)
+        action = self.s._resume.action_for(thread)
         if action is None or action.op not in ("c", "C"):
             return None
         return emulate.decode(probe.code)
 
-    def _capture_reads(self, probe: Probe, sr: StopReply | None) -> tuple[bytes, ...]:
-        cap = self.capture
+    def capture_reads(self, probe: Probe, sr: StopReply | None) -> tuple[bytes, ...]:
+        cap = self.s.capture
         if cap is None or probe.kind == "count" or sr is None:
             return ()
         try:
             return tuple(cap.reads(probe, tid_of(sr.thread), sr))
         except Exception as err:  # a capture bug must never take the session down
-            self._capture_failed(err)
+            self.s._capture_failed(err)
             return ()
 
-    def _capture_hit(self, probe: Probe, sr: StopReply | None, replies: list[bytes]) -> None:
-        cap = self.capture
+    def capture_hit(self, probe: Probe, sr: StopReply | None, replies: list[bytes]) -> None:
+        cap = self.s.capture
         if cap is not None and probe.kind != "count" and sr is not None:
             try:
                 cap.hit(probe, tid_of(sr.thread), sr, replies)
             except Exception as err:  # noqa: BLE001 - counted and reported once
-                self._capture_failed(err)
+                self.s._capture_failed(err)
 
     def _on_stop_reply_after_proc(self, body: bytes) -> None:
-        self._proc = None
-        self._on_stop_reply(body, frame(body))
+        self.s._proc = None
+        self.s._on_stop_reply(body, frame(body))
 
     def _proc_done_report(self, body: bytes) -> None:
-        self._proc = None
-        self._report_stop(stop_or_none(body), None, body)
+        self.s._proc = None
+        self.s._report_stop(stop_or_none(body), None, body)
 
-    def _proc_step_off_then_resume(
+    def proc_step_off_then_resume(
         self, resume: Resume, body: bytes, raw: bytes | None, thread: ThreadId, key: BpKey
     ) -> Procedure:
         """Step a thread off a proxy breakpoint before the client's resume (rule 2).
@@ -313,20 +325,20 @@ class HiddenStops(SessionBase):
         (e.g. a step that entered the function): that is a hit too, unless
         it was a breakpoint stop already counted.
         """
-        self._resume = resume
-        st = self._stopped
+        self.s._resume = resume
+        st = self.s._stopped
         reads: tuple[bytes, ...] = ()
-        probe = self.probes.get(key[1])
+        probe = self.s.probes.get(key[1])
         fresh = st is not None and not st.counted and probe is not None
         if fresh and probe is not None:
-            self.stats.probe_stats.hit(probe, thread)
-            reads = self._capture_reads(probe, self._last_stop)
+            self.s.stats.probe_stats.hit(probe, thread)
+            reads = self.capture_reads(probe, self.s._last_stop)
         replies = yield Exchange(reads + (z_packet(False, key), step_packet(thread)), resume=True)
         if fresh and probe is not None:
-            self._capture_hit(probe, self._last_stop, replies[: len(reads)])
+            self.capture_hit(probe, self.s._last_stop, replies[: len(reads)])
         step_reply = replies[-1]
         yield Exchange((z_packet(True, key),))
-        self._proc = None
+        self.s._proc = None
         action = resume.action_for(thread)
         if action is not None and action.op in ("s", "S"):
             self._proc_done_report(step_reply)
@@ -336,9 +348,9 @@ class HiddenStops(SessionBase):
         except MalformedPacket:
             sr = None
         if sr is None or sr.kind in ("W", "X") or sr.signal != SIGTRAP:
-            self._on_stop_reply(step_reply, frame(step_reply))
+            self.s._on_stop_reply(step_reply, frame(step_reply))
             return
-        self._stopped = None
-        self._forward(without_signals(resume) if has_signal_for(resume, thread) else body,
+        self.s._stopped = None
+        self.s._forward(without_signals(resume) if has_signal_for(resume, thread) else body,
                       None, resume=True)
 

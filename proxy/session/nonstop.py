@@ -467,10 +467,10 @@ class NonStopMode:
                         yield from self._hidden(sr, pc, probe)
                         return
                     self.s.stats.shared_stops += 1
-                    reads = self.s._capture_reads(probe, sr)
+                    reads = self.s.hidden.capture_reads(probe, sr)
                     if reads:
                         replies = yield Exchange((self._select(sr.thread),) + reads + self._restore())
-                        self.s._capture_hit(probe, sr, replies[1:1 + len(reads)])
+                        self.s.hidden.capture_hit(probe, sr, replies[1:1 + len(reads)])
         self._to_client(body, sr.thread if sr is not None else None)
 
     def _threads(self) -> Procedure:
@@ -516,7 +516,7 @@ class NonStopMode:
         assert key is not None
         tid = thread.format(thread.pid is not None)
         action = self._action_for(thread)
-        reads = self.s._capture_reads(probe, sr)
+        reads = self.s.hidden.capture_reads(probe, sr)
         em = None
         if (self.s._emulate and probe.code and action is not None and action.op in ("c", "C")):
             em = emulate.decode(probe.code)
@@ -527,7 +527,7 @@ class NonStopMode:
             if em.needs_stack_word and sp is not None:
                 extra += (b"m%x,8" % sp,)
         replies = (yield Exchange((self._select(thread),) + reads + extra))[1:]
-        self.s._capture_hit(probe, sr, replies[: len(reads)])
+        self.s.hidden.capture_hit(probe, sr, replies[: len(reads)])
         if em is not None:
             regs = replies[reads.index(b"g")] if b"g" in reads else replies[len(reads)]
             word = memory_bytes(replies[-1]) if em.needs_stack_word and sp is not None else None

@@ -3,12 +3,12 @@
 `SessionBase` holds what the client believes and what the stub does (see
 core.py's theory of operation), the FIFO of waiters for stub replies, and
 the procedure runner: a procedure is a generator that yields `Exchange`s
-(request bodies sent back to back) and receives their replies. Parts that
-own their state are held by the session (`ns`: non-stop mode, nonstop.py;
-`queries`: monitor commands, qXfer objects, stats; `stepping`: steps
-across `.await`; `task_threads`); the rest are still mixins on this base:
-`hidden` (hidden stops), `lifecycle` (the capture's life: plant, install,
-switch, fork, exec, exit, leave) and `core` (routing).
+(request bodies sent back to back) and receives their replies. The parts
+are objects the session holds, each with its own state (`ns`: non-stop mode,
+nonstop.py; `queries`: monitor commands, qXfer objects, stats; `hidden`:
+hidden stops; `stepping`: steps across `.await`; `task_threads`), but for
+`lifecycle` (the capture's life: plant, install, switch, fork, exec, exit,
+leave), still a mixin on this base, and `core` (routing), the session itself.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from .wire import stop_or_none, z_packet
 
 if TYPE_CHECKING:
     from .core import Session
+    from .hidden import HiddenStops
     from .stepping import AsyncStepping
     from proxy.capture.base import Residue
 
@@ -472,4 +473,4 @@ class SessionBase:
         def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]: ...
         def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure: ...
         def _leave_for_hang_up(self) -> None: ...
-        def _interrupt_reply(self, step: StopReply) -> bytes: ...
+        hidden: HiddenStops

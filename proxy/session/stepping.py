@@ -430,7 +430,7 @@ class AsyncStepping:
         if not mine:
             s._proc = None
             if probe is not None and not w.planted:
-                if not s._probe_hit(sr, sr.build(), pc):
+                if not s.hidden.probe_hit(sr, sr.build(), pc):
                     s._report_stop(sr, None, sr.build())
                 return
             s._start_proc(self._proc_pass(s, sr.thread, pc))
@@ -500,9 +500,9 @@ class AsyncStepping:
         if probe is None or not s.bps.proxy_owns(pc):
             return
         s.stats.probe_stats.hit(probe, sr.thread)
-        reads = s._capture_reads(probe, sr)
+        reads = s.hidden.capture_reads(probe, sr)
         replies = (yield Exchange(reads)) if reads else []
-        s._capture_hit(probe, sr, list(replies))
+        s.hidden.capture_hit(probe, sr, list(replies))
 
     def _returned_again(self, s: Session, origin: Origin, sr: StopReply) -> Procedure:
         """`finish`: the activation returned; Ready ends the step, Pending waits again."""
@@ -651,7 +651,7 @@ class AsyncStepping:
         if s._interrupt_pending or s._closing:
             st = s._last_stop
             self._end_wait(s, st)
-            s._report_stop(None, None, s._interrupt_reply(st) if st is not None else b"S02")
+            s._report_stop(None, None, s.hidden.interrupt_reply(st) if st is not None else b"S02")
             return
         action = ResumeAction("c", None, thread)
         resume = Resume((action,))
