@@ -360,6 +360,11 @@ class _Collector:
                 args = _split_generics(name[len("run<"):-1])
                 if len(args) == 4:
                     self.inv.task_runs[int(die.attrs[D.AT_LOW_PC])] = args[0]
+                    # F's own type, for the adapter's walk: a wrapper of the spawned coroutine
+                    # (async-std's SupportTaskLocals<F>, spawned as it is since async-executor
+                    # 1.14) has its poll inlined into `run` in a release build, so no
+                    # out-of-line poll collects it (_future_poll) and no awaitee names it
+                    self.types.add(self._template_arg(origin))
             return
         if not name.startswith("poll<"):
             return
@@ -391,6 +396,14 @@ class _Collector:
             if high:
                 ret = origin.get(D.AT_TYPE)
                 self._wrapper_polls[low] = (high, self._size(ret), self._poll_pending(ret))
+
+    def _template_arg(self, die: D.Die) -> int | None:
+        """The type of a generic function's first template type parameter (its DIE offset)."""
+        unit = self.dwarf.unit_of(die)
+        if unit is None:
+            return None
+        return next((unit.dies[c].get(D.AT_TYPE) for c in die.children
+                     if unit.dies[c].tag == D.TAG_TEMPLATE_TYPE_PARAM), None)
 
     def _origin(self, die: D.Die) -> D.Die:
         return self.dwarf.origin(die)
