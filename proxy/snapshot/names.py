@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 from proxy.analysis.model import Inventory, Layout, SourceLoc
@@ -33,14 +34,24 @@ _CLOSURE = re.compile(r"::\{\{closure\}\}|::\{closure#\d+\}")
 @lru_cache(maxsize=1 << 14)  # a few layouts named once each, not once per coroutine
 def display_name(name: str, line: int | None = None) -> str:
     """A state-machine type or a resume function's name -> the display name."""
+    return _display(name, line, display_name)
+
+
+def _display(name: str, line: int | None, arg_name: Callable[[str], str]) -> str:
+    """The display name; ``arg_name`` names each generic argument of the coroutine's own
+    segment (coroutines there are named the same way: ``spawn_and_log_error::{async_block@180}
+    <app::connection_loop>``). Only a segment outside ``<..>`` is the coroutine's own: a
+    coroutine type among the generic arguments is another (async-std's
+    ``spawn_and_log_error::{async_block_env#0}<app::connection_loop::{async_fn_env#0}>``)."""
     if name.startswith("core::future::from_generator::GenFuture<") and name.endswith(">"):
         name = name[len("core::future::from_generator::GenFuture<"):-1]  # rustc 1.63's wrapper
     m = None
-    for m in _ENV.finditer(name):
-        pass
+    for found in _ENV.finditer(name):
+        if _depth(name, found.start()) == 0:
+            m = found
     if m is None:
         return _CLOSURE.sub("", name)
-    head, generics = name[:m.start()], name[m.end():]
+    head, generics = name[:m.start()], _display_args(name[m.end():], arg_name)
     head = re.sub(r"::\{async_fn#\d+\}", "", head)
     if m.group(1) == "async_fn":
         return head + generics
@@ -48,9 +59,40 @@ def display_name(name: str, line: int | None = None) -> str:
     return f"{head}::{{{m.group(1)}{where}}}{generics}"
 
 
+def _depth(name: str, end: int) -> int:
+    """How many ``<`` of a type name are open at ``end`` (``->`` is no bracket)."""
+    depth = 0
+    for i in range(end):
+        c = name[i]
+        if c == "<":
+            depth += 1
+        elif c == ">" and (i == 0 or name[i - 1] != "-"):
+            depth -= 1
+    return depth
+
+
+def _display_args(generics: str, arg_name: Callable[[str], str]) -> str:
+    """``<A, B>`` (what follows a coroutine's segment) with each argument that names a
+    coroutine named by ``arg_name``; anything else as it is."""
+    if not (generics.startswith("<") and generics.endswith(">")) or not _ENV.search(generics):
+        return generics
+    args, depth, start = [], 0, 1
+    for i, c in enumerate(generics[1:-1], 1):
+        if c == "<":
+            depth += 1
+        elif c == ">" and generics[i - 1] != "-":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(generics[start:i].strip())
+            start = i + 1
+    args.append(generics[start:-1].strip())
+    return "<" + ", ".join(arg_name(a) if _ENV.search(a) else a for a in args) + ">"
+
+
 def layout_name(inv: Inventory | None, layout: str) -> str:
     lay = inv.layouts.get(layout) if inv is not None else None
-    return display_name(_outer_blocks(inv, layout), _start_line(lay))
+    return _display(_outer_blocks(inv, layout), _start_line(lay),
+                    (lambda arg: layout_name(inv, arg)) if inv is not None else display_name)
 
 
 _OUTER_BLOCK = re.compile(r"::\{async_block#(\d+)\}(?=::)")
