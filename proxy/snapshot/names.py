@@ -45,10 +45,7 @@ def _display(name: str, line: int | None, arg_name: Callable[[str], str]) -> str
     ``spawn_and_log_error::{async_block_env#0}<app::connection_loop::{async_fn_env#0}>``)."""
     if name.startswith("core::future::from_generator::GenFuture<") and name.endswith(">"):
         name = name[len("core::future::from_generator::GenFuture<"):-1]  # rustc 1.63's wrapper
-    m = None
-    for found in _ENV.finditer(name):
-        if _depth(name, found.start()) == 0:
-            m = found
+    m = _own_env(name)
     if m is None:
         return _CLOSURE.sub("", name)
     head, generics = name[:m.start()], _display_args(name[m.end():], arg_name)
@@ -57,6 +54,15 @@ def _display(name: str, line: int | None, arg_name: Callable[[str], str]) -> str
         return head + generics
     where = f"@{line}" if line is not None else f"#{m.group(2)}"
     return f"{head}::{{{m.group(1)}{where}}}{generics}"
+
+
+def _own_env(name: str) -> re.Match[str] | None:
+    """The coroutine's own segment: the last one outside ``<..>``."""
+    m = None
+    for found in _ENV.finditer(name):
+        if _depth(name, found.start()) == 0:
+            m = found
+    return m
 
 
 def _depth(name: str, end: int) -> int:
@@ -116,7 +122,10 @@ def _outer_blocks(inv: Inventory | None, layout: str) -> str:
 
 
 def _start_line(lay: Layout | None) -> int | None:
-    if lay is None or "async_fn" in lay.type_name.rsplit("::", 1)[-1]:
+    if lay is None:
+        return None
+    own = _own_env(lay.type_name)  # an async fn is named by its path, with no line
+    if own is not None and own.group(1) == "async_fn":
         return None
     first = lay.state(0)
     return first.loc.line if first is not None and first.loc is not None else None

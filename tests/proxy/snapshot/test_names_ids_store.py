@@ -113,8 +113,11 @@ def test_a_block_inside_a_block_names_the_outer_one_by_its_line_too(tmp_path: Pa
     assert layout_name(inv, "app::main::{async_block#0}::{async_block_env#1}") == \
         "app::main::{async_block@33}::{async_block@60}"
     # a block among the generic arguments: by its own line too
-    inv.layouts["app::wrap::{async_block_env#0}<app::main::{async_block#0}::{async_block_env#1}>"] = Layout(
-        "w", 16, 8, 1, (State(0, "Unresumed", SourceLoc("main.rs", 180)),))
+    wrap = "app::wrap::{async_block_env#0}<app::main::{async_block#0}::{async_block_env#1}>"
+    inv.layouts[wrap] = Layout(wrap, 16, 8, 1, (State(0, "Unresumed", SourceLoc("main.rs", 180)),))
+    fn_arg = "app::wrap::{async_block_env#0}<app::conn::{async_fn_env#0}>"  # not an async fn: a block
+    inv.layouts[fn_arg] = Layout(fn_arg, 16, 8, 1, (State(0, "Unresumed", SourceLoc("main.rs", 180)),))
+    assert layout_name(inv, fn_arg) == "app::wrap::{async_block@180}<app::conn>"
     assert layout_name(inv, "app::wrap::{async_block_env#0}<app::main::{async_block#0}::{async_block_env#1}>") == \
         "app::wrap::{async_block@180}<app::main::{async_block@33}::{async_block@60}>"
     # the outer layout unknown: its number stays
