@@ -198,6 +198,9 @@ def _symbol_may_be_named(name: str) -> bool:
 
 
 _FUTURE_POLL = "future..future..Future$GT$4poll"
+# a Stream::poll_next: a stream met only through a dyn Stream (a StreamMap's values, async-std's
+# Incoming around async-io's unfold of accept); its unit was read only when something else in it was
+_STREAM_POLL_NEXT = "stream..Stream$GT$9poll_next"
 _FUTURE_OBJ_DROP = "future_obj..UnsafeFutureObj$LT$T$GT$$u20$for$u20$alloc..boxed..Box$LT$F$GT$$GT$4drop"
 
 
@@ -211,7 +214,8 @@ def candidate_symbol(name: str) -> bool:
         return True
     if name.startswith("_ZN"):
         # a Future::poll: a wrapper future met only through a dyn Future (``_future_poll``)
-        return "closure" in name or ("GenFuture" in name and "4poll" in name) or _FUTURE_POLL in name
+        return "closure" in name or ("GenFuture" in name and "4poll" in name) or _FUTURE_POLL in name \
+            or _STREAM_POLL_NEXT in name
     if name.startswith("_R"):
         return "NC" in name or "GenFuture" in name
     return False
@@ -220,7 +224,7 @@ def candidate_symbol(name: str) -> bool:
 # what every name candidate_symbol accepts holds (ElfImage.function_addresses asks it of
 # those names only)
 CANDIDATE_PARTS = (b"4task3raw4poll", b"10async_task3raw", b"closure", b"GenFuture",
-                   _FUTURE_POLL.encode(), b"NC")
+                   _FUTURE_POLL.encode(), _STREAM_POLL_NEXT.encode(), b"NC")
 
 
 def select_units(elf: ElfImage, dwarf: DwarfView) -> list[int]:

@@ -112,13 +112,24 @@ def norm(path: str) -> str:
     return s
 
 
-def running_from_frames(thread: int, frames: list[Frame], addr: int | None = None) -> Running | None:
-    """The async frames at a pc (innermost first, from ``pc_to_frames``)."""
+_PLAIN_CLOSURE = re.compile(r"::\{closure#\d+\}$")
+
+
+def running_from_frames(thread: int, frames: list[Frame], addr: int | None = None,
+                        in_resume: bool = True) -> Running | None:
+    """The async frames at a pc (innermost first, from ``pc_to_frames``). ``in_resume``: the
+    pc's physical function is a coroutine's resume function (the inventory says; its symbol
+    cannot: a legacy symbol names a closure inside an async fn ``f::{{closure}}::{{closure}}``,
+    as it names an async block there). A plain closure is a sync function: not a coroutine of
+    the chain, whose innermost one is at the call below (tokio-tungstenite's server stopped in
+    its `try_for_each` closure, called from `handle_connection`'s select at line 69: the
+    closure's own line 52 was shown as handle_connection's)."""
     chain: list[str] = []
     fns: list[str] = []
     loc = None
     for i, f in enumerate(frames):
-        if "{" not in f.function or " as " in f.function:  # not a closure/coroutine
+        sync = _PLAIN_CLOSURE.search(f.function) is not None if f.inlined else not in_resume
+        if "{" not in f.function or " as " in f.function or sync:  # not a coroutine
             if chain:
                 break
             continue

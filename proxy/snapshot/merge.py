@@ -351,7 +351,9 @@ class Merge(BuildState):
         for tid, pc in pcs.items():
             if pc <= self.inp.bias:
                 continue
-            run = running_from_frames(tid, self._frames(pc - self.inp.bias), None)
+            link = pc - self.inp.bias
+            run = running_from_frames(tid, self._frames(link), None,
+                                      in_resume=self.inv is None or self.inv.resume_fn_at(link) is not None)
             if run is None:
                 # the thread is in a sync function (a breakpoint in it): what runs is at the call
                 # in the innermost resume frame, with the coroutines inlined there (release:

@@ -93,3 +93,31 @@ def test_a_frame_named_by_its_symbol_is_the_coroutine_named_by_its_impl_block() 
     assert ws.loc == SourceLoc("/src/chat.rs", 82) and ws.status == "running"
     assert same_fn("a::{impl#3}::f", "a::T<U::V>::f") and not same_fn("a::{impl#3}::f", "a::T::g")
     assert not same_fn("a::{impl#3}::f", "a::f")
+
+
+def test_a_closure_inside_a_coroutine_is_a_sync_function() -> None:
+    """tokio-tungstenite's server stopped in its `try_for_each` closure, called inside
+    handle_connection's `future::select(..).await` at server.rs:69. The closure's symbol,
+    `handle_connection::{{closure}}::{{closure}}`, reads like an async block of
+    handle_connection; it is no resume function (the inventory's), so it is a sync function:
+    handle_connection runs at 69, its call (the closure's line 52 was shown as its line).
+    Release: the closure inlined (DWARF: `{closure#0}`) into the resume function, at 69 too."""
+    from proxy.analysis.model import CoroutineKind, Era, ResumeFn
+
+    src, env = "/src/server.rs", "t::handle_connection::{async_fn_env#0}"
+    resume = ResumeFn(0x5000, 0x6000, "", "t::handle_connection::{async_fn#0}", "t::handle_connection",
+                      CoroutineKind.ASYNC_FN, Era.MODERN, SourceLoc(src, 37), ())
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0, resume_fns=[resume])
+    at69 = Frame("t::handle_connection::{{closure}}", SourceLoc(src, 69))
+    frames = {0x9000: [Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 52))],
+              0x5123: [at69],
+              0x5200: [Frame("t::handle_connection::{async_fn#0}::{closure#0}", SourceLoc(src, 52), inlined=True),
+                       Frame("<futures_util::TryForEach<S, F> as core::future::Future>::poll",
+                             SourceLoc("/futures/try_for_each.rs", 80), inlined=True), at69]}
+    key = (0x7000, env)
+    for pc in (0x9000, 0x5200):
+        m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: pc}, frames_at=lambda p: frames.get(p, [])), None)
+        m.chains = {7: [key]}
+        m.chain_pcs = {key: 0x5123}
+        ((tid, run),) = m._runs_at_pcs()
+        assert tid == 7 and run.chain == ("t::handle_connection",) and run.loc == SourceLoc(src, 69), (hex(pc), run)
