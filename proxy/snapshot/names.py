@@ -46,7 +46,10 @@ def _display(name: str, line: int | None, arg_name: Callable[[str], str]) -> str
     if name.startswith("core::future::from_generator::GenFuture<") and name.endswith(">"):
         name = name[len("core::future::from_generator::GenFuture<"):-1]  # rustc 1.63's wrapper
     m = _own_env(name)
-    if m is None:
+    if m is None:  # a wrapper type: the coroutines among its arguments (SupportTaskLocals<F>)
+        i = name.find("<")
+        if i > 0 and _closes_at_end(name, i) and _ENV.search(name, i):
+            return _CLOSURE.sub("", name[:i]) + _display_args(name[i:], arg_name)
         return _CLOSURE.sub("", name)
     head, generics = name[:m.start()], _display_args(name[m.end():], arg_name)
     head = re.sub(r"::\{async_fn#\d+\}", "", head)
@@ -75,6 +78,19 @@ def _depth(name: str, end: int) -> int:
         elif c == ">" and (i == 0 or name[i - 1] != "-"):
             depth -= 1
     return depth
+
+
+def _closes_at_end(name: str, i: int) -> bool:
+    """The ``<`` at ``i`` is closed by the name's last character."""
+    depth = 0
+    for j in range(i, len(name)):
+        if name[j] == "<":
+            depth += 1
+        elif name[j] == ">" and name[j - 1] != "-":
+            depth -= 1
+            if depth == 0:
+                return j == len(name) - 1
+    return False
 
 
 def _display_args(generics: str, arg_name: Callable[[str], str]) -> str:

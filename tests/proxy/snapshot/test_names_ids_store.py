@@ -35,6 +35,10 @@ def test_a_coroutine_among_the_generic_arguments_is_another_one() -> None:
         "app::spawn_and_log_error::{async_block@180}<app::connection_loop>"
     assert display_name(f"{outer}<app::broker_loop::{{async_fn#0}}::{{async_block_env#0}}>", 180) == \
         "app::spawn_and_log_error::{async_block@180}<app::broker_loop::{async_block#0}>"
+    # a wrapper type around one: async-std's block_on of accept_loop, under async-executor's run
+    assert display_name("ex::run::{async_fn_env#0}<(), a::SupportTaskLocals<app::accept_loop::{async_fn_env#0}<&str>>>") \
+        == "ex::run<(), a::SupportTaskLocals<app::accept_loop<&str>>>"
+    assert display_name("a::W<T>::f<app::x::{async_fn_env#0}>") == "a::W<T>::f<app::x::{async_fn_env#0}>"  # not one group
     # tokio-tungstenite: a closure of an async fn among the arguments, `->` no bracket
     assert display_name("t::server_handshake::{async_fn_env#0}<t::NoCallback, t::accept::{async_fn#0}::"
                         "{closure_env#0}<S>, fn() -> u8>") == "t::server_handshake<t::NoCallback, t::accept::{closure_env#0}<S>, fn() -> u8>"
