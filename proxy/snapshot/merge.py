@@ -15,8 +15,8 @@ from typing import Any
 
 from proxy.analysis.model import Frame as SrcFrame
 from proxy.analysis.model import Inventory, SourceLoc
-from proxy.reflect.tree import (Root, _first_coroutine_below, ident, is_coroutine, mark_running, norm, overlay_matches,
-                                running_from_frames)
+from proxy.reflect.tree import (Root, _first_coroutine_below, coroutine_frames, ident, is_coroutine, mark_running, norm,
+                                overlay_matches, running_from_frames)
 from proxy.reflect.walker import Node, Reflector
 
 from .inputs import BuildState, Key
@@ -352,8 +352,8 @@ class Merge(BuildState):
             if pc <= self.inp.bias:
                 continue
             link = pc - self.inp.bias
-            run = running_from_frames(tid, self._frames(link), None,
-                                      in_resume=self.inv is None or self.inv.resume_fn_at(link) is not None)
+            frames = self._frames(link)
+            run = running_from_frames(tid, frames, None, self._coroutine_frames(link, frames))
             if run is None:
                 # the thread is in a sync function (a breakpoint in it): what runs is at the call
                 # in the innermost resume frame, with the coroutines inlined there (release:
@@ -365,6 +365,13 @@ class Merge(BuildState):
             if run is not None:
                 out.append((tid, run))
         return out
+
+    def _coroutine_frames(self, link: int, frames: list[SrcFrame]) -> list[bool] | None:
+        """Which frames at a pc are coroutines, by the inventory (``tree.coroutine_frames``)."""
+        if self.inv is None or not self.inv.resume_fns:
+            return None  # nothing known: by name
+        here = [c.name for c in self.inv.inlined if any(lo <= link < hi for lo, hi in c.ranges)]
+        return coroutine_frames(frames, self.inv.resume_fn_at(link) is not None, here)
 
     def _innermost_running(self, trees: list[tuple[Root, Node]], tid: int) -> Node | None:
         chain = [k for k in self.chains.get(tid, []) if k is not None]

@@ -101,7 +101,9 @@ def test_a_closure_inside_a_coroutine_is_a_sync_function() -> None:
     `handle_connection::{{closure}}::{{closure}}`, reads like an async block of
     handle_connection; it is no resume function (the inventory's), so it is a sync function:
     handle_connection runs at 69, its call (the closure's line 52 was shown as its line).
-    Release: the closure inlined (DWARF: `{closure#0}`) into the resume function, at 69 too."""
+    Release: the closure inlined (named by its symbol all the same) into TryForEach's poll,
+    out of line (no resume function), or into the resume function: at 69 too. A coroutine
+    inlined there (the inventory's `inlined`) stays one."""
     from proxy.analysis.model import CoroutineKind, Era, ResumeFn
 
     src, env = "/src/server.rs", "t::handle_connection::{async_fn_env#0}"
@@ -111,13 +113,22 @@ def test_a_closure_inside_a_coroutine_is_a_sync_function() -> None:
     at69 = Frame("t::handle_connection::{{closure}}", SourceLoc(src, 69))
     frames = {0x9000: [Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 52))],
               0x5123: [at69],
-              0x5200: [Frame("t::handle_connection::{async_fn#0}::{closure#0}", SourceLoc(src, 52), inlined=True),
+              0x5200: [Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 52), inlined=True),
                        Frame("<futures_util::TryForEach<S, F> as core::future::Future>::poll",
-                             SourceLoc("/futures/try_for_each.rs", 80), inlined=True), at69]}
+                             SourceLoc("/futures/try_for_each.rs", 80), inlined=True), at69],
+              0x9100: [Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 52), inlined=True),
+                       Frame("<futures_util::TryForEach<S, F> as core::future::Future>::poll",
+                             SourceLoc("/futures/try_for_each.rs", 61))]}
     key = (0x7000, env)
-    for pc in (0x9000, 0x5200):
+    for pc in (0x9000, 0x5200, 0x9100):
         m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: pc}, frames_at=lambda p: frames.get(p, [])), None)
         m.chains = {7: [key]}
         m.chain_pcs = {key: 0x5123}
         ((tid, run),) = m._runs_at_pcs()
         assert tid == 7 and run.chain == ("t::handle_connection",) and run.loc == SourceLoc(src, 69), (hex(pc), run)
+
+    from proxy.reflect.tree import coroutine_frames
+
+    inner = Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 58), inlined=True)
+    assert coroutine_frames([inner, at69], True, ["t::handle_connection::{async_fn#0}::{async_block#0}"]) == [True, True]
+    assert coroutine_frames([inner, at69], True, []) == [False, True]
