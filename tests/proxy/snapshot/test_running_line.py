@@ -132,3 +132,20 @@ def test_a_closure_inside_a_coroutine_is_a_sync_function() -> None:
     inner = Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 58), inlined=True)
     assert coroutine_frames([inner, at69], True, ["t::handle_connection::{async_fn#0}::{async_block#0}"]) == [True, True]
     assert coroutine_frames([inner, at69], True, []) == [False, True]
+
+
+def test_rustc_1_63s_generator_is_named_not_known_as_a_resume_function() -> None:
+    """rustc 1.63: the resume functions are GenFuture's polls; the generator's own closure (the
+    pc's function, tokio_app's `c` after its sleep) is no resume function yet is the coroutine:
+    by name, as before (the old-debug tokio_app's `bt` showed c at its `.await`, not at 34)."""
+    from proxy.analysis.model import CoroutineKind, Era, ResumeFn
+
+    src, env = "/src/tokio_app.rs", "tokio_app::c::{async_fn_env#0}"
+    gen = ResumeFn(0x5000, 0x5100, "", "core::future::from_generator::GenFuture<T>::poll", "tokio_app::c",
+                   CoroutineKind.ASYNC_FN, Era.GENFUTURE, SourceLoc(src, 31), ())
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0, resume_fns=[gen])
+    frames = {0x9000: [Frame("tokio_app::c::{{closure}}", SourceLoc(src, 34))]}
+    m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: 0x9000}, frames_at=lambda p: frames.get(p, [])), None)
+    m.chains = {7: [(0x7000, env)]}
+    ((tid, run),) = m._runs_at_pcs()
+    assert run.chain == ("tokio_app::c",) and run.loc == SourceLoc(src, 34)
