@@ -96,13 +96,14 @@ CRATES_DIR = BUILD_DIR / "crates"  # scripts/fetch-crates: a link to <cache>/cra
 MODERN_PROGRAMS: dict[str, tuple[str, ...]] = {
     "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec", "stuck", "tk_join3", "tk_streams"),
     "sid": ("tk_dump", "tk_sync", "axum_svc", "stuck"),
-    # The gauntlet (integration/realworld): the authors' own examples in ../shared/realworld,
-    # built against sid's crates (`bash scripts/fetch-crates realworld`); scripts/realworld.
+    # The gauntlet (integration/realworld): the authors' own examples in ../shared/realworld
+    # and in sid's crate packages, built against sid's crates (`bash scripts/fetch-crates
+    # realworld`); scripts/realworld.
     "realworld": ("tokio_chat", "tokio_tinydb", "tokio_tinyhttp", "tokio_proxy", "tokio_graceful_shutdown",
                   "tokio_echo_tcp", "hyper_gateway", "hyper_http_proxy", "hyper_echo", "hyper_state",
                   "hyper_send_file", "hyper_single_threaded", "hyper_multi_server", "axum_key_value_store",
                   "axum_chat", "axum_graceful_shutdown", "axum_sse", "axum_reverse_proxy", "smol_chat_server",
-                  "smol_chat_client"),
+                  "smol_chat_client", "tungstenite_server", "async_std_a_chat"),
 }
 # A crate set whose package is not integration/corpus_modern/<set>.
 PACKAGE_DIRS: dict[str, Path] = {"realworld": REPO_DIR / "integration" / "realworld"}

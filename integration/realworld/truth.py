@@ -7,7 +7,8 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
 ``line`` it also gives) is an error, so a table cannot drift from the source it reads.
 
     program = "tokio_echo_tcp"                    # the bin of integration/realworld/Cargo.toml
-    source = "tokio-examples/echo-tcp.rs"         # under ../shared/realworld
+    source = "tokio-examples/echo-tcp.rs"         # under ../shared/realworld; "crates:P": P in
+                                                  # sid's crates (a packaged crate's example)
     args = ["127.0.0.1:{port}"]                   # {port}: a free port; or `port = 6142` fixed
     binds = [3000]                                # other fixed ports it binds (checked free first)
 
@@ -19,7 +20,8 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
     name = "tokio_echo_tcp::main"                 # its root's name as the snapshot gives it
     at = "listener.accept().await"                # the line its innermost coroutine waits at
     line = 23
-    waits = "readiness"                           # what its leaf waits on (words of `waits`)
+    waits = "readiness"                           # what its leaf waits on (words of `waits`);
+                                                  # a list: one item each (a task with two leaves)
     frames = ["tokio_echo_tcp::main"]             # coroutines of its tree (optional), outermost first
 
     [[stall]]                                     # an upstream that never answers (a proxy's)
@@ -31,7 +33,7 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
     bt = [{name = "...", at = "..."}, ...]        # the logical backtrace, innermost first
 
 Items: each expected task (times its count) is one item per view (tasks, tree, JSON,
-waits when it says what it waits on), each state adds one for `deadlocks` (the truth
+one per `waits` it says), each state adds one for `deadlocks` (the truth
 says which cycles there are: none unless `cycles` is given), each backtrace frame one,
 each task's id one at the second stop.
 """
@@ -46,6 +48,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SHARED = REPO.parent / "shared" / "realworld"
 TRUTH_DIR = HERE / "truth"
+# Debian sid's packaged crates (`bash scripts/fetch-crates realworld`): a table whose source is
+# "crates:<crate>-<version>/examples/..." reads an example shipped in a crate's package.
+CRATES = REPO / "integration" / "build" / "crates" / "realworld" / "root" / "usr" / "share" / "cargo" / "registry"
 
 
 class TruthError(Exception):
@@ -63,7 +68,7 @@ class TaskTruth:
     name: str
     at: Place
     count: int = 1
-    waits: str | None = None
+    waits: tuple[str, ...] = ()
     frames: tuple[Place | str, ...] = ()
 
 
@@ -138,8 +143,9 @@ def _task(source: Path, raw: dict) -> TaskTruth:  # type: ignore[type-arg]
     frames: list[Place | str] = []
     for f in raw.get("frames", ()):
         frames.append(f if isinstance(f, str) else place(source, f["at"], f.get("line")))
+    waits = raw.get("waits", ())
     return TaskTruth(raw["name"], place(source, raw["at"], raw.get("line")), raw.get("count", 1),
-                     raw.get("waits"), tuple(frames))
+                     (waits,) if isinstance(waits, str) else tuple(waits), tuple(frames))
 
 
 def _frame(source: Path, raw: dict) -> Frame:  # type: ignore[type-arg]
@@ -147,11 +153,18 @@ def _frame(source: Path, raw: dict) -> Frame:  # type: ignore[type-arg]
     return Frame(raw["name"], None if at is None else place(source, at, raw.get("line")))
 
 
-def load(path: Path, shared: Path = SHARED) -> Table:
+def source_path(name: str, shared: Path = SHARED, crates: Path = CRATES) -> Path:
+    """A table's ``source``: under ../shared/realworld, or ``crates:P`` in sid's crates."""
+    return crates / name.removeprefix("crates:") if name.startswith("crates:") else shared / name
+
+
+def load(path: Path, shared: Path = SHARED, crates: Path = CRATES) -> Table:
     raw = tomllib.loads(path.read_text())
-    source = shared / raw["source"]
+    source = source_path(raw["source"], shared, crates)
     if not source.exists():
-        raise TruthError(f"{path.name}: no {source} (../shared/realworld beside the project?)")
+        where = "bash scripts/fetch-crates realworld?" if raw["source"].startswith("crates:") else \
+            "../shared/realworld beside the project?"
+        raise TruthError(f"{path.name}: no {source} ({where})")
     states = tuple(State(s["name"], tuple(_client(c) for c in s.get("clients", ())),
                          tuple(_task(source, t) for t in s.get("task", ())), s.get("cycles", 0))
                    for s in raw.get("state", ()))

@@ -109,8 +109,8 @@ def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str,
             items.add(bool(row) and truth.name in row, f"tasks: no row {label} for {what}")
             block = stop.tree_block(label) if t else ""
             items.add(f"{source}:{truth.at.line}" in block and truth.name in block, f"tree: {what} not in {label}'s tree")
-            if truth.waits is not None:
-                items.add(t is not None and truth.waits in block, f"tree: {label} of {what} waits on no {truth.waits!r}")
+            for w in truth.waits:
+                items.add(t is not None and w in block, f"tree: {label} of {what} waits on no {w!r}")
             for f in truth.frames:
                 items.add(t is not None and not _frames_ok(t, (f,), source), f"tree: {label} of {what} lacks the frame {f}")
     cycles = len(re.findall(r"^cycle:", stop.text.get("deadlocks", ""), re.M))

@@ -198,6 +198,9 @@ def _symbol_may_be_named(name: str) -> bool:
 
 
 _FUTURE_POLL = "future..future..Future$GT$4poll"
+# a Stream::poll_next: a stream met only through a dyn Stream (a StreamMap's values, async-std's
+# Incoming around async-io's unfold of accept); its unit was read only when something else in it was
+_STREAM_POLL_NEXT = "stream..Stream$GT$9poll_next"
 _FUTURE_OBJ_DROP = "future_obj..UnsafeFutureObj$LT$T$GT$$u20$for$u20$alloc..boxed..Box$LT$F$GT$$GT$4drop"
 
 
@@ -211,7 +214,8 @@ def candidate_symbol(name: str) -> bool:
         return True
     if name.startswith("_ZN"):
         # a Future::poll: a wrapper future met only through a dyn Future (``_future_poll``)
-        return "closure" in name or ("GenFuture" in name and "4poll" in name) or _FUTURE_POLL in name
+        return "closure" in name or ("GenFuture" in name and "4poll" in name) or _FUTURE_POLL in name \
+            or _STREAM_POLL_NEXT in name
     if name.startswith("_R"):
         return "NC" in name or "GenFuture" in name
     return False
@@ -220,7 +224,7 @@ def candidate_symbol(name: str) -> bool:
 # what every name candidate_symbol accepts holds (ElfImage.function_addresses asks it of
 # those names only)
 CANDIDATE_PARTS = (b"4task3raw4poll", b"10async_task3raw", b"closure", b"GenFuture",
-                   _FUTURE_POLL.encode(), b"NC")
+                   _FUTURE_POLL.encode(), _STREAM_POLL_NEXT.encode(), b"NC")
 
 
 def select_units(elf: ElfImage, dwarf: DwarfView) -> list[int]:
@@ -360,6 +364,11 @@ class _Collector:
                 args = _split_generics(name[len("run<"):-1])
                 if len(args) == 4:
                     self.inv.task_runs[int(die.attrs[D.AT_LOW_PC])] = args[0]
+                    # F's own type, for the adapter's walk: a wrapper of the spawned coroutine
+                    # (async-std's SupportTaskLocals<F>, spawned as it is since async-executor
+                    # 1.14) has its poll inlined into `run` in a release build, so no
+                    # out-of-line poll collects it (_future_poll) and no awaitee names it
+                    self.types.add(self._template_arg(origin))
             return
         if not name.startswith("poll<"):
             return
@@ -391,6 +400,14 @@ class _Collector:
             if high:
                 ret = origin.get(D.AT_TYPE)
                 self._wrapper_polls[low] = (high, self._size(ret), self._poll_pending(ret))
+
+    def _template_arg(self, die: D.Die) -> int | None:
+        """The type of a generic function's first template type parameter (its DIE offset)."""
+        unit = self.dwarf.unit_of(die)
+        if unit is None:
+            return None
+        return next((unit.dies[c].get(D.AT_TYPE) for c in die.children
+                     if unit.dies[c].tag == D.TAG_TEMPLATE_TYPE_PARAM), None)
 
     def _origin(self, die: D.Die) -> D.Die:
         return self.dwarf.origin(die)

@@ -30,7 +30,10 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .node import Node, _short, missing_or_unreadable
+from proxy.analysis.model import Field
+
+from .io_wait import io_detail, io_leaf
+from .node import Node, _short, missing_or_unreadable, type_fact
 
 if TYPE_CHECKING:
     from .walker import Reflector
@@ -170,6 +173,8 @@ def _poll_fn_leaf(r: Reflector, addr: int, type_name: str, env_addr: int, env: s
         if detail:
             node.detail = detail
             break
+    else:  # a closure polling an I/O handle's readiness (async-io's `optimistic`)
+        node.detail = io_detail(r, env_addr, env) or ""
     return node
 
 
@@ -641,18 +646,47 @@ def order_wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: fro
 
 
 def stream_next(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
-    """``StreamExt::next()``: ``Next { stream: &mut St }``; ``collect()``: ``Collect { stream: St, .. }``."""
+    """``StreamExt::next()``: ``Next { stream: &mut St }`` (async-std's ``NextFuture``);
+    ``collect()``: ``Collect { stream: St, .. }``."""
     f = _field(r, type_name, "stream")
     if f is None:
         return None
-    crate = "tokio_stream" if type_name.startswith("tokio_stream::") else "futures::stream"
-    label = f"{crate}::next" if "::next::Next<" in type_name else f"{crate}::collect"
-    node = Node("combinator", label, addr, type_name)
+    crate = next((c for p, c in _STREAM_CRATES if type_name.startswith(p)), "futures::stream")
+    label = f"{crate}::next" if "::next::Next" in type_name else f"{crate}::collect"
+    return _stream_child(r, Node("combinator", label, addr, type_name), addr, f, depth, seen)
+
+
+_STREAM_CRATES = (("tokio_stream::", "tokio_stream"), ("async_std::", "async_std::stream"))
+_DYN_STREAM = "(dyn futures_core::stream::Stream<"
+
+
+def stream_field(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """A future or stream that polls the stream it holds in a field named ``stream`` and
+    holds no future of its own: futures' ``TryForEach``, ``ForEach``, ``Forward`` (a receiver
+    forwarded into a sink), its stream ``Map`` and ``Fuse``: what it waits on is that stream's
+    (a channel end, a socket: tokio-tungstenite's server example selects on both). Or a
+    stream whose one field is a boxed ``dyn Stream`` (async-std's ``Incoming``, around
+    async-io's ``unfold`` of ``accept``): followed through its vtable's ``poll_next``."""
+    t = r.type(type_name)
+    if t is None or t.kind != "struct" or type_name.startswith(_NOT_WRAPPERS) or \
+            any(_futurish(r, g.type_name) for g in t.fields):
+        return None
+    found = _find_field(r, type_name, "stream", max_depth=2)  # futures' Forward: in its `inner`
+    f = Field("stream", found[0], 0, found[1]) if found is not None else None
+    if f is None and len(t.fields) == 1 and _DYN_STREAM in t.fields[0].type_name \
+            and t.fields[0].type_name.startswith(("core::pin::Pin<alloc::boxed::Box<", "alloc::boxed::Box<")):
+        f = t.fields[0]
+    if f is None:
+        return None
+    return _stream_child(r, Node("combinator", _short(type_name), addr, type_name), addr, f, depth, seen)
+
+
+def _stream_child(r: Reflector, node: Node, addr: int, f, depth: int, seen: frozenset) -> Node:  # type: ignore[no-untyped-def]
     t = r.type(f.type_name)
     if t is not None and t.kind == "pointer":
         p = r.mem.word(addr + f.offset)
         if p is None:
-            return missing_or_unreadable(r, addr, type_name, label)
+            return missing_or_unreadable(r, addr, node.type_name, node.label)
         node.children.append(r.child(p, t.pointee or "", depth, seen))
     else:
         node.children.append(r.child(addr + f.offset, f.type_name, depth, seen))
@@ -938,21 +972,10 @@ def unwrap(r: Reflector, addr: int, type_name: str) -> tuple[int, str]:
 
 
 def _futurish(r: Reflector, type_name: str) -> bool:
-    cache = getattr(r.inv, "_reflect_futurish", None)
-    if cache is None:  # per program (its types), like walker's parents index
-        cache = {}
-        try:
-            r.inv._reflect_futurish = cache  # type: ignore[attr-defined]
-        except AttributeError:
-            cache = r.__dict__.setdefault("_futurish", cache)
-    got = cache.get(type_name)
-    if got is None:
-        cache[type_name] = False  # a recursive type: not by way of itself
-        got = cache[type_name] = _is_futurish(r, type_name, cache)
-    return got
+    return type_fact(r, "_reflect_futurish", type_name, lambda: _is_futurish(r, type_name))
 
 
-def _is_futurish(r: Reflector, type_name: str, cache: dict[str, bool]) -> bool:
+def _is_futurish(r: Reflector, type_name: str) -> bool:
     if type_name in r.inv.layouts:
         return True
     if any(type_name.startswith(prefix) for prefix, _ in DESCRIBERS if prefix) or type_name.startswith(FUTURE_OBJECTS):
@@ -1033,6 +1056,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("tokio::task::yield_now::", yield_now),  # the YieldNow struct local to yield_now's body
     ("tokio::runtime::io::scheduled_io::Readiness", readiness),
     ("tokio_stream::stream_ext::next::Next<", stream_next),
+    ("async_std::stream::stream::next::NextFuture<", stream_next),
     ("tokio_stream::stream_map::StreamMap<", stream_map),
     ("tokio::sync::broadcast::Recv<", broadcast_recv),
     ("tokio::runtime::blocking::task::BlockingTask<", blocking_task),
@@ -1048,5 +1072,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("async_lock::rwlock::futures::Write<", _by_ref("lock", "async_lock::RwLock::write", "RwLock")),
     ("", io_borrow),  # a leaf future borrowing an I/O handle (tokio's io::util futures)
     ("", objects),  # channel ends met as leaves (not futures: not in _is_futurish)
+    ("", stream_field),  # a future or stream polling the stream in its `stream` field
+    ("", io_leaf),  # a leaf polling an I/O handle it holds: the driver entry's wakers
     ("", wrapper),  # last: any one-field wrapper future
 ]

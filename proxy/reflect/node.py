@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -72,14 +73,31 @@ def _short(type_name: str) -> str:
     """Drop generic arguments for display: ``tokio::time::sleep::Sleep``."""
     depth = 0
     out = []
-    for ch in type_name:
+    for i, ch in enumerate(type_name):
         if ch == "<":
             depth += 1
-        elif ch == ">":
+        elif ch == ">" and type_name[i - 1:i] != "-":  # `fn(A) -> B` among the arguments
             depth -= 1
         elif depth == 0:
             out.append(ch)
     return "".join(out) or type_name
+
+
+def type_fact(r: Reflector, memo: str, type_name: str, compute: Callable[[], bool]) -> bool:
+    """A yes/no fact about a type of the program, computed once (kept on the inventory under
+    ``memo``: its types are the program's); a recursive type is False by way of itself."""
+    cache = getattr(r.inv, memo, None)
+    if cache is None:
+        cache = {}
+        try:
+            setattr(r.inv, memo, cache)
+        except AttributeError:
+            cache = r.__dict__.setdefault(memo, cache)
+    got = cache.get(type_name)
+    if got is None:
+        cache[type_name] = False
+        got = cache[type_name] = compute()
+    return got  # type: ignore[no-any-return]
 
 
 def unreadable(addr: int, type_name: str, why: str) -> Node:

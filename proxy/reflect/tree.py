@@ -112,13 +112,17 @@ def norm(path: str) -> str:
     return s
 
 
-def running_from_frames(thread: int, frames: list[Frame], addr: int | None = None) -> Running | None:
-    """The async frames at a pc (innermost first, from ``pc_to_frames``)."""
+def running_from_frames(thread: int, frames: list[Frame], addr: int | None = None,
+                        coroutines: list[bool] | None = None) -> Running | None:
+    """The async frames at a pc (innermost first, from ``pc_to_frames``). ``coroutines``: which
+    frames are coroutines, when the inventory says (``coroutine_frames``); else a closure's
+    name is taken for one."""
     chain: list[str] = []
     fns: list[str] = []
     loc = None
     for i, f in enumerate(frames):
-        if "{" not in f.function or " as " in f.function:  # not a closure/coroutine
+        sync = coroutines is not None and i < len(coroutines) and not coroutines[i]
+        if "{" not in f.function or " as " in f.function or sync:  # not a coroutine
             if chain:
                 break
             continue
@@ -131,6 +135,29 @@ def running_from_frames(thread: int, frames: list[Frame], addr: int | None = Non
     if not chain:
         return None
     return Running(thread, tuple(reversed(chain)), loc, addr, tuple(reversed(fns)))
+
+
+def coroutine_frames(frames: list[Frame], in_resume: bool, inlined_here: list[str]) -> list[bool]:
+    """Which of the frames at a pc (innermost first) are coroutines: the physical one when the
+    pc is in a resume function, an inlined one when an inlined coroutine of its fn holds the pc
+    (``inlined_here``: their names; matched from the outermost frame in, a closure polled by a
+    coroutine being inside it). Names cannot say: a legacy symbol names a closure inside an
+    async fn ``f::{{closure}}::{{closure}}``, as it names an async block there. A plain closure
+    is a sync function: tokio-tungstenite's server stopped in its `try_for_each` closure (at
+    52), called from handle_connection's select at 69, showed handle_connection at 52."""
+    out = [False] * len(frames)
+    left = [norm(n) for n in inlined_here]
+    for i in reversed(range(len(frames))):
+        f = frames[i]
+        if not f.inlined:
+            out[i] = in_resume
+            continue
+        own = norm(f.function)
+        hit = next((k for k, n in enumerate(left) if same_fn(n, own)), None)
+        if hit is not None and "{" in f.function:
+            out[i] = True
+            del left[hit]
+    return out
 
 
 def _fn(run: Running, i: int) -> str:

@@ -14,9 +14,9 @@ from dataclasses import replace
 from typing import Any
 
 from proxy.analysis.model import Frame as SrcFrame
-from proxy.analysis.model import Inventory, SourceLoc
-from proxy.reflect.tree import (Root, _first_coroutine_below, ident, is_coroutine, mark_running, norm, overlay_matches,
-                                running_from_frames)
+from proxy.analysis.model import Era, Inventory, SourceLoc
+from proxy.reflect.tree import (Root, _first_coroutine_below, coroutine_frames, ident, is_coroutine, mark_running, norm,
+                                overlay_matches, running_from_frames)
 from proxy.reflect.walker import Node, Reflector
 
 from .inputs import BuildState, Key
@@ -351,7 +351,9 @@ class Merge(BuildState):
         for tid, pc in pcs.items():
             if pc <= self.inp.bias:
                 continue
-            run = running_from_frames(tid, self._frames(pc - self.inp.bias), None)
+            link = pc - self.inp.bias
+            frames = self._frames(link)
+            run = running_from_frames(tid, frames, None, self._coroutine_frames(link, frames))
             if run is None:
                 # the thread is in a sync function (a breakpoint in it): what runs is at the call
                 # in the innermost resume frame, with the coroutines inlined there (release:
@@ -363,6 +365,13 @@ class Merge(BuildState):
             if run is not None:
                 out.append((tid, run))
         return out
+
+    def _coroutine_frames(self, link: int, frames: list[SrcFrame]) -> list[bool] | None:
+        """Which frames at a pc are coroutines, by the inventory (``tree.coroutine_frames``)."""
+        if self.inv is None or not self.inv.resume_fns or _genfuture_era(self.inv):
+            return None  # nothing known, or rustc 1.63's (its generator's own fn is no resume fn): by name
+        here = [c.name for c in self.inv.inlined if any(lo <= link < hi for lo, hi in c.ranges)]
+        return coroutine_frames(frames, self.inv.resume_fn_at(link) is not None, here)
 
     def _innermost_running(self, trees: list[tuple[Root, Node]], tid: int) -> Node | None:
         chain = [k for k in self.chains.get(tid, []) if k is not None]
@@ -485,3 +494,14 @@ def lift(r: Reflector, addr: int, type_name: str, max_hops: int = 16) -> tuple[i
         hops += 1
     return addr, type_name, hops
 
+
+def _genfuture_era(inv: Inventory) -> bool:
+    """rustc 1.63's program: its resume functions are GenFuture's polls (once per inventory)."""
+    got = getattr(inv, "_genfuture_era", None)
+    if got is None:
+        got = any(f.era is Era.GENFUTURE for f in inv.resume_fns)
+        try:
+            inv._genfuture_era = got  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+    return got  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 from proxy.analysis.model import Inventory, Layout, SourceLoc
@@ -33,14 +34,24 @@ _CLOSURE = re.compile(r"::\{\{closure\}\}|::\{closure#\d+\}")
 @lru_cache(maxsize=1 << 14)  # a few layouts named once each, not once per coroutine
 def display_name(name: str, line: int | None = None) -> str:
     """A state-machine type or a resume function's name -> the display name."""
+    return _display(name, line, display_name)
+
+
+def _display(name: str, line: int | None, arg_name: Callable[[str], str]) -> str:
+    """The display name; ``arg_name`` names each generic argument of the coroutine's own
+    segment (coroutines there are named the same way: ``spawn_and_log_error::{async_block@180}
+    <app::connection_loop>``). Only a segment outside ``<..>`` is the coroutine's own: a
+    coroutine type among the generic arguments is another (async-std's
+    ``spawn_and_log_error::{async_block_env#0}<app::connection_loop::{async_fn_env#0}>``)."""
     if name.startswith("core::future::from_generator::GenFuture<") and name.endswith(">"):
         name = name[len("core::future::from_generator::GenFuture<"):-1]  # rustc 1.63's wrapper
-    m = None
-    for m in _ENV.finditer(name):
-        pass
-    if m is None:
+    m = _own_env(name)
+    if m is None:  # a wrapper type: the coroutines among its arguments (SupportTaskLocals<F>)
+        i = name.find("<")
+        if i > 0 and _closes_at_end(name, i) and _ENV.search(name, i):
+            return _CLOSURE.sub("", name[:i]) + _display_args(name[i:], arg_name)
         return _CLOSURE.sub("", name)
-    head, generics = name[:m.start()], name[m.end():]
+    head, generics = name[:m.start()], _display_args(name[m.end():], arg_name)
     head = re.sub(r"::\{async_fn#\d+\}", "", head)
     if m.group(1) == "async_fn":
         return head + generics
@@ -48,9 +59,62 @@ def display_name(name: str, line: int | None = None) -> str:
     return f"{head}::{{{m.group(1)}{where}}}{generics}"
 
 
+def _own_env(name: str) -> re.Match[str] | None:
+    """The coroutine's own segment: the last one outside ``<..>``."""
+    m = None
+    for found in _ENV.finditer(name):
+        if _depth(name, found.start()) == 0:
+            m = found
+    return m
+
+
+def _depth(name: str, end: int) -> int:
+    """How many ``<`` of a type name are open at ``end`` (``->`` is no bracket)."""
+    depth = 0
+    for i in range(end):
+        c = name[i]
+        if c == "<":
+            depth += 1
+        elif c == ">" and (i == 0 or name[i - 1] != "-"):
+            depth -= 1
+    return depth
+
+
+def _closes_at_end(name: str, i: int) -> bool:
+    """The ``<`` at ``i`` is closed by the name's last character."""
+    depth = 0
+    for j in range(i, len(name)):
+        if name[j] == "<":
+            depth += 1
+        elif name[j] == ">" and name[j - 1] != "-":
+            depth -= 1
+            if depth == 0:
+                return j == len(name) - 1
+    return False
+
+
+def _display_args(generics: str, arg_name: Callable[[str], str]) -> str:
+    """``<A, B>`` (what follows a coroutine's segment) with each argument that names a
+    coroutine named by ``arg_name``; anything else as it is."""
+    if not (generics.startswith("<") and generics.endswith(">")) or not _ENV.search(generics):
+        return generics
+    args, depth, start = [], 0, 1
+    for i, c in enumerate(generics[1:-1], 1):
+        if c == "<":
+            depth += 1
+        elif c == ">" and generics[i - 1] != "-":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(generics[start:i].strip())
+            start = i + 1
+    args.append(generics[start:-1].strip())
+    return "<" + ", ".join(arg_name(a) if _ENV.search(a) else a for a in args) + ">"
+
+
 def layout_name(inv: Inventory | None, layout: str) -> str:
     lay = inv.layouts.get(layout) if inv is not None else None
-    return display_name(_outer_blocks(inv, layout), _start_line(lay))
+    return _display(_outer_blocks(inv, layout), _start_line(lay),
+                    (lambda arg: layout_name(inv, arg)) if inv is not None else display_name)
 
 
 _OUTER_BLOCK = re.compile(r"::\{async_block#(\d+)\}(?=::)")
@@ -74,7 +138,10 @@ def _outer_blocks(inv: Inventory | None, layout: str) -> str:
 
 
 def _start_line(lay: Layout | None) -> int | None:
-    if lay is None or "async_fn" in lay.type_name.rsplit("::", 1)[-1]:
+    if lay is None:
+        return None
+    own = _own_env(lay.type_name)  # an async fn is named by its path, with no line
+    if own is not None and own.group(1) == "async_fn":
         return None
     first = lay.state(0)
     return first.loc.line if first is not None and first.loc is not None else None

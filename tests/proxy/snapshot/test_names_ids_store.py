@@ -23,6 +23,27 @@ def test_one_name_whatever_names_the_coroutine() -> None:
     assert display_name("app::gen::{async_fn_env#0}<u64>") == "app::gen<u64>"  # generics tell instances apart
 
 
+def test_a_coroutine_among_the_generic_arguments_is_another_one() -> None:
+    """Only a segment outside ``<..>`` is the coroutine's own; a coroutine type among its
+    generic arguments is named the same way (async-std's a-chat: a block of a generic fn
+    spawned with an async fn's future, or with another fn's block, was shown as
+    ``spawn_and_log_error::{async_block_env#0}<app::connection_loop>`` and
+    ``spawn_and_log_error::{async_block_env#0}<app::broker_loop::{async_block@180}>``, the
+    outer block's line given to the inner one)."""
+    outer = "app::spawn_and_log_error::{async_block_env#0}"
+    assert display_name(f"{outer}<app::connection_loop::{{async_fn_env#0}}>", 180) == \
+        "app::spawn_and_log_error::{async_block@180}<app::connection_loop>"
+    assert display_name(f"{outer}<app::broker_loop::{{async_fn#0}}::{{async_block_env#0}}>", 180) == \
+        "app::spawn_and_log_error::{async_block@180}<app::broker_loop::{async_block#0}>"
+    # a wrapper type around one: async-std's block_on of accept_loop, under async-executor's run
+    assert display_name("ex::run::{async_fn_env#0}<(), a::SupportTaskLocals<app::accept_loop::{async_fn_env#0}<&str>>>") \
+        == "ex::run<(), a::SupportTaskLocals<app::accept_loop<&str>>>"
+    assert display_name("a::W<T>::f<app::x::{async_fn_env#0}>") == "a::W<T>::f<app::x::{async_fn_env#0}>"  # not one group
+    # tokio-tungstenite: a closure of an async fn among the arguments, `->` no bracket
+    assert display_name("t::server_handshake::{async_fn_env#0}<t::NoCallback, t::accept::{async_fn#0}::"
+                        "{closure_env#0}<S>, fn() -> u8>") == "t::server_handshake<t::NoCallback, t::accept::{closure_env#0}<S>, fn() -> u8>"
+
+
 def _inv(tmp: Path) -> Inventory:
     src = tmp / "main.rs"
     src.write_text("async fn sel() {\n    let x = 1;\n    tokio::select! {\n        a = f() => a,\n    }\n}\n")
@@ -95,6 +116,14 @@ def test_a_block_inside_a_block_names_the_outer_one_by_its_line_too(tmp_path: Pa
     assert layout_name(inv, "app::main::{async_block_env#0}") == "app::main::{async_block@33}"
     assert layout_name(inv, "app::main::{async_block#0}::{async_block_env#1}") == \
         "app::main::{async_block@33}::{async_block@60}"
+    # a block among the generic arguments: by its own line too
+    wrap = "app::wrap::{async_block_env#0}<app::main::{async_block#0}::{async_block_env#1}>"
+    inv.layouts[wrap] = Layout(wrap, 16, 8, 1, (State(0, "Unresumed", SourceLoc("main.rs", 180)),))
+    fn_arg = "app::wrap::{async_block_env#0}<app::conn::{async_fn_env#0}>"  # not an async fn: a block
+    inv.layouts[fn_arg] = Layout(fn_arg, 16, 8, 1, (State(0, "Unresumed", SourceLoc("main.rs", 180)),))
+    assert layout_name(inv, fn_arg) == "app::wrap::{async_block@180}<app::conn>"
+    assert layout_name(inv, "app::wrap::{async_block_env#0}<app::main::{async_block#0}::{async_block_env#1}>") == \
+        "app::wrap::{async_block@180}<app::main::{async_block@33}::{async_block@60}>"
     # the outer layout unknown: its number stays
     assert layout_name(inv, "app::other::{async_block#2}::{async_block_env#3}") == "app::other::{async_block#2}::{async_block#3}"
 

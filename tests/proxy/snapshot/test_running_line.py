@@ -93,3 +93,59 @@ def test_a_frame_named_by_its_symbol_is_the_coroutine_named_by_its_impl_block() 
     assert ws.loc == SourceLoc("/src/chat.rs", 82) and ws.status == "running"
     assert same_fn("a::{impl#3}::f", "a::T<U::V>::f") and not same_fn("a::{impl#3}::f", "a::T::g")
     assert not same_fn("a::{impl#3}::f", "a::f")
+
+
+def test_a_closure_inside_a_coroutine_is_a_sync_function() -> None:
+    """tokio-tungstenite's server stopped in its `try_for_each` closure, called inside
+    handle_connection's `future::select(..).await` at server.rs:69. The closure's symbol,
+    `handle_connection::{{closure}}::{{closure}}`, reads like an async block of
+    handle_connection; it is no resume function (the inventory's), so it is a sync function:
+    handle_connection runs at 69, its call (the closure's line 52 was shown as its line).
+    Release: the closure inlined (named by its symbol all the same) into TryForEach's poll,
+    out of line (no resume function), or into the resume function: at 69 too. A coroutine
+    inlined there (the inventory's `inlined`) stays one."""
+    from proxy.analysis.model import CoroutineKind, Era, ResumeFn
+
+    src, env = "/src/server.rs", "t::handle_connection::{async_fn_env#0}"
+    resume = ResumeFn(0x5000, 0x6000, "", "t::handle_connection::{async_fn#0}", "t::handle_connection",
+                      CoroutineKind.ASYNC_FN, Era.MODERN, SourceLoc(src, 37), ())
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0, resume_fns=[resume])
+    at69 = Frame("t::handle_connection::{{closure}}", SourceLoc(src, 69))
+    frames = {0x9000: [Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 52))],
+              0x5123: [at69],
+              0x5200: [Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 52), inlined=True),
+                       Frame("<futures_util::TryForEach<S, F> as core::future::Future>::poll",
+                             SourceLoc("/futures/try_for_each.rs", 80), inlined=True), at69],
+              0x9100: [Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 52), inlined=True),
+                       Frame("<futures_util::TryForEach<S, F> as core::future::Future>::poll",
+                             SourceLoc("/futures/try_for_each.rs", 61))]}
+    key = (0x7000, env)
+    for pc in (0x9000, 0x5200, 0x9100):
+        m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: pc}, frames_at=lambda p: frames.get(p, [])), None)
+        m.chains = {7: [key]}
+        m.chain_pcs = {key: 0x5123}
+        ((tid, run),) = m._runs_at_pcs()
+        assert tid == 7 and run.chain == ("t::handle_connection",) and run.loc == SourceLoc(src, 69), (hex(pc), run)
+
+    from proxy.reflect.tree import coroutine_frames
+
+    inner = Frame("t::handle_connection::{{closure}}::{{closure}}", SourceLoc(src, 58), inlined=True)
+    assert coroutine_frames([inner, at69], True, ["t::handle_connection::{async_fn#0}::{async_block#0}"]) == [True, True]
+    assert coroutine_frames([inner, at69], True, []) == [False, True]
+
+
+def test_rustc_1_63s_generator_is_named_not_known_as_a_resume_function() -> None:
+    """rustc 1.63: the resume functions are GenFuture's polls; the generator's own closure (the
+    pc's function, tokio_app's `c` after its sleep) is no resume function yet is the coroutine:
+    by name, as before (the old-debug tokio_app's `bt` showed c at its `.await`, not at 34)."""
+    from proxy.analysis.model import CoroutineKind, Era, ResumeFn
+
+    src, env = "/src/tokio_app.rs", "tokio_app::c::{async_fn_env#0}"
+    gen = ResumeFn(0x5000, 0x5100, "", "core::future::from_generator::GenFuture<T>::poll", "tokio_app::c",
+                   CoroutineKind.ASYNC_FN, Era.GENFUTURE, SourceLoc(src, 31), ())
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0, resume_fns=[gen])
+    frames = {0x9000: [Frame("tokio_app::c::{{closure}}", SourceLoc(src, 34))]}
+    m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: 0x9000}, frames_at=lambda p: frames.get(p, [])), None)
+    m.chains = {7: [(0x7000, env)]}
+    ((tid, run),) = m._runs_at_pcs()
+    assert run.chain == ("tokio_app::c",) and run.loc == SourceLoc(src, 34)
