@@ -182,11 +182,6 @@ def _at_most(rest: list[str], n: int, usage: str) -> None:
         raise MonitorError(f"too many arguments; usage: {usage}")
 
 
-def _at_most(rest: list[str], n: int, usage: str) -> None:
-    if len(rest) > n:
-        raise MonitorError(f"too many arguments; usage: {usage}")
-
-
 def _locate(snap: Snapshot, args: tuple[str, ...], usage: str):  # type: ignore[no-untyped-def]
     if len(args) != 1:
         raise MonitorError(f"usage: {usage}")

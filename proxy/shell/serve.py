@@ -11,7 +11,7 @@ from typing import TextIO
 import trio
 
 from proxy.session.core import Session
-from proxy.shell.listen import ServeError, listen_socket, parse_listen
+from proxy.shell.listen import ServeError, listen_socket
 from proxy.shell.keeper import Keeper
 from proxy.shell.link import Link, PacketLog
 from proxy.shell.upstream import UpstreamError, UpstreamSpec, connect

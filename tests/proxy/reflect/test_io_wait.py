@@ -1,4 +1,4 @@
-"""What a leaf that polls an I/O handle itself waits for (proxy/reflect/io_wait.py), and the
+"""What a leaf that polls an I/O handle itself waits for (proxy/reflect/describers.py, its I/O section), and the
 streams a future polls (describers.stream_field / stream_next), on the compiler's own types
 of two programs nobody on the project wrote (the gauntlet's debug builds: async-std's a-chat
 and tokio-tungstenite's WebSocket server), over synthetic memory (sans-IO).
