@@ -24,11 +24,12 @@ class Progress:
 
     NONE: Progress
 
-    def __init__(self, stream: TextIO | None, what: str, *, delay: float = 0.5, interval: float = 0.1,
+    def __init__(self, stream: TextIO | None, what: str, *, delay: float | None = None, interval: float = 0.1,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._stream = stream if stream is not None and _is_tty(stream) else None
         self._what = what
-        self._delay, self._interval, self._clock = delay, interval, clock
+        self._delay = delay if delay is not None else _default_delay()
+        self._interval, self._clock = interval, clock
         self._start = clock()
         self._last = float("-inf")
         self._shown = 0  # the length of the line on the terminal (0: nothing shown)
@@ -77,6 +78,15 @@ def _is_tty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError, OSError):
         return False
+
+
+def _default_delay() -> float:
+    """Seconds of work before the line shows: 0.5, or ``ASYNCRSP_PROGRESS_DELAY`` (the
+    integration tests set 0: how long a cold analysis takes depends on the CPU)."""
+    try:
+        return max(0.0, float(os.environ.get("ASYNCRSP_PROGRESS_DELAY", "0.5")))
+    except ValueError:
+        return 0.5
 
 
 Progress.NONE = Progress(None, "")

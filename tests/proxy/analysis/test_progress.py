@@ -54,3 +54,16 @@ def test_not_a_terminal_or_short_work_shows_nothing() -> None:
     assert tty.getvalue() == ""
     Progress.NONE.step("anything", 1, 2)
     Progress.NONE.done()
+
+
+def test_the_delay_comes_from_the_environment_when_not_given(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """ASYNCRSP_PROGRESS_DELAY (seconds; the integration tests set 0); unreadable: 0.5."""
+    for value, shown_at_once in (("0", True), ("2", False), ("soon", False)):
+        monkeypatch.setenv("ASYNCRSP_PROGRESS_DELAY", value)
+        out, clock = Tty(), Clock()
+        p = Progress(out, "asyncrsp: analysing app", clock=clock)
+        p.step("DWARF units", 1, 10)
+        assert (out.getvalue() != "") is shown_at_once, value
+        clock.now += 0.6
+        p.step("DWARF units", 2, 10)
+        assert (out.getvalue() != "") is (value != "2"), value  # 0.5 s when unreadable
