@@ -22,6 +22,15 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
     waits = "readiness"                           # what its leaf waits on (words of `waits`)
     frames = ["tokio_echo_tcp::main"]             # coroutines of its tree (optional), outermost first
 
+    [[state.task]]                                # a task whose tree holds several leaves (a join
+    name = "app::main"                            # of two loops): each one named by its line
+    [[state.task.leaf]]                           # instead of `at`; the task's leaves are these
+    at = "a.accept().await"                       # lines, no more, no fewer (in any order)
+    waits = "waits for READABLE"                  # what this leaf waits on (below it in the tree)
+    name = "app::main::{async_block@36}"          # the leaf's coroutine (optional)
+    [[state.task.leaf]]
+    at = "b.accept().await"
+
     [[stall]]                                     # an upstream that never answers (a proxy's)
     port = 3000                                   # listens; the kernel takes connections, no one reads
 
@@ -30,8 +39,12 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
     clients = [{kind = "line", send = ["GET foo"]}]
     bt = [{name = "...", at = "..."}, ...]        # the logical backtrace, innermost first
 
-Items: each expected task (times its count) is one item per view (tasks, tree, JSON,
-waits when it says what it waits on), each state adds one for `deadlocks` (the truth
+A task's leaves are the coroutines of the program's source in its tree with no other such
+coroutine below them (finished branches aside): one for a chain of awaits, one per pending
+branch of a `join` or `select!` of the program's own futures.
+
+Items: each expected task (times its count) is one item per view (tasks, JSON; tree: one
+per leaf, and one per leaf that says what it waits on, found below that leaf), each state adds one for `deadlocks` (the truth
 says which cycles there are: none unless `cycles` is given), each backtrace frame one,
 each task's id one at the second stop.
 """
@@ -59,12 +72,29 @@ class Place:
 
 
 @dataclass(frozen=True, slots=True)
+class Leaf:
+    """A coroutine of the program's source with no other below it in the task's tree."""
+
+    at: Place
+    waits: str | None = None  # words of what it waits on, below it in the tree
+    name: str | None = None  # its coroutine's name, when the table says
+
+
+@dataclass(frozen=True, slots=True)
 class TaskTruth:
     name: str
-    at: Place
+    leaves: tuple[Leaf, ...]
     count: int = 1
-    waits: str | None = None
     frames: tuple[Place | str, ...] = ()
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        """The leaves' lines, sorted: what a live task's leaves must be."""
+        return tuple(sorted(leaf.at.line for leaf in self.leaves))
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{'+'.join(map(str, self.lines))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +164,24 @@ def _client(raw: dict) -> Client:  # type: ignore[type-arg]
                   tuple(raw.get("headers", ())))
 
 
+def _leaf(source: Path, raw: dict) -> Leaf:  # type: ignore[type-arg]
+    return Leaf(place(source, raw["at"], raw.get("line")), raw.get("waits"), raw.get("name"))
+
+
 def _task(source: Path, raw: dict) -> TaskTruth:  # type: ignore[type-arg]
     frames: list[Place | str] = []
     for f in raw.get("frames", ()):
         frames.append(f if isinstance(f, str) else place(source, f["at"], f.get("line")))
-    return TaskTruth(raw["name"], place(source, raw["at"], raw.get("line")), raw.get("count", 1),
-                     raw.get("waits"), tuple(frames))
+    if ("at" in raw) == ("leaf" in raw):
+        raise TruthError(f"task {raw['name']!r}: give its one leaf's `at` or several [[state.task.leaf]], not "
+                         + ("both" if "at" in raw else "neither"))
+    if "leaf" in raw:
+        leaves = tuple(_leaf(source, x) for x in raw["leaf"])
+        if len(leaves) < 2:
+            raise TruthError(f"task {raw['name']!r}: one [[state.task.leaf]]: give it as the task's `at`")
+    else:
+        leaves = (Leaf(place(source, raw["at"], raw.get("line")), raw.get("waits")),)
+    return TaskTruth(raw["name"], leaves, raw.get("count", 1), tuple(frames))
 
 
 def _frame(source: Path, raw: dict) -> Frame:  # type: ignore[type-arg]

@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from integration.realworld.truth import Frame, Place, State, TaskTruth
+from integration.realworld.truth import Frame, Leaf, Place, State, TaskTruth
 
 VIEWS = ("tasks", "tree", "waits", "deadlocks")
 
@@ -62,22 +62,52 @@ def _in_source(node: dict, source: str) -> bool:  # type: ignore[type-arg]
     return bool(st.get("file")) and st["file"].endswith("/" + source)
 
 
-def innermost_line(task: dict, source: str) -> int | None:  # type: ignore[type-arg]
-    """The line of the deepest coroutine of the program's own source in a task's tree."""
-    best: tuple[int, int] | None = None
-    for depth, node in _coroutines(task["tree"]):
-        if _in_source(node, source) and (best is None or depth >= best[0]):
-            best = (depth, node["state"]["line"])
-    return None if best is None else best[1]
+def leaves(task: dict, source: str) -> list[dict]:  # type: ignore[type-arg]
+    """The task's leaves: the coroutines of the program's source in its tree with no other
+    such coroutine below them (a finished branch of a combinator is none), in tree order."""
+    out: list[dict] = []  # type: ignore[type-arg]
+
+    def walk(node: dict) -> bool:  # type: ignore[type-arg]
+        below = False
+        for c in node.get("children", ()):
+            below = walk(c) or below
+        if below:
+            return True
+        if node.get("kind") == "coroutine" and _in_source(node, source) \
+                and (node.get("state") or {}).get("kind") != "finished":
+            out.append(node)
+            return True
+        return False
+
+    walk(task["tree"])
+    return out
 
 
 def matches(doc: dict, truth: TaskTruth, source: str) -> list[dict]:  # type: ignore[type-arg]
     """The live tasks of the document that are this truth's task: a coroutine of its name in
     its tree (the root, or one a library's root polls: axum's upgrade, smol's block_on), and
-    its innermost coroutine of the program's source at the truth's line."""
+    its leaves (coroutines of the program's source) at the truth's lines, no more, no fewer."""
     live = [t for t in doc.get("tasks", ()) if (t.get("state") or {}).get("kind") != "finished"]
     return [t for t in live if any(n["name"] == truth.name for _, n in _coroutines(t["tree"]))
-            and innermost_line(t, source) == truth.at.line]
+            and _leaves_are(leaves(t, source), truth)]
+
+
+def _leaves_are(nodes: list[dict], truth: TaskTruth) -> bool:  # type: ignore[type-arg]
+    """The task's leaves are the truth's: the same lines, and a leaf the truth names by its
+    coroutine has that name."""
+    if tuple(sorted(n["state"].get("line") or 0 for n in nodes)) != truth.lines:
+        return False
+    return all(any(n["state"]["line"] == leaf.at.line and n["name"] == leaf.name for n in nodes)
+               for leaf in truth.leaves if leaf.name is not None)
+
+
+def subtree(lines: list[str], i: int) -> str:
+    """Line ``i`` of a `tree` block and every line drawn below it (deeper than it)."""
+    depth = lines[i].find("╼")
+    end = i + 1
+    while end < len(lines) and lines[end].find("╼") > depth:
+        end += 1
+    return "\n".join(lines[i:end])
 
 
 def _frames_ok(task: dict, frames: tuple[Place | str, ...], source: str) -> list[str]:  # type: ignore[type-arg]
@@ -93,24 +123,47 @@ def _frames_ok(task: dict, frames: tuple[Place | str, ...], source: str) -> list
     return missing
 
 
+def _leaf_line(block: str, leaf: Leaf, source: str) -> str:
+    """The tree line of the leaf and the lines below it: the first line at the leaf's place
+    (`SOURCE:LINE` at its end, or before its own detail) with the leaf's name if given."""
+    where = re.compile(rf"(?:^|[/ ]){re.escape(source)}:{leaf.at.line}(?!\d)")
+    lines = block.splitlines()
+    for i, ln in enumerate(lines):
+        if where.search(ln) and (leaf.name is None or f"{leaf.name} at " in ln):
+            return subtree(lines, i)
+    return ""
+
+
+def _places(truth: TaskTruth, source: str) -> str:
+    """The task's leaves for a report: `main.rs:7 (text)`, or `main.rs:3, 6` for several."""
+    if len(truth.leaves) == 1:
+        return f"{source}:{truth.leaves[0].at.line} ({truth.leaves[0].at.text})"
+    return f"{source}:{', '.join(str(leaf.at.line) for leaf in truth.leaves)}"
+
+
 def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str, list[int]]]:
     """A state's items at one stop; returns the ids matched per truth task (for the next stop)."""
     items = Items()
     ids: dict[str, list[int]] = {}
     for truth in state.tasks:
         found = matches(stop.doc, truth, source)
-        ids[f"{truth.name}@{truth.at.line}"] = [t["id"] for t in found]
+        ids[truth.key] = [t["id"] for t in found]
         for k in range(truth.count):
             t = found[k] if k < len(found) else None
-            what = f"{state.name}: {truth.name} at {source}:{truth.at.line} ({truth.at.text})"
+            what = f"{state.name}: {truth.name} at {_places(truth, source)}"
             items.add(t is not None, f"json: no live task {what}")
             label = t["label"] if t else "#?"
             row = stop.task_row(label) if t else ""
             items.add(bool(row) and truth.name in row, f"tasks: no row {label} for {what}")
             block = stop.tree_block(label) if t else ""
-            items.add(f"{source}:{truth.at.line}" in block and truth.name in block, f"tree: {what} not in {label}'s tree")
-            if truth.waits is not None:
-                items.add(t is not None and truth.waits in block, f"tree: {label} of {what} waits on no {truth.waits!r}")
+            for leaf in truth.leaves:
+                below = _leaf_line(block, leaf, source)
+                named = f" ({leaf.name})" if leaf.name else ""
+                items.add(bool(below) and truth.name in block,
+                          f"tree: {what}: line {leaf.at.line}{named} not in {label}'s tree")
+                if leaf.waits is not None:
+                    items.add(leaf.waits in below,
+                              f"tree: {label} of {what}: nothing below line {leaf.at.line} waits on {leaf.waits!r}")
             for f in truth.frames:
                 items.add(t is not None and not _frames_ok(t, (f,), source), f"tree: {label} of {what} lacks the frame {f}")
     cycles = len(re.findall(r"^cycle:", stop.text.get("deadlocks", ""), re.M))
@@ -122,13 +175,12 @@ def check_ids(first: dict[str, list[int]], second: Stop, state: State, source: s
     """Every task matched at the first stop is there at the second with its id."""
     items = Items()
     for truth in state.tasks:
-        key = f"{truth.name}@{truth.at.line}"
         now = {t["id"] for t in matches(second.doc, truth, source)}
-        before = first.get(key, [])
+        before = first.get(truth.key, [])
         for k in range(truth.count):
             tid = before[k] if k < len(before) else None
             items.add(tid is not None and tid in now,
-                      f"ids: {truth.name} at line {truth.at.line}: #{tid} at the first stop, {sorted(now)} at the second")
+                      f"ids: {truth.name} at lines {truth.lines}: #{tid} at the first stop, {sorted(now)} at the second")
     return items
 
 

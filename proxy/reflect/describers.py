@@ -568,6 +568,27 @@ def join_all(r: Reflector, addr: int, type_name: str, depth: int, seen: frozense
     return node
 
 
+_MAYBE_DONE = re.compile(r"(?:tokio::future::maybe_done::|futures_util::future::(?:try_)?maybe_done::)(?:Try)?MaybeDone<")
+
+
+def joined(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """A struct of two or more ``MaybeDone`` slots and nothing else is a join that polls
+    every slot: futures' ``Join { Fut1: MaybeDone<Fut1>, Fut2: MaybeDone<Fut2> }`` (its
+    ``join``; ``Join3``..``Join5``, ``TryJoin*`` of ``TryMaybeDone``s), whatever library
+    joins so. One branch per slot, named by its field; a slot done is ``[completed]``.
+    Found by layout (several futures in one struct are otherwise no wrapper: a leaf)."""
+    t = r.type(type_name)
+    if t is None or t.kind != "struct" or len(t.fields) < 2 \
+            or not all(_MAYBE_DONE.match(f.type_name) for f in t.fields):
+        return None
+    node = Node("combinator", _short(type_name), addr, type_name)
+    for f in t.fields:
+        c = r.child(addr + f.offset, f.type_name, depth, seen)
+        c.branch = f.name
+        node.children.append(c)
+    return node
+
+
 def select(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
     """``Select { inner: Option<(A, B)> }``: None once it returned."""
     inner = _field(r, type_name, "inner")
@@ -1015,6 +1036,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("futures_util::future::poll_fn::PollFn<", poll_fn),
     ("tokio::future::maybe_done::MaybeDone<", maybe_done),
     ("futures_util::future::maybe_done::MaybeDone<", maybe_done),
+    ("futures_util::future::try_maybe_done::TryMaybeDone<", maybe_done),
     ("tokio::time::timeout::Timeout<", timeout),
     ("tokio::time::sleep::Sleep", sleep),
     ("tokio::runtime::task::join::JoinHandle<", join_handle),
@@ -1046,6 +1068,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("async_lock::mutex::Lock<", _by_ref("mutex", "async_lock::Mutex::lock", "Mutex", link=True)),
     ("async_lock::rwlock::futures::Read<", _by_ref("lock", "async_lock::RwLock::read", "RwLock")),
     ("async_lock::rwlock::futures::Write<", _by_ref("lock", "async_lock::RwLock::write", "RwLock")),
+    ("", joined),  # a struct of MaybeDone slots (futures' Join, Join3.., TryJoin..)
     ("", io_borrow),  # a leaf future borrowing an I/O handle (tokio's io::util futures)
     ("", objects),  # channel ends met as leaves (not futures: not in _is_futurish)
     ("", wrapper),  # last: any one-field wrapper future

@@ -4,12 +4,13 @@ an item right only when every view shows it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from integration.realworld.truth import SHARED, TRUTH_DIR, Frame, Place, State, TaskTruth, TruthError, load, place
-from integration.realworld.views import Stop, bt_frames, check_bt, check_ids, check_state
+from integration.realworld.truth import SHARED, TRUTH_DIR, Frame, Leaf, Place, State, TaskTruth, TruthError, load, place
+from integration.realworld.views import Stop, bt_frames, check_bt, check_ids, check_state, leaves, matches
 
 
 def test_a_place_is_the_one_line_holding_its_text(tmp_path: Path) -> None:
@@ -48,7 +49,7 @@ def _stop(line: int, tid: int = 1, cycles: int = 0) -> Stop:
     return Stop(text, _doc(line, tid=tid))
 
 
-STATE = State("idle", (), (TaskTruth("app::main", Place("accept().await", 7)),))
+STATE = State("idle", (), (TaskTruth("app::main", (Leaf(Place("accept().await", 7)),)),))
 
 
 def test_a_task_at_its_line_in_every_view_is_right() -> None:
@@ -103,3 +104,110 @@ def test_a_stalled_upstream_takes_connections_and_never_answers(tmp_path: Path) 
                 s.recv(1)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+JOIN_SRC = """async fn main() {
+    let a = async {
+        loop { a.accept().await; }
+    };
+    let b = async {
+        loop { b.accept().await; }
+    };
+    join(a, b).await;
+}
+"""
+
+
+def _table(tmp_path: Path, task: str) -> Path:
+    (tmp_path / SRC).write_text(JOIN_SRC)
+    t = tmp_path / "t.toml"
+    t.write_text(f'program = "p"\nsource = "{SRC}"\n[[state]]\nname = "s"\n[[state.task]]\nname = "app::main"\n{task}')
+    return t
+
+
+def test_a_task_of_several_leaves_names_each_by_its_line(tmp_path: Path) -> None:
+    """A `join` of two loops: the task's tree holds two leaves; each is a line of the source
+    (found there like any place) and says what it waits on."""
+    t = _table(tmp_path, '[[state.task.leaf]]\nat = "a.accept().await"\nwaits = "READABLE"\n'
+                         'name = "app::main::{async_block@2}"\n[[state.task.leaf]]\nat = "b.accept().await"\n')
+    task = load(t, shared=tmp_path).states[0].tasks[0]
+    assert task.leaves == (Leaf(Place("a.accept().await", 3), "READABLE", "app::main::{async_block@2}"),
+                           Leaf(Place("b.accept().await", 6)))
+    assert task.lines == (3, 6) and task.key == "app::main@3+6"
+
+
+@pytest.mark.parametrize(("task", "error"), [
+    ('at = "join(a, b).await"\n[[state.task.leaf]]\nat = "a.accept().await"\n', "not both"),
+    ('count = 1\n', "not neither"),
+    ('[[state.task.leaf]]\nat = "a.accept().await"\n', "give it as the task's `at`"),
+    ('[[state.task.leaf]]\nat = "a.accept().await"\n[[state.task.leaf]]\nat = "c.accept().await"\n', "on 0 lines"),
+])
+def test_a_task_gives_one_at_or_several_leaves(tmp_path: Path, task: str, error: str) -> None:
+    with pytest.raises(TruthError, match=re.escape(error)):
+        load(_table(tmp_path, task), shared=tmp_path)
+
+
+def _node(name: str, line: int | None, kids: list[dict], kind: str = "coroutine", state: str = "suspended",
+          detail: str = "") -> dict:  # type: ignore[type-arg]
+    st = {"kind": state, "file": f"/x/{SRC}", "line": line} if line is not None else None
+    return {"kind": kind, "name": name, "state": st, "detail": detail, "children": kids}
+
+
+def _join_stop(left_wait: str, right_wait: str, right_state: str = "suspended") -> Stop:
+    """main at its join (line 8) of block@2 at line 3 and block@5 at line 6, each awaiting an
+    accept whose Readiness says what it waits for."""
+    def branch(name: str, line: int, wait: str, state: str) -> dict:  # type: ignore[type-arg]
+        return _node(name, line, [_node("tokio::net::Accept", None, [_node("Readiness", None, [], "leaf", detail=wait)],
+                                        "future")], state=state)
+
+    tree = _node("app::main", 8, [_node("futures::Join", None, [
+        branch("app::main::{async_block@2}", 3, left_wait, "suspended"),
+        branch("app::main::{async_block@5}", 6, right_wait, right_state)], "combinator")])
+    text = ("task #1 0x1  app::main::{async_fn_env#0}  (root)\n"
+            f"╼ app::main at /x/{SRC}:8\n"
+            "└╼ futures::Join\n"
+            f"   ├╼ app::main::{{async_block@2}} at /x/{SRC}:3\n"
+            "   │  └╼ tokio::net::Accept\n"
+            f"   │     └╼ Readiness ({left_wait})\n"
+            f"   └╼ app::main::{{async_block@5}} at /x/{SRC}:6\n"
+            "      └╼ tokio::net::Accept\n"
+            f"         └╼ Readiness ({right_wait})\n")
+    doc = {"tasks": [{"id": 1, "label": "#1", "name": "app::main", "state": tree["state"], "tree": tree}]}
+    return Stop({"tasks": f"#1  0x1  suspended  /x/{SRC}:8  app::main", "tree": text,
+                 "deadlocks": "no deadlock"}, doc)
+
+
+JOIN = TaskTruth("app::main", (Leaf(Place("a.accept().await", 3), "waits for READABLE", "app::main::{async_block@2}"),
+                               Leaf(Place("b.accept().await", 6), "waits for READABLE")))
+
+
+def test_each_leaf_of_a_join_is_checked_with_what_it_waits_on() -> None:
+    items, ids = check_state(_join_stop("waits for READABLE", "waits for READABLE"), State("s", (), (JOIN,)), SRC)
+    assert (items.right, items.checked, ids) == (7, 7, {"app::main@3+6": [1]})  # json, row, 2 x (line, waits), deadlocks
+
+
+def test_a_wait_is_the_one_below_its_leaf() -> None:
+    """What one branch waits on does not stand for the other's."""
+    items, _ = check_state(_join_stop("waits for READABLE", "no waker registered"), State("s", (), (JOIN,)), SRC)
+    assert items.misses == ["tree: #1 of s: app::main at main.rs:3, 6: nothing below line 6 waits on 'waits for READABLE'"]
+
+
+def test_a_task_is_matched_by_all_its_leaves_no_more_no_fewer() -> None:
+    stop = _join_stop("waits for READABLE", "waits for READABLE")
+    one = TaskTruth("app::main", (Leaf(Place("b.accept().await", 6)),))  # the deepest, last leaf alone
+    assert matches(stop.doc, one, SRC) == []
+    misnamed = TaskTruth("app::main", (Leaf(Place("a", 3), None, "app::main::{async_block@5}"), Leaf(Place("b", 6))))
+    assert matches(stop.doc, misnamed, SRC) == []
+    assert [t["id"] for t in matches(stop.doc, JOIN, SRC)] == [1]
+    # a branch that finished is no leaf: the join waits on the other one only
+    done = _join_stop("waits for READABLE", "", right_state="finished")
+    assert [leaf["state"]["line"] for leaf in leaves(done.doc["tasks"][0], SRC)] == [3]
+    assert matches(done.doc, TaskTruth("app::main", (Leaf(Place("a", 3)),)), SRC) != []
+
+
+def test_a_leaf_line_is_not_a_prefix_of_another() -> None:
+    """main.rs:3 is not main.rs:30: a tree line's place is matched whole."""
+    stop = _join_stop("waits for READABLE", "waits for READABLE")
+    stop.text["tree"] = stop.text["tree"].replace(f"{SRC}:3\n", f"{SRC}:30\n")
+    items, _ = check_state(stop, State("s", (), (JOIN,)), SRC)
+    assert "line 3 (app::main::{async_block@2}) not in #1's tree" in items.misses[0]
