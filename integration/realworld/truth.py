@@ -21,6 +21,8 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
     line = 23
     waits = "readiness"                           # what its leaf waits on (words of `waits`)
     frames = ["tokio_echo_tcp::main"]             # coroutines of its tree (optional), outermost first
+    thread = "server"                             # the thread it lives on, by a name of the state's
+                                                  # own: tasks of one name on one thread, of two on two
 
     [[state.task]]                                # a task whose tree holds several leaves (a join
     name = "app::main"                            # of two loops): each one named by its line
@@ -44,8 +46,13 @@ coroutine below them (finished branches aside): one for a chain of awaits, one p
 branch of a `join` or `select!` of the program's own futures.
 
 Items: each expected task (times its count) is one item per view (tasks, JSON; tree: one
-per leaf, and one per leaf that says what it waits on, found below that leaf), each state adds one for `deadlocks` (the truth
-says which cycles there are: none unless `cycles` is given), each backtrace frame one,
+per leaf, and one per leaf that says what it waits on, found below that leaf); each state
+adds one for `deadlocks` (the truth says which cycles there are: none unless `cycles` is
+given) and one for the tasks the source does not make (a live task with a coroutine of the
+program's source that no truth task is: there must be none); a task that names its
+`thread` one more: the thread shown for it (running there, polled there last, found on its
+stack, local to it) is the one every task of that name shows, and no task of another name's;
+each backtrace frame one,
 each task's id one at the second stop.
 """
 
@@ -86,6 +93,7 @@ class TaskTruth:
     leaves: tuple[Leaf, ...]
     count: int = 1
     frames: tuple[Place | str, ...] = ()
+    thread: str | None = None  # a name for the thread it lives on (its runtime's, its LocalSet's)
 
     @property
     def lines(self) -> tuple[int, ...]:
@@ -105,7 +113,7 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    kind: str  # line | http | http-partial (headers cut off) | http-partial-body (body cut off) | ws
+    kind: str  # line | http | http-partial (headers cut off) | http-partial-body (body cut off) | h2 | ws
     send: tuple[str, ...] = ()
     expect: str | None = None
     path: str = "/"
@@ -158,7 +166,12 @@ def place(source: Path, text: str, line: int | None) -> Place:
     return Place(text, hits[0])
 
 
+CLIENT_KINDS = ("line", "http", "http-partial", "http-partial-body", "h2", "ws")
+
+
 def _client(raw: dict) -> Client:  # type: ignore[type-arg]
+    if raw.get("kind") not in CLIENT_KINDS:
+        raise TruthError(f"client kind {raw.get('kind')!r}: one of {', '.join(CLIENT_KINDS)}")
     return Client(raw["kind"], tuple(raw.get("send", ())), raw.get("expect"), raw.get("path", "/"),
                   raw.get("method", "GET"), raw.get("body", ""), raw.get("port"),
                   tuple(raw.get("headers", ())))
@@ -181,7 +194,7 @@ def _task(source: Path, raw: dict) -> TaskTruth:  # type: ignore[type-arg]
             raise TruthError(f"task {raw['name']!r}: one [[state.task.leaf]]: give it as the task's `at`")
     else:
         leaves = (Leaf(place(source, raw["at"], raw.get("line")), raw.get("waits")),)
-    return TaskTruth(raw["name"], leaves, raw.get("count", 1), tuple(frames))
+    return TaskTruth(raw["name"], leaves, raw.get("count", 1), tuple(frames), raw.get("thread"))
 
 
 def _frame(source: Path, raw: dict) -> Frame:  # type: ignore[type-arg]

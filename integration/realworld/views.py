@@ -145,9 +145,12 @@ def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str,
     """A state's items at one stop; returns the ids matched per truth task (for the next stop)."""
     items = Items()
     ids: dict[str, list[int]] = {}
+    claimed: set[int] = set()
+    threads: dict[str, list[tuple[str, int | None]]] = {}  # the truth's thread name -> (task, thread shown)
     for truth in state.tasks:
         found = matches(stop.doc, truth, source)
         ids[truth.key] = [t["id"] for t in found]
+        claimed.update(t["id"] for t in found[:truth.count])
         for k in range(truth.count):
             t = found[k] if k < len(found) else None
             what = f"{state.name}: {truth.name} at {_places(truth, source)}"
@@ -166,9 +169,46 @@ def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str,
                               f"tree: {label} of {what}: nothing below line {leaf.at.line} waits on {leaf.waits!r}")
             for f in truth.frames:
                 items.add(t is not None and not _frames_ok(t, (f,), source), f"tree: {label} of {what} lacks the frame {f}")
+            if truth.thread is not None:
+                threads.setdefault(truth.thread, []).append((label, shown_thread(t) if t else None))
+    for name, shown in threads.items():
+        others = {th for n, s in threads.items() if n != name for _, th in s}
+        mine = {th for _, th in shown}
+        for label, th in shown:
+            items.add(th is not None and len(mine) == 1 and th not in others,
+                      f"thread: {label} ({name}) on thread {th}; {name}'s tasks on {sorted(map(str, mine))}, "
+                      f"the others' on {sorted(map(str, others))}")
+    extra = unmade(stop.doc, claimed, source)
+    items.add(not extra, f"json: {state.name}: tasks the source does not make: {'; '.join(extra)}")
     cycles = len(re.findall(r"^cycle:", stop.text.get("deadlocks", ""), re.M))
     items.add(cycles == state.cycles, f"deadlocks: {cycles} cycles, the source makes {state.cycles}")
     return items, ids
+
+
+def shown_thread(task: dict) -> int | None:  # type: ignore[type-arg]
+    """The thread the views give a task: running there, polled there last (capture), else the
+    one its heading names (found on that thread's stack, local to that thread)."""
+    st = task.get("state") or {}
+    if st.get("thread") is not None:
+        return int(st["thread"])
+    if task.get("last_thread") is not None:
+        return int(task["last_thread"])
+    m = re.search(r"\bthread (\d+)", task.get("header") or "")
+    return int(m.group(1)) if m else None
+
+
+def unmade(doc: dict, claimed: set[int], source: str) -> list[str]:  # type: ignore[type-arg]
+    """The live tasks with a coroutine of the program's source in their tree that no truth
+    task is (beyond its count): a task the state does not have (a stale image taken for a
+    future, one task shown twice), as `#N NAME at LINES`."""
+    out = []
+    for t in doc.get("tasks", ()):
+        if t["id"] in claimed or (t.get("state") or {}).get("kind") == "finished":
+            continue
+        if any(_in_source(n, source) for _, n in _coroutines(t["tree"])):
+            lines = ", ".join(str(n["state"].get("line")) for n in leaves(t, source))
+            out.append(f"{t.get('label', '#?')} {t['tree'].get('name', '?')} at {source}:{lines}")
+    return out
 
 
 def check_ids(first: dict[str, list[int]], second: Stop, state: State, source: str) -> Items:

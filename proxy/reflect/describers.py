@@ -824,7 +824,13 @@ def _scheduled_io(r: Reflector, handle: int, type_name: str) -> tuple[int, str] 
 def _arc_inner_type(r: Reflector, registration: str) -> str | None:
     t = r.type(registration)
     shared = t.field("shared") if t is not None else None
-    arc = r.type(shared.type_name) if shared is not None else None
+    return shared_inner_type(r, shared.type_name) if shared is not None else None
+
+
+def shared_inner_type(r: Reflector, rc: str) -> str | None:
+    """An ``Arc<T>``'s ``ArcInner<T>`` type (an ``Rc<T>``'s ``RcInner<T>``): the pointee of
+    its ``ptr: NonNull<..>``."""
+    arc = r.type(rc)
     ptr = arc.field("ptr") if arc is not None else None
     nn = r.type(ptr.type_name) if ptr is not None else None
     raw = r.type(nn.fields[0].type_name) if nn is not None and nn.fields else None

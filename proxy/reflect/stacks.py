@@ -206,8 +206,13 @@ class StackFinder:
                 if not polled and self.inv.resume_fn_at(frame.pc - self.bias - (1 if i else 0)) is not None:
                     chain.append(None)  # a resume frame whose self is unknown or garbage: no link across it
             self.chains[tid] = chain
+            held: set[str] | None = None
             for layout, (fname, sp, cfa) in wanted.items():
                 if layout in located:
+                    continue
+                if held is None:
+                    held = held_layouts(r, [f for f in out.values() if f.thread == tid])
+                if layout in held:
                     continue
                 # That frame first, then its callers': a by-value argument may live in its
                 # caller's memory. Fact (stuck mt, release, under load, 1 stop in ~10): a
@@ -519,6 +524,22 @@ def _variables(dwarf: DwarfView, unit: D.Unit, die: D.Die, pc: int) -> Iterator[
             ranges = dwarf.die_ranges(unit, c)
             if not ranges or any(lo <= pc < hi for lo, hi in ranges):
                 stack.extend(c.children)
+
+
+def held_layouts(r: Reflector, found: list[Found]) -> set[str]:
+    """The coroutine types inside the futures found on a thread (below their roots). An
+    executor frame's future that one of them holds is that one, moved in, not a root to
+    scan for: tokio's ``LocalSet::block_on(rt, f)`` is ``rt.block_on(self.run_until(f))``,
+    ``f`` moved into ``run_until``'s future, which ``block_on`` holds and the stack's
+    locations find. Fact (hyper's single_threaded, debug: its server threads' ``LocalSet::
+    block_on`` frames): a scan for ``f`` there took a suspended, clean-walking image in that
+    frame's old bytes, drawn as a second task of the server's fn at its first ``.await``
+    (`bind`, not yet polled) beside the live one in ``run_until``'s tree."""
+    out: set[str] = set()
+    for f in found:
+        root = r.walk(f.addr, f.type_name)
+        out.update(n.type_name for n in root.iter() if n.kind == "coroutine" and n is not root)
+    return out
 
 
 def frame_first(scan: Callable[[int, int], list[int]], sp: int, cfa: int, top: int) -> list[int]:

@@ -139,11 +139,13 @@ class _CellPlan:
     from the header), found once per cell type: 100,000 tasks of one type are 100,000 reads
     of the same few offsets, not 100,000 walks through the types."""
 
-    __slots__ = ("stage", "enum", "discr", "size", "tid", "futures", "core")
+    __slots__ = ("stage", "enum", "discr", "size", "tid", "futures", "core", "local")
 
-    def __init__(self, stage: int, enum: Any, tid: int | None, core: tuple[int, str] | None) -> None:
+    def __init__(self, stage: int, enum: Any, tid: int | None, core: tuple[int, str] | None,
+                 local: int | None = None) -> None:
         self.stage, self.enum, self.tid = stage, enum, tid
         self.core = core  # (offset, type) of a Core with `spawned_at` (read per task), else None
+        self.local = local  # offset of a LocalSet task's `core.scheduler` pointer (its Shared), else None
         self.discr, self.size = stage + enum.discr.offset, enum.discr.size
         self.futures: dict[int, tuple[int, str] | None] = {}  # discriminant -> (offset, type) of Running
 
@@ -167,8 +169,10 @@ class _CellPlan:
         tid = r.mem.word(header + self.tid) if self.tid is not None else None
         label = f"tokio#{tid}" if tid is not None else ""
         at = spawn_location(r, header + self.core[0], self.core[1]) if self.core is not None else None
+        owner = r.mem.word(header + self.local) if self.local is not None else None
         return Root(header + fut[0], fut[1], label, "tokio runtime",
-                    header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""))
+                    header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""),
+                    owner=owner or None)
 
     def _future(self, r: Reflector, value: int) -> tuple[int, str] | None:
         v = self.enum.variant_for(value)
@@ -202,43 +206,65 @@ def _plan(r: Reflector, cell: str) -> _CellPlan | None:
     if st is None or st.kind != "enum" or st.discr is None:
         return None
     spawned = (core.offset, core.type_name) if core_t.field("spawned_at") is not None else None
-    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None, spawned)
+    sched = core_t.field("scheduler")
+    local = None
+    if sched is not None and sched.type_name.startswith(LOCAL_SHARED):
+        from .describers import _path
+
+        at = _path(r, 0, sched.type_name, "ptr", "pointer")
+        local = core.offset + sched.offset + at if at is not None else None
+    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None, spawned, local)
 
 
-def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:
-    """``Core.spawned_at: &'static Location`` (tokio >= 1.46 built with ``tokio_unstable``):
-    ``file:line:col`` of the ``spawn`` call, or None when the layout has no such field."""
-    core_t = r.type(core_type)
-    f = core_t.field("spawned_at") if core_t is not None else None
-    p = r.mem.word(core_addr + f.offset) if f is not None else None
-    t = r.type(r.type(f.type_name).pointee or "") if f is not None and r.type(f.type_name) else None
-    fields = {x.name: x for x in t.fields} if t is not None else {}
-    file_f = fields.get("file") or fields.get("filename")  # &str; rustc >= 1.9x: NonNull<str>
-    if not p or file_f is None or not {"line", "col"} <= set(fields):
+LOCAL_SHARED = "alloc::sync::Arc<tokio::task::local::Shared"  # a LocalSet task's scheduler
+LOCAL_SET = "tokio::task::local::LocalSet"
+RUN_UNTIL = "tokio::task::local::RunUntil<"
+
+
+def local_set_threads(r: Reflector, on_stacks: dict[tuple[int, str], int]) -> dict[int, int]:
+    """The thread that runs each LocalSet (by the address of its ``Shared``, what its tasks'
+    ``core.scheduler`` points at): a LocalSet runs where a future found on a thread's stack
+    awaits it, as ``run_until``'s ``RunUntil { local_set: &LocalSet, .. }`` (``LocalSet::
+    block_on`` is ``rt.block_on(self.run_until(f))``) or as the LocalSet itself
+    (``local.await``). Its tasks are ``spawn_local``'s: they are polled only there. Fact
+    (hyper's single_threaded: a current-thread runtime and a LocalSet per server thread):
+    attached late, the servers' connection tasks said nothing of their thread."""
+    from .describers import _path
+
+    out: dict[int, int] = {}
+    for (addr, tname), tid in on_stacks.items():
+        if tname not in r.inv.layouts:
+            continue
+        for n in r.walk(addr, tname).iter():
+            lay = r.inv.layouts.get(n.type_name) if n.kind == "coroutine" and n.value is not None else None
+            st = lay.state(n.value) if lay is not None else None
+            aw = st.awaitee if st is not None else None
+            if aw is None:
+                continue
+            if aw.type_name.startswith(RUN_UNTIL):
+                at = _path(r, n.addr + aw.offset, aw.type_name, "local_set")
+                local_set = r.mem.word(at) if at is not None else None
+            elif aw.type_name == LOCAL_SET:
+                local_set = n.addr + aw.offset
+            else:
+                continue
+            shared = _local_set_shared(r, local_set) if local_set else None
+            if shared:
+                out.setdefault(shared, tid)
+    return out
+
+
+def _local_set_shared(r: Reflector, local_set: int) -> int | None:
+    """``LocalSet { context: Rc<Context { shared: Arc<Shared>, .. }>, .. }``: the Shared's
+    ArcInner address (the field names and offsets from the program's DWARF)."""
+    from .describers import _path, shared_inner_type
+
+    at = _path(r, local_set, LOCAL_SET, "context", "ptr", "pointer")
+    ctx = r.mem.word(at) if at is not None else None
+    rc = r.type(LOCAL_SET)
+    rc_f = rc.field("context") if rc is not None else None
+    inner = shared_inner_type(r, rc_f.type_name) if rc_f is not None else None
+    if not ctx or inner is None:
         return None
-    from .describers import _find_field
-
-    data_at = _find_field(r, file_f.type_name, "data_ptr")  # the str fat pointer: (data_ptr, length)
-    len_at = _find_field(r, file_f.type_name, "length")
-    data = r.mem.word(p + file_f.offset + (data_at[0] if data_at else 0))
-    n = r.mem.word(p + file_f.offset + (len_at[0] if len_at else 8))
-    line = r.mem.u(p + fields["line"].offset, 4)
-    col = r.mem.u(p + fields["col"].offset, 4)
-    name = r.mem.read(data, n) if data and n is not None and 0 < n < 4096 else None
-    if name is None or line is None or col is None:
-        return None
-    return f"{name.decode(errors='replace')}:{line}:{col}"
-
-
-def task_future(r: Reflector, inv: Inventory | None, bias: int, header: int) -> tuple[int, str] | None:
-    """The future a task header's cell runs ((address, type)), for a JoinHandle's target
-    (proxy.snapshot.waits); None when the task is not running any more or its cell is unknown."""
-    if inv is None or check(inv) is not None:
-        return None
-    h = inv.types.get(HEADER)
-    f = h.field("vtable") if h is not None else None
-    vt = r.mem.word(header + (f.offset if f is not None else 16))
-    cell = inv.task_vtables.get(vt - bias) if vt is not None and vt > bias else None
-    plan = _plan(r, cell) if cell is not None else None
-    root = plan.root(r, header) if plan is not None else None
-    return (root.addr, root.type_name) if root is not None else None
+    at = _path(r, ctx, inner, "value", "shared", "ptr", "pointer")
+    return r.mem.word(at) if at is not None else None

@@ -41,8 +41,17 @@ class Merge(BuildState):
                                   header=f"root{thread}")
         for root in self._stack_roots():
             roots.setdefault((root.addr, root.type_name), root)
+        homes: dict[int, int] | None = None
         for discover in self.inp.adapters:
             for root in discover(r) or ():
+                if root.owner is not None:  # a task of a one-thread executor: the thread running it
+                    if homes is None:
+                        from proxy.reflect.tokio_adapter import local_set_threads
+
+                        homes = local_set_threads(r, self.stack_keys)
+                    home = homes.get(root.owner)
+                    if home is not None:
+                        root = replace(root, thread=home, header=f"{root.header}, local to thread {home}")
                 have = roots.setdefault((root.addr, root.type_name), root)
                 if have is not root and root.label and not have.label:  # on a stack, and the runtime's task
                     roots[root.addr, root.type_name] = replace(have, label=root.label)

@@ -54,12 +54,13 @@ STATE = State("idle", (), (TaskTruth("app::main", (Leaf(Place("accept().await", 
 
 def test_a_task_at_its_line_in_every_view_is_right() -> None:
     items, ids = check_state(_stop(7), STATE, SRC)
-    assert (items.right, items.checked) == (4, 4) and ids == {"app::main@7": [1]}
+    assert (items.right, items.checked) == (5, 5) and ids == {"app::main@7": [1]}
 
 
 def test_a_task_at_another_line_is_wrong_in_every_view() -> None:
     items, _ = check_state(_stop(8), STATE, SRC)
-    assert items.right == 1 and items.checked == 4  # only `deadlocks` (none) is right
+    assert items.right == 1 and items.checked == 5  # only `deadlocks` (none) is right
+    assert items.misses[3] == "json: idle: tasks the source does not make: #1 app::main at main.rs:8"
 
 
 def test_a_cycle_the_source_does_not_make_is_wrong() -> None:
@@ -183,7 +184,8 @@ JOIN = TaskTruth("app::main", (Leaf(Place("a.accept().await", 3), "waits for REA
 
 def test_each_leaf_of_a_join_is_checked_with_what_it_waits_on() -> None:
     items, ids = check_state(_join_stop("waits for READABLE", "waits for READABLE"), State("s", (), (JOIN,)), SRC)
-    assert (items.right, items.checked, ids) == (7, 7, {"app::main@3+6": [1]})  # json, row, 2 x (line, waits), deadlocks
+    # json, row, 2 x (line, waits), no other task, deadlocks
+    assert (items.right, items.checked, ids) == (8, 8, {"app::main@3+6": [1]})
 
 
 def test_a_wait_is_the_one_below_its_leaf() -> None:
@@ -211,3 +213,72 @@ def test_a_leaf_line_is_not_a_prefix_of_another() -> None:
     stop.text["tree"] = stop.text["tree"].replace(f"{SRC}:3\n", f"{SRC}:30\n")
     items, _ = check_state(stop, State("s", (), (JOIN,)), SRC)
     assert "line 3 (app::main::{async_block@2}) not in #1's tree" in items.misses[0]
+
+
+def test_a_task_the_source_does_not_make_is_wrong() -> None:
+    """A live task with a coroutine of the program's source that no truth task is: a stale
+    image taken for a future (hyper's single_threaded: a second `http1_server` at its `bind`),
+    or more tasks than the truth's count. Tasks of the libraries alone are not the truth's."""
+    stop = _stop(7)
+    ghost = _doc(3, tid=2)["tasks"][0]
+    lib = {"id": 3, "label": "#3", "name": "tokio::blocking", "state": {"kind": "running"},
+           "tree": {"kind": "leaf", "name": "tokio::task::spawn_blocking", "state": None, "children": []}}
+    done = dict(_doc(9, tid=4)["tasks"][0], state={"kind": "finished"})
+    stop.doc["tasks"] += [ghost, lib, done]
+    items, _ = check_state(stop, STATE, SRC)
+    assert items.misses == ["json: idle: tasks the source does not make: #2 app::main at main.rs:3"]
+    twice = State("idle", (), (TaskTruth("app::main", (Leaf(Place("accept().await", 7)),), count=1),))
+    stop.doc["tasks"][1] = _doc(7, tid=2)["tasks"][0]  # a second task at the truth's line, count 1
+    assert check_state(stop, twice, SRC)[0].misses == ["json: idle: tasks the source does not make: #2 app::main at main.rs:7"]
+
+
+def _two_threads(threads: dict[int, tuple[int | None, int | None, str]]) -> Stop:
+    """Tasks #1..#n at lines 7 (a server) and 9 (its connections): (state thread, last polled
+    thread, heading) each."""
+    tasks = []
+    for tid, (running, last, header) in threads.items():
+        t = _doc(7 if tid % 2 else 9, tid=tid)["tasks"][0]
+        t["state"] = dict(t["state"], thread=running)
+        t.update(last_thread=last, header=header)
+        tasks.append(t)
+    text = {"tasks": "\n".join(f"#{t['id']}  0x1  suspended  /x/{SRC}:{t['state']['line']}  app::main" for t in tasks),
+            "tree": "".join(f"task #{t['id']} 0x1  app::main  ({t['header']})\n╼ app::main at /x/{SRC}:{t['state']['line']}\n"
+                            for t in tasks), "deadlocks": "no deadlock"}
+    return Stop(text, {"tasks": tasks})
+
+
+THREADS = State("two runtimes", (), (
+    TaskTruth("app::main", (Leaf(Place("a", 7)),), count=2, thread="one"),
+    TaskTruth("app::main", (Leaf(Place("b", 9)),), count=2, thread="two")))
+
+
+def test_tasks_of_one_thread_name_on_one_thread_of_two_on_two() -> None:
+    """hyper's single_threaded: each server thread runs its own runtime and LocalSet; a
+    server's fn and its connections' tasks live on its thread, the other server's on
+    another. The thread a view gives: running there, polled there last, or its heading's
+    (found on that thread's stack, local to it)."""
+    stop = _two_threads({1: (None, None, "on the stack of thread 41, in block_on"), 2: (None, 42, "root, thread 42"),
+                         3: (41, None, "spawned task"), 4: (None, None, "spawned task, header 0x9, local to thread 42")})
+    items, _ = check_state(stop, THREADS, SRC)
+    assert items.misses == [] and items.checked == 4 * 4 + 2
+    # the second server's connection said nothing of its thread; the first's on the other's
+    stop = _two_threads({1: (None, None, "on the stack of thread 41"), 2: (None, 42, ""),
+                         3: (None, 42, ""), 4: (None, None, "spawned task, header 0x9")})
+    misses = check_state(stop, THREADS, SRC)[0].misses
+    assert [m.split(" (")[0] for m in misses] == ["thread: #1", "thread: #3", "thread: #2", "thread: #4"]
+
+
+def test_the_h2_client_frames_and_header_block() -> None:
+    """HTTP/2 over cleartext (hyper's http2 server, prior knowledge): frames cut at their
+    9-byte heads (a partial one left for the next read), a request's header block of
+    HPACK literals named by the static table (RFC 7541 appendix A)."""
+    from integration.realworld.clients import H2_DATA, H2_SETTINGS, h2_frame, h2_frames, h2_request_headers
+
+    raw = h2_frame(H2_SETTINGS, 0, 0, b"\x00\x03\x00\x00\x00\x64") + h2_frame(H2_DATA, 1, 1, b"Request #1")
+    frames, rest = h2_frames(raw + raw[:5])
+    assert frames == [(H2_SETTINGS, 0, 0, b"\x00\x03\x00\x00\x00\x64"), (H2_DATA, 1, 1, b"Request #1")]
+    assert rest == raw[:5]
+    assert h2_request_headers("GET", "/", "h:1") == b"\x02\x03GET\x06\x04http\x04\x01/\x01\x03h:1"
+    with pytest.raises(TruthError, match="client kind 'h3'"):
+        from integration.realworld.truth import _client
+        _client({"kind": "h3"})
