@@ -184,7 +184,7 @@ def _run_states(mi: MiSession, pid: int, table: Table, port: int, res: Result, w
             time.sleep(SETTLE)
             _interrupt(mi, pid)
             first = _views(mi)
-            items, ids = check_state(first, state, src)
+            items, ids = check_state(first, state, src, table.program)
             res.ways[way].merge(items)
             mi.cmd("-exec-continue")
             time.sleep(SETTLE)
@@ -269,7 +269,7 @@ def _attached_state(prog: Path, pid: int, table: Table, state, res: Result) -> N
             mi = _mi(prog, px.address)
             try:
                 first = _views(mi)
-                items, ids = check_state(first, state, src)
+                items, ids = check_state(first, state, src, table.program)
                 items.merge(_bt_thread(mi))
                 res.ways["attach"].merge(items)
                 mi.cmd("-exec-continue")

@@ -141,8 +141,9 @@ def _places(truth: TaskTruth, source: str) -> str:
     return f"{source}:{', '.join(str(leaf.at.line) for leaf in truth.leaves)}"
 
 
-def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str, list[int]]]:
-    """A state's items at one stop; returns the ids matched per truth task (for the next stop)."""
+def check_state(stop: Stop, state: State, source: str, crate: str | None = None) -> tuple[Items, dict[str, list[int]]]:
+    """A state's items at one stop; returns the ids matched per truth task (for the next stop).
+    ``crate``: the program's own crate (a task named in it is the program's too)."""
     items = Items()
     ids: dict[str, list[int]] = {}
     claimed: set[int] = set()
@@ -178,7 +179,7 @@ def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str,
             items.add(th is not None and len(mine) == 1 and th not in others,
                       f"thread: {label} ({name}) on thread {th}; {name}'s tasks on {sorted(map(str, mine))}, "
                       f"the others' on {sorted(map(str, others))}")
-    extra = unmade(stop.doc, claimed, source)
+    extra = unmade(stop.doc, claimed, source, crate)
     items.add(not extra, f"json: {state.name}: tasks the source does not make: {'; '.join(extra)}")
     cycles = len(re.findall(r"^cycle:", stop.text.get("deadlocks", ""), re.M))
     items.add(cycles == state.cycles, f"deadlocks: {cycles} cycles, the source makes {state.cycles}")
@@ -197,17 +198,19 @@ def shown_thread(task: dict) -> int | None:  # type: ignore[type-arg]
     return int(m.group(1)) if m else None
 
 
-def unmade(doc: dict, claimed: set[int], source: str) -> list[str]:  # type: ignore[type-arg]
-    """The live tasks with a coroutine of the program's source in their tree that no truth
-    task is (beyond its count): a task the state does not have (a stale image taken for a
-    future, one task shown twice), as `#N NAME at LINES`."""
+def unmade(doc: dict, claimed: set[int], source: str, crate: str | None = None) -> list[str]:  # type: ignore[type-arg]
+    """The live tasks with a coroutine of the program's source in their tree (or named in its
+    ``crate``) that no truth task is (beyond its count): a task the state does not have (a
+    stale image taken for a future, one task shown twice, a task dropped unfinished shown
+    alive over the bytes its slot holds now), as `#N NAME at LINES`."""
     out = []
     for t in doc.get("tasks", ()):
         if t["id"] in claimed or (t.get("state") or {}).get("kind") == "finished":
             continue
-        if any(_in_source(n, source) for _, n in _coroutines(t["tree"])):
+        if any(_in_source(n, source) for _, n in _coroutines(t["tree"])) \
+                or crate is not None and str(t.get("name", "")).startswith(crate + "::"):
             lines = ", ".join(str(n["state"].get("line")) for n in leaves(t, source))
-            out.append(f"{t.get('label', '#?')} {t['tree'].get('name', '?')} at {source}:{lines}")
+            out.append(f"{t.get('label', '#?')} {t.get('name') or t['tree'].get('name', '?')} at {source}:{lines}")
     return out
 
 

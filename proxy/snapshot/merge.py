@@ -81,8 +81,9 @@ class Merge(BuildState):
             key = (root.addr, root.type_name)
             r.mem.missing = False
             tree = r.walk(root.addr, root.type_name)
-            if tree.kind == "coroutine" and tree.status in ("completed", "panicked"):
+            if tree.kind == "coroutine" and tree.status in ("completed", "panicked") or slot_reused(r, root):
                 earlier.seen.pop(key, None)
+                earlier.status.pop(key, None)
                 continue
             if root.origin == "seen before" and _gone(tree, earlier.status.get(key)):
                 if not r.mem.missing:  # every read answered: forget it for good
@@ -448,6 +449,21 @@ def _find(trees: list[tuple[Root, Node]], key: Key) -> Node | None:
             if n.kind == "coroutine" and (n.addr, n.type_name) == key:
                 return n
     return None
+
+
+def slot_reused(r: Reflector, root: Root) -> bool:
+    """Rule 7 for every root: the root's memory holds a value that is none of its coroutine's
+    states, so the coroutine is not there any more (a live one's state always is one): a
+    task dropped unfinished, its slot freed and reused. The engine saw it poll and never
+    return, so it still counted it alive. Fact (hyper's single_threaded, release, capture on):
+    each client thread's connection task, pending when its LocalSet was dropped with the
+    thread's runtime, was shown as a live task of state "unknown", its tree unreadable
+    (`__state 115 is not a state`). A value not read (an unanswered read) says nothing."""
+    lay = r.inv.layouts.get(root.type_name)
+    if lay is None:
+        return False
+    value = r.mem.u(root.addr + lay.state_offset, lay.state_size)
+    return value is not None and lay.state(value) is None
 
 
 def _gone(tree: Node, status_then: str | None) -> bool:

@@ -230,6 +230,15 @@ def test_a_task_the_source_does_not_make_is_wrong() -> None:
     twice = State("idle", (), (TaskTruth("app::main", (Leaf(Place("accept().await", 7)),), count=1),))
     stop.doc["tasks"][1] = _doc(7, tid=2)["tasks"][0]  # a second task at the truth's line, count 1
     assert check_state(stop, twice, SRC)[0].misses == ["json: idle: tasks the source does not make: #2 app::main at main.rs:7"]
+    # a task of the program's crate whose memory reads as no coroutine (dropped unfinished,
+    # its slot reused): no line of the source in its tree, its name the program's
+    gone = {"id": 5, "label": "#5", "name": "app::client::{async_block@9}", "state": {"kind": "unknown"},
+            "tree": {"kind": "unreadable", "name": "<unreadable app::client: __state 115 is not a state>",
+                     "state": None, "children": []}}
+    stop.doc["tasks"][1:2] = [gone]
+    assert check_state(stop, STATE, SRC)[0].misses == []
+    assert check_state(stop, STATE, SRC, "app")[0].misses == [
+        "json: idle: tasks the source does not make: #5 app::client::{async_block@9} at main.rs:"]
 
 
 def _two_threads(threads: dict[int, tuple[int | None, int | None, str]]) -> Stop:
