@@ -170,6 +170,15 @@ def _dump(stop: Stop) -> None:
     (Path(where) / f"stop-{_dumped[0]}.txt").write_text(body)
 
 
+def _dump_log(px) -> None:  # type: ignore[no-untyped-def]
+    """REALWORLD_DUMP=DIR: the proxy's own log (stderr) beside the stops' views."""
+    where = os.environ.get("REALWORLD_DUMP")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        with open(Path(where) / "proxy.log", "a") as f:
+            f.write(px.stderr_text())
+
+
 def _interrupt(mi: MiSession, pid: int) -> None:
     os.kill(pid, signal.SIGINT)  # what gdbserver sends for gdb's Ctrl-C
     mi.wait_stopped(timeout=240)
@@ -213,6 +222,7 @@ def run_capture(prog: Path, table: Table, res: Result) -> None:
             finally:
                 mi.close()
         finally:
+            _dump_log(px)
             px.close()
 
 
@@ -280,6 +290,7 @@ def _attached_state(prog: Path, pid: int, table: Table, state, res: Result) -> N
             finally:
                 mi.close()
         finally:
+            _dump_log(px)
             px.close()
 
 

@@ -258,5 +258,5 @@ def parse_doc(text: str) -> dict:  # type: ignore[type-arg]
     raw = decode_maint_packet(text)
     try:
         return json.loads(raw)  # type: ignore[no-any-return]
-    except ValueError:
-        return {"tasks": [], "error": raw[-300:].decode(errors="replace")}
+    except ValueError:  # what came back, when it was no document (an error reply, none at all)
+        return {"tasks": [], "error": raw[-300:].decode(errors="replace") or text[:300]}

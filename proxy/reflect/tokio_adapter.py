@@ -268,3 +268,42 @@ def _local_set_shared(r: Reflector, local_set: int) -> int | None:
         return None
     at = _path(r, ctx, inner, "value", "shared", "ptr", "pointer")
     return r.mem.word(at) if at is not None else None
+
+
+def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:
+    """``Core.spawned_at: &'static Location`` (tokio >= 1.46 built with ``tokio_unstable``):
+    ``file:line:col`` of the ``spawn`` call, or None when the layout has no such field."""
+    core_t = r.type(core_type)
+    f = core_t.field("spawned_at") if core_t is not None else None
+    p = r.mem.word(core_addr + f.offset) if f is not None else None
+    t = r.type(r.type(f.type_name).pointee or "") if f is not None and r.type(f.type_name) else None
+    fields = {x.name: x for x in t.fields} if t is not None else {}
+    file_f = fields.get("file") or fields.get("filename")  # &str; rustc >= 1.9x: NonNull<str>
+    if not p or file_f is None or not {"line", "col"} <= set(fields):
+        return None
+    from .describers import _find_field
+
+    data_at = _find_field(r, file_f.type_name, "data_ptr")  # the str fat pointer: (data_ptr, length)
+    len_at = _find_field(r, file_f.type_name, "length")
+    data = r.mem.word(p + file_f.offset + (data_at[0] if data_at else 0))
+    n = r.mem.word(p + file_f.offset + (len_at[0] if len_at else 8))
+    line = r.mem.u(p + fields["line"].offset, 4)
+    col = r.mem.u(p + fields["col"].offset, 4)
+    name = r.mem.read(data, n) if data and n is not None and 0 < n < 4096 else None
+    if name is None or line is None or col is None:
+        return None
+    return f"{name.decode(errors='replace')}:{line}:{col}"
+
+
+def task_future(r: Reflector, inv: Inventory | None, bias: int, header: int) -> tuple[int, str] | None:
+    """The future a task header's cell runs ((address, type)), for a JoinHandle's target
+    (proxy.snapshot.waits); None when the task is not running any more or its cell is unknown."""
+    if inv is None or check(inv) is not None:
+        return None
+    h = inv.types.get(HEADER)
+    f = h.field("vtable") if h is not None else None
+    vt = r.mem.word(header + (f.offset if f is not None else 16))
+    cell = inv.task_vtables.get(vt - bias) if vt is not None and vt > bias else None
+    plan = _plan(r, cell) if cell is not None else None
+    root = plan.root(r, header) if plan is not None else None
+    return (root.addr, root.type_name) if root is not None else None
