@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .model import Inventory
 
-ANALYSIS_VERSION = 16  # 16: Stream::poll_next in future_polls, PhantomData<T>'s T collected (a Vec's elements); 15: both of 14's; 14: AArch64 exits (RET group, aarch64 PLT), self in x0, R_AARCH64_RELATIVE / fd_offsets of an awaited leaf's pointer fields (io::util futures); 13: wrapper polls with the coroutine inlined (ResumeFn.wrapper); 12: a pointer field's or local's size is the address size, not its pointee's; 11: future_obj_drops (LocalPool); 10: future_polls (dyn futures), Future::poll units, types 16 hops deep; 3: Poll<T> pending facts (trace); 4: Inventory.types, 5: task_polls/vtables (reflection); 7: async-task runs, plumbing types add no depth; 8: units of task functions read
+ANALYSIS_VERSION = 17  # 17: TypeInfo.align (DW_AT_alignment: a tokio task cell's); 16: Stream::poll_next in future_polls, PhantomData<T>'s T collected (a Vec's elements); 15: both of 14's; 14: AArch64 exits (RET group, aarch64 PLT), self in x0, R_AARCH64_RELATIVE / fd_offsets of an awaited leaf's pointer fields (io::util futures); 13: wrapper polls with the coroutine inlined (ResumeFn.wrapper); 12: a pointer field's or local's size is the address size, not its pointee's; 11: future_obj_drops (LocalPool); 10: future_polls (dyn futures), Future::poll units, types 16 hops deep; 3: Poll<T> pending facts (trace); 4: Inventory.types, 5: task_polls/vtables (reflection); 7: async-task runs, plumbing types add no depth; 8: units of task functions read
 # 6: fd_offsets (reflection: an I/O readiness wait's fd)
 _SAFE = re.compile(r"^[0-9a-fA-F]{2,128}$")
 

@@ -73,3 +73,25 @@ def test_a_spawn_local_task_names_its_local_sets_shared_state(local: bool) -> No
         _word(mem, header + plan.local, SHARED)
     root = plan.root(Reflector(inv, 0, mem.read), header)
     assert root is not None and root.owner == (SHARED if local else None)
+
+
+def test_a_task_header_off_its_cells_alignment_is_a_copy_not_a_task() -> None:
+    """tokio pads a task cell to a cache line (`repr(align(128))` on x86-64): a cell is
+    allocated there. Fact (axum's chat, release, one run in two): two headers in the main
+    heap at 120 mod 128 (state 0xcc, a new task's, no owner: a user's send and receive tasks
+    built there and moved into their boxes) were shown as two more tasks, not yet polled.
+    DWARF's DW_AT_alignment says the cell's alignment (TypeInfo.align)."""
+    inv = _inv("realworld-debug", "hyper_single_threaded")
+    prefix = "tokio::runtime::task::core::Cell<hyper_single_threaded::http1_server::{async_fn#0}::{async_block_env#1}, "
+    cell = next(n for n in inv.types if n.startswith(prefix))
+    assert inv.types[cell].align == 128
+    plan = _plan(Reflector(inv, 0, Mem().read), cell)
+    assert plan is not None and plan.align == 128
+    running = next(v for v in plan.enum.variants if v.name == "Running")
+    mem = Mem()
+    for header in (BASE + 0x4000, BASE + 0x8000 + 120):
+        mem.write(header, bytes(inv.types[cell].size))
+        mem.write(header + plan.discr, running.discr.to_bytes(plan.size, "little"))  # type: ignore[union-attr]
+    r = Reflector(inv, 0, mem.read)
+    assert plan.root(r, BASE + 0x4000) is not None
+    assert plan.root(r, BASE + 0x8000 + 120) is None and not plan.pending(r, BASE + 0x8000 + 120)
