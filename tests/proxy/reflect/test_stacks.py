@@ -199,3 +199,27 @@ def test_an_executors_future_held_inside_a_found_future_is_no_root_to_scan() -> 
     assert server in held_layouts(r, [Found(BASE, run_until, 1, "CoreGuard::block_on", "location")])
     assert run_until not in held_layouts(r, [Found(BASE, run_until, 1, "CoreGuard::block_on", "location")])
     assert held_layouts(r, []) == set()
+
+
+def test_the_frames_one_image_is_counted_after_the_overlap_rule() -> None:
+    """tokio's echo-tcp, release, under load: block_on's frame held main's block at its accept
+    (state 4) and, 0x40 above, a `bind` (state 3) pattern inside its awaitee; a caller's frame
+    another image. Counted before the overlap rule, the frame held two, the callers' were
+    searched too and two stayed: none taken. The frame's images after the rule: one."""
+    from proxy.analysis.model import Layout, Member, State
+    from proxy.reflect.stacks import owned_images
+
+    bind = Member("__awaitee", 32, 48, "bind")
+    accept = Member("__awaitee", 32, 184, "accept")
+    lay = Layout("main", 248, 24, 1, (State(3, "Suspend0", None, bind, ()), State(4, "Suspend1", None, accept, ())))
+    sp, cfa, top = 0x7FFF_0000, 0x7FFF_02D0, 0x7FFF_0A00
+    live, pattern, caller = sp + 0x10, sp + 0x50, cfa + 0x100
+    r = type("R", (), {"mem": _mem({live + 24: 4, pattern + 24: 3, caller + 24: 3})})()
+
+    def scan(lo: int, hi: int) -> list[int]:
+        return [a for a in (live, pattern, caller) if lo <= a and a + lay.size <= hi]
+    assert owned_images(r, lay, scan, sp, cfa, top) == [live]  # type: ignore[arg-type]
+    # two images of the frame's own apart (neither inside the other): both, as before
+    r = type("R", (), {"mem": _mem({live + 24: 4, sp + 0x120 + 24: 3})})()
+    assert owned_images(r, lay, lambda lo, hi: [a for a in (live, sp + 0x120) if lo <= a < hi], sp, cfa, top) \
+        == [live, sp + 0x120]  # type: ignore[arg-type]
