@@ -238,6 +238,8 @@ def _run_breakpoint(mi: MiSession, table: Table, port: int, res: Result) -> None
         conns = drivers.drive(bp.clients, port)
         mi.wait_stopped(timeout=240)
         text = _console(mi, "monitor async bt")
+        if os.environ.get("REALWORLD_DUMP"):
+            _views(mi)  # the breakpoint's stop beside the states' (the views only: no item)
         items = check_bt(text, bp.bt, table.source.name)
         res.ways["breakpoint"].merge(items)
         if items.misses:

@@ -374,6 +374,26 @@ class Merge(BuildState):
                 out.append((tid, run))
         return out
 
+    def _in_awaitee_slot(self, parent: Node, name: str, fn: str) -> Node | None:
+        """A coroutine inlined at the pc below ``parent`` that ``parent``'s state in memory does
+        not hold: read from the one awaitee slot of ``parent``'s layout that holds a coroutine of
+        that name. The child is built into that slot before its first poll, the parent's state
+        is written only when it suspends: in the parent's first poll it still reads Unresumed
+        (after an earlier suspend, that `.await`'s). Fact (axum's chat, release, a breakpoint
+        in check_username, one run in two): on_upgrade's block in its first poll, websocket
+        inlined into it, was drawn running at websocket's line with no websocket below it."""
+        lay = self.inv.layouts.get(parent.type_name) if self.inv is not None else None
+        if lay is None or self.r is None or parent.kind != "coroutine":
+            return None
+        slots = {(st.awaitee.offset, st.awaitee.type_name) for st in lay.states
+                 if st.awaitee is not None and st.awaitee.type_name in self.inv.layouts}  # type: ignore[union-attr]
+        hits = []
+        for off, tname in sorted(slots):
+            node = self.r.walk(parent.addr + off, tname)
+            if is_coroutine(node, name, fn) and node.status not in ("completed", "panicked"):
+                hits.append(node)
+        return hits[0] if len(hits) == 1 else None
+
     def _innermost_running(self, trees: list[tuple[Root, Node]], tid: int) -> Node | None:
         chain = [k for k in self.chains.get(tid, []) if k is not None]
         return _find(trees, chain[0]) if chain else None
@@ -391,7 +411,7 @@ class Merge(BuildState):
             cur = tree
             path = []
             for name, fn in rest:
-                nxt = _first_coroutine_below(cur, name, fn)
+                nxt = _first_coroutine_below(cur, name, fn) or self._in_awaitee_slot(cur, name, fn)
                 if nxt is None:
                     break
                 path.append(nxt)
