@@ -21,7 +21,9 @@ have no location at all in release builds (the out-of-line parent's does);
 frames (a subprogram or inlined subroutine with a template type parameter
 that is a coroutine, and no located variable of that type) the physical
 frame ``[sp, cfa)`` is scanned for a value of that type in a suspended state
-whose walk is fully readable; a unique survivor is taken (``found by scan``).
+whose walk is fully readable; a unique survivor is taken (``found by scan``). A type
+that a future found on the same thread already holds is not scanned for (``held_layouts``:
+the executor's future was moved into that one).
 Several are narrowed to those whose saved locals hold valid values
 (``validity``); if that leaves several, they are reported as ambiguous and
 none taken. A value-typed variable

@@ -13,8 +13,11 @@ runtime cooperation and works when the runtime is wedged:
    for such words, bounded by ``MAX_SCAN`` bytes. A program that is not a
    live local process (a core file, a copied snapshot) gives its ranges
    itself (``ranges``).
-3. For each header: ``Cell.core.stage`` is a ``Stage<T>`` enum; when it is
-   ``Running``, its payload is the task's future: a root for the walker.
+3. For each header at its cell type's alignment (a copy of a cell's bytes elsewhere is no
+   task): ``Cell.core.stage`` is a ``Stage<T>`` enum; when it is ``Running``, its payload is
+   the task's future: a root for the walker. A LocalSet's task (``spawn_local``) names the
+   LocalSet's shared state in ``core.scheduler``: it is local to the thread whose stack
+   awaits that LocalSet (``local_set_threads``).
 
 Version check (checked on tokio 1.24.2, the corpus' version): ``Header`` must
 have a ``vtable`` field, ``Vtable`` a ``poll`` field at offset 0, and each cell
