@@ -185,6 +185,15 @@ def _dump(stop: Stop) -> None:
     (Path(where) / f"stop-{_dumped[0]}.txt").write_text(body)
 
 
+def _dump_log(px) -> None:  # type: ignore[no-untyped-def]
+    """REALWORLD_DUMP=DIR: the proxy's own log (stderr) beside the stops' views."""
+    where = os.environ.get("REALWORLD_DUMP")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        with open(Path(where) / "proxy.log", "a") as f:
+            f.write(px.stderr_text())
+
+
 def _interrupt(mi: MiSession, pid: int) -> None:
     os.kill(pid, signal.SIGINT)  # what gdbserver sends for gdb's Ctrl-C
     mi.wait_stopped(timeout=240)
@@ -199,7 +208,7 @@ def _run_states(mi: MiSession, pid: int, table: Table, port: int, res: Result, w
             time.sleep(SETTLE)
             _interrupt(mi, pid)
             first = _views(mi)
-            items, ids = check_state(first, state, src)
+            items, ids = check_state(first, state, src, table.program)
             res.ways[way].merge(items)
             mi.cmd("-exec-continue")
             time.sleep(SETTLE)
@@ -228,6 +237,7 @@ def run_capture(prog: Path, table: Table, res: Result) -> None:
             finally:
                 mi.close()
         finally:
+            _dump_log(px)
             px.close()
 
 
@@ -243,6 +253,8 @@ def _run_breakpoint(mi: MiSession, table: Table, port: int, res: Result) -> None
         conns = drivers.drive(bp.clients, port)
         mi.wait_stopped(timeout=240)
         text = _console(mi, "monitor async bt")
+        if os.environ.get("REALWORLD_DUMP"):
+            _views(mi)  # the breakpoint's stop beside the states' (the views only: no item)
         items = check_bt(text, bp.bt, table.source.name)
         res.ways["breakpoint"].merge(items)
         if items.misses:
@@ -284,7 +296,7 @@ def _attached_state(prog: Path, pid: int, table: Table, state, res: Result) -> N
             mi = _mi(prog, px.address)
             try:
                 first = _views(mi)
-                items, ids = check_state(first, state, src)
+                items, ids = check_state(first, state, src, table.program)
                 items.merge(_bt_thread(mi))
                 res.ways["attach"].merge(items)
                 mi.cmd("-exec-continue")
@@ -295,6 +307,7 @@ def _attached_state(prog: Path, pid: int, table: Table, state, res: Result) -> N
             finally:
                 mi.close()
         finally:
+            _dump_log(px)
             px.close()
 
 

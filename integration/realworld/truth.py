@@ -21,8 +21,19 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
     at = "listener.accept().await"                # the line its innermost coroutine waits at
     line = 23
     waits = "readiness"                           # what its leaf waits on (words of `waits`);
-                                                  # a list: one item each (a task with two leaves)
+                                                  # a list: one item each
     frames = ["tokio_echo_tcp::main"]             # coroutines of its tree (optional), outermost first
+    thread = "server"                             # the thread it lives on, by a name of the state's
+                                                  # own: tasks of one name on one thread, of two on two
+
+    [[state.task]]                                # a task whose tree holds several leaves (a join
+    name = "app::main"                            # of two loops): each one named by its line
+    [[state.task.leaf]]                           # instead of `at`; the task's leaves are these
+    at = "a.accept().await"                       # lines, no more, no fewer (in any order)
+    waits = "waits for READABLE"                  # what this leaf waits on (below it in the tree)
+    name = "app::main::{async_block@36}"          # the leaf's coroutine (optional)
+    [[state.task.leaf]]
+    at = "b.accept().await"
 
     [[stall]]                                     # an upstream that never answers (a proxy's)
     port = 3000                                   # listens; the kernel takes connections, no one reads
@@ -32,9 +43,18 @@ when the table is loaded: a table whose text is not on exactly one line (or not 
     clients = [{kind = "line", send = ["GET foo"]}]
     bt = [{name = "...", at = "..."}, ...]        # the logical backtrace, innermost first
 
-Items: each expected task (times its count) is one item per view (tasks, tree, JSON,
-one per `waits` it says), each state adds one for `deadlocks` (the truth
-says which cycles there are: none unless `cycles` is given), each backtrace frame one,
+A task's leaves are the coroutines of the program's source in its tree with no other such
+coroutine below them (finished branches aside): one for a chain of awaits, one per pending
+branch of a `join` or `select!` of the program's own futures.
+
+Items: each expected task (times its count) is one item per view (tasks, JSON; tree: one
+per leaf, and one per thing a leaf says it waits on, found below that leaf); each state
+adds one for `deadlocks` (the truth says which cycles there are: none unless `cycles` is
+given) and one for the tasks the source does not make (a live task with a coroutine of the
+program's source that no truth task is: there must be none); a task that names its
+`thread` one more: the thread shown for it (running there, polled there last, found on its
+stack, local to it) is the one every task of that name shows, and no task of another name's;
+each backtrace frame one,
 each task's id one at the second stop.
 """
 
@@ -64,12 +84,30 @@ class Place:
 
 
 @dataclass(frozen=True, slots=True)
+class Leaf:
+    """A coroutine of the program's source with no other below it in the task's tree."""
+
+    at: Place
+    waits: tuple[str, ...] = ()  # words of what it waits on, below it in the tree (each one an item)
+    name: str | None = None  # its coroutine's name, when the table says
+
+
+@dataclass(frozen=True, slots=True)
 class TaskTruth:
     name: str
-    at: Place
+    leaves: tuple[Leaf, ...]
     count: int = 1
-    waits: tuple[str, ...] = ()
     frames: tuple[Place | str, ...] = ()
+    thread: str | None = None  # a name for the thread it lives on (its runtime's, its LocalSet's)
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        """The leaves' lines, sorted: what a live task's leaves must be."""
+        return tuple(sorted(leaf.at.line for leaf in self.leaves))
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{'+'.join(map(str, self.lines))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +118,7 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    kind: str  # line | http | http-partial (headers cut off) | http-partial-body (body cut off) | ws
+    kind: str  # line | http | http-partial (headers cut off) | http-partial-body (body cut off) | h2 | ws
     send: tuple[str, ...] = ()
     expect: str | None = None
     path: str = "/"
@@ -133,19 +171,41 @@ def place(source: Path, text: str, line: int | None) -> Place:
     return Place(text, hits[0])
 
 
+CLIENT_KINDS = ("line", "http", "http-partial", "http-partial-body", "h2", "ws")
+
+
 def _client(raw: dict) -> Client:  # type: ignore[type-arg]
+    if raw.get("kind") not in CLIENT_KINDS:
+        raise TruthError(f"client kind {raw.get('kind')!r}: one of {', '.join(CLIENT_KINDS)}")
     return Client(raw["kind"], tuple(raw.get("send", ())), raw.get("expect"), raw.get("path", "/"),
                   raw.get("method", "GET"), raw.get("body", ""), raw.get("port"),
                   tuple(raw.get("headers", ())))
+
+
+def _waits(raw: dict) -> tuple[str, ...]:  # type: ignore[type-arg]
+    """`waits`: one text, or a list (a leaf that waits on several things: each is an item)."""
+    w = raw.get("waits", ())
+    return (w,) if isinstance(w, str) else tuple(w)
+
+
+def _leaf(source: Path, raw: dict) -> Leaf:  # type: ignore[type-arg]
+    return Leaf(place(source, raw["at"], raw.get("line")), _waits(raw), raw.get("name"))
 
 
 def _task(source: Path, raw: dict) -> TaskTruth:  # type: ignore[type-arg]
     frames: list[Place | str] = []
     for f in raw.get("frames", ()):
         frames.append(f if isinstance(f, str) else place(source, f["at"], f.get("line")))
-    waits = raw.get("waits", ())
-    return TaskTruth(raw["name"], place(source, raw["at"], raw.get("line")), raw.get("count", 1),
-                     (waits,) if isinstance(waits, str) else tuple(waits), tuple(frames))
+    if ("at" in raw) == ("leaf" in raw):
+        raise TruthError(f"task {raw['name']!r}: give its one leaf's `at` or several [[state.task.leaf]], not "
+                         + ("both" if "at" in raw else "neither"))
+    if "leaf" in raw:
+        leaves = tuple(_leaf(source, x) for x in raw["leaf"])
+        if len(leaves) < 2:
+            raise TruthError(f"task {raw['name']!r}: one [[state.task.leaf]]: give it as the task's `at`")
+    else:
+        leaves = (Leaf(place(source, raw["at"], raw.get("line")), _waits(raw)),)
+    return TaskTruth(raw["name"], leaves, raw.get("count", 1), tuple(frames), raw.get("thread"))
 
 
 def _frame(source: Path, raw: dict) -> Frame:  # type: ignore[type-arg]

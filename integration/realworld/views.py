@@ -8,7 +8,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from integration.realworld.truth import Frame, Place, State, TaskTruth
+from integration.realworld.truth import Frame, Leaf, Place, State, TaskTruth
 
 VIEWS = ("tasks", "tree", "waits", "deadlocks")
 
@@ -62,22 +62,52 @@ def _in_source(node: dict, source: str) -> bool:  # type: ignore[type-arg]
     return bool(st.get("file")) and st["file"].endswith("/" + source)
 
 
-def innermost_line(task: dict, source: str) -> int | None:  # type: ignore[type-arg]
-    """The line of the deepest coroutine of the program's own source in a task's tree."""
-    best: tuple[int, int] | None = None
-    for depth, node in _coroutines(task["tree"]):
-        if _in_source(node, source) and (best is None or depth >= best[0]):
-            best = (depth, node["state"]["line"])
-    return None if best is None else best[1]
+def leaves(task: dict, source: str) -> list[dict]:  # type: ignore[type-arg]
+    """The task's leaves: the coroutines of the program's source in its tree with no other
+    such coroutine below them (a finished branch of a combinator is none), in tree order."""
+    out: list[dict] = []  # type: ignore[type-arg]
+
+    def walk(node: dict) -> bool:  # type: ignore[type-arg]
+        below = False
+        for c in node.get("children", ()):
+            below = walk(c) or below
+        if below:
+            return True
+        if node.get("kind") == "coroutine" and _in_source(node, source) \
+                and (node.get("state") or {}).get("kind") != "finished":
+            out.append(node)
+            return True
+        return False
+
+    walk(task["tree"])
+    return out
 
 
 def matches(doc: dict, truth: TaskTruth, source: str) -> list[dict]:  # type: ignore[type-arg]
     """The live tasks of the document that are this truth's task: a coroutine of its name in
     its tree (the root, or one a library's root polls: axum's upgrade, smol's block_on), and
-    its innermost coroutine of the program's source at the truth's line."""
+    its leaves (coroutines of the program's source) at the truth's lines, no more, no fewer."""
     live = [t for t in doc.get("tasks", ()) if (t.get("state") or {}).get("kind") != "finished"]
     return [t for t in live if any(n["name"] == truth.name for _, n in _coroutines(t["tree"]))
-            and innermost_line(t, source) == truth.at.line]
+            and _leaves_are(leaves(t, source), truth)]
+
+
+def _leaves_are(nodes: list[dict], truth: TaskTruth) -> bool:  # type: ignore[type-arg]
+    """The task's leaves are the truth's: the same lines, and a leaf the truth names by its
+    coroutine has that name."""
+    if tuple(sorted(n["state"].get("line") or 0 for n in nodes)) != truth.lines:
+        return False
+    return all(any(n["state"]["line"] == leaf.at.line and n["name"] == leaf.name for n in nodes)
+               for leaf in truth.leaves if leaf.name is not None)
+
+
+def subtree(lines: list[str], i: int) -> str:
+    """Line ``i`` of a `tree` block and every line drawn below it (deeper than it)."""
+    depth = lines[i].find("╼")
+    end = i + 1
+    while end < len(lines) and lines[end].find("╼") > depth:
+        end += 1
+    return "\n".join(lines[i:end])
 
 
 def _frames_ok(task: dict, frames: tuple[Place | str, ...], source: str) -> list[str]:  # type: ignore[type-arg]
@@ -93,42 +123,106 @@ def _frames_ok(task: dict, frames: tuple[Place | str, ...], source: str) -> list
     return missing
 
 
-def check_state(stop: Stop, state: State, source: str) -> tuple[Items, dict[str, list[int]]]:
-    """A state's items at one stop; returns the ids matched per truth task (for the next stop)."""
+def _leaf_line(block: str, leaf: Leaf, source: str) -> str:
+    """The tree line of the leaf and the lines below it: the first line at the leaf's place
+    (`SOURCE:LINE` at its end, or before its own detail) with the leaf's name if given."""
+    where = re.compile(rf"(?:^|[/ ]){re.escape(source)}:{leaf.at.line}(?!\d)")
+    lines = block.splitlines()
+    for i, ln in enumerate(lines):
+        if where.search(ln) and (leaf.name is None or f"{leaf.name} at " in ln):
+            return subtree(lines, i)
+    return ""
+
+
+def _places(truth: TaskTruth, source: str) -> str:
+    """The task's leaves for a report: `main.rs:7 (text)`, or `main.rs:3, 6` for several."""
+    if len(truth.leaves) == 1:
+        return f"{source}:{truth.leaves[0].at.line} ({truth.leaves[0].at.text})"
+    return f"{source}:{', '.join(str(leaf.at.line) for leaf in truth.leaves)}"
+
+
+def check_state(stop: Stop, state: State, source: str, crate: str | None = None) -> tuple[Items, dict[str, list[int]]]:
+    """A state's items at one stop; returns the ids matched per truth task (for the next stop).
+    ``crate``: the program's own crate (a task named in it is the program's too)."""
     items = Items()
     ids: dict[str, list[int]] = {}
+    claimed: set[int] = set()
+    threads: dict[str, list[tuple[str, int | None]]] = {}  # the truth's thread name -> (task, thread shown)
     for truth in state.tasks:
         found = matches(stop.doc, truth, source)
-        ids[f"{truth.name}@{truth.at.line}"] = [t["id"] for t in found]
+        ids[truth.key] = [t["id"] for t in found]
+        claimed.update(t["id"] for t in found[:truth.count])
         for k in range(truth.count):
             t = found[k] if k < len(found) else None
-            what = f"{state.name}: {truth.name} at {source}:{truth.at.line} ({truth.at.text})"
+            what = f"{state.name}: {truth.name} at {_places(truth, source)}"
             items.add(t is not None, f"json: no live task {what}")
             label = t["label"] if t else "#?"
             row = stop.task_row(label) if t else ""
             items.add(bool(row) and truth.name in row, f"tasks: no row {label} for {what}")
             block = stop.tree_block(label) if t else ""
-            items.add(f"{source}:{truth.at.line}" in block and truth.name in block, f"tree: {what} not in {label}'s tree")
-            for w in truth.waits:
-                items.add(t is not None and w in block, f"tree: {label} of {what} waits on no {w!r}")
+            for leaf in truth.leaves:
+                below = _leaf_line(block, leaf, source)
+                named = f" ({leaf.name})" if leaf.name else ""
+                items.add(bool(below) and truth.name in block,
+                          f"tree: {what}: line {leaf.at.line}{named} not in {label}'s tree")
+                for w in leaf.waits:
+                    items.add(w in below, f"tree: {label} of {what}: nothing below line {leaf.at.line} waits on {w!r}")
             for f in truth.frames:
                 items.add(t is not None and not _frames_ok(t, (f,), source), f"tree: {label} of {what} lacks the frame {f}")
+            if truth.thread is not None:
+                threads.setdefault(truth.thread, []).append((label, shown_thread(t) if t else None))
+    for name, shown in threads.items():
+        others = {th for n, s in threads.items() if n != name for _, th in s}
+        mine = {th for _, th in shown}
+        for label, th in shown:
+            items.add(th is not None and len(mine) == 1 and th not in others,
+                      f"thread: {label} ({name}) on thread {th}; {name}'s tasks on {sorted(map(str, mine))}, "
+                      f"the others' on {sorted(map(str, others))}")
+    extra = unmade(stop.doc, claimed, source, crate)
+    items.add(not extra, f"json: {state.name}: tasks the source does not make: {'; '.join(extra)}")
     cycles = len(re.findall(r"^cycle:", stop.text.get("deadlocks", ""), re.M))
     items.add(cycles == state.cycles, f"deadlocks: {cycles} cycles, the source makes {state.cycles}")
     return items, ids
+
+
+def shown_thread(task: dict) -> int | None:  # type: ignore[type-arg]
+    """The thread the views give a task: running there, polled there last (capture), else the
+    one its heading names (found on that thread's stack, local to that thread)."""
+    st = task.get("state") or {}
+    if st.get("thread") is not None:
+        return int(st["thread"])
+    if task.get("last_thread") is not None:
+        return int(task["last_thread"])
+    m = re.search(r"\bthread (\d+)", task.get("header") or "")
+    return int(m.group(1)) if m else None
+
+
+def unmade(doc: dict, claimed: set[int], source: str, crate: str | None = None) -> list[str]:  # type: ignore[type-arg]
+    """The live tasks with a coroutine of the program's source in their tree (or named in its
+    ``crate``) that no truth task is (beyond its count): a task the state does not have (a
+    stale image taken for a future, one task shown twice, a task dropped unfinished shown
+    alive over the bytes its slot holds now), as `#N NAME at LINES`."""
+    out = []
+    for t in doc.get("tasks", ()):
+        if t["id"] in claimed or (t.get("state") or {}).get("kind") == "finished":
+            continue
+        if any(_in_source(n, source) for _, n in _coroutines(t["tree"])) \
+                or crate is not None and str(t.get("name", "")).startswith(crate + "::"):
+            lines = ", ".join(str(n["state"].get("line")) for n in leaves(t, source))
+            out.append(f"{t.get('label', '#?')} {t.get('name') or t['tree'].get('name', '?')} at {source}:{lines}")
+    return out
 
 
 def check_ids(first: dict[str, list[int]], second: Stop, state: State, source: str) -> Items:
     """Every task matched at the first stop is there at the second with its id."""
     items = Items()
     for truth in state.tasks:
-        key = f"{truth.name}@{truth.at.line}"
         now = {t["id"] for t in matches(second.doc, truth, source)}
-        before = first.get(key, [])
+        before = first.get(truth.key, [])
         for k in range(truth.count):
             tid = before[k] if k < len(before) else None
             items.add(tid is not None and tid in now,
-                      f"ids: {truth.name} at line {truth.at.line}: #{tid} at the first stop, {sorted(now)} at the second")
+                      f"ids: {truth.name} at lines {truth.lines}: #{tid} at the first stop, {sorted(now)} at the second")
     return items
 
 
@@ -163,5 +257,5 @@ def parse_doc(text: str) -> dict:  # type: ignore[type-arg]
     raw = decode_maint_packet(text)
     try:
         return json.loads(raw)  # type: ignore[no-any-return]
-    except ValueError:
-        return {"tasks": [], "error": raw[-300:].decode(errors="replace")}
+    except ValueError:  # what came back, when it was no document (an error reply, none at all)
+        return {"tasks": [], "error": raw[-300:].decode(errors="replace") or text[:300]}

@@ -257,6 +257,7 @@ class TypeInfo:
     pointee: str | None = None
     discr: Field | None = None
     variants: tuple[Variant, ...] = ()
+    align: int = 0  # a struct's, union's or enum's DW_AT_alignment; 0 when DWARF does not say
 
     def field(self, name: str) -> Field | None:
         for f in self.fields:

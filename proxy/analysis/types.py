@@ -119,8 +119,9 @@ class TypeCollector:
             for c in t.children:
                 if unit.dies[c].tag == D.TAG_TEMPLATE_TYPE_PARAM:
                     self.add(unit.dies[c].get(D.AT_TYPE), depth + 1)
+        align = int(t.get(D.AT_ALIGNMENT, 0) or 0)
         if vp is None:
-            return TypeInfo(name, "union" if t.tag == D.TAG_UNION else "struct", size, tuple(fields))
+            return TypeInfo(name, "union" if t.tag == D.TAG_UNION else "struct", size, tuple(fields), align=align)
         discr_die = self.dwarf.die(vp.get(D.AT_DISCR))
         discr = None
         if discr_die is not None:
@@ -142,7 +143,7 @@ class TypeCollector:
             if value is not None and discr is not None:
                 value &= (1 << (8 * discr.size)) - 1
             variants.append(Variant(m.get(D.AT_NAME) or "?", value, vfields))
-        return TypeInfo(name, "enum", size, tuple(fields), discr=discr, variants=tuple(variants))
+        return TypeInfo(name, "enum", size, tuple(fields), discr=discr, variants=tuple(variants), align=align)
 
 
     def fd_offset(self, ptr_off: int | None) -> int | None:

@@ -572,6 +572,27 @@ def join_all(r: Reflector, addr: int, type_name: str, depth: int, seen: frozense
     return node
 
 
+_MAYBE_DONE = re.compile(r"(?:tokio::future::maybe_done::|futures_util::future::(?:try_)?maybe_done::)(?:Try)?MaybeDone<")
+
+
+def joined(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """A struct of two or more ``MaybeDone`` slots and nothing else is a join that polls
+    every slot: futures' ``Join { Fut1: MaybeDone<Fut1>, Fut2: MaybeDone<Fut2> }`` (its
+    ``join``; ``Join3``..``Join5``, ``TryJoin*`` of ``TryMaybeDone``s), whatever library
+    joins so. One branch per slot, named by its field; a slot done is ``[completed]``.
+    Found by layout (several futures in one struct are otherwise no wrapper: a leaf)."""
+    t = r.type(type_name)
+    if t is None or t.kind != "struct" or len(t.fields) < 2 \
+            or not all(_MAYBE_DONE.match(f.type_name) for f in t.fields):
+        return None
+    node = Node("combinator", _short(type_name), addr, type_name)
+    for f in t.fields:
+        c = r.child(addr + f.offset, f.type_name, depth, seen)
+        c.branch = f.name
+        node.children.append(c)
+    return node
+
+
 def select(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
     """``Select { inner: Option<(A, B)> }``: None once it returned."""
     inner = _field(r, type_name, "inner")
@@ -836,7 +857,13 @@ def _scheduled_io(r: Reflector, handle: int, type_name: str) -> tuple[int, str] 
 def _arc_inner_type(r: Reflector, registration: str) -> str | None:
     t = r.type(registration)
     shared = t.field("shared") if t is not None else None
-    arc = r.type(shared.type_name) if shared is not None else None
+    return shared_inner_type(r, shared.type_name) if shared is not None else None
+
+
+def shared_inner_type(r: Reflector, rc: str) -> str | None:
+    """An ``Arc<T>``'s ``ArcInner<T>`` type (an ``Rc<T>``'s ``RcInner<T>``): the pointee of
+    its ``ptr: NonNull<..>``."""
+    arc = r.type(rc)
     ptr = arc.field("ptr") if arc is not None else None
     nn = r.type(ptr.type_name) if ptr is not None else None
     raw = r.type(nn.fields[0].type_name) if nn is not None and nn.fields else None
@@ -1221,6 +1248,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("futures_util::future::poll_fn::PollFn<", poll_fn),
     ("tokio::future::maybe_done::MaybeDone<", maybe_done),
     ("futures_util::future::maybe_done::MaybeDone<", maybe_done),
+    ("futures_util::future::try_maybe_done::TryMaybeDone<", maybe_done),
     ("tokio::time::timeout::Timeout<", timeout),
     ("tokio::time::sleep::Sleep", sleep),
     ("tokio::runtime::task::join::JoinHandle<", join_handle),
@@ -1253,6 +1281,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("async_lock::mutex::Lock<", _by_ref("mutex", "async_lock::Mutex::lock", "Mutex", link=True)),
     ("async_lock::rwlock::futures::Read<", _by_ref("lock", "async_lock::RwLock::read", "RwLock")),
     ("async_lock::rwlock::futures::Write<", _by_ref("lock", "async_lock::RwLock::write", "RwLock")),
+    ("", joined),  # a struct of MaybeDone slots (futures' Join, Join3.., TryJoin..)
     ("", io_borrow),  # a leaf future borrowing an I/O handle (tokio's io::util futures)
     ("", objects),  # channel ends met as leaves (not futures: not in _is_futurish)
     ("", stream_field),  # a future or stream polling the stream in its `stream` field

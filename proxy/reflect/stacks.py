@@ -21,7 +21,9 @@ have no location at all in release builds (the out-of-line parent's does);
 frames (a subprogram or inlined subroutine with a template type parameter
 that is a coroutine, and no located variable of that type) the physical
 frame ``[sp, cfa)`` is scanned for a value of that type in a suspended state
-whose walk is fully readable; a unique survivor is taken (``found by scan``).
+whose walk is fully readable; a unique survivor is taken (``found by scan``). A type
+that a future found on the same thread already holds is not scanned for (``held_layouts``:
+the executor's future was moved into that one).
 Several are narrowed to those whose saved locals hold valid values
 (``validity``); if that leaves several, they are reported as ambiguous and
 none taken. A value-typed variable
@@ -206,15 +208,21 @@ class StackFinder:
                 if not polled and self.inv.resume_fn_at(frame.pc - self.bias - (1 if i else 0)) is not None:
                     chain.append(None)  # a resume frame whose self is unknown or garbage: no link across it
             self.chains[tid] = chain
+            held: set[str] | None = None
             for layout, (fname, sp, cfa) in wanted.items():
                 if layout in located:
+                    continue
+                if held is None:
+                    held = held_layouts(r, [f for f in out.values() if f.thread == tid])
+                if layout in held:
                     continue
                 # That frame first, then its callers': a by-value argument may live in its
                 # caller's memory. Fact (stuck mt, release, under load, 1 stop in ~10): a
                 # caller's frame can hold a stale image of the same future in an older
                 # suspended state (run at `sleep` while the live one in block_on's own
                 # frame is at `pending`), so a unique hit in the frame itself wins.
-                hits = frame_first(lambda lo, hi: self._narrow(r, layout, self._scan(r, lo, hi, layout)), sp, cfa, top)
+                hits = owned_images(r, self.inv.layouts[layout],
+                                    lambda lo, hi: self._narrow(r, layout, self._scan(r, lo, hi, layout)), sp, cfa, top)
                 if len(hits) > 1:
                     hits = pinned(r, hits, sp0, top)
                 if len(hits) > 1:
@@ -519,6 +527,33 @@ def _variables(dwarf: DwarfView, unit: D.Unit, die: D.Die, pc: int) -> Iterator[
             ranges = dwarf.die_ranges(unit, c)
             if not ranges or any(lo <= pc < hi for lo, hi in ranges):
                 stack.extend(c.children)
+
+
+def held_layouts(r: Reflector, found: list[Found]) -> set[str]:
+    """The coroutine types inside the futures found on a thread (below their roots). An
+    executor frame's future that one of them holds is that one, moved in, not a root to
+    scan for: tokio's ``LocalSet::block_on(rt, f)`` is ``rt.block_on(self.run_until(f))``,
+    ``f`` moved into ``run_until``'s future, which ``block_on`` holds and the stack's
+    locations find. Fact (hyper's single_threaded, debug: its server threads' ``LocalSet::
+    block_on`` frames): a scan for ``f`` there took a suspended, clean-walking image in that
+    frame's old bytes, drawn as a second task of the server's fn at its first ``.await``
+    (`bind`, not yet polled) beside the live one in ``run_until``'s tree."""
+    out: set[str] = set()
+    for f in found:
+        root = r.walk(f.addr, f.type_name)
+        out.update(n.type_name for n in root.iter() if n.kind == "coroutine" and n is not root)
+    return out
+
+
+def owned_images(r: Reflector, lay: Layout, scan: Callable[[int, int], list[int]], sp: int, cfa: int,
+                 top: int) -> list[int]:
+    """``frame_first`` over the images that survive the overlap rule in each range: a pattern
+    inside the live image's awaitee must not make the frame's one image two. Fact (tokio's
+    echo-tcp, release, under load): block_on's frame held main's block (at its accept) and,
+    0x40 above, a `bind` pattern inside its awaitee; two in the frame sent the search to the
+    callers', where another image lay (0x18 below the CFA) that the overlap rule could not
+    set aside: two stayed, none taken, main missing from every view."""
+    return frame_first(lambda lo, hi: unoverlapped(r, lay, scan(lo, hi)), sp, cfa, top)
 
 
 def frame_first(scan: Callable[[int, int], list[int]], sp: int, cfa: int, top: int) -> list[int]:

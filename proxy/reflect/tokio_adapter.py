@@ -13,8 +13,11 @@ runtime cooperation and works when the runtime is wedged:
    for such words, bounded by ``MAX_SCAN`` bytes. A program that is not a
    live local process (a core file, a copied snapshot) gives its ranges
    itself (``ranges``).
-3. For each header: ``Cell.core.stage`` is a ``Stage<T>`` enum; when it is
-   ``Running``, its payload is the task's future: a root for the walker.
+3. For each header at its cell type's alignment (a copy of a cell's bytes elsewhere is no
+   task): ``Cell.core.stage`` is a ``Stage<T>`` enum; when it is ``Running``, its payload is
+   the task's future: a root for the walker. A LocalSet's task (``spawn_local``) names the
+   LocalSet's shared state in ``core.scheduler``: it is local to the thread whose stack
+   awaits that LocalSet (``local_set_threads``).
 
 Version check (checked on tokio 1.24.2, the corpus' version): ``Header`` must
 have a ``vtable`` field, ``Vtable`` a ``poll`` field at offset 0, and each cell
@@ -139,11 +142,20 @@ class _CellPlan:
     from the header), found once per cell type: 100,000 tasks of one type are 100,000 reads
     of the same few offsets, not 100,000 walks through the types."""
 
-    __slots__ = ("stage", "enum", "discr", "size", "tid", "futures", "core")
+    __slots__ = ("stage", "enum", "discr", "size", "tid", "futures", "core", "local", "align")
 
-    def __init__(self, stage: int, enum: Any, tid: int | None, core: tuple[int, str] | None) -> None:
+    def __init__(self, stage: int, enum: Any, tid: int | None, core: tuple[int, str] | None,
+                 local: int | None = None, align: int = 0) -> None:
         self.stage, self.enum, self.tid = stage, enum, tid
+        # A cell is allocated at its type's alignment (`repr(align(128))` on x86-64 and AArch64:
+        # tokio pads it to a cache line): a header anywhere else is a copy of a cell's bytes.
+        # Fact (axum's chat, release, one run in two): two headers in the main heap at 120 mod
+        # 128, state 0xcc (a new task's) and no owner, the send and receive tasks of a user
+        # just built there and moved into their boxes, were shown as two more tasks, not yet
+        # polled, beside the two users' real ones.
+        self.align = align
         self.core = core  # (offset, type) of a Core with `spawned_at` (read per task), else None
+        self.local = local  # offset of a LocalSet task's `core.scheduler` pointer (its Shared), else None
         self.discr, self.size = stage + enum.discr.offset, enum.discr.size
         self.futures: dict[int, tuple[int, str] | None] = {}  # discriminant -> (offset, type) of Running
 
@@ -152,6 +164,8 @@ class _CellPlan:
         return self._running(r, header) is not None
 
     def _running(self, r: Reflector, header: int) -> tuple[int, str] | None:
+        if self.align > 1 and header % self.align:
+            return None
         value = r.mem.u(header + self.discr, self.size)
         if value is None:
             return None
@@ -167,8 +181,10 @@ class _CellPlan:
         tid = r.mem.word(header + self.tid) if self.tid is not None else None
         label = f"tokio#{tid}" if tid is not None else ""
         at = spawn_location(r, header + self.core[0], self.core[1]) if self.core is not None else None
+        owner = r.mem.word(header + self.local) if self.local is not None else None
         return Root(header + fut[0], fut[1], label, "tokio runtime",
-                    header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""))
+                    header=f"spawned task, header 0x{header:x}" + (f", spawned at {at}" if at else ""),
+                    owner=owner or None)
 
     def _future(self, r: Reflector, value: int) -> tuple[int, str] | None:
         v = self.enum.variant_for(value)
@@ -202,7 +218,69 @@ def _plan(r: Reflector, cell: str) -> _CellPlan | None:
     if st is None or st.kind != "enum" or st.discr is None:
         return None
     spawned = (core.offset, core.type_name) if core_t.field("spawned_at") is not None else None
-    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None, spawned)
+    sched = core_t.field("scheduler")
+    local = None
+    if sched is not None and sched.type_name.startswith(LOCAL_SHARED):
+        from .describers import _path
+
+        at = _path(r, 0, sched.type_name, "ptr", "pointer")
+        local = core.offset + sched.offset + at if at is not None else None
+    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None, spawned, local,
+                     c.align if c is not None else 0)
+
+
+LOCAL_SHARED = "alloc::sync::Arc<tokio::task::local::Shared"  # a LocalSet task's scheduler
+LOCAL_SET = "tokio::task::local::LocalSet"
+RUN_UNTIL = "tokio::task::local::RunUntil<"
+
+
+def local_set_threads(r: Reflector, on_stacks: dict[tuple[int, str], int]) -> dict[int, int]:
+    """The thread that runs each LocalSet (by the address of its ``Shared``, what its tasks'
+    ``core.scheduler`` points at): a LocalSet runs where a future found on a thread's stack
+    awaits it, as ``run_until``'s ``RunUntil { local_set: &LocalSet, .. }`` (``LocalSet::
+    block_on`` is ``rt.block_on(self.run_until(f))``) or as the LocalSet itself
+    (``local.await``). Its tasks are ``spawn_local``'s: they are polled only there. Fact
+    (hyper's single_threaded: a current-thread runtime and a LocalSet per server thread):
+    attached late, the servers' connection tasks said nothing of their thread."""
+    from .describers import _path
+
+    out: dict[int, int] = {}
+    for (addr, tname), tid in on_stacks.items():
+        if tname not in r.inv.layouts:
+            continue
+        for n in r.walk(addr, tname).iter():
+            lay = r.inv.layouts.get(n.type_name) if n.kind == "coroutine" and n.value is not None else None
+            st = lay.state(n.value) if lay is not None else None
+            aw = st.awaitee if st is not None else None
+            if aw is None:
+                continue
+            if aw.type_name.startswith(RUN_UNTIL):
+                at = _path(r, n.addr + aw.offset, aw.type_name, "local_set")
+                local_set = r.mem.word(at) if at is not None else None
+            elif aw.type_name == LOCAL_SET:
+                local_set = n.addr + aw.offset
+            else:
+                continue
+            shared = _local_set_shared(r, local_set) if local_set else None
+            if shared:
+                out.setdefault(shared, tid)
+    return out
+
+
+def _local_set_shared(r: Reflector, local_set: int) -> int | None:
+    """``LocalSet { context: Rc<Context { shared: Arc<Shared>, .. }>, .. }``: the Shared's
+    ArcInner address (the field names and offsets from the program's DWARF)."""
+    from .describers import _path, shared_inner_type
+
+    at = _path(r, local_set, LOCAL_SET, "context", "ptr", "pointer")
+    ctx = r.mem.word(at) if at is not None else None
+    rc = r.type(LOCAL_SET)
+    rc_f = rc.field("context") if rc is not None else None
+    inner = shared_inner_type(r, rc_f.type_name) if rc_f is not None else None
+    if not ctx or inner is None:
+        return None
+    at = _path(r, ctx, inner, "value", "shared", "ptr", "pointer")
+    return r.mem.word(at) if at is not None else None
 
 
 def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:

@@ -31,6 +31,9 @@ class Root:
     origin: str = "observed"  # observed | stack | tokio runtime | join handle
     thread: int | None = None
     header: str = ""  # the task line: extra words ("root, thread 2")
+    # the executor whose own list holds the task, when it runs on one thread (a tokio
+    # LocalSet's shared state): the task lives on the thread that runs that executor
+    owner: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,9 @@ The merge rules, each with its reason:
    innermost running one that memory holds, and run too.
 7. A task seen at an earlier stop and found by nothing now is shown while its
    memory still holds it; when its memory no longer does (the slot was reused,
-   the state went back to Unresumed after it was seen suspended) it is gone.
+   the state went back to Unresumed after it was seen suspended) it is gone. Any
+   task whose root's state value is none of its coroutine's states is gone too
+   (dropped unfinished, its slot reused: the engine saw it poll, never return).
 8. A task the engine saw finish is not read from memory (its slot may hold
    anything now); it counts in ``finished``.
 9. Without memory (no reader, no layouts) the tree is the engine's pending edges.

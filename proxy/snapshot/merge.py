@@ -41,8 +41,17 @@ class Merge(BuildState):
                                   header=f"root{thread}")
         for root in self._stack_roots():
             roots.setdefault((root.addr, root.type_name), root)
+        homes: dict[int, int] | None = None
         for discover in self.inp.adapters:
             for root in discover(r) or ():
+                if root.owner is not None:  # a task of a one-thread executor: the thread running it
+                    if homes is None:
+                        from proxy.reflect.tokio_adapter import local_set_threads
+
+                        homes = local_set_threads(r, self.stack_keys)
+                    home = homes.get(root.owner)
+                    if home is not None:
+                        root = replace(root, thread=home, header=f"{root.header}, local to thread {home}")
                 have = roots.setdefault((root.addr, root.type_name), root)
                 if have is not root and root.label and not have.label:  # on a stack, and the runtime's task
                     roots[root.addr, root.type_name] = replace(have, label=root.label)
@@ -72,8 +81,9 @@ class Merge(BuildState):
             key = (root.addr, root.type_name)
             r.mem.missing = False
             tree = r.walk(root.addr, root.type_name)
-            if tree.kind == "coroutine" and tree.status in ("completed", "panicked"):
+            if tree.kind == "coroutine" and tree.status in ("completed", "panicked") or slot_reused(r, root):
                 earlier.seen.pop(key, None)
+                earlier.status.pop(key, None)
                 continue
             if root.origin == "seen before" and _gone(tree, earlier.status.get(key)):
                 if not r.mem.missing:  # every read answered: forget it for good
@@ -373,6 +383,26 @@ class Merge(BuildState):
         here = [c.name for c in self.inv.inlined if any(lo <= link < hi for lo, hi in c.ranges)]
         return coroutine_frames(frames, self.inv.resume_fn_at(link) is not None, here)
 
+    def _in_awaitee_slot(self, parent: Node, name: str, fn: str) -> Node | None:
+        """A coroutine inlined at the pc below ``parent`` that ``parent``'s state in memory does
+        not hold: read from the one awaitee slot of ``parent``'s layout that holds a coroutine of
+        that name. The child is built into that slot before its first poll, the parent's state
+        is written only when it suspends: in the parent's first poll it still reads Unresumed
+        (after an earlier suspend, that `.await`'s). Fact (axum's chat, release, a breakpoint
+        in check_username, one run in two): on_upgrade's block in its first poll, websocket
+        inlined into it, was drawn running at websocket's line with no websocket below it."""
+        lay = self.inv.layouts.get(parent.type_name) if self.inv is not None else None
+        if lay is None or self.r is None or parent.kind != "coroutine":
+            return None
+        slots = {(st.awaitee.offset, st.awaitee.type_name) for st in lay.states
+                 if st.awaitee is not None and st.awaitee.type_name in self.inv.layouts}  # type: ignore[union-attr]
+        hits = []
+        for off, tname in sorted(slots):
+            node = self.r.walk(parent.addr + off, tname)
+            if is_coroutine(node, name, fn) and node.status not in ("completed", "panicked"):
+                hits.append(node)
+        return hits[0] if len(hits) == 1 else None
+
     def _innermost_running(self, trees: list[tuple[Root, Node]], tid: int) -> Node | None:
         chain = [k for k in self.chains.get(tid, []) if k is not None]
         return _find(trees, chain[0]) if chain else None
@@ -390,7 +420,7 @@ class Merge(BuildState):
             cur = tree
             path = []
             for name, fn in rest:
-                nxt = _first_coroutine_below(cur, name, fn)
+                nxt = _first_coroutine_below(cur, name, fn) or self._in_awaitee_slot(cur, name, fn)
                 if nxt is None:
                     break
                 path.append(nxt)
@@ -448,6 +478,21 @@ def _find(trees: list[tuple[Root, Node]], key: Key) -> Node | None:
             if n.kind == "coroutine" and (n.addr, n.type_name) == key:
                 return n
     return None
+
+
+def slot_reused(r: Reflector, root: Root) -> bool:
+    """Rule 7 for every root: the root's memory holds a value that is none of its coroutine's
+    states, so the coroutine is not there any more (a live one's state always is one): a
+    task dropped unfinished, its slot freed and reused. The engine saw it poll and never
+    return, so it still counted it alive. Fact (hyper's single_threaded, release, capture on):
+    each client thread's connection task, pending when its LocalSet was dropped with the
+    thread's runtime, was shown as a live task of state "unknown", its tree unreadable
+    (`__state 115 is not a state`). A value not read (an unanswered read) says nothing."""
+    lay = r.inv.layouts.get(root.type_name)
+    if lay is None:
+        return False
+    value = r.mem.u(root.addr + lay.state_offset, lay.state_size)
+    return value is not None and lay.state(value) is None
 
 
 def _gone(tree: Node, status_then: str | None) -> bool:

@@ -167,3 +167,59 @@ def test_an_image_inside_another_images_awaitee_is_no_image() -> None:
     assert unoverlapped(r, lay, [base, base + 0x200]) == [base, base + 0x200]  # type: ignore[arg-type]
     r = type("R", (), {"mem": _mem({base + 24: 3, base + 0x40 + 24: 4})})()  # the lower one at bind:
     assert unoverlapped(r, lay, [base, base + 0x40]) == [base, base + 0x40]  # type: ignore[arg-type]
+
+
+def test_an_executors_future_held_inside_a_found_future_is_no_root_to_scan() -> None:
+    """hyper's single_threaded, debug: each server thread runs `LocalSet::block_on(&rt,
+    server())`, which is `rt.block_on(self.run_until(server()))`: the server's future moves
+    into run_until's, found on the stack by its location in the runtime's block_on. The scan
+    for LocalSet::block_on's own `F` took a stale, clean-walking image of the server's fn in
+    that frame (at its first `.await`, `bind` not yet polled): a second, false task beside
+    the live one. The coroutine types inside the futures found on a thread are held, not
+    roots. The compiler's own types and offsets."""
+    from proxy.reflect.stacks import Found, held_layouts
+    from proxy.reflect.walker import Reflector
+    from tests.proxy.reflect.test_walker import BASE, Mem, _inv
+
+    inv = _inv("realworld-debug", "hyper_single_threaded")
+    server = "hyper_single_threaded::http1_server::{async_fn_env#0}"
+    run_until = f"tokio::task::local::{{impl#4}}::run_until::{{async_fn_env#0}}<{server}>"
+    lay = inv.layouts[run_until]
+    st = lay.state(3)  # Suspend0: at `run_until.await`, its awaitee RunUntil { future, .. }
+    assert st is not None and st.awaitee is not None
+    holder = inv.types[st.awaitee.type_name]
+    fut = next(f for f in holder.fields if f.type_name == server)
+    inner = inv.layouts[server]
+    mem = Mem()
+    mem.write(BASE, bytes(lay.size))
+    mem.write(BASE + lay.state_offset, (3).to_bytes(lay.state_size, "little"))
+    at = BASE + st.awaitee.offset + fut.offset
+    mem.write(at + inner.state_offset, (4).to_bytes(inner.state_size, "little"))  # at its accept
+    r = Reflector(inv, 0, mem.read)
+    assert server in held_layouts(r, [Found(BASE, run_until, 1, "CoreGuard::block_on", "location")])
+    assert run_until not in held_layouts(r, [Found(BASE, run_until, 1, "CoreGuard::block_on", "location")])
+    assert held_layouts(r, []) == set()
+
+
+def test_the_frames_one_image_is_counted_after_the_overlap_rule() -> None:
+    """tokio's echo-tcp, release, under load: block_on's frame held main's block at its accept
+    (state 4) and, 0x40 above, a `bind` (state 3) pattern inside its awaitee; a caller's frame
+    another image. Counted before the overlap rule, the frame held two, the callers' were
+    searched too and two stayed: none taken. The frame's images after the rule: one."""
+    from proxy.analysis.model import Layout, Member, State
+    from proxy.reflect.stacks import owned_images
+
+    bind = Member("__awaitee", 32, 48, "bind")
+    accept = Member("__awaitee", 32, 184, "accept")
+    lay = Layout("main", 248, 24, 1, (State(3, "Suspend0", None, bind, ()), State(4, "Suspend1", None, accept, ())))
+    sp, cfa, top = 0x7FFF_0000, 0x7FFF_02D0, 0x7FFF_0A00
+    live, pattern, caller = sp + 0x10, sp + 0x50, cfa + 0x100
+    r = type("R", (), {"mem": _mem({live + 24: 4, pattern + 24: 3, caller + 24: 3})})()
+
+    def scan(lo: int, hi: int) -> list[int]:
+        return [a for a in (live, pattern, caller) if lo <= a and a + lay.size <= hi]
+    assert owned_images(r, lay, scan, sp, cfa, top) == [live]  # type: ignore[arg-type]
+    # two images of the frame's own apart (neither inside the other): both, as before
+    r = type("R", (), {"mem": _mem({live + 24: 4, sp + 0x120 + 24: 3})})()
+    assert owned_images(r, lay, lambda lo, hi: [a for a in (live, sp + 0x120) if lo <= a < hi], sp, cfa, top) \
+        == [live, sp + 0x120]  # type: ignore[arg-type]

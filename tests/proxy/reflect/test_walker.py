@@ -275,3 +275,36 @@ def test_of_two_futures_channel_ends_the_one_holding_the_waker_is_waited_on(wake
         assert tree.kind == "leaf" and tree.detail == f"waits on mpsc channel 0x{BASE + 0x1000:x}", tree
     else:  # the trailers' end holds it, or neither does: the oneshot, the one future among them
         assert tree.kind == "leaf" and tree.detail == f"waits on oneshot channel 0x{BASE + 0x2000:x}", tree
+
+
+@pytest.mark.parametrize("second", ["pending", "done"])
+def test_a_struct_of_maybe_done_slots_is_a_join_of_its_branches(second: str) -> None:
+    """hyper's multi_server awaits futures' `join(srv1, srv2)`: `Join { Fut1: MaybeDone<A>,
+    Fut2: MaybeDone<B> }`, two futures in one struct, so no wrapper: it was drawn as a leaf
+    and the task's two accept loops were missing. A struct of MaybeDone slots and nothing else
+    is a join: one branch per slot, named by its field, a slot done `[completed]`. The
+    compiler's own types and offsets."""
+    inv = _inv("realworld-debug", "hyper_multi_server")
+    name = next(n for n in inv.types if n.startswith("futures_util::future::join::Join<hyper_multi_server::"))
+    join = inv.types[name]
+    mem = Mem()
+    mem.write(BASE, bytes(join.size))
+    lines = []
+    for i, f in enumerate(join.fields):
+        slot = inv.types[f.type_name]
+        variant = slot.variants[0] if i == 0 or second == "pending" else next(v for v in slot.variants if v.name == "Done")
+        assert slot.discr is not None and variant.discr is not None
+        mem.write(BASE + f.offset + slot.discr.offset, variant.discr.to_bytes(slot.discr.size, "little"))
+        if variant.name == "Future":
+            lay = inv.layouts[variant.fields[0].type_name]
+            at = BASE + f.offset + variant.fields[0].offset + lay.state_offset
+            mem.write(at, (4).to_bytes(lay.state_size, "little"))  # Suspend1: the loop's accept
+            lines.append(lay.state(4).loc.line)
+    tree = Reflector(inv, 0, mem.read).walk(BASE, name)
+    assert tree.kind == "combinator" and tree.label == "futures_util::future::join::Join", tree
+    assert [c.branch for c in tree.children] == ["Fut1", "Fut2"]
+    assert [c.kind for c in tree.children] == ["coroutine", "coroutine" if second == "pending" else "leaf"]
+    assert [c.loc.line for c in tree.children if c.kind == "coroutine"] == lines
+    if second == "done":
+        assert tree.children[1].status == "completed"
+    assert lines[0] == 39  # `let (stream, _) = listener.accept().await.unwrap();` in srv1

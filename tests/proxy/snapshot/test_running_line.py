@@ -6,7 +6,7 @@ handle_request, called at line 129 of the connection's block (spawned at 117): `
 from __future__ import annotations
 
 
-from proxy.analysis.model import Frame, Inventory, Layout, SourceLoc, State
+from proxy.analysis.model import Frame, Inventory, Layout, Member, SourceLoc, State
 from proxy.reflect.walker import Node
 from proxy.snapshot.inputs import SnapshotInputs
 from proxy.snapshot.merge import Merge
@@ -149,3 +149,44 @@ def test_rustc_1_63s_generator_is_named_not_known_as_a_resume_function() -> None
     m.chains = {7: [(0x7000, env)]}
     ((tid, run),) = m._runs_at_pcs()
     assert run.chain == ("tokio_app::c",) and run.loc == SourceLoc(src, 34)
+
+
+def test_a_coroutine_inlined_at_the_call_is_found_in_its_awaitee_slot_in_the_parents_first_poll() -> None:
+    """axum's chat, release, a breakpoint in check_username, one run in two: on_upgrade's
+    block ran its first poll (the upgrade was there at once), so its state still read
+    Unresumed and memory held nothing below it; websocket, inlined at the call, was not drawn
+    (the block itself at websocket's line, 82). The child is built into its awaitee slot
+    before it is polled: the one slot of the parent's layout that holds a coroutine of that
+    name is read. Two slots that could: none (no guess)."""
+    from proxy.reflect.memory import BlockReader
+    from proxy.reflect.tree import Root
+    from proxy.reflect.walker import Reflector
+
+    blk_t = "axum::extract::ws::{impl#1}::on_upgrade::{async_block_env#0}<axum::F, axum_chat::websocket>"
+    ws_t = "axum_chat::websocket::{async_fn_env#0}"
+    inv = Inventory(build_id=None, path="/prog", pie=True, entry=0)
+    inv.layouts[ws_t] = Layout(ws_t, 64, 60, 8, (State(0, "Unresumed", SourceLoc("/src/chat.rs", 62)),
+                                                 State(3, "Suspend0", SourceLoc("/src/chat.rs", 79))))
+    inv.layouts[blk_t] = Layout(blk_t, 0x100, 0xF8, 8, (
+        State(0, "Unresumed", SourceLoc("/axum/ws.rs", 359)),
+        State(3, "Suspend0", SourceLoc("/axum/ws.rs", 376), Member("__awaitee", 0x80, 64, ws_t))))
+    frames = {0x9000: [Frame("axum_chat::check_username", SourceLoc("/src/chat.rs", 149))],
+              0x5123: [Frame("axum_chat::websocket::{{closure}}", SourceLoc("/src/chat.rs", 82), inlined=True),
+                       Frame("axum::extract::ws::WebSocketUpgrade<F>::on_upgrade::{{closure}}",
+                             SourceLoc("/axum/ws.rs", 376))]}
+    zeros = BlockReader(lambda addr, n: bytes(n))  # both first polls: every state reads Unresumed
+    m = Merge(SnapshotInputs(inventory=inv, bias=0, pcs={7: 0x9000}, frames_at=lambda pc: frames.get(pc, [])), None)
+    m.r = Reflector(inv, 0, zeros)
+    blk = m.r.walk(0x7000, blk_t)
+    m.chains = {7: [(0x7000, blk_t)]}
+    m.chain_pcs = {(0x7000, blk_t): 0x5123}
+    m._overlay_pcs([(Root(0x7000, blk_t), blk)])
+    (ws,) = blk.children
+    assert (ws.label, ws.addr, ws.status, ws.loc) == ("axum_chat::websocket", 0x7080, "running", SourceLoc("/src/chat.rs", 82))
+    # another state's slot could hold a websocket too: which one is unknown, none is drawn
+    inv.layouts[blk_t] = Layout(blk_t, 0x100, 0xF8, 8, inv.layouts[blk_t].states + (
+        State(4, "Suspend1", SourceLoc("/axum/ws.rs", 380), Member("__awaitee", 0xC0, 64, ws_t)),))
+    m.r = Reflector(inv, 0, zeros)
+    blk = m.r.walk(0x7000, blk_t)
+    m._overlay_pcs([(Root(0x7000, blk_t), blk)])
+    assert blk.children == [] and blk.loc == SourceLoc("/src/chat.rs", 82)
