@@ -20,6 +20,20 @@ class RuntimeAdapter(Protocol):
     def roots(self, r: Reflector, hits: dict[int, Any]) -> list[Root]: ...
 
 
+SCAN_MAX = 1 << 30  # bytes of writable memory one scan reads at most (the proxy holds what it read)
+
+
+def _within(ranges: list[tuple[int, int]], most: int) -> list[tuple[int, int]]:
+    """The ranges in order, cut where their sizes add up to `most`."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if most <= 0:
+            break
+        out.append((lo, min(hi, lo + most)))
+        most -= min(hi, lo + most) - lo
+    return out
+
+
 def scan(r: Reflector, ranges: list[tuple[int, int]], adapters: list[RuntimeAdapter]) -> tuple[list[dict[int, Any]], int]:
     """One pass over ``ranges``: per adapter, header address -> payload; and the bytes read.
 
@@ -37,9 +51,18 @@ def scan(r: Reflector, ranges: list[tuple[int, int]], adapters: list[RuntimeAdap
     runs: list[tuple[int, list[bytes]]] = []  # (start, blocks read back to back from it)
     rec = getattr(r.mem, "recording", None)
     pats = tuple(words)
+    # The heap is read whole, and a program's heap may hold more than the walk's budget
+    # (BlockReader.budget, 64 MiB: against a runaway walk): hyper's single_threaded, five
+    # runtimes on five threads, each its own malloc arena, tripped it in 3 attaches of 11 and
+    # every command of that stop failed. The scan's own bytes (at most SCAN_MAX) are added to
+    # the budget, so the walks after it keep theirs; past SCAN_MAX the rest is not scanned.
+    ranges = _within(ranges, SCAN_MAX)
+    bases = list(dict.fromkeys(base - base % BLOCK for lo, hi in ranges for base in range(lo, hi, BLOCK)))
+    if hasattr(r.mem, "budget"):
+        r.mem.budget += len(bases) * BLOCK
     # every block at once (a remote program's: one request for them all, not one a block);
     # a local program's are read here anyway (proxy/host/localmem.py)
-    r.mem.prefetch([base - base % BLOCK for lo, hi in ranges for base in range(lo, hi, BLOCK)])
+    r.mem.prefetch(bases)
     for lo, hi in ranges:
         run: list[bytes] = []
         for base in range(lo, hi, BLOCK):

@@ -94,3 +94,31 @@ def test_prefetch_reads_the_blocks_not_read_yet_in_one_request() -> None:
     assert asked == [[(0x1000, BLOCK)], [(0x2000, BLOCK), (0x3000, BLOCK), (0x4000, BLOCK)]]
     assert mem.read(0x2008, 8) == bytes(8) and mem.read(0x3000, 8) is None and mem.missing
     assert len(asked) == 2
+
+
+def test_a_heap_larger_than_the_walk_budget_is_scanned_and_the_walk_keeps_its_budget() -> None:
+    """A heap of 8 blocks against a budget of 4 (hyper's single_threaded: five malloc arenas
+    over the 64 MiB budget failed every command of the stop): the scan reads it all, and
+    the walk after it still has its own 4 blocks."""
+    from proxy.reflect.memory import Budget
+
+    data = _memory({7 * BLOCK + 0x18: VT}, size=8 * BLOCK)
+    more = bytes(6 * BLOCK)
+
+    def read(addr: int, size: int) -> bytes | None:
+        if BASE <= addr < BASE + len(data):
+            return data[addr - BASE:addr - BASE + size]
+        at = addr - (BASE + 0x100000)
+        return more[at:at + size] if 0 <= at < len(more) else None
+
+    r = Reflector(Inventory("", "", False, 0), 0, BlockReader(read, budget=4 * BLOCK))
+    hits, scanned = scan(r, [(BASE, BASE + len(data))], [Fake()])
+    assert scanned == len(data) and sorted(hits[0]) == [BASE + 7 * BLOCK + 0x18 - 16]
+    for i in range(4):  # the walk's own budget, whole
+        assert r.mem.read(BASE + 0x100000 + i * BLOCK, 8) == bytes(8)
+    try:
+        r.mem.read(BASE + 0x100000 + 5 * BLOCK, 8)
+    except Budget:
+        pass
+    else:
+        raise AssertionError("a walk past its own budget must stop")
