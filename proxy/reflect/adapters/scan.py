@@ -52,9 +52,9 @@ def scan(r: Reflector, ranges: list[tuple[int, int]], adapters: list[RuntimeAdap
     rec = getattr(r.mem, "recording", None)
     pats = tuple(words)
     # The heap is read whole, and a program's heap may hold more than the walk's budget
-    # (BlockReader.budget, 64 MiB: against a runaway walk): hyper's single_threaded, five
-    # runtimes on five threads, each its own malloc arena, tripped it in 3 attaches of 11 and
-    # every command of that stop failed. The scan's own bytes (at most SCAN_MAX) are added to
+    # (BlockReader.budget, 64 MiB: against a runaway walk): hyper's single_threaded, a runtime
+    # on each of its threads (each thread its own malloc arena), tripped it in 3 attaches of 11
+    # and every command of that stop failed. The scan's own bytes (at most SCAN_MAX) are added to
     # the budget, so the walks after it keep theirs; past SCAN_MAX the rest is not scanned.
     ranges = _within(ranges, SCAN_MAX)
     bases = list(dict.fromkeys(base - base % BLOCK for lo, hi in ranges for base in range(lo, hi, BLOCK)))

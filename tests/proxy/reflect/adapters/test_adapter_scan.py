@@ -97,7 +97,7 @@ def test_prefetch_reads_the_blocks_not_read_yet_in_one_request() -> None:
 
 
 def test_a_heap_larger_than_the_walk_budget_is_scanned_and_the_walk_keeps_its_budget() -> None:
-    """A heap of 8 blocks against a budget of 4 (hyper's single_threaded: five malloc arenas
+    """A heap of 8 blocks against a budget of 4 (hyper's single_threaded: its threads' malloc arenas
     over the 64 MiB budget failed every command of the stop): the scan reads it all, and
     the walk after it still has its own 4 blocks."""
     from proxy.reflect.memory import Budget
