@@ -35,6 +35,8 @@ stats); `wire.py` the small packet helpers.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from rsp.errors import MalformedPacket
 from rsp.framing import checksum, frame, is_hex, rle_expand
 from rsp.packets.breakpoints import parse_breakpoint
@@ -93,7 +95,7 @@ _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
 # registers (Kind.READ) have no row: forwarded as they are once those have seen them.
 _CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
     Kind.QSUPPORTED: ("_client_qsupported",),
-    Kind.NON_STOP: ("_route_non_stop",),
+    Kind.NON_STOP: ("ns.client_nonstop",),
     Kind.STOP_QUERY: ("_route_ns_query",),  # non-stop only
     Kind.VSTOPPED: ("_route_ns_query",),  # non-stop only
     Kind.RESUME: ("_route_ns_resume", "_route_resume"),  # non-stop's first
@@ -102,8 +104,8 @@ _CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
     Kind.BREAKPOINT: ("_client_breakpoint",),
     Kind.SELECT_G: ("_route_hg",),
     Kind.VCONT_QUERY: ("_route_vcont_query",),
-    Kind.MONITOR: ("_route_monitor",),
-    Kind.QXFER: ("_route_qxfer",),
+    Kind.MONITOR: ("queries.client_monitor",),
+    Kind.QXFER: ("queries.client_qxfer",),
     Kind.LEAVE: ("_client_leave",),
     Kind.NEW_PROCESS: ("_client_new_process",),
     Kind.WRITE: ("_route_write",),
@@ -118,7 +120,8 @@ class Session(CaptureLifecycle):
         self.hidden = HiddenStops(self)  # stops at the proxy's breakpoints (hidden.py)
         self.stepping = AsyncStepping()  # steps that follow a coroutine across .await (stepping.py)
         self.task_threads = TaskThreads(self)  # tasks as threads (taskthreads.py)
-        self._routes = {kind: tuple(getattr(self, name) for name in names) for kind, names in _CLIENT_ROUTES.items()}
+        # a route is a method of the session or of a part it holds ("queries.client_monitor")
+        self._routes = {kind: tuple(attrgetter(name)(self) for name in names) for kind, names in _CLIENT_ROUTES.items()}
 
     def client_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.client_packets += 1
@@ -379,12 +382,6 @@ class Session(CaptureLifecycle):
 
     # -- routes of _CLIENT_ROUTES that may pass a request down (False) -------------------------
 
-    def _route_monitor(self, body: bytes, raw: bytes | None) -> None:
-        self.queries.client_monitor(body, raw)
-
-    def _route_qxfer(self, body: bytes, raw: bytes | None) -> None:
-        self.queries.client_qxfer(body, raw)
-
     def current_thread(self) -> int | None:
         """The thread the client stopped in: the last stop's (gdb switches to it), else its Hg.
         Not its last Hg once there is a stop: gdb sends Hg for every thread whose registers
@@ -408,9 +405,6 @@ class Session(CaptureLifecycle):
         if st is None or st.thread is None or st.pc is None:
             return {}
         return {st.thread.tid: st.pc}
-
-    def _route_non_stop(self, body: bytes, raw: bytes | None) -> None:
-        self.ns.client_nonstop(body, raw)
 
     def _route_ns_query(self, body: bytes, raw: bytes | None) -> bool | None:
         if not self.non_stop:

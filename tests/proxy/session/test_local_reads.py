@@ -71,6 +71,19 @@ def test_without_a_local_reader_every_read_is_an_m_packet() -> None:
     assert not any("/proc/PID/mem" in line for line in d.s.queries.stats_lines())
 
 
+def _asked(monitor):  # type: ignore[no-untyped-def]
+    """A stopped session whose `monitor async tree` runs `monitor` over a local reader: (driver,
+    the command's actions). The reader is opened for the session (app.local_memory reads its
+    identity and target), not for one of its parts."""
+    given: list[object] = []
+    d = Driver(probes=[], monitor=monitor, local_memory=lambda s: (given.append(s), _Local())[1])
+    d.client(b"?")
+    d.stub(stop_at(0x1000, reason=b""))
+    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
+    assert given == [d.s]
+    return d, acts
+
+
 def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
     """monitor_peek (task threads compare the last stop's bytes with it): a remote program's
     bytes not read yet are None, and nothing is asked for them."""
@@ -83,12 +96,7 @@ def test_peek_reads_what_is_known_and_never_asks_the_stub() -> None:
         seen.append((s.queries.monitor_peek(DATA, 4), s.queries.monitor_peek(CODE, 4)))
         return "ok\n"
 
-    given: list[object] = []
-    d = Driver(probes=[], monitor=monitor, local_memory=lambda s: (given.append(s), _Local())[1])
-    d.client(b"?")
-    d.stub(stop_at(0x1000, reason=b""))
-    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
-    assert given == [d.s]  # the session (app.local_memory reads its identity and target)
+    d, acts = _asked(monitor)
     assert bodies(acts, ToStub) == [b"m5000,4"]  # the read's, not the peek's
     d.stub(b"90909090")
     assert seen == [(b"****", None), (b"****", b"\x90" * 4)]  # known once read
@@ -106,12 +114,7 @@ def test_many_reads_at_once_ask_the_stub_for_the_unknown_ones_back_to_back() -> 
         seen.append((read(CODE, 4), read(0x6000, 4)))
         return "ok\n"
 
-    given: list[object] = []
-    d = Driver(probes=[], monitor=monitor, local_memory=lambda s: (given.append(s), _Local())[1])
-    d.client(b"?")
-    d.stub(stop_at(0x1000, reason=b""))
-    acts = d.client(b"qRcmd," + b"async tree".hex().encode())
-    assert given == [d.s]  # the session (app.local_memory reads its identity and target)
+    d, acts = _asked(monitor)
     assert bodies(acts, ToStub) == [b"m5000,4", b"m6000,4"]  # sent at once
     assert d.stub(b"90909090") == []
     assert bodies(d.stub(b"E14"), ToClient)[-1] == b"OK"
