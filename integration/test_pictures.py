@@ -132,15 +132,24 @@ def test_deadlock_report_in_chromium(tmp_path: Path) -> None:
             assert any(t.endswith(" " + name) for t in facts["tracks"]), (name, facts["tracks"])
         shot = page.screenshot(tmp_path / "deadlock-report.png")
     doc = json.loads(trace.read_text())
-    if "wakes: the newest" in doc["otherData"]["note"]:
-        names = {e["tid"]: e["args"]["name"].split()[-1] for e in doc["traceEvents"]
-                 if e["ph"] == "M" and e["pid"] == 1 and e["name"] == "thread_name"}
+    names = {e["tid"]: e["args"]["name"].split()[-1] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["pid"] == 1 and e["name"] == "thread_name"}
+    pair = {"deadlock::lock_ab", "deadlock::lock_ba"}
+    # A lock task polled twice was woken in between, and by the source only the other one can
+    # have woken it (its arrival at the Barrier; the second lock is never released). The
+    # source does not promise that wake: tokio's Barrier waits on a watch channel, and when
+    # the second task arrives before the first one polls `changed()` both pass in their first
+    # poll (seen under load: one poll each, no wake at all).
+    root_polls = Counter(names[e["tid"]] for e in doc["traceEvents"]
+                         if e.get("cat") == "poll" and e["pid"] == 1 and e["args"]["coroutine"] == e["args"]["task"])
+    if "wakes: the newest" not in doc["otherData"]["note"]:
+        print(f"no wakes recorded by this capture: {doc['otherData']['note']}")
+    elif max(root_polls[n] for n in pair) < 2:
+        print(f"no wake to record: lock_ab and lock_ba passed the Barrier in their first polls ({root_polls})")
+    else:
         woken = {(names[e["tid"]], e["args"]["by"]) for e in doc["traceEvents"] if e.get("cat") == "wake" and e["ph"] == "i"}
         by_name = {f"task #{tid}": name for tid, name in names.items()}
-        pair = {"deadlock::lock_ab", "deadlock::lock_ba"}
-        assert any(w in pair and by_name.get(b) in pair - {w} for w, b in woken), woken
-    else:
-        print(f"no wakes recorded by this capture: {doc['otherData']['note']}")
+        assert any(w in pair and by_name.get(b) in pair - {w} for w, b in woken), (woken, root_polls)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     kept = ARTIFACTS / "deadlock-report.png"
     shutil.copyfile(shot, kept)
