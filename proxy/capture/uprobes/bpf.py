@@ -67,6 +67,7 @@ MAX_DEPTH = 32
 PIDFD_THREAD = os.O_EXCL  # pidfd_open(2): a pidfd of a thread, not of a process
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS, KIND_RETSITE = 0, 1, 2, 3, 4, 5
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
+REG_RAX = 4  # a spawn site's task pointer: rax (an allocation's return value, task_allocs.py)
 # an entry site's cfa_reg: the function is polled through a vtable, its return addresses
 REG_LEARN = 8  # are learned (rets_seen), its exits are its rets
 REG_RETSITES = 9  # are probed return sites (retsites), its exits are there

@@ -110,6 +110,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define REG_RSI 1
 #define REG_RSP 2
 #define REG_RBP 3
+#define REG_RAX 4 /* spawn sites: the new task's pointer is in rax (an allocation's return value) */
 /* an entry site's cfa_reg (unused at entries): the function's return addresses */
 #define REG_LEARN 8    /* are learned (rets_seen); its exits are its rets */
 #define REG_RETSITES 9 /* are probed return sites (retsites); its exits are there */
@@ -409,7 +410,8 @@ struct {
 /* ---- Spawns and wakes (KIND_SPAWN, KIND_WAKE sites; docs/wakes.md) ----
  *
  * A spawn site stands on a function every spawn of the runtime goes through
- * (tokio's task::Id::next, async-task's RawTask::allocate), or, where the
+ * (tokio's task::Id::next), right after async-task's allocation of the task
+ * (self_reg REG_RAX: the record keyed by the task's pointer), or, where the
  * function was inlined (release builds), after each increment of tokio's id
  * counter (state_size 1: the id is the counter's value less one). Its hit writes one
  * record into the ring `side` (never `events`: the poll decoder does not see
@@ -431,6 +433,9 @@ struct {
 #define OP_DROP 3
 #define OP_POLL 4
 #define SPAWN_MAX 8192
+#define KEY_NONE 0 /* a spawn record keyed by nothing */
+#define KEY_ID 1   /* by the runtime's task id (tokio) */
+#define KEY_TASK 2 /* by the new task's pointer (async-task: its allocation) */
 #define CHAIN 8
 #define HIST 20  /* scheduling delays: bucket b < 2^(b+10) ns (the first < 1 us, the last the rest) */
 #define LAST 4   /* the last wakes kept per task */
@@ -443,14 +448,15 @@ struct aux {
 
 struct spawn_rec {
 	__u16 kind;
-	__u16 depth;       /* polls in progress on the thread */
+	__u8 depth;        /* polls in progress on the thread (<= MAX_DEPTH) */
+	__u8 key;          /* what task_id holds: KEY_NONE, KEY_ID, KEY_TASK */
 	__u32 cookie;
 	__u32 tid;
 	__u32 stack_len;
 	__u64 ts;
 	__u64 ip;
 	__u64 sp;
-	__u64 task_id;     /* read at aux.id_addr */
+	__u64 task_id;     /* KEY_ID: read at aux.id_addr; KEY_TASK: rax (self_reg REG_RAX) */
 	__u64 task;        /* the runtime task polled on the thread (0: none) */
 	__u64 rbp, rbx, r12, r13, r14, r15;
 	__u64 chain[CHAIN];    /* self of the polls in progress, innermost first */
@@ -880,10 +886,15 @@ static __noinline void on_spawn(struct pt_regs *ctx, struct thread_state *th, co
 	r->ip = PT_REGS_IP(ctx);
 	r->sp = sp;
 	r->task_id = 0;
-	if (a->id_addr) {
+	r->key = KEY_NONE;
+	if (s->self_reg == REG_RAX) { /* after async-task's allocation of the task (task_allocs.py) */
+		r->task_id = ctx->rax;
+		r->key = r->task_id ? KEY_TASK : KEY_NONE;
+	} else if (a->id_addr) {
 		bpf_probe_read_user(&r->task_id, 8, (void *)a->id_addr);
 		if (s->state_size) /* a site after the counter's increment (an inlined Id::next) */
 			r->task_id -= 1;
+		r->key = KEY_ID;
 	}
 	r->task = running_task(th, sp);
 	r->rbp = ctx->rbp;
@@ -893,7 +904,7 @@ static __noinline void on_spawn(struct pt_regs *ctx, struct thread_state *th, co
 	r->r14 = ctx->r14;
 	r->r15 = ctx->r15;
 	__u32 depth = th ? th->depth : 0;
-	r->depth = (__u16)depth;
+	r->depth = (__u8)depth;
 	for (int k = 0; k < CHAIN; k++) {
 		int i = (int)depth - 1 - k;
 		r->chain[k] = 0;

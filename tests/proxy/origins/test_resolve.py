@@ -16,7 +16,7 @@ def _resolve(frames_by_pc: dict[int, list[Frame]]) -> Resolver:
 
 
 def _record() -> SpawnRecord:
-    return SpawnRecord(ts=1, thread=7, task_id=3, spawner=0, chain=(), depth=0, regs={"rsp": 0}, stack=b"")
+    return SpawnRecord(ts=1, thread=7, task_id=3, task=0, spawner=0, chain=(), depth=0, regs={"rsp": 0}, stack=b"")
 
 
 def test_a_library_frame_between_the_runtime_and_the_program_is_skipped() -> None:
