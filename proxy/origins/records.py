@@ -10,8 +10,9 @@ CHAIN = 8
 HIST = 20
 LAST = 4
 # kind depth key cookie tid stack_len | ts ip sp task_id task | rbp rbx r12 r13 r14 r15 | chain[8] | chain_fn[8]
-SPAWN_HEAD = struct.Struct("<HBBIII5Q6Q8Q8I")
-assert SPAWN_HEAD.size == 200
+# | path (ret cookie fn)
+SPAWN_HEAD = struct.Struct("<HBBIII5Q6Q8Q8I16s")
+assert SPAWN_HEAD.size == 216
 KIND_SPAWN = 6
 KEY_NONE, KEY_ID, KEY_TASK = 0, 1, 2  # what a record's key is (uprobes.bpf.c struct spawn_rec)
 # wakes by_ref self_wakes clones drops polls woken_at sched_ns sched_max sched_n poll_at first_ts future
@@ -34,6 +35,7 @@ class SpawnRecord:
     depth: int  # polls in progress on the thread (the chain keeps the innermost CHAIN)
     regs: dict[str, int]  # rip rsp rbp rbx r12-r15: where the unwinder starts
     stack: bytes  # memory from regs["rsp"] on
+    path: bytes = b""  # the spawning path (struct spawn_path): the stack its records keep is learnt per path
 
     def read(self, addr: int, size: int) -> bytes | None:
         off = addr - self.regs["rsp"]
@@ -52,12 +54,12 @@ def decode_spawn(buf: bytes | memoryview, off: int, n: int) -> SpawnRecord | Non
     task_id = key_value if key == KEY_ID else 0
     task = key_value if key == KEY_TASK else 0
     rbp, rbx, r12, r13, r14, r15 = v[11:17]
-    selfs, fns = v[17:25], v[25:33]
+    selfs, fns, path = v[17:25], v[25:33], v[33]
     chain = tuple((s, f) for s, f in zip(selfs, fns) if s)
     stack_len = min(stack_len, n - SPAWN_HEAD.size)
     stack = bytes(buf[off + SPAWN_HEAD.size:off + SPAWN_HEAD.size + stack_len])
     regs = {"rip": ip, "rsp": sp, "rbp": rbp, "rbx": rbx, "r12": r12, "r13": r13, "r14": r14, "r15": r15}
-    return SpawnRecord(ts, tid, task_id, task, spawner, chain, depth, regs, stack)
+    return SpawnRecord(ts, tid, task_id, task, spawner, chain, depth, regs, stack, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,8 @@ COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope tabl
             "spawns lost")
 KIND_SPAWN, KIND_WAKE = 6, 7  # spawn and wake sites (proxy/capture/uprobes/wake_sites.py)
 AUX = struct.Struct("<QII")  # struct aux: the next task id's address, spawn stack bytes, pad
-SPAWN_MAX = 8192
+SPAWN_MAX = 16384  # a spawning path's first record; later ones what the proxy learnt (set_spawn_size)
+SPAWN_PATH = struct.Struct("<QII")  # struct spawn_path: the site's frame's return address, cookie, fn + 1
 WAKE_STATS_SIZE = 13 * 8 + 20 * 4 + 8 + 4 * 32  # struct wake_stats (proxy/origins/wakes.py decodes it)
 THREAD_TAIL = 24  # struct thread_state after its scopes: cur_task, cur_sp, cur_unbound (KIND_WAKE)
 
@@ -227,7 +228,7 @@ class Program:
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
             for name in ("events", "sites", "config", "counters", "site_hits", "site_elided", "site_nested",
                          "instances",
-                         "retsites", "rets_seen", "tstate", "side", "aux", "wakes")
+                         "retsites", "rets_seen", "tstate", "side", "aux", "wakes", "spawn_sizes")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -449,6 +450,13 @@ class Program:
     def set_aux(self, id_addr: int, spawn_stack: int) -> None:
         """Spawn sites: where the runtime's next task id is (0: none), the stack bytes a spawn keeps."""
         self._update("aux", 0, AUX.pack(id_addr, max(0, min(spawn_stack, SPAWN_MAX)), 0))
+
+    def set_spawn_size(self, path: bytes, size: int) -> None:
+        """The stack bytes the records of one spawning path keep (`spawn_sizes`; SPAWN_PATH key)."""
+        k = ctypes.create_string_buffer(path, len(path))
+        v = ctypes.c_uint32(max(0, min(size, SPAWN_MAX)))
+        if self._lib.lib.bpf_map_update_elem(self.fds["spawn_sizes"], k, ctypes.byref(v), 0) != 0:
+            raise BpfError(f"cannot write the BPF map spawn_sizes: {_errno_text(ctypes.get_errno())}")
 
     def side_ring(self) -> Ring:
         """The spawn records' ring (KIND_SPAWN)."""

@@ -15,7 +15,7 @@ def _spawn(task_id: int, stack: bytes = b"\x01" * 16, key: int = KEY_ID, ts: int
     chain = [0x1000, 0x2000] + [0] * 6
     fns = [3, 4] + [0] * 6
     head = SPAWN_HEAD.pack(6, 2, key, 0, 77, len(stack), ts, 0x55aa, 0x7ff0, task_id, 0xabc,
-                           1, 2, 3, 4, 5, 6, *chain, *fns)
+                           1, 2, 3, 4, 5, 6, *chain, *fns, b"p" * 16)
     return head + stack
 
 
@@ -73,7 +73,7 @@ def test_the_spawning_line_is_the_first_frame_outside_the_runtime() -> None:
     raw = _spawn(1)
     rec = decode_spawn(raw, 0, len(raw))
     assert rec is not None
-    r = Resolver(lambda _: ((0x100, 0x200, 0x300), True), lambda pc: frames.get(pc, []), 0)
+    r = Resolver(lambda _: ((0x100, 0x200, 0x300), True, ()), lambda pc: frames.get(pc, []), 0)
     assert r.symbolised == 0
     o = r.origin(rec)
     assert str(o.line) == "app.rs:12" and o.function == "app::run::{{closure}}" and r.symbolised == 1

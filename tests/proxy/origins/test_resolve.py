@@ -11,7 +11,7 @@ REG = "/usr/share/cargo/registry"
 
 def _resolve(frames_by_pc: dict[int, list[Frame]]) -> Resolver:
     pcs = tuple(sorted(frames_by_pc))
-    return Resolver(lambda rec: (pcs, True), lambda pc: frames_by_pc.get(pc + 1 if pc + 1 in frames_by_pc else pc, []),
+    return Resolver(lambda rec: (pcs, True, ()), lambda pc: frames_by_pc.get(pc + 1 if pc + 1 in frames_by_pc else pc, []),
                     bias=0)
 
 
