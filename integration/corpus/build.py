@@ -103,7 +103,7 @@ MODERN_PROGRAMS: dict[str, tuple[str, ...]] = {
                   "tokio_echo_tcp", "hyper_gateway", "hyper_http_proxy", "hyper_echo", "hyper_state",
                   "hyper_send_file", "hyper_single_threaded", "hyper_multi_server", "axum_key_value_store",
                   "axum_chat", "axum_graceful_shutdown", "axum_sse", "axum_reverse_proxy", "smol_chat_server",
-                  "smol_chat_client", "tungstenite_server", "async_std_a_chat"),
+                  "smol_chat_client", "tungstenite_server", "async_std_a_chat", "h2_server"),
 }
 # A crate set whose package is not integration/corpus_modern/<set>.
 PACKAGE_DIRS: dict[str, Path] = {"realworld": REPO_DIR / "integration" / "realworld"}
