@@ -117,12 +117,16 @@ def h2_frames(buf: bytes) -> tuple[list[tuple[int, int, int, bytes]], bytes]:
 
 def _h2(c: Client, port: int, timeout: float) -> Connection:
     """One request on stream 1 (headers only, its stream ended), the server's SETTINGS acked,
-    the response's DATA read until ``expect``; the connection then stays open, idle."""
+    the response's DATA read until ``expect``; the connection then stays open, idle. An
+    ``h2-partial-body`` request's stream stays open after its headers and one DATA frame of
+    ``body``: a handler reading the body waits for the rest."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    sock.sendall(H2_PREFACE + h2_frame(H2_SETTINGS, 0, 0)
-                 + h2_frame(H2_HEADERS, H2_END_HEADERS | H2_END_STREAM, 1,
-                            h2_request_headers(c.method, c.path, f"127.0.0.1:{port}")))
-    if c.expect is None:
+    partial = c.kind == "h2-partial-body"
+    headers = h2_frame(H2_HEADERS, H2_END_HEADERS | (0 if partial else H2_END_STREAM), 1,
+                       h2_request_headers(c.method, c.path, f"127.0.0.1:{port}"))
+    sock.sendall(H2_PREFACE + h2_frame(H2_SETTINGS, 0, 0) + headers
+                 + (h2_frame(H2_DATA, 0, 1, c.body.encode()) if partial else b""))
+    if c.expect is None or partial:
         return Connection(sock, c.kind)
     buf, body = b"", b""
     for chunk in _chunks(sock, timeout):
@@ -163,7 +167,8 @@ def _ws(c: Client, port: int, timeout: float) -> Connection:
 
 
 PARTIAL_BODY_LEFT = 1000  # bytes a body cut off mid-request still owes (its Content-Length says so)
-_KINDS = {"line": _line, "http": _http, "http-partial": _http, "http-partial-body": _http, "h2": _h2, "ws": _ws}
+_KINDS = {"line": _line, "http": _http, "http-partial": _http, "http-partial-body": _http, "h2": _h2,
+          "h2-partial-body": _h2, "ws": _ws}
 
 
 def drive(clients: tuple[Client, ...], port: int, timeout: float = 10.0) -> list[Connection]:

@@ -118,7 +118,8 @@ class Frame:
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    kind: str  # line | http | http-partial (headers cut off) | http-partial-body (body cut off) | h2 | ws
+    kind: str  # line | http | http-partial (headers cut off) | http-partial-body (body cut off) | h2
+    #            | h2-partial-body (its stream left open after one DATA frame) | ws
     send: tuple[str, ...] = ()
     expect: str | None = None
     path: str = "/"
@@ -171,7 +172,7 @@ def place(source: Path, text: str, line: int | None) -> Place:
     return Place(text, hits[0])
 
 
-CLIENT_KINDS = ("line", "http", "http-partial", "http-partial-body", "h2", "ws")
+CLIENT_KINDS = ("line", "http", "http-partial", "http-partial-body", "h2", "h2-partial-body", "ws")
 
 
 def _client(raw: dict) -> Client:  # type: ignore[type-arg]

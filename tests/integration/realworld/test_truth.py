@@ -325,3 +325,55 @@ def test_the_h2_client_frames_and_header_block() -> None:
     with pytest.raises(TruthError, match="client kind 'h3'"):
         from integration.realworld.truth import _client
         _client({"kind": "h3"})
+
+
+def test_the_h2_partial_body_client_leaves_its_stream_open() -> None:
+    """An ``h2-partial-body`` request over a real socket: after the preface and SETTINGS, its
+    HEADERS end the header block but not the stream, and one DATA frame of its body follows,
+    without END_STREAM (a handler reading the body waits for the rest); a whole ``h2``
+    request ends its stream with its HEADERS and sends no DATA."""
+    import socket
+    import threading
+
+    from integration.realworld.clients import (
+        H2_DATA,
+        H2_END_HEADERS,
+        H2_END_STREAM,
+        H2_HEADERS,
+        H2_PREFACE,
+        H2_SETTINGS,
+        close_all,
+        drive,
+        h2_frames,
+    )
+    from integration.realworld.truth import _client
+
+    def received(kind: str) -> list[tuple[int, int, int, bytes]]:
+        srv = socket.create_server(("127.0.0.1", 0))
+        got: list[bytes] = []
+
+        def take() -> None:
+            conn, _ = srv.accept()
+            conn.settimeout(5)
+            with conn:
+                while (chunk := conn.recv(65536)) and not got.append(chunk):
+                    pass
+
+        th = threading.Thread(target=take)
+        th.start()
+        conns = drive((_client({"kind": kind, "method": "POST", "body": "hello"}),), srv.getsockname()[1])
+        close_all(conns)
+        th.join(5)
+        srv.close()
+        raw = b"".join(got)
+        assert raw.startswith(H2_PREFACE)
+        frames, rest = h2_frames(raw[len(H2_PREFACE):])
+        assert rest == b""
+        return frames
+
+    settings, headers, data = received("h2-partial-body")
+    assert settings[0] == H2_SETTINGS
+    assert headers[:3] == (H2_HEADERS, H2_END_HEADERS, 1) and headers[3].startswith(b"\x02\x04POST")
+    assert data == (H2_DATA, 0, 1, b"hello")
+    kinds = [(k, f) for k, f, _, _ in received("h2")]
+    assert kinds == [(H2_SETTINGS, 0), (H2_HEADERS, H2_END_HEADERS | H2_END_STREAM)]
