@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from integration.harness.gdb import MiSession
@@ -135,8 +135,7 @@ def _expand(table: Table, ports: dict[str, int]) -> Table:
         for name, port in ports.items():
             a = a.replace("{helper:%s}" % name, str(port))
         args.append(a)
-    return Table(table.program, table.source, tuple(args), table.port, table.states, table.breakpoint, table.env,
-                 table.helpers, table.stalls, table.binds)
+    return replace(table, args=tuple(args))
 
 
 def _mi(prog: Path, address: str) -> MiSession:
@@ -201,7 +200,7 @@ def _interrupt(mi: MiSession, pid: int) -> None:
 
 def _run_states(mi: MiSession, pid: int, table: Table, port: int, res: Result, way: str) -> None:
     """Each state: drive, stop, check; a second stop checks the ids."""
-    src = table.source.name
+    src = table.where
     for state in table.states:
         conns = drivers.drive(state.clients, port)
         try:
@@ -255,7 +254,7 @@ def _run_breakpoint(mi: MiSession, table: Table, port: int, res: Result) -> None
         text = _console(mi, "monitor async bt")
         if os.environ.get("REALWORLD_DUMP"):
             _views(mi)  # the breakpoint's stop beside the states' (the views only: no item)
-        items = check_bt(text, bp.bt, table.source.name)
+        items = check_bt(text, bp.bt, table.where)
         res.ways["breakpoint"].merge(items)
         if items.misses:
             res.errors.append("bt at the breakpoint:\n" + text)
@@ -289,7 +288,7 @@ def run_attach(prog: Path, table: Table, res: Result) -> None:
 
 
 def _attached_state(prog: Path, pid: int, table: Table, state, res: Result) -> None:  # type: ignore[no-untyped-def]
-    src = table.source.name
+    src = table.where
     with start_stub("gdbserver", prog, attach=pid) as stub:
         px = spawn_proxy(stub.address, extra=["--mode", "off"])
         try:

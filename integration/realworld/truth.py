@@ -157,6 +157,16 @@ class Table:
     helpers: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (program, args): run beside it
     stalls: tuple[int, ...] = ()  # ports of upstreams that take connections and never answer
     binds: tuple[int, ...] = ()  # other ports the program binds (its own upstream's), fixed
+    file: str = ""  # the source as the table names it, "crates:" aside (see `where`)
+
+    @property
+    def where(self) -> str:
+        """What a frame's file must end with to be the program's source: its path from its
+        root (``tokio-examples/echo-tcp.rs``, ``h2-0.4.20/examples/server.rs``), not its name
+        alone: a crate's example shares its name with a file of the crate itself (h2's
+        ``src/server.rs`` beside its ``examples/server.rs``), whose coroutines are no leaves of
+        the program's."""
+        return self.file or self.source.name
 
 
 def place(source: Path, text: str, line: int | None) -> Place:
@@ -236,7 +246,8 @@ def load(path: Path, shared: Path = SHARED, crates: Path = CRATES) -> Table:
     helpers = tuple((h["program"], tuple(h.get("args", ()))) for h in raw.get("helper", ()))
     stalls = tuple(int(s["port"]) for s in raw.get("stall", ()))
     return Table(raw["program"], source, tuple(raw.get("args", ())), raw.get("port"), states, breakpoint,
-                 dict(raw.get("env", {})), helpers, stalls, tuple(raw.get("binds", ())))
+                 dict(raw.get("env", {})), helpers, stalls, tuple(raw.get("binds", ())),
+                 raw["source"].removeprefix("crates:"))
 
 
 def tables(names: list[str] | None = None) -> list[Table]:

@@ -67,6 +67,27 @@ def test_a_source_in_the_crates_and_a_list_of_waits(tmp_path: Path) -> None:
     assert items.misses == ["tree: #1 of s: app::main at main.rs:2 (x): nothing below line 2 waits on 'mpsc'"]
 
 
+def test_the_source_is_its_path_not_its_name(tmp_path: Path) -> None:
+    """A crate's example shares its name with a file of the crate (h2's ``examples/server.rs``
+    and its ``src/server.rs``): the program's source is named by its path from its root, so a
+    coroutine of the library's file of that name is no leaf of the program's (its serve at 32
+    is the leaf, not h2's accept below it at 421)."""
+    src = tmp_path / "crates" / "h2-0.4.20" / "examples" / "server.rs"
+    src.parent.mkdir(parents=True)
+    src.write_text("async fn serve() {\n    connection.accept().await;\n}\n")
+    toml = tmp_path / "x.toml"
+    toml.write_text('program = "x"\nsource = "crates:h2-0.4.20/examples/server.rs"\n[[state]]\nname = "s"\n')
+    table = load(toml, shared=tmp_path / "none", crates=tmp_path / "crates")
+    assert table.where == "h2-0.4.20/examples/server.rs"
+    lib = {"kind": "coroutine", "name": "h2::server::accept", "children": [],
+           "state": {"kind": "suspended", "file": "/r/h2-0.4.20/src/server.rs", "line": 421}}
+    own = {"kind": "coroutine", "name": "x::serve", "children": [lib],
+           "state": {"kind": "suspended", "file": "/r/h2-0.4.20/examples/server.rs", "line": 2}}
+    task = {"tree": own}
+    assert [n["state"]["line"] for n in leaves(task, table.where)] == [2]
+    assert [n["state"]["line"] for n in leaves(task, "server.rs")] == [421]  # by its name alone
+
+
 SRC = "main.rs"
 
 
