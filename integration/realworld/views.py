@@ -57,9 +57,14 @@ def _coroutines(node: dict, depth: int = 0) -> list[tuple[int, dict]]:  # type: 
     return out
 
 
+def is_source(path: str | None, source: str) -> bool:
+    """Whether a file (as a view shows it: full, or from its crate's directory) is the
+    program's source (its path from its root, truth.Table.where)."""
+    return bool(path) and (path == source or path.endswith("/" + source))  # type: ignore[union-attr]
+
+
 def _in_source(node: dict, source: str) -> bool:  # type: ignore[type-arg]
-    st = node.get("state") or {}
-    return bool(st.get("file")) and st["file"].endswith("/" + source)
+    return is_source((node.get("state") or {}).get("file"), source)
 
 
 def leaves(task: dict, source: str) -> list[dict]:  # type: ignore[type-arg]
@@ -245,7 +250,7 @@ def check_bt(text: str, want: tuple[Frame, ...], source: str) -> Items:
     for i, f in enumerate(want):
         have = got[i] if i < len(got) else None
         ok = have is not None and have[0] == f.name and (
-            f.at is None or (have[1] is not None and have[1].endswith("/" + source) and have[2] == f.at.line))
+            f.at is None or (is_source(have[1], source) and have[2] == f.at.line))
         where = f" at {source}:{f.at.line}" if f.at else ""
         items.add(ok, f"bt #{i}: want {f.name}{where}, got {have}")
     return items

@@ -86,6 +86,10 @@ def test_the_source_is_its_path_not_its_name(tmp_path: Path) -> None:
     task = {"tree": own}
     assert [n["state"]["line"] for n in leaves(task, table.where)] == [2]
     assert [n["state"]["line"] for n in leaves(task, "server.rs")] == [421]  # by its name alone
+    bt = ("logical async backtrace of thread 7 (task #2 x::serve):\n"
+          "#0  x::serve (#2) at h2-0.4.20/examples/server.rs:2\n#1  <root: polled by the executor>\n")
+    assert check_bt(bt, (Frame("x::serve", Place("", 2)), Frame("<root: polled by the executor>", None)),
+                    table.where).misses == []
 
 
 SRC = "main.rs"
