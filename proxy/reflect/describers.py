@@ -101,7 +101,7 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
     ``select!``'s branches when ``disabled`` is captured too; any other capture is a reference
     to the object the closure polls (``recv``: ``&mut chan::Rx``; ``JoinSet::join_next``:
     ``&mut JoinSet``), shown as a leaf named after the closure's function."""
-    f = _field(r, type_name, "f")
+    f = _field(r, type_name, "f") or _closure_field(r, type_name)
     if f is None:
         return None
     env_addr, env = addr + f.offset, f.type_name
@@ -139,6 +139,26 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
         child.branch = f"branch {i}"
         node.children.append(child)
     return node
+
+
+# A crate's own poll_fn: `PollFn<F>`, the type's last segment before its generics (h2's
+# `struct PollFn<F>(F)`, futures-lite's `PollFn { f }`), polled like core's.
+_ANY_POLL_FN = re.compile(r"^[A-Za-z0-9_:]*::PollFn<")
+
+
+def _closure_field(r: Reflector, type_name: str):  # type: ignore[no-untyped-def]
+    """The one field of a tuple-struct poll_fn (``__0``) when it holds a closure."""
+    t = r.type(type_name)
+    if t is None or len(t.fields) != 1 or "{closure_env#" not in t.fields[0].type_name:
+        return None
+    return t.fields[0]
+
+
+def any_poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset) -> Node | None:
+    """Another crate's ``PollFn<F>`` around a closure (h2's ``RecvStream::data`` and
+    ``Connection::accept`` await one): read as core's, the leaf named after the closure's fn
+    (was: a bare ``h2::PollFn``)."""
+    return poll_fn(r, addr, type_name, depth, seen) if _ANY_POLL_FN.match(type_name) else None
 
 
 _CLOSURE_OF = re.compile(r"^(.*?)::\{async_fn#\d+\}::\{closure_env#\d+\}(<.*>)?$")
@@ -1281,6 +1301,7 @@ DESCRIBERS: list[tuple[str, Describer]] = [
     ("async_lock::mutex::Lock<", _by_ref("mutex", "async_lock::Mutex::lock", "Mutex", link=True)),
     ("async_lock::rwlock::futures::Read<", _by_ref("lock", "async_lock::RwLock::read", "RwLock")),
     ("async_lock::rwlock::futures::Write<", _by_ref("lock", "async_lock::RwLock::write", "RwLock")),
+    ("", any_poll_fn),  # another crate's PollFn<closure> (h2's)
     ("", joined),  # a struct of MaybeDone slots (futures' Join, Join3.., TryJoin..)
     ("", io_borrow),  # a leaf future borrowing an I/O handle (tokio's io::util futures)
     ("", objects),  # channel ends met as leaves (not futures: not in _is_futurish)

@@ -227,3 +227,26 @@ def test_a_poll_fn_closure_polling_a_readable(chat) -> None:  # type: ignore[no-
     h.mem.write(h.at(d, dt, ["waker"])[0], SOME)
     tree = h.walk(BASE, pf)
     assert tree.kind == "leaf" and tree.detail == f"waits for READABLE on fd 3, async-io Source 0x{src:x}", tree
+
+
+@pytest.fixture(scope="module")
+def h2(tmp_path_factory):  # type: ignore[no-untyped-def]
+    return build_inventory(corpus_binary("realworld-debug", "h2_server"), cache_dir=tmp_path_factory.mktemp("inv"))
+
+
+@pytest.mark.parametrize("fn", ["h2::share::{impl#3}::data", "h2::server::{impl#1}::accept"])
+def test_another_crates_poll_fn_is_a_poll_fn(h2, fn: str) -> None:  # type: ignore[no-untyped-def]
+    """h2's `struct PollFn<F>(F)` (its `RecvStream::data` and `Connection::accept` await one,
+    h2's examples/server.rs): a tuple struct around a closure, read as core's `poll_fn`, its
+    leaf named after the closure's fn (was: a bare `h2::PollFn`, by the one-field wrapper
+    rule and the I/O leaf rule)."""
+    pf = next(n for n in h2.types if n.startswith(f"h2::PollFn<{fn}::{{async_fn#0}}::{{closure_env#0}}"))
+    h = Heap(h2)
+    h.mem.write(BASE, bytes(64))
+    env = h2.types[pf].fields[0]
+    assert env.name == "__0"
+    for cap in h2.types[env.type_name].fields:  # each capture a reference to a zeroed object
+        if h2.types[cap.type_name].kind == "pointer":
+            h.at(BASE + env.offset + cap.offset, cap.type_name, ["*"])
+    tree = h.walk(BASE, pf)
+    assert tree.kind == "leaf" and tree.label == f"{fn}::poll_fn", tree
