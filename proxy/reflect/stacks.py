@@ -25,7 +25,8 @@ whose walk is fully readable; a unique survivor is taken (``found by scan``). A 
 that a future found on the same thread already holds is not scanned for (``held_layouts``:
 the executor's future was moved into that one).
 Several are narrowed to those whose saved locals hold valid values
-(``validity``); if that leaves several, they are reported as ambiguous and
+(``validity``), then to those whose awaitee coroutine is suspended (``awaiting``); if that
+leaves several, they are reported as ambiguous and
 none taken. A value-typed variable
 must be suspended (a moved-from copy keeps ``Unresumed``); a pointer may
 point at a coroutine in any valid state (one running its first poll still
@@ -433,7 +434,7 @@ class StackFinder:
             state = lay.state(r.mem.u(addr + lay.state_offset, lay.state_size) or 0)
             if state is not None and self.validity.plausible(r.mem.u, addr, layout_name, state):
                 valid.append(addr)
-        return valid or hits
+        return awaiting(r, lay, valid or hits)
 
     # -- DWARF ---------------------------------------------------------------------------
     def _origin(self, die: D.Die) -> D.Die:
@@ -605,6 +606,29 @@ def unoverlapped(r: Reflector, lay: Layout, hits: list[int]) -> list[int]:
               and any(lo <= h + lay.state_offset < hi for lo, hi in spans[g])}
     kept = [h for h in hits if h not in inside]
     return kept if kept else hits
+
+
+def awaiting(r: Reflector, lay: Layout, hits: list[int]) -> list[int]:
+    """Of several images, those whose awaitee, when it is a coroutine, is suspended: a
+    coroutine suspends at an `.await` only after its awaitee's poll returned Pending (the
+    awaitee then suspended itself), so an awaitee not yet polled or finished is a stale copy's
+    (or one running now, inside a poll the stack shows). Fact (h2's examples/server.rs,
+    release, attached under load, 1 stop in ~10): block_on's frame held `#[tokio::main]`'s
+    block at its accept (accept suspended) and a stale one at `bind` (bind Returned); the
+    callers' frame a third "image" at accept whose accept read Unresumed (garbage walking
+    clean: the walk stops at a coroutine not yet polled): three, none taken, main missing.
+    All hits when that keeps none or one of them is all there is."""
+    if len(hits) < 2:
+        return hits
+    kept = []
+    for h in hits:
+        st = lay.state(r.mem.u(h + lay.state_offset, lay.state_size) or 0)
+        child = r.layout(st.awaitee.type_name) if st is not None and st.awaitee is not None else None
+        v = r.mem.u(h + st.awaitee.offset + child.state_offset, child.state_size) \
+            if st is not None and st.awaitee is not None and child is not None else None
+        if child is None or (v is not None and v >= 3):
+            kept.append(h)
+    return kept or hits
 
 
 def _clean(node: Node) -> bool:

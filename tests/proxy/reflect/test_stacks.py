@@ -223,3 +223,39 @@ def test_the_frames_one_image_is_counted_after_the_overlap_rule() -> None:
     r = type("R", (), {"mem": _mem({live + 24: 4, sp + 0x120 + 24: 3})})()
     assert owned_images(r, lay, lambda lo, hi: [a for a in (live, sp + 0x120) if lo <= a < hi], sp, cfa, top) \
         == [live, sp + 0x120]  # type: ignore[arg-type]
+
+
+def test_an_image_whose_awaitee_is_unpolled_or_finished_is_stale() -> None:
+    """h2's examples/server.rs, release, attached under load: block_on's frame held
+    `#[tokio::main]`'s block at its accept (accept suspended, state 3) and a stale image at
+    `bind` (bind Returned); the callers' frame a third at accept whose accept read Unresumed
+    (garbage: a walk stops at a coroutine not yet polled, so it walked clean). Three, none
+    taken: main missing. A coroutine suspends at an `.await` only after its awaitee returned
+    Pending, suspended: of several images those whose awaitee coroutine is suspended stay;
+    an awaitee that is no coroutine says nothing; none suspended: all stay."""
+    from proxy.analysis.model import Layout, Member, State
+    from proxy.reflect.stacks import awaiting, owned_images
+
+    bind_lay = Layout("bind", 56, 48, 1, (State(3, "Suspend0", None, None, ()),))
+    accept_lay = Layout("accept", 184, 176, 1, (State(3, "Suspend0", None, None, ()),))
+    bind = Member("__awaitee", 8, 56, "bind")
+    accept = Member("__awaitee", 8, 184, "accept")
+    lay = Layout("main", 224, 0, 1, (State(3, "Suspend0", None, bind, ()), State(4, "Suspend1", None, accept, ())))
+    sp, cfa, top = 0x7FFF_0000, 0x7FFF_0770, 0x7FFF_1000
+    live, stale, garbage = sp + 0x10, sp + 0x238, cfa + 0x128
+    layouts = {"bind": bind_lay, "accept": accept_lay}
+    words = {live: 4, live + 8 + 176: 3, stale: 3, stale + 8 + 48: 1, garbage: 4, garbage + 8 + 176: 0}
+    r = type("R", (), {"mem": _mem(words), "layout": staticmethod(layouts.get)})()
+    assert awaiting(r, lay, [live, stale, garbage]) == [live]  # type: ignore[arg-type]
+
+    def scan(lo: int, hi: int) -> list[int]:
+        return awaiting(r, lay, [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi])  # type: ignore[arg-type]
+    assert owned_images(r, lay, scan, sp, cfa, top) == [live]  # type: ignore[arg-type]
+    # before: the frame held two, the callers' a third, and none was taken
+    assert owned_images(r, lay, lambda lo, hi: [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi],
+                        sp, cfa, top) == [live, stale, garbage]  # type: ignore[arg-type]
+    # an awaitee that is no coroutine (no layout): no evidence, kept; none suspended: all kept
+    r = type("R", (), {"mem": _mem(words), "layout": staticmethod({}.get)})()
+    assert awaiting(r, lay, [live, stale]) == [live, stale]  # type: ignore[arg-type]
+    r = type("R", (), {"mem": _mem({live: 4, stale: 3, stale + 8 + 48: 1}), "layout": staticmethod(layouts.get)})()
+    assert awaiting(r, lay, [live, stale]) == [live, stale]  # type: ignore[arg-type]
