@@ -434,7 +434,7 @@ class StackFinder:
             state = lay.state(r.mem.u(addr + lay.state_offset, lay.state_size) or 0)
             if state is not None and self.validity.plausible(r.mem.u, addr, layout_name, state):
                 valid.append(addr)
-        return awaiting(r, lay, valid or hits)
+        return awaiting(r, lay, valid or hits, self.inv.layouts.get)
 
     # -- DWARF ---------------------------------------------------------------------------
     def _origin(self, die: D.Die) -> D.Die:
@@ -608,7 +608,7 @@ def unoverlapped(r: Reflector, lay: Layout, hits: list[int]) -> list[int]:
     return kept if kept else hits
 
 
-def awaiting(r: Reflector, lay: Layout, hits: list[int]) -> list[int]:
+def awaiting(r: Reflector, lay: Layout, hits: list[int], layout_of: Callable[[str], Layout | None]) -> list[int]:
     """Of several images, those whose awaitee, when it is a coroutine, is suspended: a
     coroutine suspends at an `.await` only after its awaitee's poll returned Pending (the
     awaitee then suspended itself), so an awaitee not yet polled or finished is a stale copy's
@@ -623,7 +623,7 @@ def awaiting(r: Reflector, lay: Layout, hits: list[int]) -> list[int]:
     kept = []
     for h in hits:
         st = lay.state(r.mem.u(h + lay.state_offset, lay.state_size) or 0)
-        child = r.layout(st.awaitee.type_name) if st is not None and st.awaitee is not None else None
+        child = layout_of(st.awaitee.type_name) if st is not None and st.awaitee is not None else None
         v = r.mem.u(h + st.awaitee.offset + child.state_offset, child.state_size) \
             if st is not None and st.awaitee is not None and child is not None else None
         if child is None or (v is not None and v >= 3):

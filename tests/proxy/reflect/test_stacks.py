@@ -245,17 +245,17 @@ def test_an_image_whose_awaitee_is_unpolled_or_finished_is_stale() -> None:
     live, stale, garbage = sp + 0x10, sp + 0x238, cfa + 0x128
     layouts = {"bind": bind_lay, "accept": accept_lay}
     words = {live: 4, live + 8 + 176: 3, stale: 3, stale + 8 + 48: 1, garbage: 4, garbage + 8 + 176: 0}
-    r = type("R", (), {"mem": _mem(words), "layout": staticmethod(layouts.get)})()
-    assert awaiting(r, lay, [live, stale, garbage]) == [live]  # type: ignore[arg-type]
+    r = type("R", (), {"mem": _mem(words)})()
+    assert awaiting(r, lay, [live, stale, garbage], layouts.get) == [live]  # type: ignore[arg-type]
 
     def scan(lo: int, hi: int) -> list[int]:
-        return awaiting(r, lay, [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi])  # type: ignore[arg-type]
+        return awaiting(r, lay, [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi],  # type: ignore[arg-type]
+                        layouts.get)
     assert owned_images(r, lay, scan, sp, cfa, top) == [live]  # type: ignore[arg-type]
     # before: the frame held two, the callers' a third, and none was taken
     assert owned_images(r, lay, lambda lo, hi: [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi],
                         sp, cfa, top) == [live, stale, garbage]  # type: ignore[arg-type]
     # an awaitee that is no coroutine (no layout): no evidence, kept; none suspended: all kept
-    r = type("R", (), {"mem": _mem(words), "layout": staticmethod({}.get)})()
-    assert awaiting(r, lay, [live, stale]) == [live, stale]  # type: ignore[arg-type]
-    r = type("R", (), {"mem": _mem({live: 4, stale: 3, stale + 8 + 48: 1}), "layout": staticmethod(layouts.get)})()
-    assert awaiting(r, lay, [live, stale]) == [live, stale]  # type: ignore[arg-type]
+    assert awaiting(r, lay, [live, stale], {}.get) == [live, stale]  # type: ignore[arg-type]
+    r = type("R", (), {"mem": _mem({live: 4, stale: 3, stale + 8 + 48: 1})})()
+    assert awaiting(r, lay, [live, stale], layouts.get) == [live, stale]  # type: ignore[arg-type]
