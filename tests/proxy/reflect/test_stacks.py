@@ -249,8 +249,8 @@ def test_an_image_whose_awaitee_is_unpolled_or_finished_is_stale() -> None:
     assert awaiting(r, lay, [live, stale, garbage], layouts.get) == [live]  # type: ignore[arg-type]
 
     def scan(lo: int, hi: int) -> list[int]:
-        return awaiting(r, lay, [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi],  # type: ignore[arg-type]
-                        layouts.get)
+        inside = [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi]
+        return awaiting(r, lay, inside, layouts.get)  # type: ignore[arg-type]
     assert owned_images(r, lay, scan, sp, cfa, top) == [live]  # type: ignore[arg-type]
     # before: the frame held two, the callers' a third, and none was taken
     assert owned_images(r, lay, lambda lo, hi: [a for a in (live, stale, garbage) if lo <= a and a + lay.size <= hi],
