@@ -851,7 +851,7 @@ def test_time_slices_take_the_probes_out_and_keep_the_graph_sound() -> None:
     lines = cap.stats_lines()
     cap.uninstall()
     assert os.waitstatus_to_exitcode(status) == 0
-    assert cap.slices >= 2, lines
+    assert cap.slicing.count >= 2, lines
     assert out_bytes == [site.original], (out_bytes, site.original)
     assert fed_at_root and fed_at_root <= full_roots, (fed_at_root - full_roots, full_roots)
     assert any(ln.startswith("time-sliced: probes in 50%") and "not exact" in ln for ln in lines), lines
@@ -885,11 +885,11 @@ def test_time_slices_wait_for_the_cpu_budget() -> None:
             time.sleep(0.005)
         cpu = (time.process_time() - c0) / (time.monotonic() - t0)
         cap.sync()
-        line = cap.slice_line() or ""
+        line = cap.slicing.line() or ""
         cap.uninstall()
         share = re.search(r"= ([\d.]+)%\)", line)
-        assert share and cap.slices >= 1, line
-        got[budget] = (float(share.group(1)) / 100, cpu, cap.slice_held, line)
+        assert share and cap.slicing.count >= 1, line
+        got[budget] = (float(share.group(1)) / 100, cpu, cap.slicing.held, line)
     (share0, cpu0, held0, line0), (share1, cpu1, held1, line1) = got[None], got[0.1]
     assert held0 == 0 and "no CPU budget" in line0, line0
     # the premise: unbounded, folding the slices takes well over the budget (0.51-0.58 of a core
@@ -926,7 +926,7 @@ def test_tasks_mode_keeps_the_tasks_probes_and_counts_them_exactly() -> None:
                                    learn_s=0.0, learn_entries=100)
     assert code == 0
     lines = cap.stats_lines()
-    assert cap.swaps >= 1 and cap.tasks_left_out, lines
+    assert cap.tasks.swaps >= 1 and cap.tasks.tasks_left_out, lines
     assert any(ln.startswith("tasks mode: ") and "left out" in ln for ln in lines), lines
     kept = {st.spec.fn for st in cap._kept_sites() if st.spec.kind == 0}
     left = {st.spec.fn for st in cap._att_sites if st.spec.kind == 0} - kept

@@ -137,7 +137,7 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
-class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientView, CaptureBase):
+class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
     swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
@@ -252,45 +252,18 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         self.attach_retries_max = 2
         # time-sliced capture (`--sample-time PCT`, `slice_duty` < 1): see _slice_step
         self.slice_duty = min(max(float(slice_duty), 0.01), 1.0)
-        self.slice_on_s = slice_on_s
         self._link: int | None = None
         self._offsets: list[int] = []
         self._sliced_out = False  # the links are closed for the off part of a slice
         self._closing: Any = None  # the thread closing the last slice's link
-        self._last_in = 0.0  # how long the last slice had the probes in
-        # the watcher's CPU budget holds the next slice back (see _slice_step)
-        self.slice_budget = cpu_budget if self.slice_duty < 1.0 and cpu_budget and 0 < cpu_budget < 1 else None
-        self._slice_clock: tuple[float, float] | None = None  # (wall, process CPU) at the last slice's start
-        self.slice_held = 0  # slices held back by the budget
-        self.slice_held_s = 0.0  # ... the off time added
-        self._held_since = 0.0  # the next slice held back since (0: not held)
         self._stopped_at: float | None = None  # the program stopped (sync) and not resumed yet
         self._stopped_cpu = 0.0  # the proxy's CPU clock then
-        self._slice_t0 = 0.0
-        self.slice_in_s = 0.0  # time with the probes in (while the capture was polled)
-        self.first_slice_s = 0.0  # the first slice: until a task's poll was seen whole
-        self.slice_out_s = 0.0
-        self.slices = 0
-        self.slice_attach_s: list[float] = []  # what each re-attach and detach took
-        self.slice_detach_s: list[float] = []
-        self._settled: set[int] | None = None  # threads whose events are fed (None: all)
-        self._root_rets: set[int] = set()  # return addresses of polls seen at the root of a thread
-        self._nested_rets: set[int] = set()  # ... and of polls seen inside another poll
-        self.slice_skipped = 0  # events dropped because their thread's root poll began outside the slice
+        self.slicing = TimeSlices(self, slice_on_s, cpu_budget)  # `--sample-time` (slices.py)
         self._cookie_list: list[int] | None = None  # the attached offsets' cookies (None: their indices)
-        # `--mode tasks`: see _tasks_step
-        self.tasks_only = tasks_only
-        self.learn_s = learn_s
-        self._learning = tasks_only
-        self._learn_t0 = 0.0
+        self.learn_s = learn_s  # how often tasks mode and the learned returns look again
         self._att_sites: list[Site] = []
-        self._root_fns: set[int] = set()  # resume functions (runtime low_pc) polled at a thread's root
-        self._nested_fns: set[int] = set()  # ... polled inside another poll
-        self._swap: Any = None  # the thread closing the learning link (both links in until then)
-        self.tasks_left_out: list[str] = []  # resume functions no longer probed (seen only inside polls)
-        self.learn_entries = learn_entries  # polls seen (recorded) before a swap
-        self._learn_entries = 0
-        self.swaps = 0
+        self.tasks = TasksMode(self, tasks_only, learn_entries)  # `--mode tasks` (tasks_mode.py)
+        tasks_only = self.tasks.tasks_only
         # exits at learned return sites (functions polled through a vtable): see _returns_step
         self.learn_returns = learn_returns
         # full mode: only what changes the graph recorded (not with sampling, time
@@ -387,7 +360,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         self.plan_ = plan_sites(self._elf, inv, bias, only=self.only, exclude=self.exclude,
                                 entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries,
                                 move_exits=self.move_exits,
-                                learn_returns=self.learn_returns and self.slice_duty >= 1.0 and not self.tasks_only)
+                                learn_returns=self.learn_returns and self.slice_duty >= 1.0 and not self.tasks.tasks_only)
         if self.origins is not None and inv.resume_fns and not self.entry_only:
             self.plan_.sites += self.origins.plan_sites(self._elf, inv, bias, self.unwinder)
         self._sites_by_addr = self.plan_.by_addr()
@@ -430,7 +403,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
     def _counts_only(self) -> bool:
         """Every site only counts (the --probe functions of a program without
         resume functions): the small BPF program, no records, nothing to poll."""
-        return (self.plan_ is not None and not self.tasks_only and self.slice_duty >= 1.0
+        return (self.plan_ is not None and not self.tasks.tasks_only and self.slice_duty >= 1.0
                 and all(s.spec.kind == B.KIND_COUNT for s in self.plan_.sites))
 
     def ticks(self) -> bool:
@@ -474,7 +447,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         # resume functions has poll sites, and its plan (CFI parse, the sites of
         # every resume function: 0.1-1 s on a big Rust binary) would be dropped
         inv = getattr(target, "inventory", None)
-        return inv is not None and not inv.resume_fns and not self.tasks_only and self.slice_duty >= 1.0
+        return inv is not None and not inv.resume_fns and not self.tasks.tasks_only and self.slice_duty >= 1.0
 
     def install_early(self) -> bool:
         """The program is stopped at the client's first `?` and proven this host's,
@@ -680,8 +653,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             self.attach_s = time.perf_counter() - t0
             self._link, self._offsets = link, offsets
             self._returns_t0 = time.monotonic()
-            self._slice_t0 = self._learn_t0 = time.monotonic()
-            self._slice_clock = (self._slice_t0, time.process_time())
+            self.slicing.t0 = self.tasks.learn_t0 = time.monotonic()
+            self.slicing.clock = (self.slicing.t0, time.process_time())
             self._att_sites = sites
         except B.BpfError as err:
             prog.close()
@@ -795,10 +768,10 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         if self._prog is None:
             return
         t0 = time.perf_counter()
-        for th in (self._closing, self._swap, *self._ret_closing, *self._nested_closing):
+        for th in (self._closing, self.tasks.swap, *self._ret_closing, *self._nested_closing):
             if th is not None:
                 th.join()
-        self._closing = self._swap = None
+        self._closing = self.tasks.swap = None
         self._ret_closing = []
         self._nested_closing = []
         self._nested_link, self._nested_extra = None, []
@@ -843,8 +816,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         its share again, so unwinding (and the stack slices it asks for, 8 KiB
         each, copied on the program's own time) took the consumer's whole CPU."""
         self._settle()
-        self._slice_step()
-        self._tasks_step()
+        self.slicing.step()
+        self.tasks.step()
         self._returns_step()
         budget_s = self.poll_budget_s
         cu = self.catchup
@@ -885,10 +858,10 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                         th.join()  # ~30 ms at most: the close was decided before the stop
                 self._nested_put_back(prog, now)
         if self._stopped_at is not None:
-            self._slice_t0 += time.monotonic() - self._stopped_at
-            if self._slice_clock is not None:  # nor does the proxy's CPU at the stop count against the budget
-                w, c = self._slice_clock
-                self._slice_clock = (w + time.monotonic() - self._stopped_at, c + time.process_time() - self._stopped_cpu)
+            self.slicing.t0 += time.monotonic() - self._stopped_at
+            if self.slicing.clock is not None:  # nor does the proxy's CPU at the stop count against the budget
+                w, c = self.slicing.clock
+                self.slicing.clock = (w + time.monotonic() - self._stopped_at, c + time.process_time() - self._stopped_cpu)
             self._stopped_at = None
         return None
 
@@ -905,7 +878,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                 self._closing.join()
                 self._closing = None
             self._fold(budget_s=None)
-            self._end_slice(self._prog)
+            self.slicing.end_slice(self._prog)
         self._fold(budget_s=None)
         if self.origins is not None:
             self.origins.drain()
@@ -918,7 +891,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             self._feed_pending()
         if self._folded:
             self._apply_kernel_totals()
-        line = self.slice_line()
+        line = self.slicing.line()
         if line is not None and self.engine is not None:
             self.engine.timing.sampled = line
         return None
@@ -1198,7 +1171,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         pages or a chunk copied out of them) and feed them to the engine: the
         plain ones straight into it (``Decoder.fold``: no event objects, half the
         CPU a record, docs/history/2026-speed.md), the others one by one (``_feed_each``)."""
-        feeders = (None if self.slice_duty < 1.0 or self._learning or self._resync or self._settle_ns is not None
+        feeders = (None if self.slice_duty < 1.0 or self.tasks.learning or self._resync or self._settle_ns is not None
                    else engine.feeders())
         if feeders is None:
             self._feed_each(buf, spans, dec, engine)
@@ -1217,6 +1190,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         q = self._unwind_q
         resync = self._resync
         sliced = self.slice_duty < 1.0
+        tasks = self.tasks
         for off, n in spans:
             ev = decode(buf, off, n)
             if ev is None:
@@ -1233,13 +1207,13 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                 self._credit(dec.totals, engine)
                 dec.totals = None
                 continue
-            if sliced and not self._feed_sliced(ev, engine):
+            if sliced and not self.slicing.feed(ev, engine):
                 continue
             if self._settle_ns is not None and self._settling(ev, engine):
                 continue
-            if self._learning and type(ev) is PollEnter:
-                self._learn_entries += 1
-                (self._root_fns if engine.current_scope(ev.thread) is None else self._nested_fns).add(ev.site)
+            if tasks.learning and type(ev) is PollEnter:
+                tasks.entries_seen += 1
+                (tasks.root_fns if engine.current_scope(ev.thread) is None else tasks.nested_fns).add(ev.site)
             self.events += 1
             if type(ev) is PollEnter:
                 # the unwinder samples: entries drained without their stack are skipped
@@ -1339,10 +1313,10 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                 lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
                              f"{unseen:,} polls of instances the graph never saw (not in top)"
                              + (f"; instance totals lost (ring full): {c['stats lost']}" if c.get("stats lost") else ""))
-        sl = self.slice_line()
+        sl = self.slicing.line()
         if sl is not None:
             lines.append(sl)
-        tl = self.tasks_line()
+        tl = self.tasks.line()
         if tl is not None:
             lines.append(tl)
         rl = self.returns_line()
