@@ -173,7 +173,8 @@ class CaptureLifecycle(SessionBase):
         self.known.forget()
         self.known.drop_memory()
         self.known.memory_pid = self.known.memory_link_pid = None
-        self._entry = None
+        self._entry = self._auxv = None
+        self.queries.forget_process()
         self.load_bias = None
         self.exec_file = self.config.elf_path  # asked again: vRun may name another program
         self._stopped = None
@@ -303,7 +304,7 @@ class CaptureLifecycle(SessionBase):
             (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
             entry = auxv_entry(reply)
             auxv = unescape_binary(reply[1:]) if reply[:1] in (b"l", b"m") else None
-        self._entry = entry
+        self._entry, self._auxv = entry, auxv
         ident = yield from self._identify(pid, auxv)
         # gdbserver answers qXfer:exec-file with the /proc/PID/exe link, which reads
         # "PATH (deleted)" once the file was replaced under the running program (a
