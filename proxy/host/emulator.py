@@ -119,6 +119,8 @@ def stub_peer_pids(sock: object, host: HostProcs | None = None) -> tuple[list[in
     inode = tcp_peer_inode(table, ours, theirs)
     if inode is None:
         return [], "no socket of this host is the stub's end of the connection (a stub of another host)"
+    if inode == 0:  # in the listener's queue: no process holds it until accept()
+        return [], "the stub's end of the connection is not accepted yet"
     pids = socket_holders(inode, host, skip=os.getpid())
     if not pids:
         return [], f"no process of this host holds the stub's end of the connection (socket {inode})"
@@ -150,17 +152,24 @@ def find_emulator(pids: list[int], found_how: str, stub_auxv: bytes | None, stub
     rnd = vec.get(AT_RANDOM)
     if rnd is None or not stub_random or len(stub_random) != RANDOM_BYTES:
         return "the stub sends no auxv and AT_RANDOM bytes to find the program in the emulator's memory with"
+    unread = []
     for pid in pids:
         text = host.maps(pid)
         if text is None:
+            unread.append(pid)
             continue
-        for base in _bases(parse_maps(text), vec, exec_file):
-            if host.read_mem(pid, rnd + base, RANDOM_BYTES) == stub_random:
+        bases = _bases(parse_maps(text), vec, exec_file)
+        got = [host.read_mem(pid, rnd + base, RANDOM_BYTES) for base in bases]
+        for base, data in zip(bases, got):
+            if data == stub_random:
                 name = host.comm(pid) or "?"
-                at = f"guest base {base:#x}"
                 return Emulator(pid, base, f"the emulator's process {pid} ({name}) on this host, {found_how}, "
-                                f"proven by the AT_RANDOM bytes at {at}: its /proc/{pid}/maps")
+                                f"proven by the AT_RANDOM bytes at guest base {base:#x}: its /proc/{pid}/maps")
+        if all(d is None for d in got):
+            unread.append(pid)
     who = ", ".join(f"{p} ({host.comm(p) or '?'})" for p in pids)
+    if len(unread) == len(pids):
+        return f"process {who} at the stub's end of the connection: its /proc/PID/maps or mem cannot be read here"
     return f"process {who} at the stub's end of the connection does not hold the program's memory (AT_RANDOM bytes differ)"
 
 

@@ -78,6 +78,9 @@ def test_no_process_holds_the_guest() -> None:
     why = find_emulator([7], "the peer", auxv(random=GUEST_RANDOM), RANDOM, None, host)
     assert why == ("process 7 (qemu-x86_64) at the stub's end of the connection does not hold the program's "
                    "memory (AT_RANDOM bytes differ)")
+    # a process whose memory cannot be read here (another user's, ptrace rules): said so
+    assert find_emulator([7], "", auxv(random=GUEST_RANDOM), RANDOM, None, FakeHost({7: QEMU_MAPS})) == (
+        "process 7 (qemu-x86_64) at the stub's end of the connection: its /proc/PID/maps or mem cannot be read here")
     assert find_emulator([], "no socket here", auxv(random=GUEST_RANDOM), RANDOM, None, host) == "no socket here"
     assert "no auxv" in str(find_emulator([7], "", None, RANDOM, None, host))
     assert "no auxv" in str(find_emulator([7], "", auxv(random=GUEST_RANDOM), None, None, host))
@@ -106,6 +109,8 @@ def test_a_tcp_peer_row() -> None:
 """
     assert tcp_peer_inode(table, "0100007F:D431", "0100007F:5BA1") == 222
     assert tcp_peer_inode(table, "0100007F:D432", "0100007F:5BA1") is None
+    # a connection still in the listener's queue (not accepted): inode 0
+    assert tcp_peer_inode(table.replace(" 222 ", " 0 "), "0100007F:D431", "0100007F:5BA1") == 0
 
 
 SERVER = """
@@ -116,6 +121,7 @@ s.bind(sys.argv[2] if family == socket.AF_UNIX else ("127.0.0.1", 0))
 s.listen(1)
 print(s.getsockname()[1] if family != socket.AF_UNIX else "ready", flush=True)
 c, _ = s.accept()
+c.sendall(b"a")
 c.recv(1)
 """
 
@@ -135,6 +141,7 @@ def test_the_peer_of_a_real_connection_is_found(kind: str, tmp_path: Path) -> No
             sock = socket.socket(socket.AF_UNIX)
             sock.connect(path)
         with sock:
+            assert sock.recv(1) == b"a"  # accepted: until then the peer socket is no process's (inode 0)
             pids, how = stub_peer_pids(sock)
             assert pids == [child.pid], (pids, how)
             assert how.startswith("the peer of the stub's TCP connection" if kind == "tcp" else "the Unix socket's peer")
