@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from integration.corpus import markers
 from integration.harness.compare import comparable, run_session, sections
+from integration.harness import debuggers
 from integration.harness.monitor import ask, corpus_binary
+from integration.harness.stubs import kill_tree, start_proxy
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-x86_64") is None,
                                 reason="qemu-x86_64 not installed (scripts/setup installs qemu-user)")
@@ -172,3 +176,29 @@ def test_remote_keeps_the_emulator_alone() -> None:
                      r"on the threads' stacks are found", got["tasks"]), got["tasks"]
     assert not _runtime_tasks(got["tasks"]), got["tasks"]
     assert re.search(r"^#1\s.*running on thread \d+.*\sstack\s+stuck::run$", got["tasks"], re.M), got["tasks"]
+
+
+def test_parked_tasks_through_a_unix_socket(tmp_path: Path) -> None:
+    """QEMU's -g takes a Unix socket's path too: its process is the socket's SO_PEERCRED peer."""
+    prog = corpus_binary("debug", "stuck")
+    path = tmp_path / "gdbstub.sock"
+    file, line = markers.breakpoint_markers("stuck")["stuck_ready"]
+    qemu = subprocess.Popen(["qemu-x86_64", "-g", str(path), str(prog), "ct"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline and qemu.poll() is None:
+            time.sleep(0.01)
+        assert path.exists(), "qemu-x86_64 did not listen on its Unix socket"
+        with start_proxy(f"unix:{path}", extra=["--elf", str(prog), "--mode", "off"]) as px:
+            argv = debuggers.argv("gdb", "-nx", "-batch", "-ex", "set pagination off",
+                                  "-ex", f"target remote {px.address}", "-ex", f"break {file.name}:{line}",
+                                  "-ex", "continue", *(w for c in ask("tasks") for w in ("-ex", c)), "-ex", "kill")
+            out = subprocess.run([*argv, str(prog)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 timeout=120, check=False).stdout
+            proxy = px.stderr_text()
+    finally:
+        kill_tree(qemu)  # type: ignore[arg-type]
+    assert re.search(r"program's memory map: the emulator's process \d+ \(qemu-x86_64\) on this host, the Unix "
+                     r"socket's peer, proven by the AT_RANDOM bytes at guest base 0x0", proxy), proxy[-3000:]
+    assert _runtime_tasks(sections(out)["tasks"]) == _spawned("stuck"), out[-3000:]
