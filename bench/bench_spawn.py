@@ -2,11 +2,13 @@
 
 The corpus program ``many_tasks K ct`` spawns K tasks that each wait on one
 ``Notify``, then wakes them all and joins them: K spawns, K wakes, ~3K polls.
-Each round runs it under uprobe capture in full mode twice, in turns: with the
-spawn and wake probes (``--wakes``) and without them (the default),
+Each round runs it under uprobe capture in full mode, in turns: with the
+spawn (and wake) probes of ``--wakes`` in several variants and without them,
 and prints the program's wall time, the spawns the kernel recorded, and the
-difference per spawn (a spawn's probe, its 8 KiB stack copy and its wake-side
-probes: clone, wake, drop, the task's poll function). Printed, never asserted.
+difference per spawn against the capture without spawns, for spawn records
+that keep a fixed 8 KiB of stack, none, or the slice each spawning path's first
+record showed it needs (the default), and the default with the wake probes too
+(clone, wake, drop, the task's poll function). Printed, never asserted.
 
     .venv/bin/python -m bench.bench_spawn --tasks 20000 --rounds 3
 """
@@ -32,8 +34,12 @@ from proxy.graph.engine import Engine
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_once(prog: Path, tasks: int, spawns: bool, wakes: bool = True) -> tuple[float, int]:
-    """(the program's wall time from its start to its exit, spawns recorded)."""
+def run_once(prog: Path, tasks: int, spawns: bool, wakes: bool = True, stack: int | None = None,
+             learn: bool = True) -> tuple[float, int, int]:
+    """(the program's wall time from its start to its exit, spawns recorded, ns the BPF program
+    ran: 0 unless kernel.bpf_stats_enabled). `stack`: the bytes
+    a spawning path's first record keeps (None: the default); `learn`: its later records keep
+    what its first one showed they need (False: every record keeps `stack`)."""
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
     eng = Engine(Catalog(inv, bias), keep_log=False)
@@ -53,6 +59,10 @@ def run_once(prog: Path, tasks: int, spawns: bool, wakes: bool = True) -> tuple[
     os.close(rfd)
     os.waitpid(pid, os.WUNTRACED)
     cap = UprobeCapture(spawns=spawns, wakes=wakes)
+    if cap.origins is not None:
+        cap.origins.learn = learn
+        if stack is not None:
+            cap.origins.spawn_stack = stack
     cap.plan(SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias, engine=eng,  # type: ignore[arg-type]
                              note=None, extra={}))
     assert cap.install() is None and cap.attached, cap.note
@@ -68,9 +78,21 @@ def run_once(prog: Path, tasks: int, spawns: bool, wakes: bool = True) -> tuple[
         time.sleep(0.005)
     wall = time.perf_counter() - t0
     cap.sync()
+    bpf_ns = _run_time_ns(cap._prog.prog_fd) if cap._prog is not None else 0
     cap.uninstall()
     seen = cap.origins.log.seen if cap.origins is not None else 0
-    return wall, seen
+    return wall, seen, bpf_ns
+
+
+def _run_time_ns(prog_fd: int) -> int:
+    """The BPF program's run time so far (its fd's fdinfo; counted while kernel.bpf_stats_enabled)."""
+    for line in Path(f"/proc/self/fdinfo/{prog_fd}").read_text().splitlines():
+        if line.startswith("run_time_ns:"):
+            return int(line.split()[1])
+    return 0
+
+
+STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 
 
 def main() -> None:
@@ -84,22 +106,43 @@ def main() -> None:
         sys.exit(f"many_tasks ({a.config}) not built: {got}")
     prog = build.pinned(got)
     print(f"many_tasks {a.tasks} ct ({a.config}), full mode, {a.rounds} rounds; load {os.getloadavg()}")
-    with_, spawns_only, without, seen = [], [], [], 0
-    for r in range(a.rounds):
-        w0, _ = run_once(prog, a.tasks, False)
-        ws, seen_s = run_once(prog, a.tasks, True, wakes=False)
-        w1, seen = run_once(prog, a.tasks, True)
-        without.append(w0)
-        spawns_only.append(ws)
-        with_.append(w1)
-        print(f"round {r + 1}: without {w0:.3f} s; spawns only {ws:.3f} s ({seen_s} spawns recorded, "
-              f"{1e6 * (ws - w0) / max(a.tasks, 1):+.2f} us a spawn); spawns and wakes {w1:.3f} s ({seen} recorded, "
-              f"{1e6 * (w1 - w0) / max(a.tasks, 1):+.2f} us a task)")
-    m0, ms, m1 = statistics.median(without), statistics.median(spawns_only), statistics.median(with_)
-    print(f"median: without {m0:.3f} s; spawns only {ms:.3f} s (ratio {ms / m0:.3f}, "
-          f"{1e6 * (ms - m0) / max(a.tasks, 1):+.2f} us a spawn); spawns and wakes {m1:.3f} s (ratio {m1 / m0:.3f}, "
-          f"{1e6 * (m1 - m0) / max(a.tasks, 1):+.2f} us a task: its spawn, wakes, waker clones and drops, polls); "
-          f"load {os.getloadavg()}")
+    # the variants, run in turns each round: spawn records with a fixed 8 KiB slice (every record),
+    # with no stack (the trap and the record alone), with each path's slice learnt from its first
+    # record (the default), and the default with the wake probes too
+    variants = {"without": dict(spawns=False), "fixed 8 KiB": dict(spawns=True, wakes=False, stack=8192, learn=False),
+                "no stack": dict(spawns=True, wakes=False, stack=0, learn=False),
+                "learnt": dict(spawns=True, wakes=False), "learnt, wakes": dict(spawns=True)}
+    walls: dict[str, list[float]] = {k: [] for k in variants}
+    bpf: dict[str, list[float]] = {k: [] for k in variants}  # the BPF program's ns a spawn over without's
+    seen: dict[str, int] = {}
+    # the kernel's own account of the BPF program's run time (the stack copy is in it; the trap is
+    # not): far less noisy than the wall time on a loaded machine; set back as it was after
+    was = STATS.read_text().strip() if STATS.exists() else None
+    if was is not None:
+        STATS.write_text("1")
+    try:
+        for r in range(a.rounds):
+            for name, kw in variants.items():
+                w, n, ns = run_once(prog, a.tasks, **kw)  # type: ignore[arg-type]
+                walls[name].append(w)
+                bpf[name].append(ns)
+                seen[name] = n
+            w0, b0 = walls["without"][-1], bpf["without"][-1]
+            print(f"round {r + 1}: " + "; ".join(
+                f"{k} {v[-1]:.3f} s ({1e6 * (v[-1] - w0) / max(a.tasks, 1):+.2f} us a spawn"
+                + (f", BPF {(bpf[k][-1] - b0) / max(a.tasks, 1):+.0f} ns a spawn, {seen[k]} recorded)"
+                   if k != "without" else ")") for k, v in walls.items()))
+    finally:
+        if was is not None:
+            STATS.write_text(was)
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    b = {k: statistics.median(v) for k, v in bpf.items()}
+    m0 = med["without"]
+    print("median: " + "; ".join(f"{k} {m:.3f} s (x{m / m0:.3f} of without, {1e6 * (m - m0) / max(a.tasks, 1):+.2f} us "
+                                 f"a spawn; BPF {(b[k] - b['without']) / max(a.tasks, 1):+.0f} ns a spawn)"
+                                 for k, m in med.items() if k != "without")
+          + f"; learnt / fixed 8 KiB: wall x{med['learnt'] / med['fixed 8 KiB']:.3f}, BPF time over without x"
+          + f"{(b['learnt'] - b['without']) / max(b['fixed 8 KiB'] - b['without'], 1):.3f}; load {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def test_ctrl_c_while_stopped_then_detach_leaves_the_program_whole() -> None:
 
 # A 0x03 that crosses a stop (the proxy forwarded it while the stop reply was
 # on its way) leaves the same kernel SIGINT; the proxy consumes it before a
-# detach (lifecycle._proc_leave). Its timing could not be forced with real
+# detach (lifecycle.proc_leave). Its timing could not be forced with real
 # gdbserver in 200 tries: tests/proxy/session/test_core.py pins that path.
 
 

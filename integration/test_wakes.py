@@ -171,16 +171,9 @@ def test_realworld_spawning_lines_are_spawn_calls(program: str, config: str) -> 
     or its library's `spawn` line; nothing resolved before asked. (The runtime's own worker
     threads, spawn_blocking tasks made by its start, resolve to the runtime's construction in
     `main`, sync code: `#[tokio::main]`'s line; they are not checked.)"""
-    from integration.corpus import build
     from integration.realworld import clients, truth
 
-    skip = build.skip_reason(config)
-    if skip is not None:
-        pytest.skip(f"{config}: {skip}")
-    try:
-        prog = build.pinned(build.binary(config, program))
-    except Exception as err:  # noqa: BLE001 - not built here: say why
-        pytest.skip(f"{program} ({config}) not built: {err}")
+    prog = _realworld_binary(program, config)
     table = truth.tables([program])[0]
     from integration.realworld.gauntlet import fixed_ports_taken
 
@@ -215,7 +208,7 @@ def test_realworld_spawning_lines_are_spawn_calls(program: str, config: str) -> 
         cap.sync()
         sw = cap.origins
         assert sw is not None and sw.resolver is not None
-        recs = [*sw.log.by_id.values(), *sw.log.unkeyed]
+        recs = [*sw.log.keyed(), *sw.log.unkeyed]
         assert len(recs) >= len(table.states[0].clients), (sw.lines(), sw.plan.notes if sw.plan else None)
         assert sw.resolver.symbolised == 0
         bad, spawn_lines = [], 0
@@ -239,6 +232,19 @@ def test_realworld_spawning_lines_are_spawn_calls(program: str, config: str) -> 
         os.waitpid(pid, 0)
 
 
+def _realworld_binary(program: str, config: str) -> Path:
+    """The gauntlet's build of `program`, or the test skipped saying why there is none."""
+    from integration.corpus import build
+
+    skip = build.skip_reason(config)
+    if skip is not None:
+        pytest.skip(f"{config}: {skip}")
+    try:
+        return Path(build.pinned(build.binary(config, program)))
+    except Exception as err:  # noqa: BLE001 - not built here: say why
+        pytest.skip(f"{program} ({config}) not built: {err}")
+
+
 def _free_port() -> int:
     import socket
 
@@ -253,3 +259,83 @@ def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# async-task's spawns (smol, async-std), matched to their tasks by the new task's address. From
+# reading each program's source: (the spawned task's name ends with, the text of the line that
+# spawns it, the spawning task's name holds). smol's chat-server: main's block (under
+# smol::block_on) spawns the dispatcher and one block per client. async-std's a-chat:
+# accept_loop (under task::block_on) spawns the broker and, through spawn_and_log_error's
+# `task::spawn(async move {`, each connection_loop; the broker spawns each peer's writer block
+# (line 158) through the same helper.
+ASYNC_TASK_SPAWNS = {
+    "smol_chat_server": [
+        ("smol_chat_server::dispatch", "smol::spawn(dispatch(receiver)).detach();", "main::{async_block@79}"),
+        ("main::{async_block@79}::{async_block@98}", "smol::spawn(async move {", "main::{async_block@79}")],
+    "async_std_a_chat": [
+        ("server::broker_loop", "let broker = task::spawn(broker_loop(broker_receiver));", "accept_loop"),
+        ("{async_block@180}<async_std_a_chat::server::connection_loop>", "task::spawn(async move {", "accept_loop"),
+        ("{async_block@180}<async_std_a_chat::server::broker_loop::{async_block@158}>", "task::spawn(async move {",
+         "server::broker_loop")],
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", ["realworld-debug", "realworld-release"])
+@pytest.mark.parametrize("program", sorted(ASYNC_TASK_SPAWNS))
+def test_realworld_async_task_spawns_are_matched_to_their_tasks(program: str, config: str) -> None:
+    """gdb, gdbserver and the proxy with `--capture uprobes --wakes` on a real smol / async-std
+    program driven by its truth table's clients: every task the source spawns shows, in
+    `tasks` (SPAWNED AT), `where` and the JSON document, the line of its spawn call (the
+    source's text) and the task that spawned it. A release build's spawner is the task polled
+    on the spawning thread only where the capture sees that poll in progress (its coroutine
+    has a resume function); where it does not, `by` stays empty, never wrong."""
+    from integration.harness.stubs import spawn_proxy, start_stub
+    from integration.realworld import clients, gauntlet, truth
+
+    prog = _realworld_binary(program, config)
+    if not build_inventory(str(prog)).resume_fns:
+        pytest.skip(f"{program} ({config}): the analysis finds no async resume function in this build "
+                    f"(its coroutines inlined away): the uprobe capture has nothing to plant")
+    table = truth.tables([program])[0]
+    taken = gauntlet.fixed_ports_taken(table, wait=60)
+    if taken is not None:
+        pytest.skip(taken)
+    want = [(name, truth.place(table.source, text, None).line, by) for name, text, by in ASYNC_TASK_SPAWNS[program]]
+    port = gauntlet._port(table)
+    with start_stub("gdbserver", prog, gauntlet._args(table, port)) as stub:
+        px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes"])
+        conns = []
+        try:
+            mi = gauntlet._mi(prog, px.address)
+            try:
+                pid = stub.find_inferior()
+                assert pid is not None
+                mi.cmd("-exec-continue")
+                gauntlet._wait_port(port)
+                conns = clients.drive(table.states[0].clients, port)
+                time.sleep(1.0)
+                gauntlet._interrupt(mi, pid)
+                stop = gauntlet._views(mi)  # the views' text and the JSON document
+                tasks_text, doc = stop.text["tasks"], stop.doc
+                checked = 0
+                for name, line, by in want:
+                    mine = [t for t in doc["tasks"] if t["name"].endswith(name)]
+                    assert mine, (name, [t["name"] for t in doc["tasks"]])
+                    for t in mine:
+                        sp = t.get("spawn")
+                        assert sp is not None and sp["line"] == line and Path(sp["file"]).name == table.source.name, \
+                            (t["name"], sp and {k: sp[k] for k in ("file", "line", "by")}, line)
+                        if config == "realworld-debug" or sp["by"] is not None:
+                            assert sp["by"] is not None and by in sp["by"], (t["name"], sp["by"], by)
+                        row = next(r for r in tasks_text.splitlines() if r.startswith(f"#{t['id']} "))
+                        assert row.rstrip().endswith(f"{table.source.name}:{line}"), row
+                        where = gauntlet._console(mi, f"monitor async where {t['id']}")
+                        assert f"spawned at " in where and f"{table.source.name}:{line}" in where, where
+                        checked += 1
+                assert checked >= len(want) + 1, checked  # the clients' tasks: two of one kind at least
+            finally:
+                mi.close()
+        finally:
+            clients.close_all(conns)
+            px.close()

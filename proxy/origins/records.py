@@ -9,10 +9,12 @@ from dataclasses import dataclass
 CHAIN = 8
 HIST = 20
 LAST = 4
-# kind depth cookie tid stack_len | ts ip sp task_id task | rbp rbx r12 r13 r14 r15 | chain[8] | chain_fn[8]
-SPAWN_HEAD = struct.Struct("<HHIII5Q6Q8Q8I")
-assert SPAWN_HEAD.size == 200
+# kind depth key cookie tid stack_len | ts ip sp task_id task | rbp rbx r12 r13 r14 r15 | chain[8] | chain_fn[8]
+# | path (ret cookie fn)
+SPAWN_HEAD = struct.Struct("<HBBIII5Q6Q8Q8I16s")
+assert SPAWN_HEAD.size == 216
 KIND_SPAWN = 6
+KEY_NONE, KEY_ID, KEY_TASK = 0, 1, 2  # what a record's key is (uprobes.bpf.c struct spawn_rec)
 # wakes by_ref self_wakes clones drops polls woken_at sched_ns sched_max sched_n poll_at first_ts future
 # | hist[20] last_i pad | last[4] = (ts waker ret tid op)
 WAKE_HEAD = struct.Struct("<13Q20III")
@@ -27,11 +29,13 @@ class SpawnRecord:
     ts: int  # CLOCK_MONOTONIC ns
     thread: int
     task_id: int  # the runtime's id for the new task (tokio), 0: none
+    task: int  # the new task's pointer (async-task: its allocation, the header's address), 0: none
     spawner: int  # the runtime task polled on the thread (its header), 0: none
     chain: tuple[tuple[int, int], ...]  # (self, resume function index) polled on the thread, innermost first
     depth: int  # polls in progress on the thread (the chain keeps the innermost CHAIN)
     regs: dict[str, int]  # rip rsp rbp rbx r12-r15: where the unwinder starts
     stack: bytes  # memory from regs["rsp"] on
+    path: bytes = b""  # the spawning path (struct spawn_path): the stack its records keep is learnt per path
 
     def read(self, addr: int, size: int) -> bytes | None:
         off = addr - self.regs["rsp"]
@@ -44,16 +48,18 @@ def decode_spawn(buf: bytes | memoryview, off: int, n: int) -> SpawnRecord | Non
     if n < SPAWN_HEAD.size:
         return None
     v = SPAWN_HEAD.unpack_from(buf, off)
-    kind, depth, _cookie, tid, stack_len, ts, ip, sp, task_id, spawner = v[:10]
+    kind, depth, key, _cookie, tid, stack_len, ts, ip, sp, key_value, spawner = v[:11]
     if kind != KIND_SPAWN:
         return None
-    rbp, rbx, r12, r13, r14, r15 = v[10:16]
-    selfs, fns = v[16:24], v[24:32]
+    task_id = key_value if key == KEY_ID else 0
+    task = key_value if key == KEY_TASK else 0
+    rbp, rbx, r12, r13, r14, r15 = v[11:17]
+    selfs, fns, path = v[17:25], v[25:33], v[33]
     chain = tuple((s, f) for s, f in zip(selfs, fns) if s)
     stack_len = min(stack_len, n - SPAWN_HEAD.size)
     stack = bytes(buf[off + SPAWN_HEAD.size:off + SPAWN_HEAD.size + stack_len])
     regs = {"rip": ip, "rsp": sp, "rbp": rbp, "rbx": rbx, "r12": r12, "r13": r13, "r14": r14, "r15": r15}
-    return SpawnRecord(ts, tid, task_id, spawner, chain, depth, regs, stack)
+    return SpawnRecord(ts, tid, task_id, task, spawner, chain, depth, regs, stack, path)
 
 
 @dataclass(frozen=True, slots=True)

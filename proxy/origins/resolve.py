@@ -45,20 +45,35 @@ def crate_of(name: str) -> str:
 
 
 class Resolver:
-    """``unwind(record) -> runtime pcs`` and ``frames(link pc) -> source frames`` come from the
-    capture (its StackUnwinder and the program's line table)."""
+    """``unwind(record) -> (runtime pcs, full, each pc's frame CFA)`` and ``frames(link pc) ->
+    source frames`` come from the capture (its StackUnwinder and the program's line table)."""
 
-    def __init__(self, unwind: Callable[[SpawnRecord], tuple[tuple[int, ...], bool]],
+    def __init__(self, unwind: Callable[[SpawnRecord], tuple[tuple[int, ...], bool, tuple[int | None, ...]]],
                  frames: Callable[[int], list[Frame]], bias: int) -> None:
         self._unwind = unwind
         self._frames = frames
         self.bias = bias
-        self._done: dict[int, Origin] = {}
+        self._done: dict[tuple[int, int], Origin] = {}
         self.symbolised = 0
 
     def frames_at(self, link_pc: int) -> list[Frame]:
         """The source frames at one link-time pc (a waker's caller, shown by ``waits``)."""
         return self._frames(link_pc)
+
+    def _walk(self, rec: SpawnRecord) -> tuple[list[Frame], list[int], Frame | None, bool, tuple[int | None, ...]]:
+        """(frames innermost first, each frame's physical frame index, the spawning line's frame,
+        full, the physical frames' CFAs)."""
+        pcs, full, cfas = self._unwind(rec)
+        frames: list[Frame] = []
+        where: list[int] = []
+        for i, pc in enumerate(pcs):
+            # a return address is after its call: the call's line is at pc - 1
+            got = self._frames(pc - self.bias - (1 if i else 0))
+            frames.extend(got)
+            where += [i] * len(got)
+        outside = [f for f in frames if crate_of(f.function) not in RUNTIME_CRATES and f.loc is not None]
+        own = [f for f in outside if f.loc is not None and not is_dependency(f.loc.file)]
+        return frames, where, (own or outside or [None])[0], full, cfas
 
     def origin(self, rec: SpawnRecord) -> Origin:
         key = (rec.ts, rec.thread)
@@ -66,15 +81,20 @@ class Resolver:
         if got is not None:
             return got
         self.symbolised += 1
-        pcs, full = self._unwind(rec)
-        frames: list[Frame] = []
-        for i, pc in enumerate(pcs):
-            # a return address is after its call: the call's line is at pc - 1
-            frames.extend(self._frames(pc - self.bias - (1 if i else 0)))
-        outside = [f for f in frames if crate_of(f.function) not in RUNTIME_CRATES and f.loc is not None]
-        own = [f for f in outside if f.loc is not None and not is_dependency(f.loc.file)]
-        first = (own or outside or [None])[0]
+        frames, _where, first, full, _cfas = self._walk(rec)
         line, fn = (first.loc, first.function) if first is not None else (None, "")
         got = Origin(line, fn, tuple(frames), full)
         self._done[key] = got
         return got
+
+    def stack_needed(self, rec: SpawnRecord) -> int | None:
+        """The bytes of stack from the record's sp that hold the spawning line's frame whole
+        (its CFA: its own return address read too), None: the line is not in this record's
+        slice (the unwind did not reach it). Not counted in ``symbolised``: the capture sizes
+        a spawning path's later records with it (wakes.py), nothing is shown."""
+        frames, where, first, _full, cfas = self._walk(rec)
+        if first is None:
+            return None
+        k = where[next(i for i, f in enumerate(frames) if f is first)]
+        cfa = cfas[k] if k < len(cfas) else None
+        return cfa - rec.regs["rsp"] if cfa is not None else None

@@ -4,7 +4,8 @@ A snapshot task is the coroutine its runtime task polls first; the kernel names
 that coroutine in the task's wake statistics (``WakeStats.future``), so a task's
 runtime header is the statistics' key. Its spawn record is found by the
 runtime's task id, read from the task's cell (tokio's ``Core.task_id``, through
-the cell's layout in the program's DWARF). A task whose spawn was not recorded
+the cell's layout in the program's DWARF), or by the header's address itself
+(async-task: the record carries the new task's pointer). A task whose spawn was not recorded
 was spawned before the capture began: it falls back to the runtime's own
 location where it keeps one (tokio >= 1.46 with ``tokio_unstable``:
 ``spawned at`` in the task's header line).
@@ -49,14 +50,17 @@ class Origins:
         return self._by_future
 
     def wakes_of(self, task: Any) -> WakeStats | None:
-        return self.wakes_by_future().get(task.addr)
+        """By the coroutine the task's poll polls first, else by the header the runtime adapter
+        found it in (an executor's own block around the future: async-std's task locals)."""
+        w = self.wakes_by_future().get(task.addr)
+        if w is None:
+            header = _header_in(task)
+            w = self.sw.wakes().get(header) if header is not None else None
+        return w
 
     def header_of(self, task: Any) -> int | None:
         w = self.wakes_of(task)
-        if w is not None:
-            return w.task
-        m = re.search(r"header 0x([0-9a-f]+)", getattr(task, "header", "") or "")
-        return int(m.group(1), 16) if m else None
+        return w.task if w is not None else _header_in(task)
 
     def task_id_of(self, header: int) -> int | None:
         """tokio's id of the task at `header` (its cell's ``core.task_id``)."""
@@ -80,9 +84,13 @@ class Origins:
         return struct.unpack("<Q", raw)[0] if raw is not None and len(raw) == 8 else None
 
     def spawn_of(self, task: Any) -> SpawnRecord | None:
+        """The task's spawn record: by its address (async-task's records carry the new task's
+        pointer, which is the header's), else by the runtime's id read from its cell (tokio)."""
         header = self.header_of(task)
-        tid = self.task_id_of(header) if header is not None else None
-        return self.sw.log.get(tid)
+        if header is None:
+            return None
+        rec = self.sw.log.of_task(header)
+        return rec if rec is not None else self.sw.log.get(self.task_id_of(header))
 
     def origin(self, rec: SpawnRecord) -> Origin | None:
         r = self.sw.resolver
@@ -168,14 +176,19 @@ class Origins:
         coroutine polled there (a block_on future)."""
         if rec.spawner:
             for t in snap.tasks:
-                w = self.wakes_of(t)
-                if w is not None and w.task == rec.spawner:
+                if self.header_of(t) == rec.spawner:
                     return f"{t.label} {t.name}"
         root = rec.chain[-1][0] if rec.chain and rec.depth <= len(rec.chain) else None
         for t in snap.tasks:
             if root is not None and t.addr == root:
                 return f"{t.label} {t.name}"
         return ""
+
+
+def _header_in(task: Any) -> int | None:
+    """The runtime header a snapshot task was found in (its adapter's words), None: not one."""
+    m = re.search(r"header 0x([0-9a-f]+)", getattr(task, "header", "") or "")
+    return int(m.group(1), 16) if m else None
 
 
 def _ago(ns: int, now: int) -> str:

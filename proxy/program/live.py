@@ -35,7 +35,7 @@ def find_source(session: Any, current: Any, adapters: str) -> Any:
         # a cold analysis's cache write once the answer is out (session.after_answer)
         src = source_without_capture(path, pid, local, later=session.after_answer.append,
                                      progress=sys.stderr,  # the proxy's terminal, if it has one
-                                     entry=getattr(session, "_entry", None))
+                                     entry=session.lifecycle.entry)
         # What the analysis made (the image's symbols, the inventory, the walks handed to
         # stack discovery: ~110,000 objects on the axum debug build) lives as long as the
         # session: kept out of later collections (settle_heap's reason). Without this, the

@@ -58,10 +58,9 @@ from .actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToS
 from .breakpoints import BpKey
 from .hidden import HiddenStops
 from .known import keeps_stop
-from .lifecycle import CaptureLifecycle
 from .queries import PROXY_QXFER_OBJECTS
 from .shield import ERROR_REPLY, refuse
-from .state import SessionConfig, Stopped, Waiter, next_stop_serial
+from .state import SessionBase, SessionConfig, Stopped, Waiter, next_stop_serial
 from .stepping import AsyncStepping
 from .taskthreads import TaskThreads
 from .wire import (
@@ -107,12 +106,12 @@ _CLIENT_ROUTES: dict[Kind, tuple[str, ...]] = {
     Kind.MONITOR: ("queries.client_monitor",),
     Kind.QXFER: ("queries.client_qxfer",),
     Kind.LEAVE: ("_client_leave",),
-    Kind.NEW_PROCESS: ("_client_new_process",),
+    Kind.NEW_PROCESS: ("lifecycle.client_new_process",),
     Kind.WRITE: ("_route_write",),
 }
 
 
-class Session(CaptureLifecycle):
+class Session(SessionBase):
     """One client <-> stub session (see the module docstring)."""
 
     def __init__(self, config: SessionConfig) -> None:
@@ -122,6 +121,23 @@ class Session(CaptureLifecycle):
         self.task_threads = TaskThreads(self)  # tasks as threads (taskthreads.py)
         # a route is a method of the session or of a part it holds ("queries.client_monitor")
         self._routes = {kind: tuple(attrgetter(name)(self) for name in names) for kind, names in _CLIENT_ROUTES.items()}
+
+    # ---- what the shell asks of the session, answered by the capture's lifecycle --------------
+
+    def tick(self, now: float) -> None:
+        """Called by the shell every few tens of ms (lifecycle.tick)."""
+        self.lifecycle.tick(now)
+
+    def leave_plan(self) -> dict[str, object]:
+        """What must leave the program if the proxy dies without leaving (lifecycle.leave_plan)."""
+        return self.lifecycle.leave_plan()
+
+    def leave_plan_key(self) -> tuple[object, ...]:
+        return self.lifecycle.leave_plan_key()
+
+    def request_switch(self, capture: str | None = None, mode: str | None = None) -> None:
+        """`monitor async capture`/`mode` change the backend at the next stop (lifecycle)."""
+        self.lifecycle.request_switch(capture, mode)
 
     def client_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.client_packets += 1
@@ -288,7 +304,7 @@ class Session(CaptureLifecycle):
             return
         # A SIGINT that crossed a stop waits for the stub's detach at the
         # link's close: consumed first (_proc_leave), probes or not.
-        if self._program_exited or not (self._holds_program() or (not self.running and self._sigint_waiting())):
+        if self._program_exited or not (self.lifecycle.holds_program() or (not self.running and self.lifecycle.sigint_waiting())):
             self._emit(Close("client disconnected"))
             return
         if self._proc is not None:
@@ -303,7 +319,7 @@ class Session(CaptureLifecycle):
                 self._interrupted_for_leave = True
             return  # the stop reply arrives, then we clean up (see _on_stop_reply)
         if self._proc is None:
-            self._start_proc(self._proc_leave())
+            self._start_proc(self.lifecycle.proc_leave())
 
     def _proc_then_closed(self, keep_stub: bool) -> Procedure:
         self._proc = None
@@ -356,7 +372,7 @@ class Session(CaptureLifecycle):
                 body, raw = verdict.body, None
             elif isinstance(verdict, Handover):
                 self._emit(Notice(f"capture: {verdict.reason}; switching to breakpoints"))
-                self._start_proc(self._proc_switch("breakpoints", None, then=body))
+                self._start_proc(self.lifecycle.proc_switch("breakpoints", None, then=body))
                 return None
         if self._residues and not handed_over:
             for residue in self._residues:
@@ -519,7 +535,7 @@ class Session(CaptureLifecycle):
         self._reply(build_qsupported_reply(shown))
 
     def _client_breakpoint(self, body: bytes, raw: bytes | None) -> None:
-        if self._client_selects_other_process():
+        if self.lifecycle.client_selects_other_process():
             # gdb taking its breakpoints out of a fork child (Hg child; z0):
             # that process is not the program, its table is not ours.
             return self._forward(body, raw)
@@ -559,16 +575,16 @@ class Session(CaptureLifecycle):
 
     def _client_leave(self, body: bytes, raw: bytes | None) -> None:
         """Rule 9: detach/kill: remove every proxy breakpoint first."""
-        if self._other_process(body):
+        if self.lifecycle.other_process(body):
             # gdb detaching (or killing) a fork child it does not follow:
             # the program itself stays, and so do the probes.
             if self.capture is not None and self._capture_installed and body[:1] == b"D":
-                self._start_proc(self._proc_detach_child(body))
+                self._start_proc(self.lifecycle.proc_detach_child(body))
                 return None
             return self._forward(body, raw)
         self._left = True
-        if (self._holds_program() or self._sigint_waiting()) and not self._program_exited:
-            self._start_proc(self._proc_leave(then=(body, raw)))
+        if (self.lifecycle.holds_program() or self.lifecycle.sigint_waiting()) and not self._program_exited:
+            self._start_proc(self.lifecycle.proc_leave(then=(body, raw)))
         else:
             self._forward(body, raw)
 
@@ -602,12 +618,12 @@ class Session(CaptureLifecycle):
             self._interrupt_at_resume = False
         if not self._planted and (self.config.resolve_probes is not None or self.capture is not None
                                   or self.config.make_capture is not None):
-            self._start_proc(self._proc_plant_then_resume(resume, body, raw))
+            self._start_proc(self.lifecycle.proc_plant_then_resume(resume, body, raw))
             return
         if self.capture is not None and self._capture_installed:
             change = self._capture_call("before_resume")
             if change is not None:
-                self._start_proc(self._proc_then_resume(change, resume, body, raw))
+                self._start_proc(self.lifecycle.proc_then_resume(change, resume, body, raw))
                 return
         sitting = self.hidden.thread_on_proxy_bp(resume)
         if sitting is not None:
@@ -662,7 +678,7 @@ class Session(CaptureLifecycle):
             self._refuse("a vCont that resumes no thread the stub has (gdbserver 13.1 aborts on it)")
             return
         self._resume_checked = resume
-        self._resume_after_proc(resume, body, raw)
+        self.lifecycle.resume_after_proc(resume, body, raw)
 
     def _refuse(self, why: str) -> None:
         self.stats.shielded += 1
@@ -721,9 +737,9 @@ class Session(CaptureLifecycle):
         if self._closing:
             return
         self._emit(ToClientRaw(raw))
-        if sr is not None and self._prepares_early():
+        if sr is not None and self.lifecycle.prepares_early():
             # the capture's install starts here, ahead of the first resume (lifecycle.py)
-            self._start_proc(self._proc_prepare())
+            self._start_proc(self.lifecycle.proc_prepare())
 
     def _snoop_reply(self, body: bytes) -> None:
         # A gdbserver that got no xmlRegisters answers target.xml without
@@ -745,7 +761,7 @@ class Session(CaptureLifecycle):
         except MalformedPacket:
             self._report_stop(None, raw)
             return
-        if self._on_program_event(sr, raw):
+        if self.lifecycle.on_program_event(sr, raw):
             return
         if (self._orphan_steps and sr.thread is not None and sr.thread.tid in self._orphan_steps
                 and sr.signal == SIGTRAP and self._resume is not None and not self._interrupt_pending):
@@ -817,7 +833,7 @@ class Session(CaptureLifecycle):
         # gdbserver in all-stop makes the reporting thread its general thread (known.py)
         self.known.stopped(sr, selects=not self.non_stop)
         if self._closing:
-            self._leave_for_hang_up()
+            self.lifecycle.leave_for_hang_up()
             return
         if self.capture is not None and self.capture.filters_replies and (body is not None or raw is not None):
             if body is None and raw is not None:

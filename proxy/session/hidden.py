@@ -259,7 +259,7 @@ class HiddenStops:
         a multi-threaded runtime one thread was left parked (the program hung in 3 of 5 runs
         of the corpus' tokio_app mt, even with the parked threads kicked). The capture is
         taken out (mode off: reflection from memory at stops); the program runs on."""
-        yield from self.s._switch(None, "off")
+        yield from self.s.lifecycle.switch(None, "off")
         self.s._emit(Notice("the stub let two threads report a stop at once (QEMU user mode): hidden "
                           "breakpoints would leave one of them parked; capture off (mode off), tasks "
                           "are read from memory at stops"))

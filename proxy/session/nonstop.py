@@ -257,7 +257,7 @@ class NonStopMode:
         self.s._forward(body, raw)
 
     def _proc_plant_then(self, body: bytes, raw: bytes | None) -> Procedure:
-        yield from self.s._plant()
+        yield from self.s.lifecycle.plant()
         self.s._proc = None
         self.s._forward(body, raw)
 

@@ -74,11 +74,11 @@ class Queries:
             out = yield from self.with_reads(lambda read: monitor(text, self.s, read))
         except Exception as err:  # a command must never take the session down
             out = f"asyncrsp: internal error in '{text}': {err!r}\n"
-        if self.s._switch_request is not None:
-            name, mode = self.s._switch_request
-            self.s._switch_request = None
+        if self.s.lifecycle.switch_request is not None:
+            name, mode = self.s.lifecycle.switch_request
+            self.s.lifecycle.switch_request = None
             try:
-                yield from self.s._switch(name, mode)
+                yield from self.s.lifecycle.switch(name, mode)
             except ValueError as err:
                 out += f"asyncrsp: {err}\n"
         self.s._proc = None
@@ -94,7 +94,7 @@ class Queries:
         this host's, since reflection may then read the program here."""
         yield from self._resolve_pending_reads()
         if not self.s._planted and self.s._last_stop is not None:
-            yield from self.s._find_program()  # the file, pid, AT_ENTRY (the load bias) and host
+            yield from self.s.lifecycle.find_program()  # the file, pid, AT_ENTRY (the load bias) and host
         if self.s.config.remote_maps and not self.s.identity.local and self.s._last_stop is not None and not self.s.running:
             yield from self._read_remote_maps()
 
@@ -109,14 +109,14 @@ class Queries:
         (``remote_maps``; ``remote_maps_why`` says why there are none). A stub with neither a
         pid nor vFile (QEMU's user mode): the emulator's process of this host
         (``_read_emulator_maps``)."""
-        pid = self.s._main_pid or self.s._stop_pid()
+        pid = self.s._main_pid or self.s.lifecycle.stop_pid()
         self.remote_maps = None
         if pid is None:
             self.remote_maps_why = "the stub reported no pid"
         elif self.no_vfile:
             self.remote_maps_why = "the stub has no vFile"
         else:
-            text = yield from self.s._stub_file(b"/proc/%d/maps" % pid, whole=True)
+            text = yield from self.s.lifecycle.stub_file(b"/proc/%d/maps" % pid, whole=True)
             if text is False:
                 self.no_vfile = True
                 self.remote_maps_why = "the stub has no vFile"
@@ -140,8 +140,8 @@ class Queries:
         if self.emulator is None:
             from proxy.host.identity import read_stub_random
 
-            stub_random = yield from read_stub_random(self.s._auxv, Exchange)
-            self.emulator = host.find(self.s.stub_socket, self.s._auxv, stub_random, self.s.exec_file)
+            stub_random = yield from read_stub_random(self.s.lifecycle.auxv, Exchange)
+            self.emulator = host.find(self.s.stub_socket, self.s.lifecycle.auxv, stub_random, self.s.exec_file)
             if not isinstance(self.emulator, str):
                 self.s._emit(Notice(f"program's memory map: {self.emulator.how}"))
         if isinstance(self.emulator, str):
@@ -373,10 +373,10 @@ class Queries:
     def probes_line(self) -> str | None:
         """How the --probe functions are counted (`stats`, `monitor async capture`):
         by the capture without a stop (uprobes), or at hidden breakpoints."""
-        addrs = {p.addr for p in self.s._count_probes}
+        addrs = {p.addr for p in self.s.lifecycle.count_probes}
         if not addrs:
             return None
-        counted = len(addrs & set(self.s._capture_counts))
+        counted = len(addrs & set(self.s.lifecycle.capture_counts))
         kernel = f"counted by {self.s.capture.name} (no stop)" if counted and self.s.capture is not None else ""
         hidden = "hidden breakpoints (a stop per call)"
         if counted == len(addrs):
@@ -388,10 +388,10 @@ class Queries:
     def stats_lines(self) -> list[str]:
         s = self.s.stats
         per_probe, total = s.probe_stats.per_probe.copy(), s.probe_stats.total
-        if self.s._capture_counts and self.s.capture is not None:  # counted by the capture (uprobes)
+        if self.s.lifecycle.capture_counts and self.s.capture is not None:  # counted by the capture (uprobes)
             for addr, n in (self.s._capture_call("probe_counts") or {}).items():
-                if addr in self.s._capture_counts:
-                    per_probe[self.s._capture_counts[addr].name] += n
+                if addr in self.s.lifecycle.capture_counts:
+                    per_probe[self.s.lifecycle.capture_counts[addr].name] += n
                     total += n
         lines = [
             f"probe hits: {total}",
@@ -442,8 +442,8 @@ class Queries:
             lines += self.s._capture_call("stats_lines") or []
         else:
             lines.append(f"capture: none (mode {self.s.mode})")
-        if self.s._plant_failed:
-            lines.append(f"probes not planted: {self.s._plant_failed}")
+        if self.s.lifecycle.plant_failed:
+            lines.append(f"probes not planted: {self.s.lifecycle.plant_failed}")
         for name, n in sorted(per_probe.items()):
             lines.append(f"  {name}: {n}")
         return lines

@@ -6,9 +6,9 @@ the procedure runner: a procedure is a generator that yields `Exchange`s
 (request bodies sent back to back) and receives their replies. The parts
 are objects the session holds, each with its own state (`ns`: non-stop mode,
 nonstop.py; `queries`: monitor commands, qXfer objects, stats; `hidden`:
-hidden stops; `stepping`: steps across `.await`; `task_threads`), but for
-`lifecycle` (the capture's life: plant, install, switch, fork, exec, exit,
-leave), still a mixin on this base, and `core` (routing), the session itself.
+hidden stops; `stepping`: steps across `.await`; `task_threads`; `lifecycle`:
+the capture's life: plant, install, switch, fork, exec, exit, leave), but for
+`core` (routing), the session itself.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from proxy.probes import Probe, ProbeStats
 from proxy.procedure import Exchange, Procedure
 
 from .actions import Action, AfterSend, Close, Notice, ToClient, ToStub, ToStubRaw
-from .breakpoints import BpKey, BreakpointTable
+from .breakpoints import BreakpointTable
 from .known import StopKnowledge
+from .lifecycle import CaptureLifecycle
 from .nonstop import NonStopMode
 from .queries import Queries
 from .pacing import Pacer
@@ -214,22 +215,15 @@ class SessionBase:
         self._stop_pc_override: int | None = None
         self._interrupted_for_leave = False
         self._planted = False
-        # the program's file, pid, entry and host were found (lifecycle._find_program)
+        # the program's file, pid, entry and host were found (lifecycle.find_program)
         self._found = False
-        # the capture was installed at the client's first stop, ahead of the first
-        # resume, which finishes it (lifecycle._proc_prepare)
-        self._early = False
         self._preparing = False  # _proc_prepare runs: the program stopped, no resume outstanding
-        # the target and --probe list opened at the client's first stop when the
-        # capture could not start early: the first resume plans on them (lifecycle._prepare)
-        self._kept: tuple[Any, list[Probe]] | None = None
         self._residues: list[Residue] = []  # dropped backends that still hide something (tracepoints)
         # The client's resolved qSymbol answers, by symbol: a backend made after
         # them gets them too (`_new_capture`). gdb resolves gdbserver's lookups at
         # connect, before any backend exists, for a program it attaches to.
         self._client_symbols: dict[bytes, bytes] = {}
         self._reloc_failed = False  # a write of a relocated instruction was refused (qRelocInsn)
-        self._plant_failed: str | None = None
         self._program_exited = False
         self._serve_own_tdesc = False
         # the program's CPU (proxy/arch): x86-64 until its ELF says otherwise (set_arch)
@@ -241,19 +235,10 @@ class SessionBase:
         self.register_notice = "registers: " + ("safe" if config.registers_safe else "full")
         # capture
         self.capture: Any = config.capture
-        self.capture_name = config.capture_name
         self.mode = config.mode
         self.target: Any = None
-        self._capture_keys: list[BpKey] = []  # hidden breakpoints the capture planted
-        self._count_probes: list[Probe] = []  # --probe: hidden breakpoints unless the capture counts them
-        self._capture_counts: dict[int, Probe] = {}  # the count probes the capture counts itself
         self._capture_installed = False
-        self._capture_interrupt = False  # our own 0x03 for the capture is in flight
-        self._switch_request: tuple[str | None, str | None] | None = None
         self.capture_notice: str | None = None
-        self._fallbacks_said: set[str] = set()  # capture.fallback lines said (each once a session)
-        self._entry: int | None = None
-        self._auxv: bytes | None = None  # the stub's auxv (qXfer:auxv:read), once per process
         self.stub_socket: Any = None  # the connection to the stub, when a socket (serve.py)
         self._emulate = False  # decided from the stub's qSupported reply
         self._no_emulation = False  # this hit's thread is not the stub's selected one (hidden.py)
@@ -262,6 +247,7 @@ class SessionBase:
         self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
         self.ns = NonStopMode(self)  # non-stop mode: its state and cycles (nonstop.py)
         self.queries = Queries(self)  # what the proxy answers itself (queries.py)
+        self.lifecycle = CaptureLifecycle(self)  # the capture's life in the program (lifecycle.py)
         self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
         self._g_asked = False  # the client's `g` is out: its reply gives the stub's register block size
         self._g_size: int | None = None
@@ -466,7 +452,7 @@ class SessionBase:
     def engine(self) -> Any:
         return self.target.engine if self.target is not None else None
 
-    if TYPE_CHECKING:  # provided by the mixins and core.Session
+    if TYPE_CHECKING:  # provided by core.Session
         stepping: AsyncStepping
         def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None: ...
         def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
@@ -474,10 +460,4 @@ class SessionBase:
         def _on_stop_reply(self, body: bytes, raw: bytes) -> None: ...
         def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None: ...
         def _snoop_reply(self, body: bytes) -> None: ...
-        def _holds_program(self) -> bool: ...
-        def _stop_pid(self) -> int | None: ...
-        def _identify(self, pid: int | None, auxv: bytes | None) -> Generator[Exchange, list[bytes], Identity]: ...
-        def _switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]: ...
-        def _proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure: ...
-        def _leave_for_hang_up(self) -> None: ...
         hidden: HiddenStops

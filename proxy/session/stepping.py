@@ -196,7 +196,7 @@ class AsyncStepping:
         self._noted = resume
         if origin is not None:
             self._last[origin.thread.tid] = origin
-        s._resume_after_proc(resume, body, raw)
+        s.lifecycle.resume_after_proc(resume, body, raw)
 
     def intercepts(self, s: Session, sr: StopReply, pc: int | None) -> bool:
         """A stop at the wait's breakpoint while the step waits: the step's own."""

@@ -167,7 +167,7 @@ def stub_file(path: bytes, size: int = 0x1000) -> Generator[tuple[bytes, ...], l
     """The first `size` bytes of a file on the stub's host (vFile:open, pread,
     close), as steps: each yield is the packets to send at once, answered
     with their replies. None when it cannot be read. The session drives it
-    with Exchanges (lifecycle._stub_file), the keeper on its own wire."""
+    with Exchanges (lifecycle.stub_file), the keeper on its own wire."""
     (opened,) = yield (b"vFile:open:" + path.hex().encode() + b",0,0",)
     got = vfile_reply(opened)
     if got is None:

@@ -324,7 +324,7 @@ def _wait_stop(wire: _Wire, pid: int | None, timeout: float) -> tuple[bytes | No
 def _sigint_waiting(wire: _Wire, pid: int | None, stub_pid: int | None) -> bool:
     """A SIGINT waits in the kernel for the program: this host's /proc for a
     program of this host; otherwise the stub's own /proc/PID/status, read
-    through vFile (as the session does, lifecycle._sigint_waiting_now). A
+    through vFile (as the session does, lifecycle.sigint_waiting_now). A
     0x03 to a program stopped in a hidden stop becomes such a SIGINT: with
     `--remote`, 7 of 15 programs died of it after the keeper's detach
     (`scripts/fault-campaign --victims proxy --backends breakpoints

@@ -220,3 +220,17 @@ def test_the_check_sees_a_circle_and_an_upward_import(tmp_path: Path) -> None:
     g = {"proxy.a.x": {("proxy.b.y", 1)}, "proxy.b.y": set(), "proxy.b.z": {("proxy.a.w", 2)}, "proxy.a.w": set()}
     assert circles(g) == []
     assert circles(package_graph(g)) == [["a", "b"]]
+
+
+def test_the_session_is_its_parts_not_mixins() -> None:
+    """`Session` derives from its state and runner only; hidden stops, non-stop mode, the
+    capture's lifecycle, queries, stepping and task threads are parts it holds, each its own
+    object (a new attribute of one part cannot shadow another's)."""
+    from proxy.session.core import Session
+    from proxy.session.state import SessionBase, SessionConfig
+
+    assert Session.__mro__ == (Session, SessionBase, object)
+    s = Session(SessionConfig())
+    parts = {name: getattr(s, name) for name in ("hidden", "ns", "lifecycle", "queries", "stepping", "task_threads")}
+    assert len({id(p) for p in parts.values()}) == len(parts)
+    assert all(type(p).__module__.startswith("proxy.session.") for p in parts.values()), parts

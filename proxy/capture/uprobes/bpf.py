@@ -67,6 +67,7 @@ MAX_DEPTH = 32
 PIDFD_THREAD = os.O_EXCL  # pidfd_open(2): a pidfd of a thread, not of a process
 KIND_ENTRY, KIND_EXIT, KIND_UNWIND, KIND_COUNT, KIND_STATS, KIND_RETSITE = 0, 1, 2, 3, 4, 5
 REG_RDI, REG_RSI, REG_RSP, REG_RBP = 0, 1, 2, 3
+REG_RAX = 4  # a spawn site's task pointer: rax (an allocation's return value, task_allocs.py)
 # an entry site's cfa_reg: the function is polled through a vtable, its return addresses
 REG_LEARN = 8  # are learned (rets_seen), its exits are its rets
 REG_RETSITES = 9  # are probed return sites (retsites), its exits are there
@@ -79,7 +80,8 @@ COUNTERS = ("hits", "records", "drops", "scope misses", "other pid", "scope tabl
             "spawns lost")
 KIND_SPAWN, KIND_WAKE = 6, 7  # spawn and wake sites (proxy/capture/uprobes/wake_sites.py)
 AUX = struct.Struct("<QII")  # struct aux: the next task id's address, spawn stack bytes, pad
-SPAWN_MAX = 8192
+SPAWN_MAX = 16384  # a spawning path's first record; later ones what the proxy learnt (set_spawn_size)
+SPAWN_PATH = struct.Struct("<QII")  # struct spawn_path: the site's frame's return address, cookie, fn + 1
 WAKE_STATS_SIZE = 13 * 8 + 20 * 4 + 8 + 4 * 32  # struct wake_stats (proxy/origins/wakes.py decodes it)
 THREAD_TAIL = 24  # struct thread_state after its scopes: cur_task, cur_sp, cur_unbound (KIND_WAKE)
 
@@ -226,7 +228,7 @@ class Program:
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
             for name in ("events", "sites", "config", "counters", "site_hits", "site_elided", "site_nested",
                          "instances",
-                         "retsites", "rets_seen", "tstate", "side", "aux", "wakes")
+                         "retsites", "rets_seen", "tstate", "side", "aux", "wakes", "spawn_sizes")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -448,6 +450,13 @@ class Program:
     def set_aux(self, id_addr: int, spawn_stack: int) -> None:
         """Spawn sites: where the runtime's next task id is (0: none), the stack bytes a spawn keeps."""
         self._update("aux", 0, AUX.pack(id_addr, max(0, min(spawn_stack, SPAWN_MAX)), 0))
+
+    def set_spawn_size(self, path: bytes, size: int) -> None:
+        """The stack bytes the records of one spawning path keep (`spawn_sizes`; SPAWN_PATH key)."""
+        k = ctypes.create_string_buffer(path, len(path))
+        v = ctypes.c_uint32(max(0, min(size, SPAWN_MAX)))
+        if self._lib.lib.bpf_map_update_elem(self.fds["spawn_sizes"], k, ctypes.byref(v), 0) != 0:
+            raise BpfError(f"cannot write the BPF map spawn_sizes: {_errno_text(ctypes.get_errno())}")
 
     def side_ring(self) -> Ring:
         """The spawn records' ring (KIND_SPAWN)."""

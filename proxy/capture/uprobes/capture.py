@@ -1372,10 +1372,4 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
 
 
 def _cfa_rule(u: StackUnwinder) -> Callable[[int], tuple[int, int] | None]:
-    def rule(link_pc: int) -> tuple[int, int] | None:
-        row = u._u.row_for(link_pc)
-        if row is None or row.cfa_expr:
-            return None
-        return row.cfa_reg, row.cfa_off
-
-    return rule
+    return u.cfa_at

@@ -50,6 +50,7 @@ class Unwound:
     # (site, sp at entry) of each enclosing resume function's frame, innermost first
     resume_frames: tuple[tuple[int, int], ...]
     covered_sp: int  # every frame with an entry sp below this was examined
+    cfas: tuple[int | None, ...] = ()  # each of pcs' frames' CFA (None: not known)
 
 
 @dataclass(slots=True)
@@ -117,6 +118,13 @@ class StackUnwinder:
             return self._lows[i]
         return None
 
+    def cfa_at(self, link_pc: int) -> tuple[int, int] | None:
+        """(DWARF register, offset) of the CFA at a link-time pc, None: no rule or an expression."""
+        row = self._u.row_for(link_pc)
+        if row is None or row.cfa_expr:
+            return None
+        return row.cfa_reg, row.cfa_off
+
     def _in_program(self, pc: int) -> bool:
         return any(lo <= pc < hi for lo, hi in self._code)
 
@@ -144,6 +152,7 @@ class StackUnwinder:
 
         frames = self._u.unwind(dict(cap.regs), read, max_frames=self.max_frames)
         pcs: list[int] = []
+        cfas: list[int | None] = []
         resume: list[tuple[int, int]] = []
         full = False
         covered = cap.regs["rsp"]
@@ -151,10 +160,12 @@ class StackUnwinder:
             if i and not self._in_program(fr.pc):
                 full = True  # the caller is libc's thread/process start: the whole program stack
                 pcs.append(fr.pc)
+                cfas.append(fr.cfa)
                 break
             if fr.method != "cfi":
                 break  # no CFI for a pc of the program: stop here, never guess
             pcs.append(fr.pc)
+            cfas.append(fr.cfa)
             if i and fr.cfa is not None:
                 site = self.resume_site_at(fr.pc - 1)
                 if site is not None:
@@ -165,7 +176,7 @@ class StackUnwinder:
             # the walk ended by itself: the outermost frame (RA undefined), unless a read
             # past the slice stopped it
             full = bool(frames) and not past[0] and len(frames) < self.max_frames
-        return Unwound(tuple(pcs), full, tuple(resume), covered)
+        return Unwound(tuple(pcs), full, tuple(resume), covered, tuple(cfas))
 
     # -- what the backend does with an entry
     def check(self, cap: EntryCapture) -> Unwound:

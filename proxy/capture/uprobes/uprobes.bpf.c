@@ -110,6 +110,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define REG_RSI 1
 #define REG_RSP 2
 #define REG_RBP 3
+#define REG_RAX 4 /* spawn sites: the new task's pointer is in rax (an allocation's return value) */
 /* an entry site's cfa_reg (unused at entries): the function's return addresses */
 #define REG_LEARN 8    /* are learned (rets_seen); its exits are its rets */
 #define REG_RETSITES 9 /* are probed return sites (retsites); its exits are there */
@@ -409,7 +410,8 @@ struct {
 /* ---- Spawns and wakes (KIND_SPAWN, KIND_WAKE sites; docs/wakes.md) ----
  *
  * A spawn site stands on a function every spawn of the runtime goes through
- * (tokio's task::Id::next, async-task's RawTask::allocate), or, where the
+ * (tokio's task::Id::next), right after async-task's allocation of the task
+ * (self_reg REG_RAX: the record keyed by the task's pointer), or, where the
  * function was inlined (release builds), after each increment of tokio's id
  * counter (state_size 1: the id is the counter's value less one). Its hit writes one
  * record into the ring `side` (never `events`: the poll decoder does not see
@@ -430,7 +432,10 @@ struct {
 #define OP_CLONE 2
 #define OP_DROP 3
 #define OP_POLL 4
-#define SPAWN_MAX 8192
+#define SPAWN_MAX 16384 /* a path's first record; later ones what `spawn_sizes` says */
+#define KEY_NONE 0 /* a spawn record keyed by nothing */
+#define KEY_ID 1   /* by the runtime's task id (tokio) */
+#define KEY_TASK 2 /* by the new task's pointer (async-task: its allocation) */
 #define CHAIN 8
 #define HIST 20  /* scheduling delays: bucket b < 2^(b+10) ns (the first < 1 us, the last the rest) */
 #define LAST 4   /* the last wakes kept per task */
@@ -441,23 +446,36 @@ struct aux {
 	__u32 pad;
 };
 
+/* A spawning path: the spawn site, the return address of the frame it stands in (read at
+ * rsp + the site's cfa_off - 8: the instantiation of the generic spawn function it was
+ * called from), and the resume function polled innermost on the thread + 1 (0: none). The
+ * stack a path's records keep is learnt by the proxy from its first record, unwound: down
+ * to the program's spawning frame and a little more (wakes.py, `spawn_sizes`). */
+struct spawn_path {
+	__u64 ret;
+	__u32 cookie;
+	__u32 fn;
+};
+
 struct spawn_rec {
 	__u16 kind;
-	__u16 depth;       /* polls in progress on the thread */
+	__u8 depth;        /* polls in progress on the thread (<= MAX_DEPTH) */
+	__u8 key;          /* what task_id holds: KEY_NONE, KEY_ID, KEY_TASK */
 	__u32 cookie;
 	__u32 tid;
 	__u32 stack_len;
 	__u64 ts;
 	__u64 ip;
 	__u64 sp;
-	__u64 task_id;     /* read at aux.id_addr */
+	__u64 task_id;     /* KEY_ID: read at aux.id_addr; KEY_TASK: rax (self_reg REG_RAX) */
 	__u64 task;        /* the runtime task polled on the thread (0: none) */
 	__u64 rbp, rbx, r12, r13, r14, r15;
 	__u64 chain[CHAIN];    /* self of the polls in progress, innermost first */
 	__u32 chain_fn[CHAIN]; /* ... their resume function's index */
-	__u8 stack[SPAWN_MAX + PAGE];
+	struct spawn_path path; /* the spawning path (its stack size learnt in `spawn_sizes`) */
+	__u8 stack[SPAWN_MAX + 2 * PAGE];
 };
-#define SPAWN_HEAD 200 /* offsetof(struct spawn_rec, stack) */
+#define SPAWN_HEAD 216 /* offsetof(struct spawn_rec, stack) */
 
 struct wake_last {
 	__u64 ts;
@@ -505,6 +523,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct aux);
 } aux SEC(".maps");
+
+/* spawning path -> the stack bytes its records keep (written by the proxy once it has unwound
+ * one record of the path; absent: aux.spawn_stack) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct spawn_path);
+	__type(value, __u32);
+} spawn_sizes SEC(".maps");
 
 /* per runtime task (its header or raw pointer): wakes folded (the proxy sizes it) */
 struct {
@@ -880,10 +907,15 @@ static __noinline void on_spawn(struct pt_regs *ctx, struct thread_state *th, co
 	r->ip = PT_REGS_IP(ctx);
 	r->sp = sp;
 	r->task_id = 0;
-	if (a->id_addr) {
+	r->key = KEY_NONE;
+	if (s->self_reg == REG_RAX) { /* after async-task's allocation of the task (task_allocs.py) */
+		r->task_id = ctx->rax;
+		r->key = r->task_id ? KEY_TASK : KEY_NONE;
+	} else if (a->id_addr) {
 		bpf_probe_read_user(&r->task_id, 8, (void *)a->id_addr);
 		if (s->state_size) /* a site after the counter's increment (an inlined Id::next) */
 			r->task_id -= 1;
+		r->key = KEY_ID;
 	}
 	r->task = running_task(th, sp);
 	r->rbp = ctx->rbp;
@@ -893,7 +925,7 @@ static __noinline void on_spawn(struct pt_regs *ctx, struct thread_state *th, co
 	r->r14 = ctx->r14;
 	r->r15 = ctx->r15;
 	__u32 depth = th ? th->depth : 0;
-	r->depth = (__u16)depth;
+	r->depth = (__u8)depth;
 	for (int k = 0; k < CHAIN; k++) {
 		int i = (int)depth - 1 - k;
 		r->chain[k] = 0;
@@ -904,28 +936,33 @@ static __noinline void on_spawn(struct pt_regs *ctx, struct thread_state *th, co
 		r->chain[k] = sc->self;
 		r->chain_fn[k] = sc->fn;
 	}
+	r->path.ret = 0;
+	r->path.cookie = cookie;
+	r->path.fn = depth > 0 ? r->chain_fn[0] + 1 : 0;
+	if (s->cfa_off)
+		bpf_probe_read_user(&r->path.ret, 8, (void *)(sp + s->cfa_off - 8));
 	__u32 want = a->spawn_stack;
+	__u32 *learnt = bpf_map_lookup_elem(&spawn_sizes, &r->path);
+	if (learnt)
+		want = *learnt;
 	if (want > SPAWN_MAX)
 		want = SPAWN_MAX;
+	/* `want` bytes from sp, read a page at most at a time and never across a page boundary
+	 * (the stack's top page may be the last mapped one) */
 	__u32 got = 0;
-	if (want) {
-		got = PAGE - (__u32)(sp & (PAGE - 1));
-		barrier_var(got);
-		if (got > PAGE)
-			got = PAGE;
-		if (bpf_probe_read_user(&r->stack[0], got, (void *)sp)) {
-			got = 0;
-		} else {
-			for (int i = 0; i < SPAWN_MAX / PAGE; i++) {
-				if (got >= want)
-					break;
-				if (bpf_probe_read_user(&r->stack[got & (SPAWN_MAX - 1)], PAGE, (void *)(sp + got)))
-					break;
-				got += PAGE;
-			}
-		}
-		if (got > want)
-			got = want;
+	for (int i = 0; i <= SPAWN_MAX / PAGE; i++) {
+		if (got >= want)
+			break;
+		__u32 n = PAGE - (__u32)((sp + got) & (PAGE - 1));
+		if (n > want - got)
+			n = want - got;
+		if (n == 0 || n > PAGE)
+			break;
+		barrier_var(n);
+		n &= 2 * PAGE - 1; /* the verifier's bound (stack[] has room for it past SPAWN_MAX) */
+		if (bpf_probe_read_user(&r->stack[got & (SPAWN_MAX - 1)], n, (void *)(sp + got)))
+			break;
+		got += n;
 	}
 	r->stack_len = got;
 	long size = SPAWN_HEAD + (got & (SPAWN_MAX * 2 - 1));

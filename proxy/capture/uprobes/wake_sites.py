@@ -14,8 +14,10 @@ vtable, whose functions take the task as their first argument:
   and each task type's ``raw::poll<T, S>`` take the task's header in rdi.
 * **async-task** (smol's async-executor, async-std): ``RawTask<F, T, S,
   M>::wake``, ``wake_by_ref``, ``clone_waker``, ``drop_waker`` and ``run``, one
-  of each per task type, take the task's pointer in rdi; ``allocate`` is the
-  spawn (no task id: the record carries none).
+  of each per task type, take the task's pointer in rdi; the spawn is the
+  allocation in ``allocate`` (inlined in release builds), right after which rax
+  holds the new task's pointer: found in the code (task_allocs.py), the record
+  keyed by it; ``allocate``'s entry (no key) where that is not found.
 
 A probe stands on the function's first instruction the kernel emulates when
 the prologue before it keeps rdi and the return address (emulated.py), else on
@@ -35,6 +37,7 @@ from .bpf import KIND_SPAWN, KIND_WAKE, REG_RDI, REG_RSP, SiteSpec
 from .decode import SiteInfo
 from .emulated import moved_entry
 from .sites import Site, file_offset, insn_length
+from .task_allocs import alloc_spawn_sites, got_slots
 
 OP_WAKE, OP_WAKE_BY_REF, OP_CLONE, OP_DROP, OP_POLL = 0, 1, 2, 3, 4
 OPS = {"wake_by_val": OP_WAKE, "wake": OP_WAKE, "wake_by_ref": OP_WAKE_BY_REF, "clone_waker": OP_CLONE,
@@ -86,9 +89,20 @@ def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = T
         else:
             sites.append(site)
 
+    # async-task's spawns where the task's pointer is known (task_allocs.py): they replace
+    # allocate's entry (no key) in the functions they are found in
+    allocs, alloc_notes = alloc_spawn_sites(elf, inv, bias)
+    notes += alloc_notes
+    covered = set()
+    for site in allocs:
+        sym = elf.symbol_at(site.addr - bias)
+        covered.add(sym.addr if sym is not None else site.addr - bias)
+        seen.add(site.addr - bias)
+        sites.append(site)
     for name, addr in named:
         if _TOKIO_NEXT.match(name) or name.endswith("::allocate"):
-            add(name, addr, KIND_SPAWN)
+            if addr not in covered:
+                add(name, addr, KIND_SPAWN)
         elif wakes:
             m = _TOKIO_WAKER.match(name) or _AT_FN.match(name)
             if m is not None:
@@ -128,7 +142,7 @@ def counter_sites(elf: ElfImage, counter: int) -> list[int]:
 
     from .emulated import _md
 
-    slots = _got_slots(elf, counter)
+    slots = set(got_slots(elf, {counter}))
     out: list[int] = []
     for seg in elf.segments:
         if not seg.flags & 1 or not seg.filesz:
@@ -153,19 +167,6 @@ def counter_sites(elf: ElfImage, counter: int) -> list[int]:
                     break
                 elif k > 6 or i.mnemonic.startswith(("j", "call", "ret")):
                     break
-    return out
-
-
-def _got_slots(elf: ElfImage, target: int) -> set[int]:
-    """The GOT slots that hold `target` (R_X86_64_RELATIVE relocations whose addend it is)."""
-    import struct
-
-    rela = elf.section_data(".rela.dyn") or b""
-    out = set()
-    for off in range(0, len(rela) - 23, 24):
-        r_off, info, add = struct.unpack_from("<QQq", rela, off)
-        if info & 0xffffffff == 8 and add == target:  # R_X86_64_RELATIVE
-            out.add(r_off)
     return out
 
 

@@ -26,7 +26,11 @@ from .decode import EntryCapture
 from .sites import Site
 from .wake_sites import WakePlan, plan_wake_sites
 
-SPAWN_STACK = 8192  # bytes of stack a spawn keeps (debug builds: tokio::spawn's frames hold copies of the future)
+# bytes of stack a spawning path's first record keeps (debug builds: the spawn functions' frames hold
+# copies of the future; async-std's connection spawn in the gauntlet's a-chat needs more than 8 KiB);
+# later records of the path keep what its first one showed they need (SpawnsAndWakes._learn)
+SPAWN_STACK = B.SPAWN_MAX
+SPAWN_MARGIN = 256  # bytes kept past the spawning line's frame (its caller's frame starts there)
 WAKE_TASKS = 65536  # tasks the kernel folds wakes for (an LRU map: the least recently woken go first)
 SIDE_BYTES = 32 << 20  # the spawn records' ring: ~4,000 spawns of 8 KiB between two drains (5-50 ms)
 
@@ -44,12 +48,17 @@ class SpawnsAndWakes:
         self._prog: B.Program | None = None
         self._last_wakes: dict[int, WakeStats] = {}
         self.started_ns = 0
+        self.learn = True  # size each spawning path's records from its first one (False: all keep spawn_stack)
+        self.sized: dict[bytes, int] = {}  # spawning path -> the bytes its records keep
 
     def plan_sites(self, elf: ElfImage, inv: Inventory, bias: int, unwinder: Any) -> list[Site]:
         self.bias = bias
         self.plan = plan_wake_sites(elf, inv, bias, wakes=self.want_wakes)
         if unwinder is not None:
             self.resolver = Resolver(lambda rec: _unwind(unwinder, rec), _frames_of(elf), bias)
+            # a spawn site's frame: where its return address is (the spawning path's key)
+            self.plan.sites = [_with_frame(s, unwinder, bias) if s.spec.kind == B.KIND_SPAWN else s
+                               for s in self.plan.sites]
         return list(self.plan.sites)
 
     @property
@@ -82,6 +91,21 @@ class SpawnsAndWakes:
             rec = decode_spawn(chunk, off, n)
             if rec is not None:
                 self.log.add(rec)
+                if self.learn and rec.path and rec.path not in self.sized:
+                    self._learn(rec)
+
+    def _learn(self, rec: SpawnRecord) -> None:
+        """The stack its path's later records keep: the first record unwound (not shown: not
+        counted as symbolised) down to the spawning line's frame, plus SPAWN_MARGIN, in 64-byte
+        steps. A record whose slice does not reach the line leaves the path at spawn_stack."""
+        need = self.resolver.stack_needed(rec) if self.resolver is not None else None
+        size = self.spawn_stack if need is None else min(self.spawn_stack, (need + SPAWN_MARGIN + 63) // 64 * 64)
+        self.sized[rec.path] = size
+        if self._prog is not None and size < self.spawn_stack:
+            try:
+                self._prog.set_spawn_size(rec.path, size)
+            except B.BpfError:
+                self.learn = False  # the map is full: later paths keep spawn_stack
 
     def wakes(self) -> dict[int, WakeStats]:
         """Each runtime task's wake statistics (by header / raw pointer); the last read once closed."""
@@ -109,14 +133,29 @@ class SpawnsAndWakes:
         out = [f"spawn sites: {n_spawn}, wake sites: {n_wake}" + ("" if self.want_wakes else " (spawns only)")]
         if n_spawn:
             out.append(self.log.line() + (f" ({self.resolver.symbolised} so far)" if self.resolver else ""))
+            if self.sized:
+                small = sorted(v for v in self.sized.values() if v < self.spawn_stack)
+                out.append(f"spawning paths: {len(self.sized)} seen, {len(small)} keep less than the first record's "
+                           f"{self.spawn_stack:,} bytes of stack (from its unwind"
+                           + (f"; {small[0]:,}-{small[-1]:,} bytes)" if small else ")"))
         out += self.plan.notes
         return out
 
 
-def _unwind(unwinder: Any, rec: SpawnRecord) -> tuple[tuple[int, ...], bool]:
+def _unwind(unwinder: Any, rec: SpawnRecord) -> tuple[tuple[int, ...], bool, tuple[int | None, ...]]:
     cap = EntryCapture(0, rec.thread, 0, rec.regs, rec.stack, None)
     res = unwinder.unwind(cap)
-    return res.pcs, res.full
+    return res.pcs, res.full, res.cfas
+
+
+def _with_frame(site: Site, unwinder: Any, bias: int) -> Site:
+    """A spawn site whose CFA is rsp + N (DWARF register 7) reads its frame's return address at
+    rsp + N - 8: its spawning path's key (uprobes.bpf.c struct spawn_path); else none (0)."""
+    import dataclasses
+
+    rule = unwinder.cfa_at(site.addr - bias)
+    off = rule[1] if rule is not None and rule[0] == 7 else 0
+    return dataclasses.replace(site, spec=dataclasses.replace(site.spec, cfa_off=off))
 
 
 def _frames_of(elf: ElfImage) -> Any:

@@ -47,12 +47,12 @@ def check(inv: Inventory) -> str | None:
         return f"unsupported async-task layout: {VTABLE} has no 'run' or 'layout_info' field"
     if lay is None or lay.field("offset_f") is None:
         return f"unsupported async-task layout: {LAYOUT} has no 'offset_f' field"
-    if _header(inv) is None:
+    if header_type(inv) is None:
         return f"unsupported async-task layout: no {HEADER}M> with 'state' and 'vtable' fields"
     return None
 
 
-def _header(inv: Inventory):  # type: ignore[no-untyped-def]
+def header_type(inv: Inventory):  # type: ignore[no-untyped-def]
     for name, t in inv.types.items():
         if name.startswith(HEADER) and t.field("state") is not None and t.field("vtable") is not None:
             return t
@@ -69,7 +69,7 @@ class AsyncTaskAdapter:
         self.vt_off = 0
         if self.note is not None:
             return
-        vt, lay, h = inv.types[VTABLE], inv.types[LAYOUT], _header(inv)
+        vt, lay, h = inv.types[VTABLE], inv.types[LAYOUT], header_type(inv)
         run, info, off_f = vt.field("run"), vt.field("layout_info"), lay.field("offset_f")
         assert run is not None and info is not None and off_f is not None and h is not None
         self.targets = {slot - run.offset + bias: fut for slot, fut in inv.task_run_slots.items()}

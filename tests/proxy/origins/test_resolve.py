@@ -11,12 +11,12 @@ REG = "/usr/share/cargo/registry"
 
 def _resolve(frames_by_pc: dict[int, list[Frame]]) -> Resolver:
     pcs = tuple(sorted(frames_by_pc))
-    return Resolver(lambda rec: (pcs, True), lambda pc: frames_by_pc.get(pc + 1 if pc + 1 in frames_by_pc else pc, []),
+    return Resolver(lambda rec: (pcs, True, ()), lambda pc: frames_by_pc.get(pc + 1 if pc + 1 in frames_by_pc else pc, []),
                     bias=0)
 
 
 def _record() -> SpawnRecord:
-    return SpawnRecord(ts=1, thread=7, task_id=3, spawner=0, chain=(), depth=0, regs={"rsp": 0}, stack=b"")
+    return SpawnRecord(ts=1, thread=7, task_id=3, task=0, spawner=0, chain=(), depth=0, regs={"rsp": 0}, stack=b"")
 
 
 def test_a_library_frame_between_the_runtime_and_the_program_is_skipped() -> None:

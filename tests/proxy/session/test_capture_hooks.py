@@ -245,7 +245,7 @@ def test_hidden_breakpoints_of_the_capture_are_removed_on_switch() -> None:
     assert bodies(stub(s, b"OK"), ToStub) == [b"rec-install"]
     stub(s, b"OK")
     stub(s, stop_at(0x1000, reason=b""))
-    s._start_proc(s._proc_switch(None, "off"))
+    s._start_proc(s.lifecycle.proc_switch(None, "off"))
     assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
     assert bodies(stub(s, b"OK"), ToStub) == [b"z0,%x,1" % SITE]
     stub(s, b"OK")
@@ -291,7 +291,7 @@ def test_count_probes_taken_by_the_capture() -> None:
     stub(s, stop_at(0x1000, reason=b""))
     assert "probe hits: 7" in s.queries.stats_lines() and "  probed: 7" in s.queries.stats_lines()
     assert "--probe functions: 1, all counted by recorder (no stop)" in s.queries.stats_lines()
-    s._start_proc(s._proc_switch(None, "off"))
+    s._start_proc(s.lifecycle.proc_switch(None, "off"))
     assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
     assert bodies(stub(s, b"OK"), ToStub) == [b"Z0,%x,1" % SITE]  # after the uninstall, never before
     stub(s, b"OK")
@@ -402,7 +402,7 @@ def test_count_probes_installed_at_the_first_stop_the_first_resume_only_finishes
     acts = _first_stop(s)
     assert bodies(acts, ToClientRaw) == [frame(THREAD_STOP)]  # the client has its answer first
     assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"]
-    assert s._capture_installed and not s._planted and s._holds_program()
+    assert s._capture_installed and not s._planted and s.lifecycle.holds_program()
     client(s, b"m%x,1" % SITE)
     assert bodies(stub(s, b"cc"), ToClientRaw) == [frame(b"55")]  # the capture's view of the site
     assert bodies(client(s, b"vCont;c"), ToStubRaw) == [frame(b"vCont;c")]
@@ -456,7 +456,7 @@ def test_no_early_install_for_a_remote_program_or_a_backend_that_declines() -> N
     s = _early_session(rec)
     _first_stop(s)
     assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"] and s.capture is None
-    assert not s._capture_installed and not s._holds_program()
+    assert not s._capture_installed and not s.lifecycle.holds_program()
 
 
 def test_a_backend_that_cannot_start_early_is_not_planned_twice() -> None:
@@ -488,14 +488,14 @@ def test_a_backend_that_cannot_start_early_is_not_planned_twice() -> None:
                               open_target=open_target, identify=identify))
     _first_stop(s)
     assert rec.calls == ["identify:" + PID] and s.capture is None and len(opened) == 1
-    kept = s._kept[0]
+    kept = s.lifecycle.kept[0]
     assert bodies(client(s, b"vCont;c"), ToStubRaw) == [frame(b"vCont;c")]
     assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install", "counting"]
-    assert len(opened) == 1 and len(resolved) == 1 and s.target is kept and s._kept is None
+    assert len(opened) == 1 and len(resolved) == 1 and s.target is kept and s.lifecycle.kept is None
     # another process (vRun): nothing of the first is kept for it
-    s._kept = (kept, [])
-    s._new_process()
-    assert s._kept is None
+    s.lifecycle.kept = (kept, [])
+    s.lifecycle.new_process()
+    assert s.lifecycle.kept is None
 
 
 def test_switch_before_the_first_resume_takes_the_early_install_out() -> None:
@@ -506,9 +506,9 @@ def test_switch_before_the_first_resume_takes_the_early_install_out() -> None:
     rec = EarlyCounter()
     s = _early_session(rec)
     _first_stop(s)
-    s._start_proc(s._proc_switch(None, "off"))
+    s._start_proc(s.lifecycle.proc_switch(None, "off"))
     assert s.take_actions() == [] and rec.calls[-1] == "uninstall"
-    assert s.capture is None and not s._capture_installed and not s._early
+    assert s.capture is None and not s._capture_installed and not s.lifecycle.early
     assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
 
 
@@ -522,7 +522,7 @@ def test_a_new_process_takes_the_early_install_out() -> None:
         s = _early_session(rec)
         _first_stop(s)
         assert bodies(client(s, new), ToStubRaw) == [frame(new)]
-        assert rec.calls[-1] == gone and s.capture is None and not s._early and not s._capture_installed
+        assert rec.calls[-1] == gone and s.capture is None and not s.lifecycle.early and not s._capture_installed
         rec.calls.clear()
         client(s, b"?")
         stub(s, THREAD_STOP)

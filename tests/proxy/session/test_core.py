@@ -758,7 +758,7 @@ def _stopped_in_program(pid: int) -> Driver:
     d = Driver(probes=[])
     d.client(b"qSupported:multiprocess+;fork-events+")
     d.stub(b"PacketSize=47ff;multiprocess+;fork-events+")
-    d.s._main_pid = pid  # the program's pid, as the plant finds it (lifecycle._find_program)
+    d.s._main_pid = pid  # the program's pid, as the plant finds it (lifecycle.find_program)
     d.client(b"?")
     d.stub(stop_at(PROBE))
     return d
