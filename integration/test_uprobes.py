@@ -968,10 +968,10 @@ def test_exits_at_learned_return_sites_count_every_poll_once() -> None:
         uncovered = c.get("uncovered", 0)
         assert d.bad == 0 and st.unmatched_exits == 0, (learn, d, st)
         assert d.entries == d.exits + d.unwinds + uncovered and st.exits_missed <= uncovered, (learn, d, st, c)
-        assert bool(cap.retsites) == learn, cap.stats_lines()
+        assert bool(cap.returns.sites) == learn, cap.stats_lines()
         if learn:
-            line = cap.returns_line() or ""
-            assert "with their exits at" in line and not cap._given_up, line
+            line = cap.returns.line() or ""
+            assert "with their exits at" in line and not cap.returns.given_up, line
             assert uncovered <= d.entries // 100, line  # learned early: at most the first step's stragglers
         runs.append(d.entries)
     assert runs[0] == runs[1]
@@ -1392,7 +1392,7 @@ def test_nested_return_sites_go_out_with_the_nested_probes() -> None:
                 for ret, fn in self._prog.rets_seen():
                     served.setdefault(ret, set()).add(fn)
                 seen.update(inner=self._inner_only, split=self._split, outs=self.nested and self.nested.outs,
-                            rets={c: served.get(self._retsite_ret.get(c, -1), set())
+                            rets={c: served.get(self.returns.retsite_ret.get(c, -1), set())
                                   for c, st in enumerate(self._att_sites) if st.spec.kind == B.KIND_RETSITE},
                             nested=set(self._nested_cookies))
             return super().sync()
@@ -1409,7 +1409,7 @@ def test_nested_return_sites_go_out_with_the_nested_probes() -> None:
     c = cap.counters()
     # the windows of the nested link's switches (as often as it can here: no minimum out time)
     # leave some: 240-700 of ~55,000 at load 1-3
-    assert c.get("retsite other", 0) <= c["hits"] * 3 // 100, (c, cap.returns_line())
+    assert c.get("retsite other", 0) <= c["hits"] * 3 // 100, (c, cap.returns.line())
     # and the nested functions' rets went when their entries did (learned at the
     # take-out): no stream of exits without their entry (3,818-4,571 before, 0 after)
     assert c.get("scope misses", 0) <= c["hits"] // 100, c

@@ -137,7 +137,7 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
-class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
+class UprobeCapture(NestedLinks, ClientView, CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
     swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
@@ -264,8 +264,9 @@ class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
         self._att_sites: list[Site] = []
         self.tasks = TasksMode(self, tasks_only, learn_entries)  # `--mode tasks` (tasks_mode.py)
         tasks_only = self.tasks.tasks_only
-        # exits at learned return sites (functions polled through a vtable): see _returns_step
+        # exits at learned return sites (functions polled through a vtable): returns.py
         self.learn_returns = learn_returns
+        self.returns = LearnedReturns(self)
         # full mode: only what changes the graph recorded (not with sampling, time
         # slices, tasks mode or entries only: their records are chosen otherwise)
         self.changes = (record_changes and self.sample_every <= 1 and self.slice_duty >= 1.0
@@ -293,8 +294,6 @@ class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
         self._dedupe_on = False  # the split's new link and the old one both in: hits run twice
         self._kept_links: list[int] = []  # sites moved out of the nested link (found polled at a root)
         self._nested_extra: list[int] = []  # nested return sites learned while in: closed with the nested link
-        self._retsite_links: list[tuple[int, list[int]]] = []  # return sites' links (cookies) not split yet
-        self._retsite_ret: dict[int, int] = {}  # a return site's cookie -> the return address it serves
         self._settle_ns: int | None = None  # the nested link came back (CLOCK_MONOTONIC ns): see _settling
         self._settle_seen = 0  # the latest record time fed since
         self.nested_dropped = 0  # nested events dropped: inside a task's poll begun before they came back
@@ -303,15 +302,8 @@ class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
         self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
         self._running = True  # the program runs (from the install on; false from a stop to the next resume)
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
-        self._ret_links: dict[int, int] = {}  # fn index -> the link of its rets (while probed)
-        self._ret_closing: list[Any] = []  # threads closing rets' links
-        self._ret_fns: dict[int, list[int]] = {}  # fn index -> cookies of its entry sites
-        self._covered: set[int] = set()  # return addresses (runtime) whose return site is probed
-        self._given_up: dict[int, str] = {}  # fn index -> why its exits stay on its rets
-        self._returns_t0 = 0.0
         self._site_cap = 0  # the BPF site table's size
         self._final_counters: dict[str, int] = {}  # the kernel's counters when the links closed
-        self.retsites: list[Site] = []  # return-site probes added
 
     # ------------------------------------------------------------------ availability
     @staticmethod
@@ -646,13 +638,13 @@ class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
                                         f"{self._pid} (checked in /proc/{self._pid}/mem): nothing is captured")
             for g in sorted({s.group for s in sites if s.group}):
                 mine = [i for i, s in enumerate(sites) if s.group == g]
-                self._ret_links[g - 1] = prog.attach(self._path or "", [sites[i].file_offset for i in mine],
+                self.returns.links[g - 1] = prog.attach(self._path or "", [sites[i].file_offset for i in mine],
                                                      self._pid, mine)
-                self._ret_fns[g - 1] = [i for i, s in enumerate(sites)
+                self.returns.fns[g - 1] = [i for i, s in enumerate(sites)
                                         if s.spec.kind == B.KIND_ENTRY and s.spec.fn == g - 1]
             self.attach_s = time.perf_counter() - t0
             self._link, self._offsets = link, offsets
-            self._returns_t0 = time.monotonic()
+            self.returns.t0 = time.monotonic()
             self.slicing.t0 = self.tasks.learn_t0 = time.monotonic()
             self.slicing.clock = (self.slicing.t0, time.process_time())
             self._att_sites = sites
@@ -768,14 +760,14 @@ class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
         if self._prog is None:
             return
         t0 = time.perf_counter()
-        for th in (self._closing, self.tasks.swap, *self._ret_closing, *self._nested_closing):
+        for th in (self._closing, self.tasks.swap, *self.returns.closing, *self._nested_closing):
             if th is not None:
                 th.join()
         self._closing = self.tasks.swap = None
-        self._ret_closing = []
+        self.returns.closing = []
         self._nested_closing = []
         self._nested_link, self._nested_extra = None, []
-        self._ret_links = {}
+        self.returns.links = {}
         if self._lazy_close:
             # The program dies (a kill) or is gone: its hits are final now, and
             # the kernel may take the int3s out after we go on. A link's close
@@ -818,7 +810,7 @@ class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
         self._settle()
         self.slicing.step()
         self.tasks.step()
-        self._returns_step()
+        self.returns.step()
         budget_s = self.poll_budget_s
         cu = self.catchup
         allow = cu.allowance(time.monotonic(), time.process_time()) if cu is not None and self._running else None
@@ -1319,7 +1311,7 @@ class UprobeCapture(NestedLinks, LearnedReturns, ClientView, CaptureBase):
         tl = self.tasks.line()
         if tl is not None:
             lines.append(tl)
-        rl = self.returns_line()
+        rl = self.returns.line()
         if rl is not None:
             lines.append(rl)
         nl = self.nested_line() if self.catchup is not None and not self._count_only_loaded else None

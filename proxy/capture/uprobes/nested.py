@@ -107,7 +107,7 @@ class NestedLinks:
         """The resume functions a site serves: its own, or those returning at a return site."""
         st = self._att_sites[cookie]
         if st.spec.kind == B.KIND_RETSITE:
-            return served.get(self._retsite_ret.get(cookie, -1), set())
+            return served.get(self.returns.retsite_ret.get(cookie, -1), set())
         return {st.spec.fn} if st.spec.kind in (B.KIND_ENTRY, B.KIND_EXIT, B.KIND_UNWIND) else set()
 
     def _is_inner(self, cookie: int, served: dict[int, set[int]]) -> bool:
@@ -125,7 +125,7 @@ class NestedLinks:
             return False
         served = self._served(prog.rets_seen())
         main = list(self._cookie_list) if self._cookie_list is not None else list(range(len(self._offsets)))
-        rets = [c for _link, cs in self._retsite_links for c in cs]
+        rets = [c for _link, cs in self.returns.retsite_links for c in cs]
         inner = [c for c in main + rets if self._is_inner(c, served)]
         keep = [c for c in main + rets if c not in set(inner)]
         if not inner or not keep:
@@ -138,10 +138,10 @@ class NestedLinks:
             self.nested, self.nested_note = None, f"the tasks' probes could not be linked apart ({err})"
             self.notices.append(f"uprobes: nested probes stay in: {self.nested_note}")
             return False
-        old = [self._link, *(lk for lk, _cs in self._retsite_links)]
+        old = [self._link, *(lk for lk, _cs in self.returns.retsite_links)]
         self._link, self._cookie_list = link, keep
         self._offsets = [self._att_sites[c].file_offset for c in keep]
-        self._retsite_links = []
+        self.returns.retsite_links = []
         self._nested_cookies = inner
         self._dedupe_on = True
         self._nested_closing += [prog.detach_later(lk) for lk in old if lk is not None]
@@ -157,7 +157,7 @@ class NestedLinks:
         # keeps its rets probed until then, and those would trap at every return
         # while its entries are out (each an exit without its entry: 17,700 in
         # the first 0.3 s out on the axum benchmark, single-stepped)
-        self._returns_step(force=True)
+        self.returns.step(force=True)
         if not self._split:
             if not self._nested_split(prog):
                 return
