@@ -1327,7 +1327,7 @@ def test_nested_probes_follow_the_budget(config: str) -> None:
         hits = cap._prog.site_hits(list(range(len(cap._att_sites))))
         conn = [i for i, s in enumerate(cap._att_sites)
                 if s.spec.kind == B.KIND_ENTRY and re.search(r"::conn_task\b", s.name)]
-        inner = set(cap._nested_cookies)
+        inner = set(cap.nested_links.cookies)
         with open(f"/proc/{pid}/mem", "rb") as mem:
             def now_bytes(s: Any) -> bytes:
                 mem.seek(s.addr)
@@ -1337,13 +1337,14 @@ def test_nested_probes_follow_the_budget(config: str) -> None:
             in_bytes = [now_bytes(s)[:1] for i, s in enumerate(cap._att_sites) if i in conn]
         running_tasks = {sc.task for th in eng.threads() for sc in eng.scopes(th)}
         stops.append(dict(
-            out=cap.nested.out, split=cap._split, link=cap._nested_link, inner=set(cap._inner_sites),
+            out=cap.nested.out, split=cap.nested_links.split_done, link=cap.nested_links.link,
+            inner=set(cap.nested_links.inner_sites),
             graph=conn_polls() + running, conn_hits=sum(hits.get(i, 0) for i in conn), conns=len(ids),
             out_bytes=out_bytes, in_bytes=in_bytes,
             roots={t.path for t in eng.tasks() if t.parent is None and not t.finished},
             stale=[t for t in eng.tasks() if not t.finished and t.id not in running_tasks
-                   and t.site in cap._inner_sites],
-            entries=dict(eng.entries_by_site), elided=cap.elided_by_fn(), forgotten=cap.nested_forgotten))
+                   and t.site in cap.nested_links.inner_sites],
+            entries=dict(eng.entries_by_site), elided=cap.elided_by_fn(), forgotten=cap.nested_links.forgotten))
 
     out, counters, lines = _http_server_stops(prog, inv, eng, cap, at_stop, [300, 150])
     assert len(stops) == 2, stops
@@ -1391,10 +1392,11 @@ def test_nested_return_sites_go_out_with_the_nested_probes() -> None:
                 served: dict[int, set[int]] = {}  # return address -> the functions seen returning there
                 for ret, fn in self._prog.rets_seen():
                     served.setdefault(ret, set()).add(fn)
-                seen.update(inner=self._inner_only, split=self._split, outs=self.nested and self.nested.outs,
+                seen.update(inner=self.nested_links.inner_only, split=self.nested_links.split_done,
+                            outs=self.nested and self.nested.outs,
                             rets={c: served.get(self.returns.retsite_ret.get(c, -1), set())
                                   for c, st in enumerate(self._att_sites) if st.spec.kind == B.KIND_RETSITE},
-                            nested=set(self._nested_cookies))
+                            nested=set(self.nested_links.cookies))
             return super().sync()
 
     mine = Capture(unwind_share=0.0, learn_s=0.02, catchup_marks=(200, 150), cpu_budget=0.001)

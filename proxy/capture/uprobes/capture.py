@@ -137,7 +137,7 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
-class UprobeCapture(NestedLinks, ClientView, CaptureBase):
+class UprobeCapture(ClientView, CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
     swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
@@ -280,25 +280,11 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         self.catchup = (CatchUp(catchup_every, marks=catchup_marks, budget=cpu_budget)
                         if catch_up and self.sample_every <= 1 and not self.changes and self.slice_duty >= 1.0
                         and not tasks_only and not entry_only else None)
-        # full mode under a CPU budget: the nested-only probes out while the kernel samples (_nested_step);
+        # full mode under a CPU budget: the nested-only probes out while the kernel samples (nested.py);
         # `--uprobe-budget 0` (no budget) keeps every probe in
         self.nested = (NestedProbes() if nested_out and self.catchup is not None and self.catchup.budget is not None
                        else None)
-        self._split = False  # the main link was split into the tasks' link and the nested one
-        self._inner_only: set[int] = set()  # resume functions (index) only ever entered inside another poll
-        self._root_fn_ids: set[int] = set()  # ... entered at a thread's root at least once (never taken out)
-        self._inner_sites: set[int] = set()  # the nested link's functions (runtime low_pc)
-        self._nested_cookies: list[int] = []  # the nested link's sites
-        self._nested_link: int | None = None  # the nested link while in
-        self._nested_closing: list[Any] = []  # threads closing a nested (or, at the split, the main) link
-        self._dedupe_on = False  # the split's new link and the old one both in: hits run twice
-        self._kept_links: list[int] = []  # sites moved out of the nested link (found polled at a root)
-        self._nested_extra: list[int] = []  # nested return sites learned while in: closed with the nested link
-        self._settle_ns: int | None = None  # the nested link came back (CLOCK_MONOTONIC ns): see _settling
-        self._settle_seen = 0  # the latest record time fed since
-        self.nested_dropped = 0  # nested events dropped: inside a task's poll begun before they came back
-        self.nested_forgotten = 0  # nested coroutines the graph forgot when their probes came back
-        self.nested_note: str | None = None  # why the nested probes stay in
+        self.nested_links = NestedLinks(self)  # the nested probes' link (nested.py)
         self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
         self._running = True  # the program runs (from the install on; false from a stop to the next resume)
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
@@ -760,13 +746,13 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         if self._prog is None:
             return
         t0 = time.perf_counter()
-        for th in (self._closing, self.tasks.swap, *self.returns.closing, *self._nested_closing):
+        for th in (self._closing, self.tasks.swap, *self.returns.closing, *self.nested_links.closing):
             if th is not None:
                 th.join()
         self._closing = self.tasks.swap = None
         self.returns.closing = []
-        self._nested_closing = []
-        self._nested_link, self._nested_extra = None, []
+        self.nested_links.closing = []
+        self.nested_links.link, self.nested_links.extra = None, []
         self.returns.links = {}
         if self._lazy_close:
             # The program dies (a kill) or is gone: its hits are final now, and
@@ -824,7 +810,7 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
             if self.origins is not None:
                 self.origins.drain()  # raw copies only (no symbol is read): spawns must not be lost
             self._catchup_step()
-            self._nested_step()
+            self.nested_links.step()
             return False
         if allow is not None:
             budget_s = min(budget_s, allow)
@@ -832,7 +818,7 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         if self.origins is not None:
             self.origins.drain()
         self._catchup_step()
-        self._nested_step()
+        self.nested_links.step()
         return behind and (allow is None or allow > budget_s)  # paced: the next tick, not at once
 
     def before_resume(self) -> Procedure | None:
@@ -845,10 +831,10 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
             now = time.monotonic()
             ns.resume(now)
             if ns.out and ns.want(False, now, stopped=True) is False:
-                if self._nested_closing:
-                    for th in self._nested_closing:
+                if self.nested_links.closing:
+                    for th in self.nested_links.closing:
                         th.join()  # ~30 ms at most: the close was decided before the stop
-                self._nested_put_back(prog, now)
+                self.nested_links.put_back(prog, now)
         if self._stopped_at is not None:
             self.slicing.t0 += time.monotonic() - self._stopped_at
             if self.slicing.clock is not None:  # nor does the proxy's CPU at the stop count against the budget
@@ -878,7 +864,7 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         if self.nested is not None:
             self.nested.stop(time.monotonic())
             if self.nested.out:
-                self._forget_inner()  # what the graph knew of them is stale: the tree comes from memory
+                self.nested_links.forget_inner()  # what the graph knew of them is stale: the tree comes from memory
         if self.changes or self.elide:
             self._feed_pending()
         if self._folded:
@@ -1015,7 +1001,7 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
             self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
         if self.catchup is not None:
-            notes = [n for n in (self.catchup.note(recorded, polls), self.nested_note_for_top()) if n]
+            notes = [n for n in (self.catchup.note(recorded, polls), self.nested_links.note_for_top()) if n]
             engine.timing.sampled = "; ".join(notes) or None
             return
         if self.changes:
@@ -1163,7 +1149,8 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         pages or a chunk copied out of them) and feed them to the engine: the
         plain ones straight into it (``Decoder.fold``: no event objects, half the
         CPU a record, docs/history/2026-speed.md), the others one by one (``_feed_each``)."""
-        feeders = (None if self.slice_duty < 1.0 or self.tasks.learning or self._resync or self._settle_ns is not None
+        feeders = (None if self.slice_duty < 1.0 or self.tasks.learning or self._resync
+                   or self.nested_links.settle_ns is not None
                    else engine.feeders())
         if feeders is None:
             self._feed_each(buf, spans, dec, engine)
@@ -1182,7 +1169,7 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         q = self._unwind_q
         resync = self._resync
         sliced = self.slice_duty < 1.0
-        tasks = self.tasks
+        tasks, nested = self.tasks, self.nested_links
         for off, n in spans:
             ev = decode(buf, off, n)
             if ev is None:
@@ -1201,7 +1188,7 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
                 continue
             if sliced and not self.slicing.feed(ev, engine):
                 continue
-            if self._settle_ns is not None and self._settling(ev, engine):
+            if nested.settle_ns is not None and nested.settling(ev, engine):
                 continue
             if tasks.learning and type(ev) is PollEnter:
                 tasks.entries_seen += 1
@@ -1314,7 +1301,7 @@ class UprobeCapture(NestedLinks, ClientView, CaptureBase):
         rl = self.returns.line()
         if rl is not None:
             lines.append(rl)
-        nl = self.nested_line() if self.catchup is not None and not self._count_only_loaded else None
+        nl = self.nested_links.line() if self.catchup is not None and not self._count_only_loaded else None
         if nl is not None:
             lines.append(nl)
         if c.get("duplicates"):

@@ -82,8 +82,8 @@ class LearnedReturns:
             # that every boxed future of a request passes through: 438,234 hits
             # in 5 s, 420,421 of them other calls' ("retsite other"), ~1.9 traps
             # a request while the nested probes were out (docs/history/2026-speed.md).
-            served = self.c._served(seen) if self.c._split and self.c.nested is not None else {}
-            inner = [c for c, ret in zip(cookies, new) if self.c._inner_fns(served.get(ret, set()))]
+            served = self.c.nested_links.served(seen) if self.c.nested_links.split_done and self.c.nested is not None else {}
+            inner = [c for c, ret in zip(cookies, new) if self.c.nested_links.inner_fns(served.get(ret, set()))]
             outer = [c for c in cookies if c not in inner]
             offsets = {c: st.file_offset for c, st in zip(cookies, sites)}
             try:
@@ -100,8 +100,8 @@ class LearnedReturns:
             if link_out is not None:
                 self.retsite_links.append((link_out, outer))
             if link_in is not None:
-                self.c._nested_extra.append(link_in)
-            self.c._nested_cookies += inner
+                self.c.nested_links.extra.append(link_in)
+            self.c.nested_links.cookies += inner
             self.retsite_ret.update(zip(cookies, new))
             if self.c.decoder is not None:
                 self.c.decoder.sites += [st.info for st in sites]
