@@ -137,7 +137,7 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
-class UprobeCapture(ClientView, CaptureBase):
+class UprobeCapture(CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
     swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
@@ -227,12 +227,10 @@ class UprobeCapture(ClientView, CaptureBase):
         self._backlog: deque[tuple[bytes, list[tuple[int, int]]] | int] = deque()
         self._backlog_n = 0  # records in the backlog
         self.max_backlog = max_backlog
-        # client breakpoints (the stub's view): software ones at sites we turned into hardware
-        self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
-        self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
+        # what the client sees: its breakpoints (at sites: made hardware), masked reads, fork and exec
+        self.view = ClientView(self)
         self._lazy_close = False  # the links closed without waiting (a kill: leaving; exited)
         self._count_only_loaded = False  # the BPF program loaded is asyncrsp_count (count sites only)
-        self._client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
         self._table: Any = None  # the session's BreakpointTable (target.extra)
         self._count: dict[int, Probe] = {}  # the session's count probes we count (runtime addr)
         self._cookies: dict[int, int] = {}  # runtime addr -> cookie (index) of the attached sites
@@ -247,7 +245,6 @@ class UprobeCapture(ClientView, CaptureBase):
         self.attach_lead_s: float | None = None
         self.detach_s: float | None = None
         self.notices: list[str] = []
-        self.children_cleaned = 0  # forked children whose copies of the probes were taken out
         self.attach_retries = 0  # links re-created because the first one did not arm the probes
         self.attach_retries_max = 2
         # time-sliced capture (`--sample-time PCT`, `slice_duty` < 1): see _slice_step
@@ -290,6 +287,19 @@ class UprobeCapture(ClientView, CaptureBase):
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
         self._site_cap = 0  # the BPF site table's size
         self._final_counters: dict[str, int] = {}  # the kernel's counters when the links closed
+
+    # ------------------------------------------------------------------ the client's view (client_view.py)
+    def client_request(self, body: bytes) -> Any:
+        return self.view.client_request(body)
+
+    def client_reply(self, request: bytes, reply: bytes) -> bytes:
+        return self.view.client_reply(request, reply)
+
+    def forked(self, child: object) -> Procedure | None:
+        return self.view.forked(child)
+
+    def exec_happened(self, path: str | None) -> None:
+        self.view.exec_happened(path)
 
     # ------------------------------------------------------------------ availability
     @staticmethod
@@ -505,10 +515,10 @@ class UprobeCapture(ClientView, CaptureBase):
         table = self._table
         if table is not None:
             for t, a, _k in table.client:
-                (self._client_sw.add(a) if t == 0 else self._client_hw.add((t, a, _k)))
-        conflicts = sorted((a for a in self._client_sw if a in self._sites_by_addr),
+                (self.view.client_sw.add(a) if t == 0 else self.view.client_hw.add((t, a, _k)))
+        conflicts = sorted((a for a in self.view.client_sw if a in self._sites_by_addr),
                            key=lambda a: (self._sites_by_addr[a].spec.kind == B.KIND_COUNT, a))
-        free = max(DEBUG_REGISTERS - len(self._client_hw) - len(self._hw_converted), 0)
+        free = max(DEBUG_REGISTERS - len(self.view.client_hw) - len(self.view.hw_converted), 0)
         return conflicts[:free], set(conflicts[free:])
 
     def _proc_install(self, convert: list[int], leave_out: set[int]) -> Procedure:
@@ -524,9 +534,9 @@ class UprobeCapture(ClientView, CaptureBase):
         if convert:
             replies = yield Exchange(tuple(b"Z1,%x,1" % a for a in convert))
             for a, rep in zip(convert, replies):
-                self._client_sw.discard(a)
+                self.view.client_sw.discard(a)
                 if rep == b"OK":
-                    self._hw_converted.add(a)
+                    self.view.hw_converted.add(a)
                     self._retype(a, 0, 1)
                 else:
                     self.notices.append(f"uprobes: the client's breakpoint at 0x{a:x} could not be "
@@ -707,8 +717,8 @@ class UprobeCapture(ClientView, CaptureBase):
         the client's breakpoints we made hardware back to the stub as software ones
         (detach first, then Z0: the order research §3.3 found correct)."""
         self._close_links()
-        converted = sorted(self._hw_converted)
-        self._hw_converted.clear()
+        converted = sorted(self.view.hw_converted)
+        self.view.hw_converted.clear()
         if not converted:
             return None
         return self._proc_restore(converted)
@@ -723,7 +733,7 @@ class UprobeCapture(ClientView, CaptureBase):
 
     def leaving(self) -> None:
         # the client's breakpoints made hardware go back as Z0s: only after the links are out
-        self._lazy_close = not self._hw_converted
+        self._lazy_close = not self.view.hw_converted
 
     def dropped(self) -> None:
         # the process is gone: nothing to restore, nobody waits for the close
@@ -1308,10 +1318,10 @@ class UprobeCapture(ClientView, CaptureBase):
             lines.append(f"hits run twice while a link was swapped (dropped): {c['duplicates']}")
         if self.decoder is not None and self.decoder.stats.bad:
             lines.append(f"bad uprobe records: {self.decoder.stats.bad}")
-        if self._hw_converted:
-            lines.append(f"client breakpoints at uprobe sites (as hardware): {len(self._hw_converted)}")
-        if self.children_cleaned:
-            lines.append(f"forked children cleaned of the probes: {self.children_cleaned}")
+        if self.view.hw_converted:
+            lines.append(f"client breakpoints at uprobe sites (as hardware): {len(self.view.hw_converted)}")
+        if self.view.children_cleaned:
+            lines.append(f"forked children cleaned of the probes: {self.view.children_cleaned}")
         if self.unwinder is not None:
             lines += self.unwinder.stats.lines()
         if self.origins is not None:

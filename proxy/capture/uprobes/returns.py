@@ -63,7 +63,7 @@ class LearnedReturns:
                 continue
             got = return_site(self.c._elf, ret - bias, starts)
             site = retsite_site(self.c._elf, got, ret - bias, bias) if not isinstance(got, str) else None
-            if site is None or site.addr in self.c._sites_by_addr or site.addr in self.c._client_sw:
+            if site is None or site.addr in self.c._sites_by_addr or site.addr in self.c.view.client_sw:
                 why = got if isinstance(got, str) else f"its return site 0x{ret:x} is probed or watched already"
                 self.give_up(prog, fn, why)
                 continue
