@@ -8,12 +8,10 @@ Needs root and uprobe_multi links (skips saying why otherwise).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +25,7 @@ from proxy.graph.engine import Engine
 from proxy.origins.resolve import Origin, crate_of
 
 from integration.harness.monitor import corpus_binary
-from integration.harness.uprobes import spawn_stopped
+from integration.harness.uprobes import spawn_stopped, stopped_under_wakes
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "integration" / "corpus" / "src" / "bin" / "deadlock.rs"
@@ -313,7 +311,7 @@ def test_realworld_async_task_spawns_are_matched_to_their_tasks(program: str, co
         time.sleep(1.0)
 
     try:
-        with _stopped_under_wakes(prog, gauntlet._args(table, port), driven) as (mi, stop):
+        with stopped_under_wakes(prog, gauntlet._args(table, port), driven) as (mi, stop):
             tasks_text, doc = stop.text["tasks"], stop.doc  # the views' text and the JSON document
             checked = 0
             for name, line, by in want:
@@ -334,29 +332,6 @@ def test_realworld_async_task_spawns_are_matched_to_their_tasks(program: str, co
     finally:
         clients.close_all(conns)
 
-
-@contextlib.contextmanager
-def _stopped_under_wakes(prog: Path, args: list[str], ready: Callable[[Any], None]) -> Iterator[tuple[Any, Any]]:
-    """gdb (MI) through the proxy with `--capture uprobes --wakes` over gdbserver running `prog`:
-    resumed, `ready(stub)` waited for, interrupted; yields (the MI session, the stop's views)."""
-    from integration.harness.stubs import spawn_proxy, start_stub
-    from integration.realworld import gauntlet
-
-    with start_stub("gdbserver", prog, args) as stub:
-        px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes"])
-        try:
-            mi = gauntlet._mi(prog, px.address)
-            try:
-                pid = stub.find_inferior()
-                assert pid is not None
-                mi.cmd("-exec-continue")
-                ready(stub)
-                gauntlet._interrupt(mi, pid)
-                yield mi, gauntlet._views(mi)
-            finally:
-                mi.close()
-        finally:
-            px.close()
 
 # tokio >= 1.46 built with `--cfg tokio_unstable` keeps each task's spawn location in the task
 # (`Core.spawned_at`, `#[track_caller]` on the spawn functions): the runtime's own word, against
@@ -385,7 +360,7 @@ def test_spawning_lines_agree_with_tokios_own_spawn_locations(config: str) -> No
     def ready(stub: Any) -> None:
         assert stub.output.wait_for(re.compile(rb"deadlock ready"), 120), stub.output_text()[-2000:]
 
-    with _stopped_under_wakes(prog, ["ct"], ready) as (mi, stop):
+    with stopped_under_wakes(prog, ["ct"], ready) as (mi, stop):
         tasks_text, doc = stop.text["tasks"], stop.doc
         mine = _deadlock_tasks(doc)
         assert len(mine) == len(want), [t["name"] for t in doc["tasks"]]
