@@ -6,8 +6,11 @@ The same checks and thresholds as tokio-console's defaults (its ``warnings.rs``)
   whose wakers were all dropped (``WakeWords.lost``): nothing can wake it;
 * **self-wakes**: a task that woke itself (from inside its own poll) in more
   than ``SELF_WAKE_PERCENT`` of its wakes;
-* **never yielded**: a poll that ran longer than ``NEVER_YIELDED_NS`` (1 s),
-  finished (the engine's longest poll) or still running at the stop.
+* **never yielded**: the task's first poll still running at the stop, for
+  ``NEVER_YIELDED_NS`` (1 s) or more (console's ``NeverYielded``: state running,
+  at most one poll, busy >= 1 s; polls counted since the capture began);
+* **long poll** (not console's): any other poll longer than that, finished (the
+  engine's longest poll) or still running: a task that did yield, but late.
 
 Each warning names the task, where it is (its line) and where it was spawned.
 """
@@ -40,12 +43,16 @@ def render_warnings(snap: Any, org: Any, engine: Any, now_ns: int, *, self_wake_
                        f"({100 * w.self_wakes // w.wakes}% > {self_wake_percent}%)")
         longest = _longest(engine, t)
         running = now_ns - w.poll_at if w is not None and w.poll_at and t.state.thread is not None else 0
-        if max(longest, running) > never_yielded_ns:
+        if running >= never_yielded_ns and (w is None or w.polls <= 1):
+            out.append(f"never yielded: {t.label} {t.name} ({where}): its first poll has run {fmt_ns(running)} "
+                       f"without yielding (still running) (>= {fmt_ns(never_yielded_ns)})")
+        elif max(longest, running) > never_yielded_ns:
             what = (f"its poll has run {fmt_ns(running)} without yielding (still running)" if running > longest
                     else f"a poll ran {fmt_ns(longest)} without yielding")
-            out.append(f"never yielded: {t.label} {t.name} ({where}): {what} (> {fmt_ns(never_yielded_ns)})")
-    head = (f"warnings (tokio-console's: lost waker; self-wakes > {self_wake_percent}% of wakes; a poll longer "
-            f"than {fmt_ns(never_yielded_ns)}): {len(out)}")
+            out.append(f"long poll: {t.label} {t.name} ({where}): {what} (> {fmt_ns(never_yielded_ns)}; not "
+                       f"console's: it yielded before)")
+    head = (f"warnings (tokio-console's: lost waker; self-wakes > {self_wake_percent}% of wakes; never yielded: a "
+            f"first poll running >= {fmt_ns(never_yielded_ns)}; and long poll: any poll longer): {len(out)}")
     return "\n".join([head, *out])
 
 

@@ -3,11 +3,13 @@
 //! recording (`TOKIO_CONSOLE_RECORD_PATH`) and `monitor async warnings` can be compared for
 //! the very same tasks (integration/test_console_warnings.py).
 //!
-//! Usage: `console_lints` (a multi-thread runtime, 3 workers). The tasks, one spawn line each:
+//! Usage: `console_lints` (a multi-thread runtime, 4 workers). The tasks, one spawn line each:
 //! * `forgetful`: clones its waker, drops the clone and returns Pending: a lost waker;
 //! * `self_waker`: wakes itself (from inside its own poll) three times for each timer wake:
 //!   75% self-wakes;
 //! * `hog`: its first poll never returns (a blocking sleep on a worker): never yielded;
+//! * `late_hog`: yields once, then its second poll blocks 1.2 s and ends: no console warning
+//!   (console's never-yielded is a first poll still running), `long poll` for asyncrsp;
 //! * `sleeper`, `waiter`: healthy (a timer, a Notify kept by main): no warning.
 //!
 //! Prints `console_lints ready pid=<pid>` once every task ran and `hog` has blocked for
@@ -64,6 +66,12 @@ async fn hog() {
     std::thread::sleep(Duration::from_secs(3600)); // never yields
 }
 
+async fn late_hog() {
+    tokio::time::sleep(Duration::from_millis(10)).await; // await: late_hog -> sleep
+    std::thread::sleep(Duration::from_millis(1200)); // one poll that does not yield for long
+    tokio::time::sleep(Duration::from_secs(3600)).await; // await: late_hog -> sleep
+}
+
 async fn sleeper() {
     tokio::time::sleep(Duration::from_secs(3600)).await; // await: sleeper -> sleep
 }
@@ -75,17 +83,18 @@ async fn waiter(n: Arc<Notify>) {
 fn main() {
     #[cfg(feature = "console")]
     console_subscriber::init();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(3).enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("tokio runtime");
     rt.block_on(async {
         let notify = Arc::new(Notify::new());
         let _tasks = (
             tokio::spawn(forgetful()),
             tokio::spawn(self_waker()),
             tokio::spawn(hog()),
+            tokio::spawn(late_hog()),
             tokio::spawn(sleeper()),
             tokio::spawn(waiter(notify.clone())),
         );
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await; // after late_hog's long poll ended
         println!("console_lints ready pid={}", std::process::id());
         use std::io::Write;
         std::io::stdout().flush().expect("flush stdout");
