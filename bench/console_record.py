@@ -32,6 +32,8 @@ class ConsoleTask:
     poll_ended: int | None = None  # the last Exit's
     busy_ns: int = 0  # Enter to Exit, summed
     last_wake: int | None = None
+    size: int | None = None  # `size.bytes`: the spawned future's (a box's, when tokio boxed it)
+    original_size: int | None = None  # `original_size.bytes`: the future's, when tokio boxed it
 
 
 def _ns(at: dict[str, int]) -> int:
@@ -55,7 +57,9 @@ def fold(path: Path) -> dict[int, ConsoleTask]:
                 fields = {x.get("name"): x.get("value") for x in body.get("fields", [])}
                 if fields.get("kind") == "task":  # (not block_on's)
                     loc = f"{fields['loc.file']}:{fields.get('loc.line')}" if fields.get("loc.file") else ""
-                    tasks[body["id"]] = ConsoleTask(body["id"], str(fields.get("task.id", "?")), loc=loc)
+                    tasks[body["id"]] = ConsoleTask(body["id"], str(fields.get("task.id", "?")), loc=loc,
+                                                    size=fields.get("size.bytes"),
+                                                    original_size=fields.get("original_size.bytes"))
                 continue
             t = tasks.get(body.get("id"))
             if t is None:
@@ -97,6 +101,7 @@ def fold(path: Path) -> dict[int, ConsoleTask]:
 # fold keeps only "task" spans.
 SELF_WAKE_PERCENT = 50
 NEVER_YIELDED_NS = 1_000_000_000
+LARGE_FUTURE = 1024  # LargeFuture::DEFAULT_MIN_SIZE_BYTES
 
 
 def _running(t: ConsoleTask) -> bool:
@@ -106,8 +111,9 @@ def _running(t: ConsoleTask) -> bool:
 
 def console_warnings(tasks: dict[int, ConsoleTask], now_ns: int, *, self_wake_percent: int = SELF_WAKE_PERCENT,
                      never_yielded_ns: int = NEVER_YIELDED_NS) -> set[tuple[int, str]]:
-    """(console's task id, "lost waker" | "self-wakes" | "never yielded") for each warning
-    tokio-console shows at `now_ns` (its `SystemTime::now()`)."""
+    """(console's task id, "lost waker" | "self-wakes" | "never yielded" | "large future" |
+    "auto-boxed future") for each warning tokio-console shows at `now_ns` (its
+    `SystemTime::now()`)."""
     out: set[tuple[int, str]] = set()
     for t in tasks.values():
         if t.closed:  # `is_completed`
@@ -128,4 +134,10 @@ def console_warnings(tasks: dict[int, ConsoleTask], now_ns: int, *, self_wake_pe
         busy = t.busy_ns + (now_ns - t.poll_started if _running(t) and t.poll_started is not None else 0)
         if _running(t) and t.polls <= 1 and busy >= never_yielded_ns:
             out.add((t.id, "never yielded"))
+        # AutoBoxedFuture::check: both sizes known and different; LargeFuture::check:
+        # size_bytes >= min_size (the size tokio measured: a box's when it boxed the future)
+        if t.size is not None and t.original_size is not None and t.original_size != t.size:
+            out.add((t.id, "auto-boxed future"))
+        if t.size is not None and t.size >= LARGE_FUTURE:
+            out.add((t.id, "large future"))
     return out

@@ -62,9 +62,9 @@ class Origins:
         w = self.wakes_of(task)
         return w.task if w is not None else _header_in(task)
 
-    def _core_of(self, header: int) -> tuple[int, Any] | None:
-        """(offset from the header, type) of the ``core`` of tokio's cell at `header`, its cell
-        found by the header's vtable (the inventory's task vtables)."""
+    def _cell_of(self, header: int) -> Any:
+        """The type of tokio's cell at `header`, found by the header's vtable (the inventory's
+        task vtables); None when it is not one."""
         inv, read = self.inv, self.read
         if inv is None or read is None:
             return None
@@ -73,12 +73,28 @@ class Origins:
         raw = read(header + (f.offset if f is not None else 16), 8)
         if raw is None or len(raw) < 8:
             return None
-        vt = struct.unpack("<Q", raw)[0] - self.bias
-        cell = inv.task_vtables.get(vt)
-        c = inv.types.get(cell) if cell else None
+        cell = inv.task_vtables.get(struct.unpack("<Q", raw)[0] - self.bias)
+        return inv.types.get(cell) if cell else None
+
+    def _core_of(self, header: int) -> tuple[int, Any] | None:
+        """(offset from the header, type) of the ``core`` of tokio's cell at `header`."""
+        c = self._cell_of(header)
         core = c.field("core") if c is not None else None
-        core_t = inv.types.get(core.type_name) if core is not None else None
-        return (core.offset, core_t) if core is not None and core_t is not None else None  # type: ignore[union-attr]
+        core_t = self.inv.types.get(core.type_name) if core is not None else None
+        return (core.offset, core_t) if core is not None and core_t is not None else None
+
+    def future_size(self, task: Any) -> tuple[int, bool] | None:
+        """(bytes, boxed) of the future the task runs: its type's size (the program's DWARF) and
+        whether it lies outside the task's cell (tokio boxes a future too large to move: over
+        its BOX_FUTURE_THRESHOLD); None when the type's size or the task's cell is unknown."""
+        lay = self.inv.layouts.get(task.type_name) if self.inv is not None else None
+        t = self.inv.types.get(task.type_name) if self.inv is not None and lay is None else None
+        size = lay.size if lay is not None else t.size if t is not None else None
+        header = self.header_of(task)
+        cell = self._cell_of(header) if header is not None else None
+        if size is None or cell is None or not cell.size:
+            return None
+        return size, not header <= task.addr < header + cell.size  # type: ignore[operator]
 
     def task_id_of(self, header: int) -> int | None:
         """tokio's id of the task at `header` (its cell's ``core.task_id``)."""
@@ -142,7 +158,12 @@ class Origins:
             at = self.runtime_location(task)
             return f"runtime@{at}" if at else "-"  # (a cell without spaces)
         o = self.origin(rec)
-        return str(o.line) if o is not None and o.line is not None else "?"
+        if o is not None and o.line is not None:
+            return str(o.line)
+        # Recorded but the program's frame is not in the kept slice (a future of over ~16 KiB
+        # copied on the spawning stack, console_lints' `huge`): the runtime's word, if it has one.
+        at = self.runtime_location(task)
+        return f"runtime@{at}" if at else "?"
 
     def spawned_text(self, task: Any, snap: Any, physical: bool = False) -> list[str]:
         """`where`: how the task was spawned, by whom, and (``physical``) the thread's frames."""

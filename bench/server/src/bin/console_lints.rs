@@ -10,6 +10,9 @@
 //! * `hog`: its first poll never returns (a blocking sleep on a worker): never yielded;
 //! * `late_hog`: yields once, then its second poll blocks 1.2 s and ends: no console warning
 //!   (console's never-yielded is a first poll still running), `long poll` for asyncrsp;
+//! * `big`: keeps 1,500 bytes across an await: a large future (console: 1,024 bytes or more);
+//! * `huge`: keeps 20,000 across one: over tokio's BOX_FUTURE_THRESHOLD (16 KiB in release),
+//!   boxed by `tokio::spawn`: an auto-boxed future (and not a large one: console measures the box);
 //! * `sleeper`, `waiter`: healthy (a timer, a Notify kept by main): no warning.
 //!
 //! Prints `console_lints ready pid=<pid>` once every task ran and `hog` has blocked for
@@ -72,6 +75,18 @@ async fn late_hog() {
     tokio::time::sleep(Duration::from_secs(3600)).await; // await: late_hog -> sleep
 }
 
+async fn big() {
+    let buf = [7u8; 1500];
+    tokio::time::sleep(Duration::from_secs(3600)).await; // await: big -> sleep
+    std::hint::black_box(&buf);
+}
+
+async fn huge() {
+    let buf = [7u8; 20_000];
+    tokio::time::sleep(Duration::from_secs(3600)).await; // await: huge -> sleep
+    std::hint::black_box(&buf);
+}
+
 async fn sleeper() {
     tokio::time::sleep(Duration::from_secs(3600)).await; // await: sleeper -> sleep
 }
@@ -91,6 +106,8 @@ fn main() {
             tokio::spawn(self_waker()),
             tokio::spawn(hog()),
             tokio::spawn(late_hog()),
+            tokio::spawn(big()),
+            tokio::spawn(huge()),
             tokio::spawn(sleeper()),
             tokio::spawn(waiter(notify.clone())),
         );
