@@ -42,6 +42,7 @@ class Origins:
         self.bias = bias
         self.read = read
         self._by_future: dict[int, WakeStats] | None = None
+        self._reflector: Any = None  # made once per stop, for the runtime's spawn locations
 
     # ---- matching ---------------------------------------------------------------------------
     def wakes_by_future(self) -> dict[int, WakeStats]:
@@ -120,7 +121,9 @@ class Origins:
         from proxy.reflect.tokio_adapter import spawn_location
         from proxy.reflect.walker import Reflector
 
-        return spawn_location(Reflector(self.inv, self.bias, self.read), header + core[0], core[1].name)  # type: ignore[operator]
+        if self._reflector is None:
+            self._reflector = Reflector(self.inv, self.bias, self.read)
+        return spawn_location(self._reflector, header + core[0], core[1].name)  # type: ignore[operator]
 
     def spawn_of(self, task: Any) -> SpawnRecord | None:
         """The task's spawn record: by its address (async-task's records carry the new task's
