@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from proxy.graph.engine import Engine
 from proxy.origins.resolve import Origin, crate_of
 
 from integration.harness.monitor import corpus_binary
-from integration.harness.uprobes import spawn_stopped
+from integration.harness.uprobes import spawn_stopped, stopped_under_wakes
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "integration" / "corpus" / "src" / "bin" / "deadlock.rs"
@@ -290,7 +291,6 @@ def test_realworld_async_task_spawns_are_matched_to_their_tasks(program: str, co
     source's text) and the task that spawned it. A release build's spawner is the task polled
     on the spawning thread only where the capture sees that poll in progress (its coroutine
     has a resume function); where it does not, `by` stays empty, never wrong."""
-    from integration.harness.stubs import spawn_proxy, start_stub
     from integration.realworld import clients, gauntlet, truth
 
     prog = _realworld_binary(program, config)
@@ -303,39 +303,129 @@ def test_realworld_async_task_spawns_are_matched_to_their_tasks(program: str, co
         pytest.skip(taken)
     want = [(name, truth.place(table.source, text, None).line, by) for name, text, by in ASYNC_TASK_SPAWNS[program]]
     port = gauntlet._port(table)
-    with start_stub("gdbserver", prog, gauntlet._args(table, port)) as stub:
-        px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes"])
-        conns = []
-        try:
-            mi = gauntlet._mi(prog, px.address)
+    conns: list = []  # type: ignore[type-arg]
+
+    def driven(_stub: object) -> None:
+        gauntlet._wait_port(port)
+        conns.extend(clients.drive(table.states[0].clients, port))
+        time.sleep(1.0)
+
+    try:
+        with stopped_under_wakes(prog, gauntlet._args(table, port), driven) as (mi, stop):
+            tasks_text, doc = stop.text["tasks"], stop.doc  # the views' text and the JSON document
+            checked = 0
+            for name, line, by in want:
+                mine = [t for t in doc["tasks"] if t["name"].endswith(name)]
+                assert mine, (name, [t["name"] for t in doc["tasks"]])
+                for t in mine:
+                    sp = t.get("spawn")
+                    assert sp is not None and sp["line"] == line and Path(sp["file"]).name == table.source.name, \
+                        (t["name"], sp and {k: sp[k] for k in ("file", "line", "by")}, line)
+                    if config == "realworld-debug" or sp["by"] is not None:
+                        assert sp["by"] is not None and by in sp["by"], (t["name"], sp["by"], by)
+                    row = next(r for r in tasks_text.splitlines() if r.startswith(f"#{t['id']} "))
+                    assert row.rstrip().endswith(f"{table.source.name}:{line}"), row
+                    where = gauntlet._console(mi, f"monitor async where {t['id']}")
+                    assert f"spawned at " in where and f"{table.source.name}:{line}" in where, where
+                    checked += 1
+            assert checked >= len(want) + 1, checked  # the clients' tasks: two of one kind at least
+    finally:
+        clients.close_all(conns)
+
+
+# tokio >= 1.46 built with `--cfg tokio_unstable` keeps each task's spawn location in the task
+# (`Core.spawned_at`, `#[track_caller]` on the spawn functions): the runtime's own word, against
+# which the capture's line is checked, and what a task spawned before the capture began shows.
+
+
+def _deadlock_tasks(doc: dict) -> list[dict]:  # type: ignore[type-arg]
+    """The document's tasks `deadlock`'s `run` spawns (every task but run itself)."""
+    return [t for t in doc["tasks"] if t["name"].startswith("deadlock::") and t["name"] != "deadlock::run"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", ["sid-unstable-debug", "sid-unstable-release"])
+def test_spawning_lines_agree_with_tokios_own_spawn_locations(config: str) -> None:
+    """gdb, gdbserver and the proxy with `--capture uprobes --wakes` on `deadlock` built against
+    tokio 1.53 with tokio_unstable: every task `run` spawns shows its `tokio::spawn(` line (the
+    source's) in the document, `tasks` and `where`, and that line is the one tokio itself
+    recorded (the task's `spawned_at`: the document's `spawn.runtime`, "the runtime says" in
+    `where`), for all seven lines of the source."""
+    from integration.harness.monitor import modern_binary
+    from integration.realworld import gauntlet
+
+    prog = modern_binary(config, "deadlock")
+    want = _spawn_lines()
+
+    def ready(stub: Any) -> None:
+        assert stub.output.wait_for(re.compile(rb"deadlock ready"), 120), stub.output_text()[-2000:]
+
+    with stopped_under_wakes(prog, ["ct"], ready) as (mi, stop):
+        tasks_text, doc = stop.text["tasks"], stop.doc
+        mine = _deadlock_tasks(doc)
+        assert len(mine) == len(want), [t["name"] for t in doc["tasks"]]
+        lines = set()
+        for t in mine:
+            sp = t.get("spawn")
+            assert sp is not None and sp["line"] in want and Path(sp["file"]).name == SOURCE.name, \
+                (t["name"], sp and {k: sp[k] for k in ("file", "line")}, sorted(want))
+            rt = re.fullmatch(r"(\S+):(\d+):(\d+)", sp.get("runtime") or "")
+            assert rt is not None, (t["name"], sp.get("runtime"))  # tokio_unstable: the runtime's own word
+            assert Path(rt.group(1)).name == SOURCE.name and int(rt.group(2)) == sp["line"], \
+                (t["name"], sp["runtime"], sp["line"])
+            row = next(r for r in tasks_text.splitlines() if r.startswith(f"#{t['id']} "))
+            assert row.rstrip().endswith(f"{SOURCE.name}:{sp['line']}"), row
+            where = gauntlet._console(mi, f"monitor async where {t['id']}")
+            assert f"spawned at {sp['file']}:{sp['line']}" in where and \
+                f"the runtime says: spawned at {sp['runtime']}" in where, where
+            lines.add(sp["line"])
+        assert lines == want, (sorted(lines), sorted(want))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", ["sid-unstable-debug", "sid-unstable-release"])
+def test_a_task_spawned_before_the_capture_shows_tokios_own_location(config: str) -> None:
+    """`deadlock` run alone until its tasks are stuck, then attached (gdbserver --attach, the
+    proxy with `--capture uprobes --wakes`), resumed and stopped: no spawn was recorded, so
+    every task `run` spawned shows the runtime's location (`runtime@file:line:col` in `tasks`,
+    "the runtime says" in `where`), the source's `tokio::spawn(` line."""
+    import subprocess
+
+    from integration.harness.monitor import modern_binary
+    from integration.harness.stubs import kill_tree, spawn_proxy, start_stub
+    from integration.realworld import gauntlet
+
+    prog = modern_binary(config, "deadlock")
+    want = _spawn_lines()
+    p = subprocess.Popen([str(prog), "ct"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert p.stdout is not None and b"deadlock ready" in p.stdout.readline()
+        with start_stub("gdbserver", prog, attach=p.pid) as stub:
+            px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes"])
             try:
-                pid = stub.find_inferior()
-                assert pid is not None
-                mi.cmd("-exec-continue")
-                gauntlet._wait_port(port)
-                conns = clients.drive(table.states[0].clients, port)
-                time.sleep(1.0)
-                gauntlet._interrupt(mi, pid)
-                stop = gauntlet._views(mi)  # the views' text and the JSON document
-                tasks_text, doc = stop.text["tasks"], stop.doc
-                checked = 0
-                for name, line, by in want:
-                    mine = [t for t in doc["tasks"] if t["name"].endswith(name)]
-                    assert mine, (name, [t["name"] for t in doc["tasks"]])
-                    for t in mine:
-                        sp = t.get("spawn")
-                        assert sp is not None and sp["line"] == line and Path(sp["file"]).name == table.source.name, \
-                            (t["name"], sp and {k: sp[k] for k in ("file", "line", "by")}, line)
-                        if config == "realworld-debug" or sp["by"] is not None:
-                            assert sp["by"] is not None and by in sp["by"], (t["name"], sp["by"], by)
-                        row = next(r for r in tasks_text.splitlines() if r.startswith(f"#{t['id']} "))
-                        assert row.rstrip().endswith(f"{table.source.name}:{line}"), row
-                        where = gauntlet._console(mi, f"monitor async where {t['id']}")
-                        assert f"spawned at " in where and f"{table.source.name}:{line}" in where, where
-                        checked += 1
-                assert checked >= len(want) + 1, checked  # the clients' tasks: two of one kind at least
+                mi = gauntlet._mi(prog, px.address)
+                try:
+                    mi.cmd("-exec-continue")  # the capture begins with the first resume
+                    time.sleep(1.0)
+                    gauntlet._interrupt(mi, p.pid)
+                    tasks_text = gauntlet._console(mi, "monitor async tasks")
+                    assert "SPAWNED AT" in tasks_text, tasks_text  # the capture runs, with --wakes
+                    lines = set()
+                    for row in tasks_text.splitlines():
+                        m = re.match(r"#(\d+) .*\bdeadlock::(\w+)\s+(\S+)\s*$", row)
+                        if m is None or m.group(2) == "run":
+                            continue
+                        at = re.fullmatch(r"runtime@(\S+):(\d+):(\d+)", m.group(3))
+                        assert at is not None and Path(at.group(1)).name == SOURCE.name, row
+                        lines.add(int(at.group(2)))
+                        where = gauntlet._console(mi, f"monitor async where {m.group(1)}")
+                        assert "its spawn was not recorded" in where and \
+                            f"the runtime says: spawned at {at.group(1)}:{at.group(2)}:" in where, where
+                    assert lines == want, (sorted(lines), sorted(want), tasks_text)
+                    mi.cmd("-target-detach")
+                finally:
+                    mi.close()
             finally:
-                mi.close()
-        finally:
-            clients.close_all(conns)
-            px.close()
+                px.close()
+    finally:
+        kill_tree(p)  # type: ignore[arg-type]
