@@ -13,7 +13,7 @@ from integration.corpus import build
 from proxy.analysis.elf import open_elf
 from proxy.analysis.inventory import build_inventory
 from proxy.reflect.memory import BlockReader
-from proxy.reflect.stacks import G_ORDER, StackFinder, _variables, evaluate, frame_first, parse_g
+from proxy.reflect.stacks import G_ORDER, StackFinder, _variables, evaluate, frame_first, frame_name, parse_g
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -223,3 +223,18 @@ def test_the_frames_one_image_is_counted_after_the_overlap_rule() -> None:
     r = type("R", (), {"mem": _mem({live + 24: 4, sp + 0x120 + 24: 3})})()
     assert owned_images(r, lay, lambda lo, hi: [a for a in (live, sp + 0x120) if lo <= a < hi], sp, cfa, top) \
         == [live, sp + 0x120]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("function, shown", [
+    ("tokio::runtime::park::CachedParkThread::block_on<tokio_app::run::{async_fn_env#0}>",
+     "tokio::runtime::park::CachedParkThread::block_on"),
+    # rustc 1.63 names an async fn's frame by GenFuture's Future impl: a cut at the first `<`
+    # showed nothing ("in ;")
+    ("<core::future::from_generator::GenFuture<T> as core::future::future::Future>::poll",
+     "<core::future::from_generator::GenFuture as core::future::future::Future>::poll"),
+    ("<alloc::boxed::Box<F, A> as core::ops::FnOnce<Args>>::call_once<(), dyn core::ops::FnOnce<(), Output=()>>",
+     "<alloc::boxed::Box as core::ops::FnOnce>::call_once"),
+    ("tokio_app::c::{{closure}}", "tokio_app::c::{{closure}}"),
+])
+def test_a_frames_name_in_a_header_keeps_its_qualified_path(function: str, shown: str) -> None:
+    assert frame_name(function) == shown
