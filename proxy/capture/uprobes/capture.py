@@ -343,13 +343,15 @@ class UprobeCapture(CaptureBase):
             return []
         # Only resume functions' entries are unwound: a program without any (a C
         # program's --probe sites) skips the CFI parse (~1.7 ms of each such session).
-        self.unwinder = StackUnwinder(self._elf, inv, bias) if inv.resume_fns else None
+        # (and the spawn records' slices, --wakes: a build whose coroutines were all inlined
+        # into the runtime's task functions has no resume function, yet its spawns are probed)
+        self.unwinder = StackUnwinder(self._elf, inv, bias) if inv.resume_fns or self.origins is not None else None
         cfa = _cfa_rule(self.unwinder) if self.unwinder is not None else None
         self.plan_ = plan_sites(self._elf, inv, bias, only=self.only, exclude=self.exclude,
                                 entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries,
                                 move_exits=self.move_exits,
                                 learn_returns=self.learn_returns and self.slice_duty >= 1.0 and not self.tasks.tasks_only)
-        if self.origins is not None and inv.resume_fns and not self.entry_only:
+        if self.origins is not None and not self.entry_only:
             self.plan_.sites += self.origins.plan_sites(self._elf, inv, bias, self.unwinder)
         self._sites_by_addr = self.plan_.by_addr()
         self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
