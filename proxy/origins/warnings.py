@@ -44,7 +44,8 @@ def render_warnings(snap: Any, org: Any, engine: Any, now_ns: int, *, self_wake_
             what = (f"its poll has run {fmt_ns(running)} without yielding (still running)" if running > longest
                     else f"a poll ran {fmt_ns(longest)} without yielding")
             out.append(f"never yielded: {t.label} {t.name} ({where}): {what} (> {fmt_ns(never_yielded_ns)})")
-    head = (f"warnings (tokio-console's: lost waker; self-wakes > {self_wake_percent}% of wakes; a poll longer "
+    lost = "lost waker" if getattr(org.sw, "want_wakers", True) else "lost waker not probed (--lost-wakers)"
+    head = (f"warnings (tokio-console's: {lost}; self-wakes > {self_wake_percent}% of wakes; a poll longer "
             f"than {fmt_ns(never_yielded_ns)}): {len(out)}")
     return "\n".join([head, *out])
 

@@ -66,8 +66,11 @@ class WakePlan:
         return any(s.spec.kind == KIND_WAKE and s.spec.state_off != OP_POLL for s in self.sites)
 
 
-def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = True) -> WakePlan:
-    """Spawn sites always (cheap: one hit a spawn), waker and task-poll sites with `wakes`."""
+def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = True,
+                    wakers: bool = True) -> WakePlan:
+    """Spawn sites always (cheap: one hit a spawn), waker and task-poll sites with `wakes`; the
+    waker clone and drop sites only with `wakers` too (they feed only the lost-waker warning and
+    are the most hit: on the axum service 3 of the 9 spawn and wake hits a request)."""
     from proxy.analysis.demangle import demangle_or_raw
 
     named: list[tuple[str, int]] = []
@@ -105,7 +108,7 @@ def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = T
                 add(name, addr, KIND_SPAWN)
         elif wakes:
             m = _TOKIO_WAKER.match(name) or _AT_FN.match(name)
-            if m is not None:
+            if m is not None and (wakers or OPS[m.group(1)] not in (OP_CLONE, OP_DROP)):
                 add(name, addr, KIND_WAKE, OPS[m.group(1)])
     if wakes:
         for addr, cell in sorted({**inv.task_polls, **inv.task_runs}.items()):

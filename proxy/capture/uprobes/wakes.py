@@ -36,8 +36,10 @@ SIDE_BYTES = 32 << 20  # the spawn records' ring: ~4,000 spawns of 8 KiB between
 
 
 class SpawnsAndWakes:
-    def __init__(self, *, wakes: bool = True, spawn_stack: int = SPAWN_STACK, wake_tasks: int = WAKE_TASKS) -> None:
+    def __init__(self, *, wakes: bool = True, wakers: bool = False, spawn_stack: int = SPAWN_STACK,
+                 wake_tasks: int = WAKE_TASKS) -> None:
         self.want_wakes = wakes
+        self.want_wakers = wakes and wakers  # waker clones and drops (the lost-waker warning)
         self.spawn_stack = spawn_stack
         self.wake_tasks = wake_tasks
         self.plan: WakePlan | None = None
@@ -53,7 +55,7 @@ class SpawnsAndWakes:
 
     def plan_sites(self, elf: ElfImage, inv: Inventory, bias: int, unwinder: Any) -> list[Site]:
         self.bias = bias
-        self.plan = plan_wake_sites(elf, inv, bias, wakes=self.want_wakes)
+        self.plan = plan_wake_sites(elf, inv, bias, wakes=self.want_wakes, wakers=self.want_wakers)
         if unwinder is not None:
             self.resolver = Resolver(lambda rec: _unwind(unwinder, rec), _frames_of(elf), bias)
             # a spawn site's frame: where its return address is (the spawning path's key)
@@ -133,7 +135,8 @@ class SpawnsAndWakes:
             return []
         n_spawn = sum(1 for s in self.plan.sites if s.spec.kind == B.KIND_SPAWN)
         n_wake = len(self.plan.sites) - n_spawn
-        out = [f"spawn sites: {n_spawn}, wake sites: {n_wake}" + ("" if self.want_wakes else " (spawns only)")]
+        out = [f"spawn sites: {n_spawn}, wake sites: {n_wake}" + ("" if self.want_wakes else " (spawns only)")
+               + ("" if self.want_wakers or not self.want_wakes else " (no waker clones and drops: --lost-wakers)")]
         if n_spawn:
             out.append(self.log.line() + (f" ({self.resolver.symbolised} so far)" if self.resolver else ""))
             if self.sized:
