@@ -1,6 +1,6 @@
 """Where `--wakes` spends its hits on the axum server: each spawn and wake site's hits a request.
 
-    .venv/bin/python -m bench.bench_wake_hits [--duration 3] [--connections 16]
+    .venv/bin/python -m bench.bench_wake_hits [--duration 3] [--connections 16] [--without | --lost-wakers]
 
 The capture runs inside this process with no gdb (as bench_bpf_cost.py): full mode with
 `--wakes`, the axum service of `bench/server` under `wrk`. Prints requests/s, the server's CPU
@@ -21,11 +21,11 @@ from bench.bench_server import Server, ensure_wrk, wrk_timed
 OP_NAMES = {0: "wake", 1: "wake by ref", 2: "clone", 3: "drop", 4: "task poll"}
 
 
-def run(server: Server, wrk: str, duration: float, conns: int) -> None:
+def run(server: Server, wrk: str, duration: float, conns: int, spawns: bool = True, wakers: bool = False) -> None:
     from proxy.capture.uprobes import bpf as B
     from proxy.capture.uprobes.capture import UprobeCapture
 
-    with serving(server, lambda: UprobeCapture(spawns=True, catchup_marks=(1 << 40, 1 << 39))) as (cap, pid, port):
+    with serving(server, lambda: UprobeCapture(spawns=spawns, wakers=wakers, catchup_marks=(1 << 40, 1 << 39))) as (cap, pid, port):
         sites = cap._att_sites  # a site's cookie is its index here
         cookies = list(range(len(sites)))
         h0 = cap._prog.site_hits(cookies)
@@ -54,11 +54,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--without", action="store_true", help="the same capture without --wakes, for comparison")
+    ap.add_argument("--lost-wakers", action="store_true", help="the waker clone and drop sites too")
     args = ap.parse_args()
     wrk = ensure_wrk()
     server = Server("axum", "release")
     print(f"server {server.prog}; wrk -c{args.connections} -d{args.duration:g}s; load {os.getloadavg()[0]:.1f}")
-    run(server, wrk, args.duration, args.connections)
+    run(server, wrk, args.duration, args.connections, not args.without, args.lost_wakers)
     return 0
 
 

@@ -180,8 +180,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
     ) -> None:
         super().__init__()
         # spawn records and the tasks' wakes (wakes.py; `--wakes`). Off by default: on a server
-        # every request's spawn and wakes are probed too (axum service: 0.64x the requests/s of
-        # the capture without them, docs/wakes.md)
+        # every request's spawn and wakes are probed too (docs/wakes.md, Cost); `wakers`: the waker
+        # clones and drops too (`--lost-wakers`: the lost-waker warning)
         self.origins = SpawnsAndWakes(wakes=wakes, wakers=wakers) if spawns else None
         self._load = load_inventory
         self.only, self.exclude, self.entry_only = only, exclude, entry_only
