@@ -76,6 +76,9 @@ class SpawnsAndWakes:
         assert self.plan is not None
         counter = self.plan.counter + self.bias if self.plan.counter is not None else 0
         prog.set_aux(counter, self.spawn_stack)
+        if self.plan.roots:  # task types whose poll is folded at their future's root entry
+            prog.set_task_roots({fn: (off, vt_off, [v + self.bias for v in vts])
+                                 for fn, (off, vt_off, vts) in self.plan.roots.items()})
         self._prog = prog
         self._ring = prog.side_ring()
         self.started_ns = time.monotonic_ns()
@@ -136,6 +139,8 @@ class SpawnsAndWakes:
         n_spawn = sum(1 for s in self.plan.sites if s.spec.kind == B.KIND_SPAWN)
         n_wake = len(self.plan.sites) - n_spawn
         out = [f"spawn sites: {n_spawn}, wake sites: {n_wake}" + ("" if self.want_wakes else " (spawns only)")
+               + (f"; {len(self.plan.roots)} task types' polls seen at their future's root entry"
+                  if self.plan.roots else "")
                + ("" if self.want_wakers or not self.want_wakes else " (no waker clones and drops: --lost-wakers)")]
         if n_spawn:
             out.append(self.log.line() + (f" ({self.resolver.symbolised} so far)" if self.resolver else ""))
