@@ -1,5 +1,5 @@
 """`monitor async warnings` against tokio-console's own warnings for the very same tasks, in
-the same run, through real gdb, gdbserver and the proxy with `--capture uprobes --wakes`.
+the same run, through real gdb, gdbserver and the proxy with `--capture uprobes --wakes --lost-wakers`.
 
 bench/server's `console_lints` (built with console-subscriber 0.5 and `tokio_unstable`, as a
 tokio-console user builds) spawns a task of each kind console warns about, and two that are
@@ -72,7 +72,7 @@ def test_warnings_are_tokio_consoles_for_the_same_tasks(tmp_path: Path, monkeypa
         assert stub.output.wait_for(re.compile(rb"console_lints ready"), 120), stub.output_text()[-2000:]
         stopped_at.append(time.time_ns())  # console's `SystemTime::now()` as it looks at the stop
 
-    with stopped_under_wakes(PROG, [], ready) as (mi, _stop):
+    with stopped_under_wakes(PROG, [], ready, extra=("--lost-wakers",)) as (mi, _stop):  # console's lost waker
         from integration.realworld import gauntlet
 
         text = gauntlet._console(mi, "monitor async warnings")

@@ -41,7 +41,7 @@ def _spawn_lines() -> set[int]:
     return {i + 1 for i in range(start, end) if "tokio::spawn(" in lines[i]}
 
 
-def _capture(prog: Path, args: list[str], run_s: float) -> tuple[UprobeCapture, int]:
+def _capture(prog: Path, args: list[str], run_s: float, **kw: bool) -> tuple[UprobeCapture, int]:
     """`prog` under uprobe capture for `run_s` seconds, then stopped (SIGSTOP) and synced."""
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
@@ -49,7 +49,7 @@ def _capture(prog: Path, args: list[str], run_s: float) -> tuple[UprobeCapture, 
     pid = spawn_stopped([str(prog), *args])
     target = SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias, engine=eng,
                              note=None, extra={})
-    cap = UprobeCapture(spawns=True)
+    cap = UprobeCapture(spawns=True, **kw)
     cap.plan(target)  # type: ignore[arg-type]
     assert cap.install() is None
     assert cap.attached, cap.note
@@ -72,6 +72,9 @@ def test_spawning_lines_are_the_sources_spawn_calls_and_resolved_only_when_asked
         assert sw is not None and sw.resolver is not None and sw.plan is not None
         assert sw.plan.spawns, sw.plan.notes
         assert sw.log.seen >= 8, sw.lines()
+        # rustc 1.95's tasks' polls are seen at their futures' root entries (task_roots.py), with
+        # no task-poll site; 1.63's futures are GenFuture wrappers: their task-poll sites stay
+        assert bool(sw.plan.roots) == (config == "debug"), sw.lines()
         assert sw.resolver.symbolised == 0  # collected raw: nothing resolved until shown
         want = _spawn_lines()
         got: dict[int, int] = {}
@@ -93,16 +96,29 @@ def test_spawning_lines_are_the_sources_spawn_calls_and_resolved_only_when_asked
         os.waitpid(pid, 0)
 
 
-def test_no_wakes_plants_neither() -> None:
+def _planned(**kw: bool) -> list[str]:
+    """The names of the sites uprobe capture plans on the corpus `deadlock` (rustc 1.63 debug)."""
     prog = corpus_binary("old-debug", "deadlock")
     inv = build_inventory(str(prog))
-    cap = UprobeCapture(spawns=False)
+    cap = UprobeCapture(**kw)
     eng = Engine(Catalog(inv, 0x555555554000), keep_log=False)
     cap.plan(SimpleNamespace(path=str(prog), pid=os.getpid(), local=True, inventory=inv, bias=0x555555554000,
                              engine=eng, note=None, extra={}))  # type: ignore[arg-type]
     assert cap.plan_ is not None
-    assert not any(s.spec.kind in (6, 7) for s in cap.plan_.sites)
-    assert not any(re.search(r"Id::next|waker", s.name) for s in cap.plan_.sites)
+    return [s.name for s in cap.plan_.sites if s.spec.kind in (6, 7)]
+
+
+def test_no_wakes_plants_neither() -> None:
+    assert _planned(spawns=False) == []
+
+
+def test_waker_clones_and_drops_only_for_the_lost_waker_warning() -> None:
+    """`--wakes` plants the wake and task-poll sites but not tokio's clone_waker and drop_waker
+    (the most hit: they feed only the lost-waker warning); `--lost-wakers` plants them too."""
+    plain, lost = _planned(spawns=True), _planned(spawns=True, wakers=True)
+    assert any("wake_by_val" in n for n in plain) and any("task poll" in n for n in plain), plain
+    assert not any(re.search(r"clone_waker|drop_waker", n) for n in plain), plain
+    assert {n for n in lost if re.search(r"clone_waker|drop_waker", n)} and set(plain) < set(lost), lost
 
 
 @pytest.mark.parametrize("config", ["old-debug", "debug"])
@@ -112,7 +128,7 @@ def test_the_lost_waker_built_on_purpose_is_the_one_found(config: str) -> None:
     from proxy.origins.view import Origins, WakeWords
 
     prog = corpus_binary(config, "lost_waker")
-    cap, pid = _capture(prog, ["ct"], 1.5)
+    cap, pid = _capture(prog, ["ct"], 1.5, wakers=True)
     try:
         sw = cap.origins
         assert sw is not None

@@ -191,14 +191,16 @@ class EntryCounting(Engine):
 
 
 @contextlib.contextmanager
-def stopped_under_wakes(prog: Path, args: list[str], ready: Callable[[Any], None]) -> Iterator[tuple[Any, Any]]:
-    """gdb (MI) through the proxy with `--capture uprobes --wakes` over gdbserver running `prog`:
-    resumed, `ready(stub)` waited for, interrupted; yields (the MI session, the stop's views)."""
+def stopped_under_wakes(prog: Path, args: list[str], ready: Callable[[Any], None],
+                        extra: tuple[str, ...] = ()) -> Iterator[tuple[Any, Any]]:
+    """gdb (MI) through the proxy with `--capture uprobes --wakes` (and `extra`) over gdbserver
+    running `prog`: resumed, `ready(stub)` waited for, interrupted; yields (the MI session, the
+    stop's views)."""
     from integration.harness.stubs import spawn_proxy, start_stub
     from integration.realworld import gauntlet
 
     with start_stub("gdbserver", prog, args) as stub:
-        px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes"])
+        px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes", *extra])
         try:
             mi = gauntlet._mi(prog, px.address)
             try:

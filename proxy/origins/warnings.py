@@ -66,7 +66,8 @@ def render_warnings(snap: Any, org: Any, engine: Any, now_ns: int, *, self_wake_
                     else f"a poll ran {fmt_ns(longest)} without yielding")
             out.append(f"long poll: {t.label} {t.name} ({where}): {what} (> {fmt_ns(never_yielded_ns)}; not "
                        f"console's: it yielded before)")
-    head = (f"warnings (tokio-console's: lost waker; self-wakes > {self_wake_percent}% of wakes; never yielded: a "
+    lost = "lost waker" if getattr(org.sw, "want_wakers", True) else "lost waker not probed (--lost-wakers)"
+    head = (f"warnings (tokio-console's: {lost}; self-wakes > {self_wake_percent}% of wakes; never yielded: a "
             f"first poll running >= {fmt_ns(never_yielded_ns)}; large and auto-boxed futures; and long poll: any poll "
             f"longer): {len(out)}")
     return "\n".join([head, *out])

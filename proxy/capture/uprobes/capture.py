@@ -176,12 +176,13 @@ class UprobeCapture(CaptureBase):
         nested_out: bool = True,
         spawns: bool = False,
         wakes: bool = True,
+        wakers: bool = False,
     ) -> None:
         super().__init__()
         # spawn records and the tasks' wakes (wakes.py; `--wakes`). Off by default: on a server
-        # every request's spawn and wakes are probed too (axum service: 0.64x the requests/s of
-        # the capture without them, docs/wakes.md)
-        self.origins = SpawnsAndWakes(wakes=wakes) if spawns else None
+        # every request's spawn and wakes are probed too (docs/wakes.md, Cost); `wakers`: the waker
+        # clones and drops too (`--lost-wakers`: the lost-waker warning)
+        self.origins = SpawnsAndWakes(wakes=wakes, wakers=wakers) if spawns else None
         self._load = load_inventory
         self.only, self.exclude, self.entry_only = only, exclude, entry_only
         self.stack_bytes = stack_bytes
