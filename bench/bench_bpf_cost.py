@@ -26,11 +26,14 @@ figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import statistics
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from bench.bench_server import (BPF_STATS, Server, capture_target, ensure_wrk, learn_return_sites,
                           resume_listening, wrk_timed)
@@ -39,27 +42,45 @@ from integration.harness.uprobes import spawn_stopped
 ROOT = Path(__file__).resolve().parent
 
 
-def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: str | None) -> dict[str, float]:
-    from proxy.capture.uprobes.capture import UprobeCapture
+@contextlib.contextmanager
+def serving(server: Server, make_cap: Callable[[], Any]) -> Iterator[tuple[Any, int, int]]:
+    """The server started stopped, `make_cap()`'s capture planned and installed, the server
+    listening and its return sites learnt: (capture, pid, port); then all undone."""
     from integration.harness.stubs import free_port
 
     port = free_port()
     pid = spawn_stopped([str(server.prog), str(port)])
     cap = None
-    out: dict[str, float] = {}
     try:
         target = capture_target(server, pid)
-        marks = {"catchup_marks": (1 << 40, 1 << 39)} if mode.startswith(("full", "slices")) else {}  # full: catch-up never samples
-        cap = UprobeCapture(catch_up=mode != "strict", **marks, **({"object_path": Path(obj)} if obj else {}))
-        if mode == "slices":  # every entry with its stack slice (as while threads wait for a resync)
-            cap._credits_wanted = lambda: 1 << 62  # type: ignore[method-assign]
-        cap.plan(target)  # type: ignore[arg-type]
+        cap = make_cap()
+        cap.plan(target)
         cap.install()
         if not cap.attached or cap._prog is None:
             raise SystemExit(f"not attached: {cap.note}")
         resume_listening(pid, port)
         learn_return_sites(cap, port)
         cap.poll()
+        yield cap, pid, port
+    finally:
+        if cap is not None:
+            cap.uninstall()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: str | None) -> dict[str, float]:
+    from proxy.capture.uprobes.capture import UprobeCapture
+
+    def make() -> Any:
+        marks = {"catchup_marks": (1 << 40, 1 << 39)} if mode.startswith(("full", "slices")) else {}  # full: catch-up never samples
+        cap = UprobeCapture(catch_up=mode != "strict", **marks, **({"object_path": Path(obj)} if obj else {}))
+        if mode == "slices":  # every entry with its stack slice (as while threads wait for a resync)
+            cap._credits_wanted = lambda: 1 << 62  # type: ignore[method-assign]
+        return cap
+
+    out: dict[str, float] = {}
+    with serving(server, make) as (cap, pid, port):
         if mode == "empty":
             cap._prog.set_off(True)
         if mode.endswith("-nostats"):
@@ -84,12 +105,7 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         elif cap.unwinder is not None:  # entries kept for the unwinder (those with a slice, at most)
             out["slices/hit"] = (cap.unwinder.stats.unwound + len(cap._unwind_q) - u0) / hits
         out["lost"] = c1.get("drops", 0) - c0.get("drops", 0)
-        return out
-    finally:
-        if cap is not None:
-            cap.uninstall()
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+    return out
 
 
 def main() -> int:

@@ -95,8 +95,8 @@ def record(path: Path, server_kind: str, seconds: float, conns: int) -> None:
         warm = 50
         for _ in range(warm):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
-        cap._returns_step(force=True)  # the return sites of vtable polls, as in the proxy's first 0.5 s
-        for th in cap._ret_closing:
+        cap.returns.step(force=True)  # the return sites of vtable polls, as in the proxy's first 0.5 s
+        for th in cap.returns.closing:
             th.join()
         res = subprocess.run([wrk, "-t1", f"-c{conns}", f"-d{seconds:g}s", f"http://127.0.0.1:{port}/"],
                              capture_output=True, text=True, check=True)

@@ -693,8 +693,8 @@ def learn_return_sites(cap: Any, port: int) -> None:
     probed (returns.py _returns_step), as the proxy does in its first 0.5 s."""
     for _ in range(50):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read()
-    cap._returns_step(force=True)
-    for th in cap._ret_closing:
+    cap.returns.step(force=True)
+    for th in cap.returns.closing:
         th.join()  # the rets' link closed: the int3s are out
 
 

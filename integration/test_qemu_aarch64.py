@@ -67,10 +67,18 @@ def _at_c_after_sleep(config: str, rt: str, end: str = "continue",
 
 def _x86_64_under_gdbserver(config: str, rt: str, extra: tuple[str, ...]) -> dict[str, str]:
     """The same questions on the x86-64 build by the same rustc (1.63), under gdbserver told
-    the stub is remote with the runtime adapters off: the sources of tasks QEMU has."""
+    the stub is remote, the runtime adapters on (the map through vFile; QEMU's from its own
+    process: proxy/host/emulator.py)."""
     prog = corpus_binary(config, "tokio_app")
-    run = run_session("gdbserver", prog, [rt], _commands("continue"), ["--remote", "--adapters", "off", *extra])
+    run = run_session("gdbserver", prog, [rt], _commands("continue"), ["--remote", *extra])
     return {k: comparable(v) for k, v in sections(run.gdb).items()}
+
+
+def _assert_emulator_map(proxy: str) -> None:
+    """The runtime adapters' map came from qemu-aarch64's process, guest base 0."""
+    assert re.search(r"program's memory map: the emulator's process \d+ \(qemu-aarch64\) on this host, the peer of "
+                     r"the stub's TCP connection \(socket \d+\), proven by the AT_RANDOM bytes at guest base 0x0",
+                     proxy), proxy[-3000:]
 
 
 def _check_chain(got: dict[str, str], gdb: str, edges: bool = True) -> None:
@@ -112,6 +120,7 @@ def test_qemu_aarch64_current_thread(config: str, mode: str) -> None:
     assert "SIGTRAP" not in gdb, gdb[-3000:]  # no stop of the proxy's reached the client
     assert "registers: full (the program is aarch64: gdbserver 13's XSAVE bug is x86-64's)" in proxy, proxy
     _check_chain(got, gdb, edges=config.endswith("debug") and mode == "full")
+    _assert_emulator_map(proxy)
     # the x86-64 build of the same source by the same rustc: the same answers
     want = _x86_64_under_gdbserver(config.replace("aarch64-", ""), "ct", extra)
     for q in QUESTIONS:
@@ -174,3 +183,33 @@ def test_gdb_mi_through_qemu_aarch64() -> None:
     assert isinstance(listed, list) and len(listed) == 1, listed  # the program's one thread (ct), no task
     assert ended.results.get("reason") == "exited-normally", ended.raw
     assert "tokio_app done mode=ct total=84" in st.output_text(), st.output_text()[-2000:]
+
+
+def _stuck_tasks(stub: str, config: str, rt: str, extra: list[str], **kw: object) -> tuple[dict[str, str], str]:
+    """`tasks` and `tree` of the corpus' stuck in mode off at its ready line, where every task
+    the source spawns is parked in the runtime; the program is killed (it never ends)."""
+    file, line = markers.breakpoint_markers("stuck")["stuck_ready"]
+    run = run_session(stub, corpus_binary(config, "stuck"), [rt],
+                      [f"break {file.name}:{line}", "continue", *ask("tasks", "tree"), "kill"],
+                      ["--mode", "off", *extra], timeout=120, **kw)  # type: ignore[arg-type]
+    assert re.search(rf"Breakpoint 1, .* at src/bin/stuck\.rs:{line}\b", run.gdb), run.gdb[-3000:] + run.proxy
+    return sections(run.gdb), run.proxy
+
+
+@pytest.mark.parametrize("rt", ["ct", "mt"])
+def test_parked_tasks_of_an_aarch64_program(rt: str) -> None:
+    """The tasks parked in the runtime (a lock, a timer, channels) are found by the runtime
+    adapters in qemu-aarch64's own map of the program (proxy/host/emulator.py): every task
+    stuck.rs hands to tokio::spawn; with the current-thread runtime `tasks` and `tree` equal
+    the x86-64 build's (same rustc) under gdbserver with the adapters on."""
+    text = "".join(p.read_text() for p in markers.program_sources("stuck"))
+    spawned = {f"stuck::{n}" for n in re.findall(r"tokio::spawn\((\w+)\(", text)}
+    assert len(spawned) == 5, spawned
+    got, proxy = _stuck_tasks("qemu-aarch64", "old-aarch64-debug", rt, [], gdb="gdb-multiarch", setup=GDB_SETUP)
+    _assert_emulator_map(proxy)
+    found = {m[1] for m in re.finditer(r"^#\d+\s.*\stokio runtime\s+(\S+)$", got["tasks"], re.M)}
+    assert found == spawned, got["tasks"]
+    if rt == "ct":
+        want, _ = _stuck_tasks("gdbserver", "old-debug", rt, ["--remote"])
+        for q in ("tasks", "tree"):
+            assert comparable(got[q]) == comparable(want[q]), f"{q}:\n--- aarch64\n{got[q]}\n--- x86-64\n{want[q]}"

@@ -851,7 +851,7 @@ def test_time_slices_take_the_probes_out_and_keep_the_graph_sound() -> None:
     lines = cap.stats_lines()
     cap.uninstall()
     assert os.waitstatus_to_exitcode(status) == 0
-    assert cap.slices >= 2, lines
+    assert cap.slicing.count >= 2, lines
     assert out_bytes == [site.original], (out_bytes, site.original)
     assert fed_at_root and fed_at_root <= full_roots, (fed_at_root - full_roots, full_roots)
     assert any(ln.startswith("time-sliced: probes in 50%") and "not exact" in ln for ln in lines), lines
@@ -885,11 +885,11 @@ def test_time_slices_wait_for_the_cpu_budget() -> None:
             time.sleep(0.005)
         cpu = (time.process_time() - c0) / (time.monotonic() - t0)
         cap.sync()
-        line = cap.slice_line() or ""
+        line = cap.slicing.line() or ""
         cap.uninstall()
         share = re.search(r"= ([\d.]+)%\)", line)
-        assert share and cap.slices >= 1, line
-        got[budget] = (float(share.group(1)) / 100, cpu, cap.slice_held, line)
+        assert share and cap.slicing.count >= 1, line
+        got[budget] = (float(share.group(1)) / 100, cpu, cap.slicing.held, line)
     (share0, cpu0, held0, line0), (share1, cpu1, held1, line1) = got[None], got[0.1]
     assert held0 == 0 and "no CPU budget" in line0, line0
     # the premise: unbounded, folding the slices takes well over the budget (0.51-0.58 of a core
@@ -926,7 +926,7 @@ def test_tasks_mode_keeps_the_tasks_probes_and_counts_them_exactly() -> None:
                                    learn_s=0.0, learn_entries=100)
     assert code == 0
     lines = cap.stats_lines()
-    assert cap.swaps >= 1 and cap.tasks_left_out, lines
+    assert cap.tasks.swaps >= 1 and cap.tasks.tasks_left_out, lines
     assert any(ln.startswith("tasks mode: ") and "left out" in ln for ln in lines), lines
     kept = {st.spec.fn for st in cap._kept_sites() if st.spec.kind == 0}
     left = {st.spec.fn for st in cap._att_sites if st.spec.kind == 0} - kept
@@ -968,10 +968,10 @@ def test_exits_at_learned_return_sites_count_every_poll_once() -> None:
         uncovered = c.get("uncovered", 0)
         assert d.bad == 0 and st.unmatched_exits == 0, (learn, d, st)
         assert d.entries == d.exits + d.unwinds + uncovered and st.exits_missed <= uncovered, (learn, d, st, c)
-        assert bool(cap.retsites) == learn, cap.stats_lines()
+        assert bool(cap.returns.sites) == learn, cap.stats_lines()
         if learn:
-            line = cap.returns_line() or ""
-            assert "with their exits at" in line and not cap._given_up, line
+            line = cap.returns.line() or ""
+            assert "with their exits at" in line and not cap.returns.given_up, line
             assert uncovered <= d.entries // 100, line  # learned early: at most the first step's stragglers
         runs.append(d.entries)
     assert runs[0] == runs[1]
@@ -1327,7 +1327,7 @@ def test_nested_probes_follow_the_budget(config: str) -> None:
         hits = cap._prog.site_hits(list(range(len(cap._att_sites))))
         conn = [i for i, s in enumerate(cap._att_sites)
                 if s.spec.kind == B.KIND_ENTRY and re.search(r"::conn_task\b", s.name)]
-        inner = set(cap._nested_cookies)
+        inner = set(cap.nested_links.cookies)
         with open(f"/proc/{pid}/mem", "rb") as mem:
             def now_bytes(s: Any) -> bytes:
                 mem.seek(s.addr)
@@ -1337,13 +1337,14 @@ def test_nested_probes_follow_the_budget(config: str) -> None:
             in_bytes = [now_bytes(s)[:1] for i, s in enumerate(cap._att_sites) if i in conn]
         running_tasks = {sc.task for th in eng.threads() for sc in eng.scopes(th)}
         stops.append(dict(
-            out=cap.nested.out, split=cap._split, link=cap._nested_link, inner=set(cap._inner_sites),
+            out=cap.nested.out, split=cap.nested_links.split_done, link=cap.nested_links.link,
+            inner=set(cap.nested_links.inner_sites),
             graph=conn_polls() + running, conn_hits=sum(hits.get(i, 0) for i in conn), conns=len(ids),
             out_bytes=out_bytes, in_bytes=in_bytes,
             roots={t.path for t in eng.tasks() if t.parent is None and not t.finished},
             stale=[t for t in eng.tasks() if not t.finished and t.id not in running_tasks
-                   and t.site in cap._inner_sites],
-            entries=dict(eng.entries_by_site), elided=cap.elided_by_fn(), forgotten=cap.nested_forgotten))
+                   and t.site in cap.nested_links.inner_sites],
+            entries=dict(eng.entries_by_site), elided=cap.elided_by_fn(), forgotten=cap.nested_links.forgotten))
 
     out, counters, lines = _http_server_stops(prog, inv, eng, cap, at_stop, [300, 150])
     assert len(stops) == 2, stops
@@ -1391,10 +1392,11 @@ def test_nested_return_sites_go_out_with_the_nested_probes() -> None:
                 served: dict[int, set[int]] = {}  # return address -> the functions seen returning there
                 for ret, fn in self._prog.rets_seen():
                     served.setdefault(ret, set()).add(fn)
-                seen.update(inner=self._inner_only, split=self._split, outs=self.nested and self.nested.outs,
-                            rets={c: served.get(self._retsite_ret.get(c, -1), set())
+                seen.update(inner=self.nested_links.inner_only, split=self.nested_links.split_done,
+                            outs=self.nested and self.nested.outs,
+                            rets={c: served.get(self.returns.retsite_ret.get(c, -1), set())
                                   for c, st in enumerate(self._att_sites) if st.spec.kind == B.KIND_RETSITE},
-                            nested=set(self._nested_cookies))
+                            nested=set(self.nested_links.cookies))
             return super().sync()
 
     mine = Capture(unwind_share=0.0, learn_s=0.02, catchup_marks=(200, 150), cpu_budget=0.001)
@@ -1409,7 +1411,7 @@ def test_nested_return_sites_go_out_with_the_nested_probes() -> None:
     c = cap.counters()
     # the windows of the nested link's switches (as often as it can here: no minimum out time)
     # leave some: 240-700 of ~55,000 at load 1-3
-    assert c.get("retsite other", 0) <= c["hits"] * 3 // 100, (c, cap.returns_line())
+    assert c.get("retsite other", 0) <= c["hits"] * 3 // 100, (c, cap.returns.line())
     # and the nested functions' rets went when their entries did (learned at the
     # take-out): no stream of exits without their entry (3,818-4,571 before, 0 after)
     assert c.get("scope misses", 0) <= c["hits"] // 100, c

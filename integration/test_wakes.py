@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from proxy.graph.engine import Engine
 from proxy.origins.resolve import Origin, crate_of
 
 from integration.harness.monitor import corpus_binary
-from integration.harness.uprobes import spawn_stopped
+from integration.harness.uprobes import spawn_stopped, stopped_under_wakes
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "integration" / "corpus" / "src" / "bin" / "deadlock.rs"
@@ -40,7 +41,7 @@ def _spawn_lines() -> set[int]:
     return {i + 1 for i in range(start, end) if "tokio::spawn(" in lines[i]}
 
 
-def _capture(prog: Path, args: list[str], run_s: float) -> tuple[UprobeCapture, int]:
+def _capture(prog: Path, args: list[str], run_s: float, **kw: bool) -> tuple[UprobeCapture, int]:
     """`prog` under uprobe capture for `run_s` seconds, then stopped (SIGSTOP) and synced."""
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0
@@ -48,7 +49,7 @@ def _capture(prog: Path, args: list[str], run_s: float) -> tuple[UprobeCapture, 
     pid = spawn_stopped([str(prog), *args])
     target = SimpleNamespace(path=str(prog), pid=pid, local=True, inventory=inv, bias=bias, engine=eng,
                              note=None, extra={})
-    cap = UprobeCapture(spawns=True)
+    cap = UprobeCapture(spawns=True, **kw)
     cap.plan(target)  # type: ignore[arg-type]
     assert cap.install() is None
     assert cap.attached, cap.note
@@ -71,6 +72,9 @@ def test_spawning_lines_are_the_sources_spawn_calls_and_resolved_only_when_asked
         assert sw is not None and sw.resolver is not None and sw.plan is not None
         assert sw.plan.spawns, sw.plan.notes
         assert sw.log.seen >= 8, sw.lines()
+        # rustc 1.95's tasks' polls are seen at their futures' root entries (task_roots.py), with
+        # no task-poll site; 1.63's futures are GenFuture wrappers: their task-poll sites stay
+        assert bool(sw.plan.roots) == (config == "debug"), sw.lines()
         assert sw.resolver.symbolised == 0  # collected raw: nothing resolved until shown
         want = _spawn_lines()
         got: dict[int, int] = {}
@@ -92,16 +96,29 @@ def test_spawning_lines_are_the_sources_spawn_calls_and_resolved_only_when_asked
         os.waitpid(pid, 0)
 
 
-def test_no_wakes_plants_neither() -> None:
+def _planned(**kw: bool) -> list[str]:
+    """The names of the sites uprobe capture plans on the corpus `deadlock` (rustc 1.63 debug)."""
     prog = corpus_binary("old-debug", "deadlock")
     inv = build_inventory(str(prog))
-    cap = UprobeCapture(spawns=False)
+    cap = UprobeCapture(**kw)
     eng = Engine(Catalog(inv, 0x555555554000), keep_log=False)
     cap.plan(SimpleNamespace(path=str(prog), pid=os.getpid(), local=True, inventory=inv, bias=0x555555554000,
                              engine=eng, note=None, extra={}))  # type: ignore[arg-type]
     assert cap.plan_ is not None
-    assert not any(s.spec.kind in (6, 7) for s in cap.plan_.sites)
-    assert not any(re.search(r"Id::next|waker", s.name) for s in cap.plan_.sites)
+    return [s.name for s in cap.plan_.sites if s.spec.kind in (6, 7)]
+
+
+def test_no_wakes_plants_neither() -> None:
+    assert _planned(spawns=False) == []
+
+
+def test_waker_clones_and_drops_only_for_the_lost_waker_warning() -> None:
+    """`--wakes` plants the wake and task-poll sites but not tokio's clone_waker and drop_waker
+    (the most hit: they feed only the lost-waker warning); `--lost-wakers` plants them too."""
+    plain, lost = _planned(spawns=True), _planned(spawns=True, wakers=True)
+    assert any("wake_by_val" in n for n in plain) and any("task poll" in n for n in plain), plain
+    assert not any(re.search(r"clone_waker|drop_waker", n) for n in plain), plain
+    assert {n for n in lost if re.search(r"clone_waker|drop_waker", n)} and set(plain) < set(lost), lost
 
 
 @pytest.mark.parametrize("config", ["old-debug", "debug"])
@@ -111,7 +128,7 @@ def test_the_lost_waker_built_on_purpose_is_the_one_found(config: str) -> None:
     from proxy.origins.view import Origins, WakeWords
 
     prog = corpus_binary(config, "lost_waker")
-    cap, pid = _capture(prog, ["ct"], 1.5)
+    cap, pid = _capture(prog, ["ct"], 1.5, wakers=True)
     try:
         sw = cap.origins
         assert sw is not None
@@ -289,53 +306,141 @@ def test_realworld_async_task_spawns_are_matched_to_their_tasks(program: str, co
     `tasks` (SPAWNED AT), `where` and the JSON document, the line of its spawn call (the
     source's text) and the task that spawned it. A release build's spawner is the task polled
     on the spawning thread only where the capture sees that poll in progress (its coroutine
-    has a resume function); where it does not, `by` stays empty, never wrong."""
-    from integration.harness.stubs import spawn_proxy, start_stub
+    has a resume function); where it does not, `by` stays empty, never wrong. A build with no
+    resume function at all (smol's chat-server in release: every coroutine inlined into the
+    runtime's task functions) still has its spawns probed: the lines are matched all the same."""
     from integration.realworld import clients, gauntlet, truth
 
     prog = _realworld_binary(program, config)
-    if not build_inventory(str(prog)).resume_fns:
-        pytest.skip(f"{program} ({config}): the analysis finds no async resume function in this build "
-                    f"(its coroutines inlined away): the uprobe capture has nothing to plant")
     table = truth.tables([program])[0]
     taken = gauntlet.fixed_ports_taken(table, wait=60)
     if taken is not None:
         pytest.skip(taken)
     want = [(name, truth.place(table.source, text, None).line, by) for name, text, by in ASYNC_TASK_SPAWNS[program]]
     port = gauntlet._port(table)
-    with start_stub("gdbserver", prog, gauntlet._args(table, port)) as stub:
-        px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes"])
-        conns = []
-        try:
-            mi = gauntlet._mi(prog, px.address)
+    conns: list = []  # type: ignore[type-arg]
+
+    def driven(_stub: object) -> None:
+        gauntlet._wait_port(port)
+        conns.extend(clients.drive(table.states[0].clients, port))
+        time.sleep(1.0)
+
+    try:
+        with stopped_under_wakes(prog, gauntlet._args(table, port), driven) as (mi, stop):
+            tasks_text, doc = stop.text["tasks"], stop.doc  # the views' text and the JSON document
+            checked = 0
+            for name, line, by in want:
+                mine = [t for t in doc["tasks"] if t["name"].endswith(name)]
+                assert mine, (name, [t["name"] for t in doc["tasks"]])
+                for t in mine:
+                    sp = t.get("spawn")
+                    assert sp is not None and sp["line"] == line and Path(sp["file"]).name == table.source.name, \
+                        (t["name"], sp and {k: sp[k] for k in ("file", "line", "by")}, line)
+                    if config == "realworld-debug" or sp["by"] is not None:
+                        assert sp["by"] is not None and by in sp["by"], (t["name"], sp["by"], by)
+                    row = next(r for r in tasks_text.splitlines() if r.startswith(f"#{t['id']} "))
+                    assert row.rstrip().endswith(f"{table.source.name}:{line}"), row
+                    where = gauntlet._console(mi, f"monitor async where {t['id']}")
+                    assert "spawned at " in where and f"{table.source.name}:{line}" in where, where
+                    checked += 1
+            assert checked >= len(want) + 1, checked  # the clients' tasks: two of one kind at least
+    finally:
+        clients.close_all(conns)
+
+
+# tokio >= 1.46 built with `--cfg tokio_unstable` keeps each task's spawn location in the task
+# (`Core.spawned_at`, `#[track_caller]` on the spawn functions): the runtime's own word, against
+# which the capture's line is checked, and what a task spawned before the capture began shows.
+
+
+def _deadlock_tasks(doc: dict) -> list[dict]:  # type: ignore[type-arg]
+    """The document's tasks `deadlock`'s `run` spawns (every task but run itself)."""
+    return [t for t in doc["tasks"] if t["name"].startswith("deadlock::") and t["name"] != "deadlock::run"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", ["sid-unstable-debug", "sid-unstable-release"])
+def test_spawning_lines_agree_with_tokios_own_spawn_locations(config: str) -> None:
+    """gdb, gdbserver and the proxy with `--capture uprobes --wakes` on `deadlock` built against
+    tokio 1.53 with tokio_unstable: every task `run` spawns shows its `tokio::spawn(` line (the
+    source's) in the document, `tasks` and `where`, and that line is the one tokio itself
+    recorded (the task's `spawned_at`: the document's `spawn.runtime`, "the runtime says" in
+    `where`), for all seven lines of the source."""
+    from integration.harness.monitor import modern_binary
+    from integration.realworld import gauntlet
+
+    prog = modern_binary(config, "deadlock")
+    want = _spawn_lines()
+
+    def ready(stub: Any) -> None:
+        assert stub.output.wait_for(re.compile(rb"deadlock ready"), 120), stub.output_text()[-2000:]
+
+    with stopped_under_wakes(prog, ["ct"], ready) as (mi, stop):
+        tasks_text, doc = stop.text["tasks"], stop.doc
+        mine = _deadlock_tasks(doc)
+        assert len(mine) == len(want), [t["name"] for t in doc["tasks"]]
+        lines = set()
+        for t in mine:
+            sp = t.get("spawn")
+            assert sp is not None and sp["line"] in want and Path(sp["file"]).name == SOURCE.name, \
+                (t["name"], sp and {k: sp[k] for k in ("file", "line")}, sorted(want))
+            rt = re.fullmatch(r"(\S+):(\d+):(\d+)", sp.get("runtime") or "")
+            assert rt is not None, (t["name"], sp.get("runtime"))  # tokio_unstable: the runtime's own word
+            assert Path(rt.group(1)).name == SOURCE.name and int(rt.group(2)) == sp["line"], \
+                (t["name"], sp["runtime"], sp["line"])
+            row = next(r for r in tasks_text.splitlines() if r.startswith(f"#{t['id']} "))
+            assert row.rstrip().endswith(f"{SOURCE.name}:{sp['line']}"), row
+            where = gauntlet._console(mi, f"monitor async where {t['id']}")
+            assert f"spawned at {sp['file']}:{sp['line']}" in where and \
+                f"the runtime says: spawned at {sp['runtime']}" in where, where
+            lines.add(sp["line"])
+        assert lines == want, (sorted(lines), sorted(want))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", ["sid-unstable-debug", "sid-unstable-release"])
+def test_a_task_spawned_before_the_capture_shows_tokios_own_location(config: str) -> None:
+    """`deadlock` run alone until its tasks are stuck, then attached (gdbserver --attach, the
+    proxy with `--capture uprobes --wakes`), resumed and stopped: no spawn was recorded, so
+    every task `run` spawned shows the runtime's location (`runtime@file:line:col` in `tasks`,
+    "the runtime says" in `where`), the source's `tokio::spawn(` line."""
+    import subprocess
+
+    from integration.harness.monitor import modern_binary
+    from integration.harness.stubs import kill_tree, spawn_proxy, start_stub
+    from integration.realworld import gauntlet
+
+    prog = modern_binary(config, "deadlock")
+    want = _spawn_lines()
+    p = subprocess.Popen([str(prog), "ct"], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert p.stdout is not None and b"deadlock ready" in p.stdout.readline()
+        with start_stub("gdbserver", prog, attach=p.pid) as stub:
+            px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes"])
             try:
-                pid = stub.find_inferior()
-                assert pid is not None
-                mi.cmd("-exec-continue")
-                gauntlet._wait_port(port)
-                conns = clients.drive(table.states[0].clients, port)
-                time.sleep(1.0)
-                gauntlet._interrupt(mi, pid)
-                stop = gauntlet._views(mi)  # the views' text and the JSON document
-                tasks_text, doc = stop.text["tasks"], stop.doc
-                checked = 0
-                for name, line, by in want:
-                    mine = [t for t in doc["tasks"] if t["name"].endswith(name)]
-                    assert mine, (name, [t["name"] for t in doc["tasks"]])
-                    for t in mine:
-                        sp = t.get("spawn")
-                        assert sp is not None and sp["line"] == line and Path(sp["file"]).name == table.source.name, \
-                            (t["name"], sp and {k: sp[k] for k in ("file", "line", "by")}, line)
-                        if config == "realworld-debug" or sp["by"] is not None:
-                            assert sp["by"] is not None and by in sp["by"], (t["name"], sp["by"], by)
-                        row = next(r for r in tasks_text.splitlines() if r.startswith(f"#{t['id']} "))
-                        assert row.rstrip().endswith(f"{table.source.name}:{line}"), row
-                        where = gauntlet._console(mi, f"monitor async where {t['id']}")
-                        assert f"spawned at " in where and f"{table.source.name}:{line}" in where, where
-                        checked += 1
-                assert checked >= len(want) + 1, checked  # the clients' tasks: two of one kind at least
+                mi = gauntlet._mi(prog, px.address)
+                try:
+                    mi.cmd("-exec-continue")  # the capture begins with the first resume
+                    time.sleep(1.0)
+                    gauntlet._interrupt(mi, p.pid)
+                    tasks_text = gauntlet._console(mi, "monitor async tasks")
+                    assert "SPAWNED AT" in tasks_text, tasks_text  # the capture runs, with --wakes
+                    lines = set()
+                    for row in tasks_text.splitlines():
+                        m = re.match(r"#(\d+) .*\bdeadlock::(\w+)\s+(\S+)\s*$", row)
+                        if m is None or m.group(2) == "run":
+                            continue
+                        at = re.fullmatch(r"runtime@(\S+):(\d+):(\d+)", m.group(3))
+                        assert at is not None and Path(at.group(1)).name == SOURCE.name, row
+                        lines.add(int(at.group(2)))
+                        where = gauntlet._console(mi, f"monitor async where {m.group(1)}")
+                        assert "its spawn was not recorded" in where and \
+                            f"the runtime says: spawned at {at.group(1)}:{at.group(2)}:" in where, where
+                    assert lines == want, (sorted(lines), sorted(want), tasks_text)
+                    mi.cmd("-target-detach")
+                finally:
+                    mi.close()
             finally:
-                mi.close()
-        finally:
-            clients.close_all(conns)
-            px.close()
+                px.close()
+    finally:
+        kill_tree(p)  # type: ignore[arg-type]

@@ -80,8 +80,16 @@ def _summary_lines(session: Session) -> list[str]:
     lines += [f"capture note: {text}" for text in (session.capture_notice, getattr(cap, "note", None)) if text]
     s = session.stats
     stops = f"{s.hidden_stops} hidden stops ({s.hidden_time * 1e3:.1f} ms)"
-    return [*lines, session.identity.line(),
+    return [*lines, session.identity.line(), *_map_line(session),
             f"proxy's cost: {time.process_time():.2f} s of CPU, RSS {_rss_mb()}; the program: {stops}"]
+
+
+def _map_line(session: Session) -> list[str]:
+    """Where the runtime adapters' map of a program of another host came from, or why none."""
+    q = session.queries
+    if session.identity.local or not session.config.remote_maps or not (q.remote_maps_how or q.remote_maps_why):
+        return []
+    return [f"program's memory map: {q.remote_maps_how if q.remote_maps is not None else 'none: ' + str(q.remote_maps_why)}"]
 
 
 class _LazyLines(Sequence[str]):
@@ -532,4 +540,8 @@ def make_session(
         session.register_notice = (f"serving {image.origin} (pid {image.pid}, "  # type: ignore[union-attr]
                                    f"{len(image.threads)} threads), read-only")  # type: ignore[union-attr]
     session.config.remote_maps = session.program.adapters != "off" and upstream.kind != "core"
+    if session.config.remote_maps and host != "remote" and upstream.kind in ("tcp", "unix"):
+        from proxy.host.emulator import EmulatorHost
+
+        session.config.emulator = EmulatorHost()  # a stub with no pid and no vFile: QEMU's user mode
     return session

@@ -94,6 +94,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "TASK and the tasks' SPAWNED AT, the wakers feed top's SCHED, WAKES and SELF, warnings "
                         "and the observed wakes in waits/deadlocks (docs/wakes.md; costs a busy server about a "
                         "third of its requests)")
+    p.add_argument("--lost-wakers", action="store_true",
+                   help="uprobe capture: --wakes and the waker clones and drops too, for warnings' lost waker "
+                        "(the most hit waker functions: on the axum service 3 more probe hits a request)")
     p.add_argument("--uprobe-strict", action="store_true",
                    help="uprobe capture, full mode: record every poll even when the proxy falls behind (by "
                         "default the kernel then samples 1 root poll in 64 per coroutine until the proxy has "

@@ -2,7 +2,8 @@
 
 For every program and `// bp:` marker of the 1.24 corpus (integration/corpus), and each
 config and mode asked: stop at the marker through the proxy over qemu-x86_64 and over
-gdbserver (the proxy told the stub is remote, its runtime adapters off as QEMU's are), ask `tree`, `bt`, `tasks`, compare them as
+gdbserver (the proxy told the stub is remote; the runtime adapters on: their map through
+vFile there, from QEMU's own process here, proxy/host/emulator.py), ask `tree`, `bt`, `tasks`, compare them as
 integration/test_qemu_corpus.py does (integration/harness/compare.py), and let the program
 run on. Prints one line per marker (same / differs / QEMU run did not end) and the diffs.
 integration/test_qemu_corpus.py runs a few of these in the test suite.
@@ -46,9 +47,9 @@ def one(config: str, program: str, marker: str, mode: str) -> tuple[str, str]:
         prog = build.pinned(build.binary(config.replace("aarch64-", ""), program))  # x86-64, same rustc
     else:
         qemu = run_session("qemu", prog, ARGS.get(program, []), commands, extra)
-    # the same sources of tasks: QEMU has no vFile, so no runtime adapter scans its heap
-    # (docs/remote.md); gdbserver --remote reads /proc/PID/maps through vFile and would find more
-    gdbs = run_session("gdbserver", prog, ARGS.get(program, []), commands, [*extra, "--remote", "--adapters", "off"])
+    # gdbserver --remote: the runtime adapters' map read through vFile; QEMU's is its own
+    # process's (docs/remote.md)
+    gdbs = run_session("gdbserver", prog, ARGS.get(program, []), commands, [*extra, "--remote"])
     got = {k: comparable(v) for k, v in sections(qemu.gdb).items()}
     want = {k: comparable(v) for k, v in sections(gdbs.gdb).items()}
     diffs = []

@@ -95,7 +95,7 @@ CRATES_DIR = BUILD_DIR / "crates"  # scripts/fetch-crates: a link to <cache>/cra
 # The modern corpus' programs per package (= Debian release of its crates).
 MODERN_PROGRAMS: dict[str, tuple[str, ...]] = {
     "trixie": ("tk_dump", "tk_sync", "hyper_svc", "astd", "smol_app", "fut_exec", "stuck", "tk_join3", "tk_streams"),
-    "sid": ("tk_dump", "tk_sync", "axum_svc", "stuck"),
+    "sid": ("tk_dump", "tk_sync", "axum_svc", "stuck", "deadlock", "lost_waker"),
     # The gauntlet (integration/realworld): the authors' own examples in ../shared/realworld
     # and in sid's crate packages, built against sid's crates (`bash scripts/fetch-crates
     # realworld`); scripts/realworld.
@@ -193,7 +193,8 @@ CONFIGS: dict[str, Config] = {
         *(Config(f"trixie-dump-{kind}", "new", release=kind == "release", crates="trixie",
                  rustflags=TASKDUMP_FLAGS) for kind in ("debug", "release")),
         # tokio 1.53 with tokio_unstable: the spawn location each task records (>= 1.46)
-        Config("sid-unstable-debug", "new", release=False, crates="sid", rustflags=("--cfg", "tokio_unstable")),
+        *(Config(f"sid-unstable-{kind}", "new", release=kind == "release", crates="sid",
+                 rustflags=("--cfg", "tokio_unstable")) for kind in ("debug", "release")),
     )
 }
 

@@ -88,6 +88,18 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def gone_within(pid: int, timeout: float) -> bool:
+    """``pid`` is gone (or a zombie) within ``timeout`` seconds: a killed multi-threaded
+    program takes a while to exit when the machine is loaded (seen: still there right after
+    gdbserver itself had exited)."""
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def kill_tree(proc: subprocess.Popen[bytes], extra_pids: Sequence[int] = ()) -> None:
     """SIGKILL ``proc``'s process group, its descendants and ``extra_pids``."""
     victims = [proc.pid, *descendants(proc.pid), *extra_pids]

@@ -2,17 +2,20 @@
 
 ``spawn_stopped`` forks a program that stops itself before its exec (ASLR off, as
 gdbserver runs it); ``run_captured`` runs it to its exit under a ``UprobeCapture``
-alone; ``http_server_session`` drives the keep-alive http_server under one.
+alone; ``http_server_session`` drives the keep-alive http_server under one;
+``stopped_under_wakes`` stops a program gdbserver runs under gdb (MI) and the proxy with
+``--capture uprobes --wakes``.
 ``AVAILABLE``/``WHY``: whether this machine can attach uprobes (root, BPF
 uprobe_multi links), and why not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -185,3 +188,29 @@ class EntryCounting(Engine):
             self.entries_by_site = getattr(self, "entries_by_site", {})
             self.entries_by_site[ev.site] = self.entries_by_site.get(ev.site, 0) + 1
         return super().feed(ev)
+
+
+@contextlib.contextmanager
+def stopped_under_wakes(prog: Path, args: list[str], ready: Callable[[Any], None],
+                        extra: tuple[str, ...] = ()) -> Iterator[tuple[Any, Any]]:
+    """gdb (MI) through the proxy with `--capture uprobes --wakes` (and `extra`) over gdbserver
+    running `prog`: resumed, `ready(stub)` waited for, interrupted; yields (the MI session, the
+    stop's views)."""
+    from integration.harness.stubs import spawn_proxy, start_stub
+    from integration.realworld import gauntlet
+
+    with start_stub("gdbserver", prog, args) as stub:
+        px = spawn_proxy(stub.address, extra=["--capture", "uprobes", "--wakes", *extra])
+        try:
+            mi = gauntlet._mi(prog, px.address)
+            try:
+                pid = stub.find_inferior()
+                assert pid is not None
+                mi.cmd("-exec-continue")
+                ready(stub)
+                gauntlet._interrupt(mi, pid)
+                yield mi, gauntlet._views(mi)
+            finally:
+                mi.close()
+        finally:
+            px.close()

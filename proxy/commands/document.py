@@ -28,7 +28,9 @@ removed or changes meaning only with a new ``version``.
         // uprobe capture with its spawn and wake probes (docs/wakes.md), else absent:
         "spawn": {"file": "src/main.rs", "line": 88, "by": "#1 app::main", "thread": 7,
                   "logical": ["app::main at src/main.rs:88"], "frames": [{"name": "...", "file": "...",
-                  "line": 3, "inlined": false}]},          // null: its spawn was not recorded
+                  "line": 3, "inlined": false}],
+                  "runtime": "src/main.rs:88:5"},          // null: its spawn was not recorded
+                  // runtime: the runtime's own location (tokio_unstable), else null
         "wakes": {"wakes": 3, "self_wakes": 0, "sched_ns": 1200, "sched_max_ns": 900, "clones": 2,
                   "drops": 1, "polls": 4, "last": [{"ns": 123, "waker": 1, "thread": 7}]}
       }],

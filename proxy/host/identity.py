@@ -124,11 +124,40 @@ class HostProcs:
     def exe(self, pid: int) -> str:
         return f"{self.root}/{pid}/exe"
 
+    # an emulator's process (emulator.py): its map, its sockets, its name
 
-def _read(path: str) -> bytes | None:
+    def maps(self, pid: int) -> str | None:
+        data = _read(f"{self.root}/{pid}/maps", 1 << 24)
+        return data.decode(errors="replace") if data is not None else None
+
+    def comm(self, pid: int) -> str | None:
+        data = _read(f"{self.root}/{pid}/comm")
+        return data.decode(errors="replace").strip() if data is not None else None
+
+    def net(self, name: str) -> str | None:
+        data = _read(f"{self.root}/net/{name}", 1 << 24)
+        return data.decode(errors="replace") if data is not None else None
+
+    def fd_targets(self, pid: int) -> set[str]:
+        """What the process's descriptors are (``socket:[INODE]``, paths); empty when unreadable."""
+        base = f"{self.root}/{pid}/fd"
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return set()
+        out = set()
+        for n in names:
+            try:
+                out.add(os.readlink(f"{base}/{n}"))
+            except OSError:
+                continue
+        return out
+
+
+def _read(path: str, limit: int = 1 << 20) -> bytes | None:
     try:
         with open(path, "rb") as fh:
-            return fh.read(1 << 20)
+            return fh.read(limit)
     except OSError:
         return None
 
@@ -315,6 +344,20 @@ def random_address(stub_auxv: bytes | None) -> int | None:
     return parse_auxv(stub_auxv).get(AT_RANDOM)
 
 
+def read_stub_random(stub_auxv: bytes | None, exchange: Callable[[tuple[bytes, ...]], object]
+                     ) -> Generator[object, list[bytes], bytes | None]:
+    """The 16 bytes at AT_RANDOM as the stub reads them (one `m`), or None."""
+    rnd = random_address(stub_auxv)
+    if rnd is None:
+        return None
+    (reply,) = yield exchange((b"m%x,%x" % (rnd, RANDOM_BYTES),))
+    try:
+        data = bytes.fromhex(reply.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        data = b""
+    return data if len(data) == RANDOM_BYTES else None
+
+
 # -- as a session procedure step ------------------------------------------------------
 
 def prove(stub_pid: int | None, stub_auxv: bytes | None, program_path: str | None, *,
@@ -323,12 +366,6 @@ def prove(stub_pid: int | None, stub_auxv: bytes | None, program_path: str | Non
     """`decide`, reading the AT_RANDOM bytes through the stub first: yields
     `exchange((b"m<addr>,10",))` and receives its reply."""
     stub_random: bytes | None = None
-    rnd = random_address(stub_auxv)
-    if override is None and stub_pid is not None and rnd is not None:
-        (reply,) = yield exchange((b"m%x,%x" % (rnd, RANDOM_BYTES),))
-        try:
-            data = bytes.fromhex(reply.decode("ascii"))
-        except (ValueError, UnicodeDecodeError):
-            data = b""
-        stub_random = data if len(data) == RANDOM_BYTES else None
+    if override is None and stub_pid is not None:
+        stub_random = yield from read_stub_random(stub_auxv, exchange)
     return decide(stub_pid, stub_auxv, stub_random, program_path, override=override, host=host)

@@ -44,6 +44,23 @@ class SpawnRecord:
         return self.stack[off:off + size]
 
 
+# the head's first fields: kind depth key cookie tid stack_len | ts ip sp task_id
+_SPAWN_KEY = struct.Struct("<HBBIII4Q")
+
+
+def spawn_key(raw: bytes) -> tuple[int, int, int] | None:
+    """(task id, task pointer, ts) of a raw record (the rest is decoded when asked for)."""
+    if len(raw) < SPAWN_HEAD.size:
+        return None
+    kind, _depth, key, _cookie, _tid, _len, ts, _ip, _sp, value = _SPAWN_KEY.unpack_from(raw, 0)
+    if kind != KIND_SPAWN:
+        return None
+    return (value if key == KEY_ID else 0), (value if key == KEY_TASK else 0), ts
+
+
+SPAWN_PATH = slice(SPAWN_HEAD.size - 16, SPAWN_HEAD.size)  # a raw record's spawning path (struct spawn_path)
+
+
 def decode_spawn(buf: bytes | memoryview, off: int, n: int) -> SpawnRecord | None:
     if n < SPAWN_HEAD.size:
         return None

@@ -42,6 +42,7 @@ class Origins:
         self.bias = bias
         self.read = read
         self._by_future: dict[int, WakeStats] | None = None
+        self._reflector: Any = None  # made once per stop, for the runtime's spawn locations
 
     # ---- matching ---------------------------------------------------------------------------
     def wakes_by_future(self) -> dict[int, WakeStats]:
@@ -62,8 +63,9 @@ class Origins:
         w = self.wakes_of(task)
         return w.task if w is not None else _header_in(task)
 
-    def task_id_of(self, header: int) -> int | None:
-        """tokio's id of the task at `header` (its cell's ``core.task_id``)."""
+    def _cell_of(self, header: int) -> Any:
+        """The type of tokio's cell at `header`, found by the header's vtable (the inventory's
+        task vtables); None when it is not one."""
         inv, read = self.inv, self.read
         if inv is None or read is None:
             return None
@@ -72,16 +74,56 @@ class Origins:
         raw = read(header + (f.offset if f is not None else 16), 8)
         if raw is None or len(raw) < 8:
             return None
-        vt = struct.unpack("<Q", raw)[0] - self.bias
-        cell = inv.task_vtables.get(vt)
-        c = inv.types.get(cell) if cell else None
+        cell = inv.task_vtables.get(struct.unpack("<Q", raw)[0] - self.bias)
+        return inv.types.get(cell) if cell else None
+
+    def _core_of(self, header: int) -> tuple[int, Any] | None:
+        """(offset from the header, type) of the ``core`` of tokio's cell at `header`."""
+        c = self._cell_of(header)
         core = c.field("core") if c is not None else None
-        core_t = inv.types.get(core.type_name) if core is not None else None
-        tid = core_t.field("task_id") if core_t is not None else None
-        if tid is None:
+        core_t = self.inv.types.get(core.type_name) if core is not None else None
+        return (core.offset, core_t) if core is not None and core_t is not None else None
+
+    def future_size(self, task: Any) -> tuple[int, bool] | None:
+        """(bytes, boxed) of the future the task runs: its type's size (the program's DWARF) and
+        whether it lies outside the task's cell (tokio boxes a future too large to move: over
+        its BOX_FUTURE_THRESHOLD); None when the type's size or the task's cell is unknown."""
+        lay = self.inv.layouts.get(task.type_name) if self.inv is not None else None
+        t = self.inv.types.get(task.type_name) if self.inv is not None and lay is None else None
+        size = lay.size if lay is not None else t.size if t is not None else None
+        header = self.header_of(task)
+        cell = self._cell_of(header) if header is not None else None
+        if size is None or cell is None or not cell.size:
             return None
-        raw = read(header + core.offset + tid.offset, 8)  # type: ignore[union-attr]
+        return size, not header <= task.addr < header + cell.size  # type: ignore[operator]
+
+    def task_id_of(self, header: int) -> int | None:
+        """tokio's id of the task at `header` (its cell's ``core.task_id``)."""
+        core = self._core_of(header)
+        tid = core[1].field("task_id") if core is not None else None
+        if tid is None or self.read is None:
+            return None
+        raw = self.read(header + core[0] + tid.offset, 8)  # type: ignore[index]
         return struct.unpack("<Q", raw)[0] if raw is not None and len(raw) == 8 else None
+
+    def runtime_location(self, task: Any) -> str | None:
+        """``file:line:col`` the runtime itself recorded for the task's spawn (tokio >= 1.46
+        with ``tokio_unstable``: ``Core.spawned_at``), else None: from the adapter's words
+        when the task was found in its header, else read from the cell of the header the
+        capture learnt (a task the capture observed: its words are the capture's)."""
+        at = _SPAWNED_AT.search(getattr(task, "header", "") or "")
+        if at is not None:
+            return at.group(1)
+        header = self.header_of(task)
+        core = self._core_of(header) if header is not None else None
+        if core is None or core[1].field("spawned_at") is None or self.read is None:
+            return None
+        from proxy.reflect.tokio_adapter import spawn_location
+        from proxy.reflect.walker import Reflector
+
+        if self._reflector is None:
+            self._reflector = Reflector(self.inv, self.bias, self.read)
+        return spawn_location(self._reflector, header + core[0], core[1].name)  # type: ignore[operator]
 
     def spawn_of(self, task: Any) -> SpawnRecord | None:
         """The task's spawn record: by its address (async-task's records carry the new task's
@@ -116,18 +158,23 @@ class Origins:
         """The `tasks` column: the program's spawning line, or why there is none."""
         rec = self.spawn_of(task)
         if rec is None:
-            at = _SPAWNED_AT.search(getattr(task, "header", "") or "")
-            return f"runtime@{at.group(1)}" if at else "-"  # (a cell without spaces)
+            at = self.runtime_location(task)
+            return f"runtime@{at}" if at else "-"  # (a cell without spaces)
         o = self.origin(rec)
-        return str(o.line) if o is not None and o.line is not None else "?"
+        if o is not None and o.line is not None:
+            return str(o.line)
+        # Recorded but the program's frame is not in the kept slice (a future of over ~16 KiB
+        # copied on the spawning stack, console_lints' `huge`): the runtime's word, if it has one.
+        at = self.runtime_location(task)
+        return f"runtime@{at}" if at else "?"
 
     def spawned_text(self, task: Any, snap: Any, physical: bool = False) -> list[str]:
         """`where`: how the task was spawned, by whom, and (``physical``) the thread's frames."""
         rec = self.spawn_of(task)
+        at = self.runtime_location(task)
         if rec is None:
-            at = _SPAWNED_AT.search(getattr(task, "header", "") or "")
             why = "its spawn was not recorded (spawned before the capture began, or not by a probed runtime)"
-            return [f"  {why}" + (f"; the runtime says: spawned at {at.group(1)}" if at else "")]
+            return [f"  {why}" + (f"; the runtime says: spawned at {at}" if at else "")]
         o = self.origin(rec)
         line = str(o.line) if o is not None and o.line is not None else "an unknown line"
         logical = self._logical(o) if o is not None else []
@@ -135,6 +182,8 @@ class Origins:
         out = [f"  spawned at {line}" + (f" by {spawner}" if spawner else "") + f" on thread {rec.thread}"]
         if logical:
             out.append("  spawned by " + " <- ".join(logical))
+        if at:
+            out.append(f"  the runtime says: spawned at {at}")
         if physical and o is not None:
             out.append("  spawning thread's stack" + ("" if o.full else " (partial: the kept slice ended)") + ":")
             out += [f"    #{i} {f.function}" + (f" at {f.loc}" if f.loc else "") + (" [inlined]" if f.inlined else "")
@@ -154,6 +203,7 @@ class Origins:
                      "frames": [{"name": f.function, "file": f.loc.file if f.loc else None,
                                  "line": f.loc.line if f.loc else None, "inlined": f.inlined}
                                 for f in (o.frames if o is not None else ())]}
+            spawn["runtime"] = self.runtime_location(task)
         w = self.wakes_of(task)
         wakes = None
         if w is not None:

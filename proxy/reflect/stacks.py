@@ -54,6 +54,7 @@ from proxy.arch import X86_64, Arch, for_machine
 from . import framecache
 from .framecache import FrameFacts, Scope
 from .memory import BLOCK, BlockReader
+from .node import _short
 from .tree import Root
 from .validity import Validity
 from .walker import Node, Reflector
@@ -733,10 +734,29 @@ def evaluate(expr: bytes, regs: dict[str, int], fbase: int | None, cfa: int | No
     return ("addr", stack[-1]) if stack else None
 
 
+def frame_name(function: str) -> str:
+    """A frame's function for a header, generic arguments dropped:
+    ``tokio::runtime::park::CachedParkThread::block_on``; a qualified path keeps its
+    ``<Type as Trait>`` (rustc 1.63 names every async fn's frame
+    ``<core::future::from_generator::GenFuture<T> as core::future::future::Future>::poll``,
+    which a cut at the first ``<`` left empty)."""
+    if not function.startswith("<"):
+        return _short(function)
+    depth = 0
+    for i, ch in enumerate(function):
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and function[i - 1:i] != "-":
+            depth -= 1
+            if depth == 0:
+                return f"<{_short(function[1:i])}>{_short(function[i + 1:])}"
+    return function
+
+
 def stack_roots(found: list[Found]) -> list[Root]:
     out = []
     for f in found:
-        where = f.function.split("<")[0]
+        where = frame_name(f.function)
         how = "" if f.how == "location" else ", found by scan"
         out.append(Root(f.addr, f.type_name, "", "stack", f.thread,
                         header=f"on the stack of thread {f.thread}, in {where}{how}"))

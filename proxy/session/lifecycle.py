@@ -45,6 +45,7 @@ class CaptureLifecycle:
         self.switch_request: tuple[str | None, str | None] | None = None  # asked by `monitor async capture`
         self._fallbacks_said: set[str] = set()  # capture.fallback lines said (each once a session)
         self.entry: int | None = None  # the program's AT_ENTRY, from the stub's auxv (the load bias)
+        self.auxv: bytes | None = None  # the stub's auxv (qXfer:auxv:read), once per process
         self.plant_failed: str | None = None
         # the capture was installed at the client's first stop, ahead of the first
         # resume, which finishes it (proc_prepare)
@@ -198,7 +199,8 @@ class CaptureLifecycle:
         self.s.known.forget()
         self.s.known.drop_memory()
         self.s.known.memory_pid = self.s.known.memory_link_pid = None
-        self.entry = None
+        self.entry = self.auxv = None
+        self.s.queries.forget_process()
         self.s.load_bias = None
         self.s.exec_file = self.s.config.elf_path  # asked again: vRun may name another program
         self.s._stopped = None
@@ -328,7 +330,7 @@ class CaptureLifecycle:
             (reply,) = yield Exchange((b"qXfer:auxv:read::0,1000",))
             entry = auxv_entry(reply)
             auxv = unescape_binary(reply[1:]) if reply[:1] in (b"l", b"m") else None
-        self.entry = entry
+        self.entry, self.auxv = entry, auxv
         ident = yield from self.identify(pid, auxv)
         # gdbserver answers qXfer:exec-file with the /proc/PID/exe link, which reads
         # "PATH (deleted)" once the file was replaced under the running program (a

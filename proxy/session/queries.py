@@ -43,6 +43,11 @@ class Queries:
         # reflection's runtime adapters (_read_remote_maps), or why not
         self.remote_maps: str | None = None
         self.remote_maps_why: str | None = None
+        self.remote_maps_how: str | None = None  # where the map came from (stats)
+        self.no_vfile = False  # the stub said so once: not asked again
+        # the emulator's process holding the program (proxy/host/emulator.py), or why none:
+        # found once per process (forget_process)
+        self.emulator: object | None = None
         # while a question reads the stopped program (with_reads): every thread's `g` block,
         # and what is known without the stub (None outside a question)
         self.monitor_threads: Callable[[], dict[int, bytes]] | None = None
@@ -93,21 +98,69 @@ class Queries:
         if self.s.config.remote_maps and not self.s.identity.local and self.s._last_stop is not None and not self.s.running:
             yield from self._read_remote_maps()
 
+    def forget_process(self) -> None:
+        """Another process (vRun, vAttach): its map and its emulator are found anew."""
+        self.remote_maps = self.remote_maps_why = self.remote_maps_how = None
+        self.emulator = None
+
     def _read_remote_maps(self) -> Generator[Exchange, list[bytes], None]:
         """The program's /proc/PID/maps through the stub (vFile) at this stop, for a program of
         another host: the runtime adapters scan its writable anonymous mappings
-        (``remote_maps``; ``remote_maps_why`` says why there are none)."""
+        (``remote_maps``; ``remote_maps_why`` says why there are none). A stub with neither a
+        pid nor vFile (QEMU's user mode): the emulator's process of this host
+        (``_read_emulator_maps``)."""
         pid = self.s._main_pid or self.s.lifecycle.stop_pid()
-        if pid is None or self.remote_maps_why == "the stub has no vFile":
-            self.remote_maps = None
-            self.remote_maps_why = self.remote_maps_why or "the stub reported no pid"
+        self.remote_maps = None
+        if pid is None:
+            self.remote_maps_why = "the stub reported no pid"
+        elif self.no_vfile:
+            self.remote_maps_why = "the stub has no vFile"
+        else:
+            text = yield from self.s.lifecycle.stub_file(b"/proc/%d/maps" % pid, whole=True)
+            if text is False:
+                self.no_vfile = True
+                self.remote_maps_why = "the stub has no vFile"
+            elif text:
+                self.remote_maps, self.remote_maps_why = text.decode(errors="replace"), None
+                self.remote_maps_how = f"/proc/{pid}/maps read through the stub (vFile)"
+                return
+            else:
+                self.remote_maps_why = f"the stub could not read /proc/{pid}/maps"
+                return
+        if self.s.config.emulator is not None:
+            yield from self._read_emulator_maps()
+
+    def _read_emulator_maps(self) -> Generator[Exchange, list[bytes], None]:
+        """The map of a program run by an emulator of this host (proxy/host/emulator.py): the
+        emulator's process found and proven once (its memory holds the AT_RANDOM bytes the
+        stub reads), then at each stop its anonymous mappings in the guest's addresses, less
+        those the stub cannot read (QEMU's own: its gdbstub reads only the guest's pages; one
+        read of a mapping's first byte each, sent at once)."""
+        host = self.s.config.emulator
+        if self.emulator is None:
+            from proxy.host.identity import read_stub_random
+
+            stub_random = yield from read_stub_random(self.s.lifecycle.auxv, Exchange)
+            self.emulator = host.find(self.s.stub_socket, self.s.lifecycle.auxv, stub_random, self.s.exec_file)
+            if not isinstance(self.emulator, str):
+                self.s._emit(Notice(f"program's memory map: {self.emulator.how}"))
+        if isinstance(self.emulator, str):
+            self.remote_maps_how = None
+            self.remote_maps_why = f"{self.remote_maps_why}; no emulator's process here: {self.emulator}"
             return
-        text = yield from self.s.lifecycle.stub_file(b"/proc/%d/maps" % pid, whole=True)
-        if text is False:
-            self.remote_maps, self.remote_maps_why = None, "the stub has no vFile"
+        maps = host.maps(self.emulator)
+        if maps is None:
+            self.remote_maps_how = None
+            self.remote_maps_why = f"{self.remote_maps_why}; the emulator's process {self.emulator.pid} is gone"
             return
-        self.remote_maps = text.decode(errors="replace") if text else None
-        self.remote_maps_why = None if text else f"the stub could not read /proc/{pid}/maps"
+        probed = [m for m in maps if m.perms == "rw-p"]
+        replies = (yield Exchange(tuple(b"m%x,1" % m.start for m in probed))) if probed else []
+        unread = {m.start for m, r in zip(probed, replies) if _hex_bytes(r) is None}
+        from proxy.host.emulator import maps_text
+
+        self.remote_maps = maps_text(m for m in maps if m.start not in unread)
+        self.remote_maps_why = None
+        self.remote_maps_how = self.emulator.how
 
     def with_reads(self, answer: Callable[[Callable[[int, int], bytes | None]], T]) -> Generator[Exchange, list[bytes], T]:
         """``answer(read)``, run once (proxy/session/reader.py): each memory read it makes that
@@ -395,3 +448,12 @@ class Queries:
             lines.append(f"  {name}: {n}")
         return lines
 
+
+def _hex_bytes(reply: bytes) -> bytes | None:
+    """An `m` reply's bytes; None for an error (`Exx`) or garbage."""
+    if not reply or reply[:1] == b"E":
+        return None
+    try:
+        return bytes.fromhex(reply.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        return None

@@ -116,6 +116,11 @@ class SessionConfig:
     # A program of another host: read its /proc/PID/maps through the stub (vFile) at each
     # reflection, for the runtime adapters (queries._read_remote_maps).
     remote_maps: bool = False
+    # No map through the stub (QEMU's user mode: no pid, no vFile): the emulator's process of
+    # this host at the stub's end of the connection, for its map (proxy.host.emulator.
+    # EmulatorHost: find(socket, auxv, AT_RANDOM bytes, program path), maps(emulator));
+    # None: not looked for (--remote, a core, a stub on a pipe).
+    emulator: Any = None
     clock: Callable[[], float] = time.perf_counter
     # the clock every capture backend stamps polls with (CLOCK_MONOTONIC): the stops on the timeline
     stop_clock: Callable[[], int] = time.monotonic_ns
@@ -234,6 +239,7 @@ class SessionBase:
         self.target: Any = None
         self._capture_installed = False
         self.capture_notice: str | None = None
+        self.stub_socket: Any = None  # the connection to the stub, when a socket (serve.py)
         self._emulate = False  # decided from the stub's qSupported reply
         self._no_emulation = False  # this hit's thread is not the stub's selected one (hidden.py)
         self._main_pid: int | None = None  # the program's process (fork children are others)

@@ -110,7 +110,8 @@ async def serve(opts: ServeOptions, make_session: Callable[[UpstreamSpec], Sessi
         except UpstreamError as err:
             await client.aclose()
             raise ServeError(str(err)) from None
-        keeper = Keeper.for_stub(getattr(upstream.stream, "socket", None))
+        session.stub_socket = getattr(upstream.stream, "socket", None)  # its peer: an emulator's process?
+        keeper = Keeper.for_stub(session.stub_socket)
         log = PacketLog(opts.log_packets)
         keep = None if opts.once else (lambda: _stub_takes_another(opts.upstream))
         sconn = None

@@ -234,3 +234,14 @@ def test_the_session_is_its_parts_not_mixins() -> None:
     parts = {name: getattr(s, name) for name in ("hidden", "ns", "lifecycle", "queries", "stepping", "task_threads")}
     assert len({id(p) for p in parts.values()}) == len(parts)
     assert all(type(p).__module__.startswith("proxy.session.") for p in parts.values()), parts
+
+
+def test_the_uprobe_capture_is_its_parts_not_mixins() -> None:
+    """UprobeCapture derives from the backends' base only; its strategies are parts it holds."""
+    from proxy.capture.base import CaptureBase
+    from proxy.capture.uprobes.capture import UprobeCapture
+
+    assert UprobeCapture.__mro__ == (UprobeCapture, CaptureBase, object)
+    cap = UprobeCapture()
+    parts = [cap.view, cap.slicing, cap.tasks, cap.returns, cap.nested_links]
+    assert all(p.c is cap for p in parts)

@@ -35,6 +35,8 @@ def make(*, mode: str = "full", only: str | None = None, exclude: str | None = N
         kw["elide_nested"] = False  # type: ignore[assignment]
     if opts.get("wakes"):
         kw["spawns"] = True  # type: ignore[assignment]  # spawn records and the tasks' wakes (wakes.py)
+    if opts.get("lost_wakers"):
+        kw["spawns"] = kw["wakers"] = True  # type: ignore[assignment]  # waker clones and drops too
     if opts.get("uprobe_strict"):
         kw["catch_up"] = False  # type: ignore[assignment]
     budget = opts.get("uprobe_budget")

@@ -54,6 +54,7 @@ CFG_NOFOLD = 4  # every poll recorded: no instance totals in the kernel, no KIND
 CFG_CHANGES = 8  # only what changes the graph recorded, every poll folded in the kernel
 CFG_ELIDE = 16  # full mode: coroutines created and completed inside one poll of their parent write no record
 CFG_ADAPT = 32  # full mode sampling while the proxy is behind: every poll folded, no KIND_STATS for a life recorded whole
+CFG_ROOTS = 1 << 12  # task_roots holds a task type: its future's root entry is its task's poll (task_roots.py)
 CFG_HOLD_NEW = 64  # with CFG_ADAPT + CFG_ELIDE, while sampling: a new task's first poll held back, elided if done in it
 INST_KEY = struct.Struct("<QII")  # struct inst_key: self, fn, pad
 # struct inst_stats: polls, raw ns, hits, recorded polls, then (CFG_CHANGES) its last poll's parent, thread, state
@@ -228,7 +229,7 @@ class Program:
             name: lib.lib.bpf_map__fd(lib.lib.bpf_object__find_map_by_name(obj, name.encode()))
             for name in ("events", "sites", "config", "counters", "site_hits", "site_elided", "site_nested",
                          "instances",
-                         "retsites", "rets_seen", "tstate", "side", "aux", "wakes", "spawn_sizes")
+                         "retsites", "rets_seen", "tstate", "side", "aux", "wakes", "spawn_sizes", "task_roots")
         }
         self.ncpus = max(lib.lib.libbpf_num_possible_cpus(), 1)
         self.links: list[int] = []
@@ -457,6 +458,18 @@ class Program:
         v = ctypes.c_uint32(max(0, min(size, SPAWN_MAX)))
         if self._lib.lib.bpf_map_update_elem(self.fds["spawn_sizes"], k, ctypes.byref(v), 0) != 0:
             raise BpfError(f"cannot write the BPF map spawn_sizes: {_errno_text(ctypes.get_errno())}")
+
+    def set_task_roots(self, roots: dict[int, tuple[int, int, list[int]]]) -> None:
+        """Resume function -> (the future's offset from its task's header, the header's vtable
+        field, the vtables: runtime addresses, at most 4) (`task_roots`; task_roots.py), and
+        CFG_ROOTS on when there is one."""
+        for fn, (off, vt_off, vts) in roots.items():
+            k = ctypes.c_uint32(fn)
+            v = struct.pack("<II4Q", off, vt_off, *(list(vts[:4]) + [0] * (4 - len(vts[:4]))))
+            buf = ctypes.create_string_buffer(v, len(v))
+            if self._lib.lib.bpf_map_update_elem(self.fds["task_roots"], ctypes.byref(k), buf, 0) != 0:
+                raise BpfError(f"cannot write the BPF map task_roots: {_errno_text(ctypes.get_errno())}")
+        self._set_flag(CFG_ROOTS, bool(roots))
 
     def side_ring(self) -> Ring:
         """The spawn records' ring (KIND_SPAWN)."""

@@ -137,7 +137,7 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
-class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientView, CaptureBase):
+class UprobeCapture(CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
     swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
@@ -176,12 +176,13 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         nested_out: bool = True,
         spawns: bool = False,
         wakes: bool = True,
+        wakers: bool = False,
     ) -> None:
         super().__init__()
         # spawn records and the tasks' wakes (wakes.py; `--wakes`). Off by default: on a server
-        # every request's spawn and wakes are probed too (axum service: 0.64x the requests/s of
-        # the capture without them, docs/wakes.md)
-        self.origins = SpawnsAndWakes(wakes=wakes) if spawns else None
+        # every request's spawn and wakes are probed too (docs/wakes.md, Cost); `wakers`: the waker
+        # clones and drops too (`--lost-wakers`: the lost-waker warning)
+        self.origins = SpawnsAndWakes(wakes=wakes, wakers=wakers) if spawns else None
         self._load = load_inventory
         self.only, self.exclude, self.entry_only = only, exclude, entry_only
         self.stack_bytes = stack_bytes
@@ -227,12 +228,10 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         self._backlog: deque[tuple[bytes, list[tuple[int, int]]] | int] = deque()
         self._backlog_n = 0  # records in the backlog
         self.max_backlog = max_backlog
-        # client breakpoints (the stub's view): software ones at sites we turned into hardware
-        self._client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
-        self._hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
+        # what the client sees: its breakpoints (at sites: made hardware), masked reads, fork and exec
+        self.view = ClientView(self)
         self._lazy_close = False  # the links closed without waiting (a kill: leaving; exited)
         self._count_only_loaded = False  # the BPF program loaded is asyncrsp_count (count sites only)
-        self._client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
         self._table: Any = None  # the session's BreakpointTable (target.extra)
         self._count: dict[int, Probe] = {}  # the session's count probes we count (runtime addr)
         self._cookies: dict[int, int] = {}  # runtime addr -> cookie (index) of the attached sites
@@ -247,52 +246,25 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         self.attach_lead_s: float | None = None
         self.detach_s: float | None = None
         self.notices: list[str] = []
-        self.children_cleaned = 0  # forked children whose copies of the probes were taken out
         self.attach_retries = 0  # links re-created because the first one did not arm the probes
         self.attach_retries_max = 2
         # time-sliced capture (`--sample-time PCT`, `slice_duty` < 1): see _slice_step
         self.slice_duty = min(max(float(slice_duty), 0.01), 1.0)
-        self.slice_on_s = slice_on_s
         self._link: int | None = None
         self._offsets: list[int] = []
         self._sliced_out = False  # the links are closed for the off part of a slice
         self._closing: Any = None  # the thread closing the last slice's link
-        self._last_in = 0.0  # how long the last slice had the probes in
-        # the watcher's CPU budget holds the next slice back (see _slice_step)
-        self.slice_budget = cpu_budget if self.slice_duty < 1.0 and cpu_budget and 0 < cpu_budget < 1 else None
-        self._slice_clock: tuple[float, float] | None = None  # (wall, process CPU) at the last slice's start
-        self.slice_held = 0  # slices held back by the budget
-        self.slice_held_s = 0.0  # ... the off time added
-        self._held_since = 0.0  # the next slice held back since (0: not held)
         self._stopped_at: float | None = None  # the program stopped (sync) and not resumed yet
         self._stopped_cpu = 0.0  # the proxy's CPU clock then
-        self._slice_t0 = 0.0
-        self.slice_in_s = 0.0  # time with the probes in (while the capture was polled)
-        self.first_slice_s = 0.0  # the first slice: until a task's poll was seen whole
-        self.slice_out_s = 0.0
-        self.slices = 0
-        self.slice_attach_s: list[float] = []  # what each re-attach and detach took
-        self.slice_detach_s: list[float] = []
-        self._settled: set[int] | None = None  # threads whose events are fed (None: all)
-        self._root_rets: set[int] = set()  # return addresses of polls seen at the root of a thread
-        self._nested_rets: set[int] = set()  # ... and of polls seen inside another poll
-        self.slice_skipped = 0  # events dropped because their thread's root poll began outside the slice
+        self.slicing = TimeSlices(self, slice_on_s, cpu_budget)  # `--sample-time` (slices.py)
         self._cookie_list: list[int] | None = None  # the attached offsets' cookies (None: their indices)
-        # `--mode tasks`: see _tasks_step
-        self.tasks_only = tasks_only
-        self.learn_s = learn_s
-        self._learning = tasks_only
-        self._learn_t0 = 0.0
+        self.learn_s = learn_s  # how often tasks mode and the learned returns look again
         self._att_sites: list[Site] = []
-        self._root_fns: set[int] = set()  # resume functions (runtime low_pc) polled at a thread's root
-        self._nested_fns: set[int] = set()  # ... polled inside another poll
-        self._swap: Any = None  # the thread closing the learning link (both links in until then)
-        self.tasks_left_out: list[str] = []  # resume functions no longer probed (seen only inside polls)
-        self.learn_entries = learn_entries  # polls seen (recorded) before a swap
-        self._learn_entries = 0
-        self.swaps = 0
-        # exits at learned return sites (functions polled through a vtable): see _returns_step
+        self.tasks = TasksMode(self, tasks_only, learn_entries)  # `--mode tasks` (tasks_mode.py)
+        tasks_only = self.tasks.tasks_only
+        # exits at learned return sites (functions polled through a vtable): returns.py
         self.learn_returns = learn_returns
+        self.returns = LearnedReturns(self)
         # full mode: only what changes the graph recorded (not with sampling, time
         # slices, tasks mode or entries only: their records are chosen otherwise)
         self.changes = (record_changes and self.sample_every <= 1 and self.slice_duty >= 1.0
@@ -306,39 +278,29 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         self.catchup = (CatchUp(catchup_every, marks=catchup_marks, budget=cpu_budget)
                         if catch_up and self.sample_every <= 1 and not self.changes and self.slice_duty >= 1.0
                         and not tasks_only and not entry_only else None)
-        # full mode under a CPU budget: the nested-only probes out while the kernel samples (_nested_step);
+        # full mode under a CPU budget: the nested-only probes out while the kernel samples (nested.py);
         # `--uprobe-budget 0` (no budget) keeps every probe in
         self.nested = (NestedProbes() if nested_out and self.catchup is not None and self.catchup.budget is not None
                        else None)
-        self._split = False  # the main link was split into the tasks' link and the nested one
-        self._inner_only: set[int] = set()  # resume functions (index) only ever entered inside another poll
-        self._root_fn_ids: set[int] = set()  # ... entered at a thread's root at least once (never taken out)
-        self._inner_sites: set[int] = set()  # the nested link's functions (runtime low_pc)
-        self._nested_cookies: list[int] = []  # the nested link's sites
-        self._nested_link: int | None = None  # the nested link while in
-        self._nested_closing: list[Any] = []  # threads closing a nested (or, at the split, the main) link
-        self._dedupe_on = False  # the split's new link and the old one both in: hits run twice
-        self._kept_links: list[int] = []  # sites moved out of the nested link (found polled at a root)
-        self._nested_extra: list[int] = []  # nested return sites learned while in: closed with the nested link
-        self._retsite_links: list[tuple[int, list[int]]] = []  # return sites' links (cookies) not split yet
-        self._retsite_ret: dict[int, int] = {}  # a return site's cookie -> the return address it serves
-        self._settle_ns: int | None = None  # the nested link came back (CLOCK_MONOTONIC ns): see _settling
-        self._settle_seen = 0  # the latest record time fed since
-        self.nested_dropped = 0  # nested events dropped: inside a task's poll begun before they came back
-        self.nested_forgotten = 0  # nested coroutines the graph forgot when their probes came back
-        self.nested_note: str | None = None  # why the nested probes stay in
+        self.nested_links = NestedLinks(self)  # the nested probes' link (nested.py)
         self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
         self._running = True  # the program runs (from the install on; false from a stop to the next resume)
         self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
-        self._ret_links: dict[int, int] = {}  # fn index -> the link of its rets (while probed)
-        self._ret_closing: list[Any] = []  # threads closing rets' links
-        self._ret_fns: dict[int, list[int]] = {}  # fn index -> cookies of its entry sites
-        self._covered: set[int] = set()  # return addresses (runtime) whose return site is probed
-        self._given_up: dict[int, str] = {}  # fn index -> why its exits stay on its rets
-        self._returns_t0 = 0.0
         self._site_cap = 0  # the BPF site table's size
         self._final_counters: dict[str, int] = {}  # the kernel's counters when the links closed
-        self.retsites: list[Site] = []  # return-site probes added
+
+    # ------------------------------------------------------------------ the client's view (client_view.py)
+    def client_request(self, body: bytes) -> Any:
+        return self.view.client_request(body)
+
+    def client_reply(self, request: bytes, reply: bytes) -> bytes:
+        return self.view.client_reply(request, reply)
+
+    def forked(self, child: object) -> Procedure | None:
+        return self.view.forked(child)
+
+    def exec_happened(self, path: str | None) -> None:
+        self.view.exec_happened(path)
 
     # ------------------------------------------------------------------ availability
     @staticmethod
@@ -382,13 +344,15 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             return []
         # Only resume functions' entries are unwound: a program without any (a C
         # program's --probe sites) skips the CFI parse (~1.7 ms of each such session).
-        self.unwinder = StackUnwinder(self._elf, inv, bias) if inv.resume_fns else None
+        # (and the spawn records' slices, --wakes: a build whose coroutines were all inlined
+        # into the runtime's task functions has no resume function, yet its spawns are probed)
+        self.unwinder = StackUnwinder(self._elf, inv, bias) if inv.resume_fns or self.origins is not None else None
         cfa = _cfa_rule(self.unwinder) if self.unwinder is not None else None
         self.plan_ = plan_sites(self._elf, inv, bias, only=self.only, exclude=self.exclude,
                                 entry_only=self.entry_only, cfa_at=cfa, move_entries=self.move_entries,
                                 move_exits=self.move_exits,
-                                learn_returns=self.learn_returns and self.slice_duty >= 1.0 and not self.tasks_only)
-        if self.origins is not None and inv.resume_fns and not self.entry_only:
+                                learn_returns=self.learn_returns and self.slice_duty >= 1.0 and not self.tasks.tasks_only)
+        if self.origins is not None and not self.entry_only:
             self.plan_.sites += self.origins.plan_sites(self._elf, inv, bias, self.unwinder)
         self._sites_by_addr = self.plan_.by_addr()
         self._mask = sorted((s.addr, s.original) for s in self.plan_.sites)
@@ -430,7 +394,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
     def _counts_only(self) -> bool:
         """Every site only counts (the --probe functions of a program without
         resume functions): the small BPF program, no records, nothing to poll."""
-        return (self.plan_ is not None and not self.tasks_only and self.slice_duty >= 1.0
+        return (self.plan_ is not None and not self.tasks.tasks_only and self.slice_duty >= 1.0
                 and all(s.spec.kind == B.KIND_COUNT for s in self.plan_.sites))
 
     def ticks(self) -> bool:
@@ -474,7 +438,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         # resume functions has poll sites, and its plan (CFI parse, the sites of
         # every resume function: 0.1-1 s on a big Rust binary) would be dropped
         inv = getattr(target, "inventory", None)
-        return inv is not None and not inv.resume_fns and not self.tasks_only and self.slice_duty >= 1.0
+        return inv is not None and not inv.resume_fns and not self.tasks.tasks_only and self.slice_duty >= 1.0
 
     def install_early(self) -> bool:
         """The program is stopped at the client's first `?` and proven this host's,
@@ -554,10 +518,10 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         table = self._table
         if table is not None:
             for t, a, _k in table.client:
-                (self._client_sw.add(a) if t == 0 else self._client_hw.add((t, a, _k)))
-        conflicts = sorted((a for a in self._client_sw if a in self._sites_by_addr),
+                (self.view.client_sw.add(a) if t == 0 else self.view.client_hw.add((t, a, _k)))
+        conflicts = sorted((a for a in self.view.client_sw if a in self._sites_by_addr),
                            key=lambda a: (self._sites_by_addr[a].spec.kind == B.KIND_COUNT, a))
-        free = max(DEBUG_REGISTERS - len(self._client_hw) - len(self._hw_converted), 0)
+        free = max(DEBUG_REGISTERS - len(self.view.client_hw) - len(self.view.hw_converted), 0)
         return conflicts[:free], set(conflicts[free:])
 
     def _proc_install(self, convert: list[int], leave_out: set[int]) -> Procedure:
@@ -573,9 +537,9 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         if convert:
             replies = yield Exchange(tuple(b"Z1,%x,1" % a for a in convert))
             for a, rep in zip(convert, replies):
-                self._client_sw.discard(a)
+                self.view.client_sw.discard(a)
                 if rep == b"OK":
-                    self._hw_converted.add(a)
+                    self.view.hw_converted.add(a)
                     self._retype(a, 0, 1)
                 else:
                     self.notices.append(f"uprobes: the client's breakpoint at 0x{a:x} could not be "
@@ -673,15 +637,15 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                                         f"{self._pid} (checked in /proc/{self._pid}/mem): nothing is captured")
             for g in sorted({s.group for s in sites if s.group}):
                 mine = [i for i, s in enumerate(sites) if s.group == g]
-                self._ret_links[g - 1] = prog.attach(self._path or "", [sites[i].file_offset for i in mine],
+                self.returns.links[g - 1] = prog.attach(self._path or "", [sites[i].file_offset for i in mine],
                                                      self._pid, mine)
-                self._ret_fns[g - 1] = [i for i, s in enumerate(sites)
+                self.returns.fns[g - 1] = [i for i, s in enumerate(sites)
                                         if s.spec.kind == B.KIND_ENTRY and s.spec.fn == g - 1]
             self.attach_s = time.perf_counter() - t0
             self._link, self._offsets = link, offsets
-            self._returns_t0 = time.monotonic()
-            self._slice_t0 = self._learn_t0 = time.monotonic()
-            self._slice_clock = (self._slice_t0, time.process_time())
+            self.returns.t0 = time.monotonic()
+            self.slicing.t0 = self.tasks.learn_t0 = time.monotonic()
+            self.slicing.clock = (self.slicing.t0, time.process_time())
             self._att_sites = sites
         except B.BpfError as err:
             prog.close()
@@ -756,8 +720,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         the client's breakpoints we made hardware back to the stub as software ones
         (detach first, then Z0: the order research §3.3 found correct)."""
         self._close_links()
-        converted = sorted(self._hw_converted)
-        self._hw_converted.clear()
+        converted = sorted(self.view.hw_converted)
+        self.view.hw_converted.clear()
         if not converted:
             return None
         return self._proc_restore(converted)
@@ -772,7 +736,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
 
     def leaving(self) -> None:
         # the client's breakpoints made hardware go back as Z0s: only after the links are out
-        self._lazy_close = not self._hw_converted
+        self._lazy_close = not self.view.hw_converted
 
     def dropped(self) -> None:
         # the process is gone: nothing to restore, nobody waits for the close
@@ -795,14 +759,14 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         if self._prog is None:
             return
         t0 = time.perf_counter()
-        for th in (self._closing, self._swap, *self._ret_closing, *self._nested_closing):
+        for th in (self._closing, self.tasks.swap, *self.returns.closing, *self.nested_links.closing):
             if th is not None:
                 th.join()
-        self._closing = self._swap = None
-        self._ret_closing = []
-        self._nested_closing = []
-        self._nested_link, self._nested_extra = None, []
-        self._ret_links = {}
+        self._closing = self.tasks.swap = None
+        self.returns.closing = []
+        self.nested_links.closing = []
+        self.nested_links.link, self.nested_links.extra = None, []
+        self.returns.links = {}
         if self._lazy_close:
             # The program dies (a kill) or is gone: its hits are final now, and
             # the kernel may take the int3s out after we go on. A link's close
@@ -843,9 +807,9 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         its share again, so unwinding (and the stack slices it asks for, 8 KiB
         each, copied on the program's own time) took the consumer's whole CPU."""
         self._settle()
-        self._slice_step()
-        self._tasks_step()
-        self._returns_step()
+        self.slicing.step()
+        self.tasks.step()
+        self.returns.step()
         budget_s = self.poll_budget_s
         cu = self.catchup
         allow = cu.allowance(time.monotonic(), time.process_time()) if cu is not None and self._running else None
@@ -859,7 +823,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             if self.origins is not None:
                 self.origins.drain()  # raw copies only (no symbol is read): spawns must not be lost
             self._catchup_step()
-            self._nested_step()
+            self.nested_links.step()
             return False
         if allow is not None:
             budget_s = min(budget_s, allow)
@@ -867,7 +831,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         if self.origins is not None:
             self.origins.drain()
         self._catchup_step()
-        self._nested_step()
+        self.nested_links.step()
         return behind and (allow is None or allow > budget_s)  # paced: the next tick, not at once
 
     def before_resume(self) -> Procedure | None:
@@ -880,15 +844,15 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
             now = time.monotonic()
             ns.resume(now)
             if ns.out and ns.want(False, now, stopped=True) is False:
-                if self._nested_closing:
-                    for th in self._nested_closing:
+                if self.nested_links.closing:
+                    for th in self.nested_links.closing:
                         th.join()  # ~30 ms at most: the close was decided before the stop
-                self._nested_put_back(prog, now)
+                self.nested_links.put_back(prog, now)
         if self._stopped_at is not None:
-            self._slice_t0 += time.monotonic() - self._stopped_at
-            if self._slice_clock is not None:  # nor does the proxy's CPU at the stop count against the budget
-                w, c = self._slice_clock
-                self._slice_clock = (w + time.monotonic() - self._stopped_at, c + time.process_time() - self._stopped_cpu)
+            self.slicing.t0 += time.monotonic() - self._stopped_at
+            if self.slicing.clock is not None:  # nor does the proxy's CPU at the stop count against the budget
+                w, c = self.slicing.clock
+                self.slicing.clock = (w + time.monotonic() - self._stopped_at, c + time.process_time() - self._stopped_cpu)
             self._stopped_at = None
         return None
 
@@ -905,7 +869,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                 self._closing.join()
                 self._closing = None
             self._fold(budget_s=None)
-            self._end_slice(self._prog)
+            self.slicing.end_slice(self._prog)
         self._fold(budget_s=None)
         if self.origins is not None:
             self.origins.drain()
@@ -913,12 +877,12 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         if self.nested is not None:
             self.nested.stop(time.monotonic())
             if self.nested.out:
-                self._forget_inner()  # what the graph knew of them is stale: the tree comes from memory
+                self.nested_links.forget_inner()  # what the graph knew of them is stale: the tree comes from memory
         if self.changes or self.elide:
             self._feed_pending()
         if self._folded:
             self._apply_kernel_totals()
-        line = self.slice_line()
+        line = self.slicing.line()
         if line is not None and self.engine is not None:
             self.engine.timing.sampled = line
         return None
@@ -1050,7 +1014,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
             self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
         if self.catchup is not None:
-            notes = [n for n in (self.catchup.note(recorded, polls), self.nested_note_for_top()) if n]
+            notes = [n for n in (self.catchup.note(recorded, polls), self.nested_links.note_for_top()) if n]
             engine.timing.sampled = "; ".join(notes) or None
             return
         if self.changes:
@@ -1198,7 +1162,8 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         pages or a chunk copied out of them) and feed them to the engine: the
         plain ones straight into it (``Decoder.fold``: no event objects, half the
         CPU a record, docs/history/2026-speed.md), the others one by one (``_feed_each``)."""
-        feeders = (None if self.slice_duty < 1.0 or self._learning or self._resync or self._settle_ns is not None
+        feeders = (None if self.slice_duty < 1.0 or self.tasks.learning or self._resync
+                   or self.nested_links.settle_ns is not None
                    else engine.feeders())
         if feeders is None:
             self._feed_each(buf, spans, dec, engine)
@@ -1217,6 +1182,7 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
         q = self._unwind_q
         resync = self._resync
         sliced = self.slice_duty < 1.0
+        tasks, nested = self.tasks, self.nested_links
         for off, n in spans:
             ev = decode(buf, off, n)
             if ev is None:
@@ -1233,13 +1199,13 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                 self._credit(dec.totals, engine)
                 dec.totals = None
                 continue
-            if sliced and not self._feed_sliced(ev, engine):
+            if sliced and not self.slicing.feed(ev, engine):
                 continue
-            if self._settle_ns is not None and self._settling(ev, engine):
+            if nested.settle_ns is not None and nested.settling(ev, engine):
                 continue
-            if self._learning and type(ev) is PollEnter:
-                self._learn_entries += 1
-                (self._root_fns if engine.current_scope(ev.thread) is None else self._nested_fns).add(ev.site)
+            if tasks.learning and type(ev) is PollEnter:
+                tasks.entries_seen += 1
+                (tasks.root_fns if engine.current_scope(ev.thread) is None else tasks.nested_fns).add(ev.site)
             self.events += 1
             if type(ev) is PollEnter:
                 # the unwinder samples: entries drained without their stack are skipped
@@ -1339,26 +1305,26 @@ class UprobeCapture(NestedLinks, TimeSlices, TasksMode, LearnedReturns, ClientVi
                 lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
                              f"{unseen:,} polls of instances the graph never saw (not in top)"
                              + (f"; instance totals lost (ring full): {c['stats lost']}" if c.get("stats lost") else ""))
-        sl = self.slice_line()
+        sl = self.slicing.line()
         if sl is not None:
             lines.append(sl)
-        tl = self.tasks_line()
+        tl = self.tasks.line()
         if tl is not None:
             lines.append(tl)
-        rl = self.returns_line()
+        rl = self.returns.line()
         if rl is not None:
             lines.append(rl)
-        nl = self.nested_line() if self.catchup is not None and not self._count_only_loaded else None
+        nl = self.nested_links.line() if self.catchup is not None and not self._count_only_loaded else None
         if nl is not None:
             lines.append(nl)
         if c.get("duplicates"):
             lines.append(f"hits run twice while a link was swapped (dropped): {c['duplicates']}")
         if self.decoder is not None and self.decoder.stats.bad:
             lines.append(f"bad uprobe records: {self.decoder.stats.bad}")
-        if self._hw_converted:
-            lines.append(f"client breakpoints at uprobe sites (as hardware): {len(self._hw_converted)}")
-        if self.children_cleaned:
-            lines.append(f"forked children cleaned of the probes: {self.children_cleaned}")
+        if self.view.hw_converted:
+            lines.append(f"client breakpoints at uprobe sites (as hardware): {len(self.view.hw_converted)}")
+        if self.view.children_cleaned:
+            lines.append(f"forked children cleaned of the probes: {self.view.children_cleaned}")
         if self.unwinder is not None:
             lines += self.unwinder.stats.lines()
         if self.origins is not None:

@@ -10,13 +10,14 @@
 * a forked child gets the file's bytes back at every site; an exec stops the
   capture.
 
-``ClientView`` is a part of ``UprobeCapture`` (capture.py), which owns the
-state it reads: the sites, the mask, the breakpoints made hardware, the links.
+``ClientView`` is a part ``UprobeCapture`` holds (``capture.view``): it owns the client's own
+breakpoints (those made hardware at sites among them); the sites, the mask and the links it
+reads are the capture's (``c``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.host.procmem import host_pid_of, restore_code
 from proxy.procedure import Forward, Handover, Procedure
@@ -26,37 +27,28 @@ from rsp.packets.memory import build_memory_reply, parse_memory_reply, parse_rea
 
 from .host import stub_pid
 
+if TYPE_CHECKING:
+    from .capture import UprobeCapture
+
 DEBUG_REGISTERS = 4  # x86-64: DR0-DR3, shared with the client's own Z1-Z4
 
 
 class ClientView:
     """The client's packets and their replies (see the module docstring)."""
 
-    # owned by UprobeCapture
-    _sites_by_addr: dict[int, Any]
-    _mask: list[tuple[int, bytes]]
-    _client_hw: set[Any]
-    _client_sw: set[int]
-    _hw_converted: set[int]
-    _pid: int
-    target: Any
-    notices: list[str]
-    note: str | None
-    children_cleaned: int
-
-    @property
-    def attached(self) -> bool:
-        raise NotImplementedError
-
-    def _close_links(self) -> None:
-        raise NotImplementedError
+    def __init__(self, capture: UprobeCapture) -> None:
+        self.c = capture
+        self.client_sw: set[int] = set()  # Z0 forwarded as Z0 (before install, or not a site)
+        self.hw_converted: set[int] = set()  # Z0 at a site forwarded as Z1
+        self.client_hw: set[tuple[int, int, int]] = set()  # the client's own Z1-Z4
+        self.children_cleaned = 0  # forked children whose copies of the probes were taken out
 
     def client_request(self, body: bytes) -> Any:
         """Z0/z0 at a site -> Z1/z1; a write over a site or a 5th debug register -> hand over."""
         c = body[:1]
         if c in (b"Z", b"z"):
             return self._client_z(body)
-        if c in (b"M", b"X") and self._sites_by_addr:
+        if c in (b"M", b"X") and self.c._sites_by_addr:
             try:
                 w = parse_write_memory(body)
             except MalformedPacket:
@@ -72,35 +64,35 @@ class ClientView:
             return None
         if bp.type != SOFTWARE:
             if bp.insert:
-                self._client_hw.add(bp.key)
+                self.client_hw.add(bp.key)
             else:
-                self._client_hw.discard(bp.key)
+                self.client_hw.discard(bp.key)
             return None
-        at_site = bp.addr in self._sites_by_addr and self.attached
+        at_site = bp.addr in self.c._sites_by_addr and self.c.attached
         if bp.insert:
-            if bp.addr in self._hw_converted:
+            if bp.addr in self.hw_converted:
                 return _verdict("Forward", b"Z1" + body[2:])
             if not at_site:
-                self._client_sw.add(bp.addr)
+                self.client_sw.add(bp.addr)
                 return None
-            if len(self._client_hw) + len(self._hw_converted) >= DEBUG_REGISTERS:
+            if len(self.client_hw) + len(self.hw_converted) >= DEBUG_REGISTERS:
                 return _verdict("Handover", "a client breakpoint at a uprobe site and no free debug register")
-            self._hw_converted.add(bp.addr)
+            self.hw_converted.add(bp.addr)
             return _verdict("Forward", b"Z1" + body[2:])
-        if bp.addr in self._hw_converted:
-            self._hw_converted.discard(bp.addr)
+        if bp.addr in self.hw_converted:
+            self.hw_converted.discard(bp.addr)
             return _verdict("Forward", b"z1" + body[2:])
-        self._client_sw.discard(bp.addr)
+        self.client_sw.discard(bp.addr)
         return None
 
     def client_reply(self, request: bytes, reply: bytes) -> bytes:
         if reply[:1] in (b"W", b"X") and request.startswith(b"vCont") and self._own_exit(reply):
-            self._close_links()  # the process is gone: fold its last events, free the links
+            self.c._close_links()  # the process is gone: fold its last events, free the links
             return reply
         c = request[:1]
-        if c in (b"m", b"x") and self._mask and reply and reply[:1] != b"E":
+        if c in (b"m", b"x") and self.c._mask and reply and reply[:1] != b"E":
             return self._mask_m(request, reply)
-        if self._hw_converted and b"hwbreak" in reply and reply[:1] in (b"T", b"S"):
+        if self.hw_converted and b"hwbreak" in reply and reply[:1] in (b"T", b"S"):
             return self._swbreak(reply)
         return reply
 
@@ -112,7 +104,7 @@ class ClientView:
             pid = parse_stop_reply(reply).pid
         except MalformedPacket:
             return True
-        return pid is None or not self._pid or pid == stub_pid(self.target, self._pid)
+        return pid is None or not self.c._pid or pid == stub_pid(self.c.target, self.c._pid)
 
     # Fork and exec, as gdbserver reports them to a client that asked for
     # fork-events+ / exec-events+ (gdb does); the session calls these hooks.
@@ -130,33 +122,33 @@ class ClientView:
     #   links close and the capture stops, said in stats.
     def forked(self, child: object) -> Procedure | None:
         pid = int(getattr(child, "pid", 0) or getattr(child, "tid", 0) or 0)
-        if pid > 0 and pid != stub_pid(self.target, self._pid) and self._mask:
-            host = host_pid_of(self.target, pid)
+        if pid > 0 and pid != stub_pid(self.c.target, self.c._pid) and self.c._mask:
+            host = host_pid_of(self.c.target, pid)
             if host is None:
-                self.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: it is not a "
+                self.c.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: it is not a "
                                     "process of this host the proxy can prove")
                 return None
             self._clean_child(host)
         return None
 
     def exec_happened(self, path: str | None) -> None:
-        self._close_links()
-        self._mask, self._sites_by_addr = [], {}
-        self._hw_converted.clear()  # the stub forgets breakpoints at an exec, and so does gdb
-        self.note = (f"uprobes: the program exec'd {path or '?'}: capture stopped, the probes are out "
+        self.c._close_links()
+        self.c._mask, self.c._sites_by_addr = [], {}
+        self.hw_converted.clear()  # the stub forgets breakpoints at an exec, and so does gdb
+        self.c.note = (f"uprobes: the program exec'd {path or '?'}: capture stopped, the probes are out "
                      "of the new image (start a new session to capture it)")
-        self.notices.append(self.note)
+        self.c.notices.append(self.c.note)
 
     def _clean_child(self, pid: int) -> None:
         """Put the file's bytes back at every site in a forked child's memory."""
         try:
-            failed = restore_code(pid, self._mask)
+            failed = restore_code(pid, self.c._mask)
         except OSError as err:
-            self.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: {err}")
+            self.c.notices.append(f"uprobes: forked child {pid} keeps the probes' int3s: {err}")
             return
         self.children_cleaned += 1
         if failed:
-            self.notices.append(f"uprobes: forked child {pid}: {failed} probe sites could not be restored")
+            self.c.notices.append(f"uprobes: forked child {pid}: {failed} probe sites could not be restored")
 
     def _mask_m(self, request: bytes, reply: bytes) -> bytes:
         """The file's bytes at the sites in a memory read's reply: ``m``, or
@@ -166,16 +158,16 @@ class ClientView:
         uprobe int3s: without this gdb 16 read them (x/8xb at a site: 0xcc)."""
         try:
             req = parse_read_memory(request)
-            b_prefix = req.binary and "binary-upload" in getattr(self.target, "stub_features", ())
+            b_prefix = req.binary and "binary-upload" in getattr(self.c.target, "stub_features", ())
             data = parse_memory_reply(reply, binary=req.binary, b_prefix=b_prefix)
         except (MalformedPacket, ValueError):
             return reply
         if not data or not self._overlaps(req.addr, len(data)):
             return reply
-        return build_memory_reply(mask_bytes(req.addr, data, self._mask), binary=req.binary, b_prefix=b_prefix)
+        return build_memory_reply(mask_bytes(req.addr, data, self.c._mask), binary=req.binary, b_prefix=b_prefix)
 
     def _overlaps(self, addr: int, size: int) -> bool:
-        return any(a < addr + size and addr < a + len(o) for a, o in self._mask)
+        return any(a < addr + size and addr < a + len(o) for a, o in self.c._mask)
 
     def _swbreak(self, reply: bytes) -> bytes:
         """A stop at a client breakpoint we made hardware is reported as the software stop it was."""
@@ -186,7 +178,7 @@ class ClientView:
         except MalformedPacket:
             return reply
         pc = sr.register_value(16)
-        if pc is None or pc not in self._hw_converted:
+        if pc is None or pc not in self.hw_converted:
             return reply
         return reply.replace(b"hwbreak:", b"swbreak:")
 

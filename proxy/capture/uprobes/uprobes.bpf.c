@@ -175,6 +175,7 @@ struct config {
  * an entry's next poll at the same sp comes after its exit, an exit's after an
  * entry. (Not in entry-only mode: the flag is only set during a swap.) */
 #define CFG_DEDUPE 1
+#define CFG_ROOTS (1 << 12) /* task_roots holds a task type: root entries may be tasks' polls */
 /* The program returns at once (bench_server.py --split's `empty` row: what the
  * kernel's traps cost at these sites with a BPF program that does nothing). */
 #define CFG_OFF 2
@@ -532,6 +533,23 @@ struct {
 	__type(key, struct spawn_path);
 	__type(value, __u32);
 } spawn_sizes SEC(".maps");
+
+/* A task type whose poll is seen at its future's root entry (task_roots.py): the future's
+ * resume function -> the future's offset from the task's header and the vtables the header
+ * may point to (one per scheduler the type is spawned on). Its raw::poll is then no site. */
+#define ROOT_VTS 4
+struct task_root {
+	__u32 off;    /* the future's self - the header */
+	__u32 vt_off; /* the header's vtable field */
+	__u64 vt[ROOT_VTS]; /* runtime addresses, 0: none */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct task_root);
+} task_roots SEC(".maps");
 
 /* per runtime task (its header or raw pointer): wakes folded (the proxy sizes it) */
 struct {
@@ -985,31 +1003,28 @@ static __always_inline __u32 delay_bucket(__u64 ns)
 	return b;
 }
 
-/* KIND_WAKE: folded into the task's `wakes` entry. */
-static __noinline void on_wake(struct pt_regs *ctx, struct thread_state *th, const struct site *s, __u64 id, __u64 now)
+/* The task's `wakes` entry, made on its first hit. */
+static __always_inline struct wake_stats *wake_entry(__u64 key, __u64 now)
 {
 	__u32 zero = 0;
-	__u32 op = s->state_off;
-	__u64 key = ctx->rdi;
-	__u64 sp = PT_REGS_SP(ctx);
-	if (s->self_reg == REG_RSP) { /* a debug build's waker: the task in its frame's slot (wake_sites.py) */
-		key = 0;
-		bpf_probe_read_user(&key, 8, (void *)(sp + (__s64)s->cfa_off));
-	}
-	if (!key)
-		return;
 	struct wake_stats *w = bpf_map_lookup_elem(&wakes, &key);
 	if (!w) {
 		struct wake_stats *z = bpf_map_lookup_elem(&wake_zero, &zero);
 		if (!z)
-			return;
+			return 0;
 		bpf_map_update_elem(&wakes, &key, z, BPF_NOEXIST);
 		w = bpf_map_lookup_elem(&wakes, &key);
 		if (!w)
-			return;
+			return 0;
 		w->first_ts = now;
 	}
-	if (op == OP_POLL) {
+	return w;
+}
+
+/* A task's poll begins (its raw::poll site, or its future's root entry: task_roots): the
+ * scheduling delay since its first wake closed; the thread runs the task until sp is left. */
+static __always_inline void fold_poll(struct thread_state *th, struct wake_stats *w, __u64 key, __u64 sp, __u64 now)
+{
 		if (w->woken_at && now > w->woken_at) {
 			__u64 d = now - w->woken_at;
 			w->sched_ns += d;
@@ -1029,6 +1044,25 @@ static __noinline void on_wake(struct pt_regs *ctx, struct thread_state *th, con
 			th->cur_sp = sp;
 			th->cur_unbound = 1;
 		}
+}
+
+/* KIND_WAKE: folded into the task's `wakes` entry. */
+static __noinline void on_wake(struct pt_regs *ctx, struct thread_state *th, const struct site *s, __u64 id, __u64 now)
+{
+	__u32 op = s->state_off;
+	__u64 key = ctx->rdi;
+	__u64 sp = PT_REGS_SP(ctx);
+	if (s->self_reg == REG_RSP) { /* a debug build's waker: the task in its frame's slot (wake_sites.py) */
+		key = 0;
+		bpf_probe_read_user(&key, 8, (void *)(sp + (__s64)s->cfa_off));
+	}
+	if (!key)
+		return;
+	struct wake_stats *w = wake_entry(key, now);
+	if (!w)
+		return;
+	if (op == OP_POLL) {
+		fold_poll(th, w, key, sp, now);
 		return;
 	}
 	if (op == OP_CLONE) {
@@ -1061,6 +1095,32 @@ static __noinline void on_wake(struct pt_regs *ctx, struct thread_state *th, con
 		fn1 = th->scopes[(th->depth - 1) & (MAX_DEPTH - 1)].fn + 1;
 	w->last[i].op = op | (fn1 << 8);
 	w->last_i += 1;
+}
+
+/* A root entry (depth 0) of a task type's future (task_roots): the task's poll, as its
+ * raw::poll site would have folded it, then the task bound to its future. Not a task's when
+ * the header the offset gives does not point to the type's vtable. */
+static __noinline int root_poll(struct thread_state *th, __u32 fn_first, __u64 self, __u64 sp, __u64 now)
+{
+	__u32 fn = fn_first & 0x7fffffff; /* the top bit: the future's first poll (Unresumed) */
+	struct task_root *tr = bpf_map_lookup_elem(&task_roots, &fn);
+	if (!tr || self < tr->off)
+		return 0;
+	__u64 key = self - tr->off, vt = 0;
+	if (bpf_probe_read_user(&vt, 8, (void *)(key + tr->vt_off)) || !vt)
+		return 0;
+	int ok = 0;
+	for (int i = 0; i < ROOT_VTS; i++)
+		if (tr->vt[i] == vt)
+			ok = 1;
+	if (!ok)
+		return 0;
+	struct wake_stats *w = wake_entry(key, now);
+	if (!w)
+		return 0;
+	fold_poll(th, w, key, sp + 8, now);
+	bind_future(th, self, fn_first >> 31);
+	return 1;
 }
 
 SEC("uprobe")
@@ -1270,7 +1330,12 @@ int asyncrsp_poll(struct pt_regs *ctx)
 	__u32 pfn = 0;
 	if (th) {
 		pop_stale(th, esp);
-		if (th->cur_unbound && th->depth == 0 && esp < th->cur_sp)
+		/* a task type's future first (task_roots): a task-poll site's task whose future was
+		 * not entered (done, cancelled, inlined) must not take this one's */
+		if (th->depth == 0 && cfg->flags & CFG_ROOTS &&
+		    root_poll(th, s->fn | ((flags & F_STATE) && state == 0 ? 1u << 31 : 0), self, esp, now))
+			;
+		else if (th->cur_unbound && th->depth == 0 && esp < th->cur_sp)
 			bind_future(th, self, (flags & F_STATE) && state == 0);
 		__u32 d = th->depth;
 		if (d > 0) {

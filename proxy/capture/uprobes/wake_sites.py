@@ -28,7 +28,7 @@ these names gets no such site, and the plan says so.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.analysis.elf import ElfImage
 from proxy.analysis.model import Inventory
@@ -56,6 +56,10 @@ class WakePlan:
     sites: list[Site]
     counter: int | None  # link address of tokio's NEXT_ID (the next task id), None: not found
     notes: list[str]
+    # task types whose poll is seen at their future's root entry (task_roots.py), their task-poll
+    # site not planted: resume function -> (offset from the header, the header's vtable field,
+    # the vtables' link addresses)
+    roots: dict[int, tuple[int, int, list[int]]] = field(default_factory=dict)
 
     @property
     def spawns(self) -> bool:
@@ -66,8 +70,11 @@ class WakePlan:
         return any(s.spec.kind == KIND_WAKE and s.spec.state_off != OP_POLL for s in self.sites)
 
 
-def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = True) -> WakePlan:
-    """Spawn sites always (cheap: one hit a spawn), waker and task-poll sites with `wakes`."""
+def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = True,
+                    wakers: bool = True) -> WakePlan:
+    """Spawn sites always (cheap: one hit a spawn), waker and task-poll sites with `wakes`; the
+    waker clone and drop sites only with `wakers` too (they feed only the lost-waker warning and
+    are the most hit: on the axum service 3 of the 9 spawn and wake hits a request)."""
     from proxy.analysis.demangle import demangle_or_raw
 
     named: list[tuple[str, int]] = []
@@ -105,10 +112,20 @@ def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = T
                 add(name, addr, KIND_SPAWN)
         elif wakes:
             m = _TOKIO_WAKER.match(name) or _AT_FN.match(name)
-            if m is not None:
+            if m is not None and (wakers or OPS[m.group(1)] not in (OP_CLONE, OP_DROP)):
                 add(name, addr, KIND_WAKE, OPS[m.group(1)])
+    roots: dict[int, tuple[int, int, list[int]]] = {}
     if wakes:
+        from .task_roots import task_roots
+
+        at_root = task_roots(inv)
         for addr, cell in sorted({**inv.task_polls, **inv.task_runs}.items()):
+            tr = at_root.get(addr) if addr in inv.task_polls else None
+            if tr is not None and (tr.fn not in roots or roots[tr.fn][:2] == (tr.offset, tr.vt_off)):
+                got = roots.setdefault(tr.fn, (tr.offset, tr.vt_off, []))[2]
+                if len(got) < 4:
+                    got.append(tr.vtable)
+                    continue
             add(f"task poll {cell}"[:200], addr, KIND_WAKE, OP_POLL)
     counter = _tokio_counter(elf)
     if counter is not None and not any(_TOKIO_NEXT.match(n) for n, _ in named):
@@ -124,7 +141,7 @@ def plan_wake_sites(elf: ElfImage, inv: Inventory, bias: int, *, wakes: bool = T
     if not any(s.spec.kind == KIND_SPAWN for s in sites):
         notes.append("no spawn function of a known runtime in this program (tokio's task::Id::next, "
                      "async-task's RawTask::allocate): no spawn is recorded")
-    return WakePlan(sites, counter, notes)
+    return WakePlan(sites, counter, notes, roots)
 
 
 # lock xadd qword [rip + disp32], reg: F0 REX.W(+R) 0F C1 modrm(mod 00, rm 101); and the

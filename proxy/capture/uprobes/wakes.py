@@ -18,7 +18,7 @@ from typing import Any
 from proxy.analysis.elf import ElfImage
 from proxy.analysis.model import Inventory
 from proxy.origins.log import SpawnLog
-from proxy.origins.records import SpawnRecord, WakeStats, decode_spawn, decode_wakes
+from proxy.origins.records import SPAWN_PATH, SpawnRecord, WakeStats, decode_spawn, decode_wakes
 from proxy.origins.resolve import Resolver
 
 from . import bpf as B
@@ -36,8 +36,10 @@ SIDE_BYTES = 32 << 20  # the spawn records' ring: ~4,000 spawns of 8 KiB between
 
 
 class SpawnsAndWakes:
-    def __init__(self, *, wakes: bool = True, spawn_stack: int = SPAWN_STACK, wake_tasks: int = WAKE_TASKS) -> None:
+    def __init__(self, *, wakes: bool = True, wakers: bool = False, spawn_stack: int = SPAWN_STACK,
+                 wake_tasks: int = WAKE_TASKS) -> None:
         self.want_wakes = wakes
+        self.want_wakers = wakes and wakers  # waker clones and drops (the lost-waker warning)
         self.spawn_stack = spawn_stack
         self.wake_tasks = wake_tasks
         self.plan: WakePlan | None = None
@@ -53,7 +55,7 @@ class SpawnsAndWakes:
 
     def plan_sites(self, elf: ElfImage, inv: Inventory, bias: int, unwinder: Any) -> list[Site]:
         self.bias = bias
-        self.plan = plan_wake_sites(elf, inv, bias, wakes=self.want_wakes)
+        self.plan = plan_wake_sites(elf, inv, bias, wakes=self.want_wakes, wakers=self.want_wakers)
         if unwinder is not None:
             self.resolver = Resolver(lambda rec: _unwind(unwinder, rec), _frames_of(elf), bias)
             # a spawn site's frame: where its return address is (the spawning path's key)
@@ -74,6 +76,9 @@ class SpawnsAndWakes:
         assert self.plan is not None
         counter = self.plan.counter + self.bias if self.plan.counter is not None else 0
         prog.set_aux(counter, self.spawn_stack)
+        if self.plan.roots:  # task types whose poll is folded at their future's root entry
+            prog.set_task_roots({fn: (off, vt_off, [v + self.bias for v in vts])
+                                 for fn, (off, vt_off, vts) in self.plan.roots.items()})
         self._prog = prog
         self._ring = prog.side_ring()
         self.started_ns = time.monotonic_ns()
@@ -88,10 +93,13 @@ class SpawnsAndWakes:
             return
         chunk, spans = got
         for off, n in spans:
-            rec = decode_spawn(chunk, off, n)
-            if rec is not None:
-                self.log.add(rec)
-                if self.learn and rec.path and rec.path not in self.sized:
+            # kept as written (decoded when a command asks: ~7 us of Python a record saved, a
+            # record a request on a server); only a new spawning path's first record is decoded
+            raw = bytes(chunk[off:off + n])
+            self.log.add(raw)
+            if self.learn and raw[SPAWN_PATH] not in self.sized:
+                rec = decode_spawn(raw, 0, n)
+                if rec is not None:
                     self._learn(rec)
 
     def _learn(self, rec: SpawnRecord) -> None:
@@ -130,7 +138,10 @@ class SpawnsAndWakes:
             return []
         n_spawn = sum(1 for s in self.plan.sites if s.spec.kind == B.KIND_SPAWN)
         n_wake = len(self.plan.sites) - n_spawn
-        out = [f"spawn sites: {n_spawn}, wake sites: {n_wake}" + ("" if self.want_wakes else " (spawns only)")]
+        out = [f"spawn sites: {n_spawn}, wake sites: {n_wake}" + ("" if self.want_wakes else " (spawns only)")
+               + (f"; {len(self.plan.roots)} task types' polls seen at their future's root entry"
+                  if self.plan.roots else "")
+               + ("" if self.want_wakers or not self.want_wakes else " (no waker clones and drops: --lost-wakers)")]
         if n_spawn:
             out.append(self.log.line() + (f" ({self.resolver.symbolised} so far)" if self.resolver else ""))
             if self.sized:

@@ -13,7 +13,7 @@ from integration.corpus import build
 from proxy.analysis.elf import open_elf
 from proxy.analysis.inventory import build_inventory
 from proxy.reflect.memory import BlockReader
-from proxy.reflect.stacks import G_ORDER, StackFinder, _variables, evaluate, frame_first, parse_g
+from proxy.reflect.stacks import G_ORDER, StackFinder, _variables, evaluate, frame_first, frame_name, parse_g
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -259,3 +259,18 @@ def test_an_image_whose_awaitee_is_unpolled_or_finished_is_stale() -> None:
     assert awaiting(r, lay, [live, stale], {}.get) == [live, stale]  # type: ignore[arg-type]
     r = type("R", (), {"mem": _mem({live: 4, stale: 3, stale + 8 + 48: 1})})()
     assert awaiting(r, lay, [live, stale], layouts.get) == [live, stale]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("function, shown", [
+    ("tokio::runtime::park::CachedParkThread::block_on<tokio_app::run::{async_fn_env#0}>",
+     "tokio::runtime::park::CachedParkThread::block_on"),
+    # rustc 1.63 names an async fn's frame by GenFuture's Future impl: a cut at the first `<`
+    # showed nothing ("in ;")
+    ("<core::future::from_generator::GenFuture<T> as core::future::future::Future>::poll",
+     "<core::future::from_generator::GenFuture as core::future::future::Future>::poll"),
+    ("<alloc::boxed::Box<F, A> as core::ops::FnOnce<Args>>::call_once<(), dyn core::ops::FnOnce<(), Output=()>>",
+     "<alloc::boxed::Box as core::ops::FnOnce>::call_once"),
+    ("tokio_app::c::{{closure}}", "tokio_app::c::{{closure}}"),
+])
+def test_a_frames_name_in_a_header_keeps_its_qualified_path(function: str, shown: str) -> None:
+    assert frame_name(function) == shown

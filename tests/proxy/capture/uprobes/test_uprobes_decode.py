@@ -236,7 +236,7 @@ def test_past_four_debug_registers_count_sites_are_left_out_first() -> None:
     convert, leave_out = cap._split_conflicts()
     assert convert == poll and leave_out == set(count)
     table.client_insert((2, 0x9000, 8))  # a watchpoint takes a debug register too
-    cap._client_sw.clear()
+    cap.view.client_sw.clear()
     convert, leave_out = cap._split_conflicts()
     assert convert == poll[:3] and leave_out == {poll[3], *count}
 

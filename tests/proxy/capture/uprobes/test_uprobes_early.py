@@ -143,6 +143,6 @@ def test_install_early_declines_poll_sites_and_client_breakpoints_at_sites() -> 
     cap = _capture(lambda sites: calls.append(sites), sites=[_site(SITE, B.KIND_ENTRY)])  # type: ignore[func-returns-value]
     assert not cap.install_early() and not cap.attached
     cap = _capture(lambda sites: calls.append(sites))  # type: ignore[func-returns-value]
-    cap._client_sw.add(SITE)
+    cap.view.client_sw.add(SITE)
     assert not cap.install_early()
     assert calls == []
