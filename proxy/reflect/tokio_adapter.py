@@ -120,10 +120,10 @@ class TokioAdapter:
         root is made (task threads list 1,024 of 10,000 tasks: proxy/threads/listing.py)."""
         roots = []
         more = 0
-        plans: dict[str, _CellPlan | None] = {}
+        plans: dict[str, CellPlan | None] = {}
         for header, cell in sorted(hits.items()):
             if cell not in plans:
-                plans[cell] = _plan(r, cell)
+                plans[cell] = cell_plan(r, cell)
             plan = plans[cell]
             if plan is None:
                 continue
@@ -137,7 +137,7 @@ class TokioAdapter:
         return roots, more
 
 
-class _CellPlan:
+class CellPlan:
     """Where a ``Cell<T, S>``'s stage, its discriminant and its running future lie (offsets
     from the header), found once per cell type: 100,000 tasks of one type are 100,000 reads
     of the same few offsets, not 100,000 walks through the types."""
@@ -199,7 +199,7 @@ class _CellPlan:
 _UNSET: Any = object()
 
 
-def _plan(r: Reflector, cell: str) -> _CellPlan | None:
+def cell_plan(r: Reflector, cell: str) -> CellPlan | None:
     """The cell's plan; None when its layout is not one the adapter knows."""
     c = r.type(cell)
     core = c.field("core") if c is not None else None
@@ -225,7 +225,7 @@ def _plan(r: Reflector, cell: str) -> _CellPlan | None:
 
         at = _path(r, 0, sched.type_name, "ptr", "pointer")
         local = core.offset + sched.offset + at if at is not None else None
-    return _CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None, spawned, local,
+    return CellPlan(off, st, core.offset + tid_f.offset if tid_f is not None else None, spawned, local,
                      c.align if c is not None else 0)
 
 
@@ -317,6 +317,6 @@ def task_future(r: Reflector, inv: Inventory | None, bias: int, header: int) -> 
     f = h.field("vtable") if h is not None else None
     vt = r.mem.word(header + (f.offset if f is not None else 16))
     cell = inv.task_vtables.get(vt - bias) if vt is not None and vt > bias else None
-    plan = _plan(r, cell) if cell is not None else None
+    plan = cell_plan(r, cell) if cell is not None else None
     root = plan.root(r, header) if plan is not None else None
     return (root.addr, root.type_name) if root is not None else None

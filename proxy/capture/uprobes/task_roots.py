@@ -31,7 +31,7 @@ class TaskRoot:
 def task_roots(inv: Inventory) -> dict[int, TaskRoot]:
     """Task-poll function (link address) -> how its task's poll is seen at its root entry,
     for the task types where the layout says so; the others keep their task-poll site."""
-    from proxy.reflect.tokio_adapter import HEADER, _plan, check
+    from proxy.reflect.tokio_adapter import HEADER, cell_plan, check
     from proxy.reflect.walker import Reflector
 
     if not inv.task_polls or check(inv) is not None:
@@ -50,7 +50,7 @@ def task_roots(inv: Inventory) -> dict[int, TaskRoot]:
         vt_of.setdefault(cell, []).append(slot)
     out: dict[int, TaskRoot] = {}
     for addr, cell in inv.task_polls.items():
-        plan = _plan(r, cell)
+        plan = cell_plan(r, cell)
         vts = vt_of.get(cell, [])
         if plan is None or len(vts) != 1:
             continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.reflect.describers import _path, shared_inner_type
-from proxy.reflect.tokio_adapter import _plan, local_set_threads
+from proxy.reflect.tokio_adapter import cell_plan, local_set_threads
 from proxy.reflect.walker import Reflector
 from tests.proxy.reflect.test_walker import BASE, Mem, _inv
 
@@ -63,7 +63,7 @@ def test_a_spawn_local_task_names_its_local_sets_shared_state(local: bool) -> No
         next(n for n in inv.types if n.startswith("tokio::runtime::task::core::Cell<")
              and "tokio::task::local::Shared" not in n and "current_thread::Handle" in n)
     r = Reflector(inv, 0, Mem().read)
-    plan = _plan(r, cell)
+    plan = cell_plan(r, cell)
     assert plan is not None and (plan.local is not None) == local
     header = BASE + 0x4000
     mem = Mem()
@@ -87,7 +87,7 @@ def test_a_task_header_off_its_cells_alignment_is_a_copy_not_a_task() -> None:
     prefix = "tokio::runtime::task::core::Cell<hyper_single_threaded::http1_server::{async_fn#0}::{async_block_env#1}, "
     cell = next(n for n in inv.types if n.startswith(prefix))
     assert inv.types[cell].align == 128
-    plan = _plan(Reflector(inv, 0, Mem().read), cell)
+    plan = cell_plan(Reflector(inv, 0, Mem().read), cell)
     assert plan is not None and plan.align == 128
     running = next(v for v in plan.enum.variants if v.name == "Running")
     mem = Mem()
