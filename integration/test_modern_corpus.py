@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 MARKER = {"stuck": "stuck_ready", "tk_dump": "dumped", "tk_sync": "parked", "hyper_svc": "requested", "axum_svc": "requested",
           "astd": "parked", "smol_app": "parked", "fut_exec": "parked", "tk_join3": "dumped",
-          "tk_streams": "parked"}
+          "tk_streams": "parked", "deadlock": "ready", "lost_waker": "ready"}
 ONE_FLAVOUR = {"astd", "fut_exec"}  # async-std's global executor; LocalPool: one thread only
 FULL = os.environ.get("ASYNCRSP_MODERN_FULL") == "1"
 
