@@ -21,6 +21,19 @@ class ToStubRaw:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalProgram:
+    """Interrupt a program of this host with a signal sent to its process alone (``kill(pid,
+    sig)``), where a 0x03 to the stub would make it signal the program's whole process group:
+    gdbserver 13.1 answers 0x03 with ``kill(-pgid, SIGINT)``, which also kills the program's
+    untraced children (a vfork child running /bin/true died of it, 128 + 2, when a capture drain
+    came at that moment). The stub sees the same SIGINT stop either way. A shell that cannot
+    send it sends the 0x03 instead."""
+
+    pid: int
+    signal: int
+
+
+@dataclass(frozen=True, slots=True)
 class ToClient:
     body: bytes
 
@@ -63,4 +76,4 @@ class AfterSend:
     work: Callable[[], object]
 
 
-Action = ToStub | ToStubRaw | ToClient | ToClientRaw | SetNoAck | Notice | Close | AfterSend
+Action = ToStub | ToStubRaw | SignalProgram | ToClient | ToClientRaw | SetNoAck | Notice | Close | AfterSend

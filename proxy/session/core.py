@@ -297,7 +297,7 @@ class Session(SessionBase):
             if self.running:
                 if not self._interrupt_forwarded:
                     self._interrupt_forwarded = True
-                    self._emit(ToStubRaw(b"\x03"))
+                    self._interrupt_program()
                     self._interrupted_for_leave = True
                 return
             self._emit(Close("client disconnected", keep_stub=True))
@@ -315,7 +315,7 @@ class Session(SessionBase):
         if self.running:
             if not self._interrupt_forwarded:
                 self._interrupt_forwarded = True
-                self._emit(ToStubRaw(b"\x03"))
+                self._interrupt_program()
                 self._interrupted_for_leave = True
             return  # the stop reply arrives, then we clean up (see _on_stop_reply)
         if self._proc is None:

@@ -585,7 +585,7 @@ class CaptureLifecycle:
             return
         if self.s._capture_call("wants_interrupt", now):
             self._capture_interrupt = True
-            self.s._emit(ToStubRaw(b"\x03"))
+            self.s._interrupt_program()
 
     def _proc_capture_stop(self, proc: Procedure | None) -> Procedure:
         """A stop the capture caused: its own interrupt (drain), or a stop it

@@ -31,7 +31,7 @@ from proxy.host.identity import UNDECIDED, Identity
 from proxy.probes import Probe, ProbeStats
 from proxy.procedure import Exchange, Procedure
 
-from .actions import Action, AfterSend, Close, Notice, ToClient, ToStub, ToStubRaw
+from .actions import Action, AfterSend, Close, Notice, SignalProgram, ToClient, ToStub, ToStubRaw
 from .breakpoints import BreakpointTable
 from .known import StopKnowledge
 from .lifecycle import CaptureLifecycle
@@ -39,7 +39,7 @@ from .nonstop import NonStopMode
 from .queries import Queries
 from .pacing import Pacer
 from .reads import ReadLimit, read_memory
-from .wire import stop_or_none, z_packet
+from .wire import SIGINT, stop_or_none, z_packet
 
 if TYPE_CHECKING:
     from .core import Session
@@ -340,6 +340,16 @@ class SessionBase:
             if self._resume is not None and self._resume.is_step:
                 return
             self._interrupt_forwarded = True
+            self._emit(ToStubRaw(b"\x03"))
+
+    def _interrupt_program(self) -> None:
+        """The proxy's own interrupt (a capture's drain, a hang-up's clean-up): for a program
+        proven to run on this host, a SIGINT to its process only (SignalProgram); else the
+        0x03 (the stub's own interrupt, which may reach the program's process group)."""
+        ident = self.identity
+        if ident.local and ident.host_pid and not self.non_stop:
+            self._emit(SignalProgram(ident.host_pid, SIGINT))
+        else:
             self._emit(ToStubRaw(b"\x03"))
 
     def _reply(self, body: bytes) -> None:

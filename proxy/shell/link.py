@@ -30,7 +30,7 @@ from typing import TextIO
 
 import trio
 
-from proxy.session.actions import AfterSend, Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.actions import AfterSend, Close, Notice, SetNoAck, SignalProgram, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session
 from proxy.shell.keeper import Keeper
 from rsp.connection import Connection, StalePacket
@@ -427,6 +427,11 @@ class Link:
                     self.sconn.send_ack()
                 else:
                     self.sconn.send_raw(action.raw)
+            elif isinstance(action, SignalProgram):
+                try:
+                    os.kill(action.pid, action.signal)
+                except OSError:
+                    self.sconn.send_interrupt()  # gone or not ours to signal: the stub's way
             elif isinstance(action, ToClient):
                 self.cconn.send_packet(action.body)
             elif isinstance(action, ToClientRaw):

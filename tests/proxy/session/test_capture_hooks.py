@@ -11,7 +11,7 @@ from __future__ import annotations
 from proxy.capture.base import CaptureBase, Forward, Handover, Reply
 from proxy.capture.target import Target
 from proxy.host.identity import Identity
-from proxy.session.actions import Close, ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.actions import Close, SignalProgram, ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session, SessionConfig
 from proxy.procedure import Exchange, Procedure
 from proxy.probes import Probe
@@ -189,6 +189,21 @@ def test_tick_interrupts_drains_and_resumes_hidden() -> None:
     acts = stub(s, b"l")
     assert bodies(acts, ToStub) == [b"vCont;c"]
     assert s.stats.hidden_interrupts == 1 and s.running
+
+
+def test_a_drain_of_a_program_of_this_host_signals_its_process_alone() -> None:
+    """The proxy's own interrupt of a program proven to run here is a SIGINT to that process
+    (SignalProgram), not a 0x03: gdbserver answers 0x03 with a SIGINT to the whole process
+    group, which killed the program's untraced children (a vfork child, 128 + 2). The stop that
+    comes is the same SIGINT stop, hidden as before."""
+    rec = Recorder()
+    s = running(rec)
+    s.identity = Identity(True, 4242, 4242, "test")
+    rec.want_interrupt = True
+    s.tick(2.0)
+    assert s.take_actions() == [SignalProgram(4242, 2)]
+    acts = stub(s, stop_at(0x1000, sig=b"02", reason=b""))
+    assert bodies(acts, ToStub) == [b"qTBuffer:0,10"] and not bodies(acts, ToClientRaw)
 
 
 def test_capture_interrupt_crossing_a_real_stop() -> None:
