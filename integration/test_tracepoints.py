@@ -353,6 +353,30 @@ def test_exit_while_tracing_drains_the_last_frames() -> None:
 
 # ------------------------------------------------------------ fork
 @pytest.mark.timeout(300)
+def test_the_captures_drains_do_not_signal_the_programs_children() -> None:
+    """forker 20000 fork under a 64 KiB trace buffer: the parent's 20,000 calls after the fork
+    (40,000 frames) need hidden drains while the child (untraced once gdb detached it, in the
+    program's process group) runs its 1.5 s. A drain's interrupt is a SIGINT to the program's
+    process alone: a 0x03 made gdbserver signal the whole group, and the child died of it
+    (`forker child=130`)."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness import programs as cprogs
+
+    prog = cprogs.build("forker")
+    with start_stub("gdbserver", prog, ["20000", "fork"]) as stub, \
+            start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$", "--trace-buffer", "64K"]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
+                               "monitor async stats --all", "continue"], timeout=240)
+        assert px.wait(timeout=30) == 0, px.stderr_text()
+        stub.wait(timeout=10)
+        program_out = stub.output_text()
+    out = run.output
+    drains = re.search(r"hidden interrupts \(capture drains\): (\d+)", out)
+    assert drains and int(drains.group(1)) >= 2, out
+    assert "forker child=0 " in program_out, program_out + out
+
+
+@pytest.mark.timeout(300)
 def test_fork_child_survives_and_the_parent_keeps_recording() -> None:
     """forker 5 fork: `probed` 5 times, fork, then parent and child 5 more
     each (the child keeps calling it ~1.5 s). The child gets copies of the
