@@ -352,6 +352,24 @@ def test_exit_while_tracing_drains_the_last_frames() -> None:
 
 
 # ------------------------------------------------------------ fork
+def _probed_to_exit(name: str, args: list[str], extra: list[str] = (), timeout: float = 120) -> tuple[str, str]:  # type: ignore[assignment]
+    """The C program ``name args`` under gdbserver and the proxy with tracepoints on
+    `probed`, gdb run to its `_exit`, the stats asked, run to the end: (gdb's output, the
+    program's)."""
+    require_tool("gdb", "gdbserver")
+    from integration.harness import programs as cprogs
+
+    prog = cprogs.build(name)
+    with start_stub("gdbserver", prog, args) as stub, \
+            start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$", *extra]) as px:
+        run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
+                               "monitor async stats --all", "continue"], timeout=timeout)
+        assert px.wait(timeout=30) == 0, px.stderr_text()
+        stub.wait(timeout=10)
+        program_out = stub.output_text()
+    return run.output, program_out
+
+
 @pytest.mark.timeout(300)
 def test_the_captures_drains_do_not_signal_the_programs_children() -> None:
     """forker 20000 fork under a 64 KiB trace buffer: the parent's 20,000 calls after the fork
@@ -359,18 +377,7 @@ def test_the_captures_drains_do_not_signal_the_programs_children() -> None:
     program's process group) runs its 1.5 s. A drain's interrupt is a SIGINT to the program's
     process alone: a 0x03 made gdbserver signal the whole group, and the child died of it
     (`forker child=130`)."""
-    require_tool("gdb", "gdbserver")
-    from integration.harness import programs as cprogs
-
-    prog = cprogs.build("forker")
-    with start_stub("gdbserver", prog, ["20000", "fork"]) as stub, \
-            start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$", "--trace-buffer", "64K"]) as px:
-        run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
-                               "monitor async stats --all", "continue"], timeout=240)
-        assert px.wait(timeout=30) == 0, px.stderr_text()
-        stub.wait(timeout=10)
-        program_out = stub.output_text()
-    out = run.output
+    out, program_out = _probed_to_exit("forker", ["20000", "fork"], ["--trace-buffer", "64K"], timeout=240)
     drains = re.search(r"hidden interrupts \(capture drains\): (\d+)", out)
     assert drains and int(drains.group(1)) >= 2, out
     assert "forker child=0 " in program_out, program_out + out
@@ -384,18 +391,7 @@ def test_fork_child_survives_and_the_parent_keeps_recording() -> None:
     fork report, and restarts the experiment gdbserver stops when gdb
     detaches the child: the child exits 0 and the parent's 10 calls are all
     counted, entries and rets."""
-    require_tool("gdb", "gdbserver")
-    from integration.harness import programs as cprogs
-
-    prog = cprogs.build("forker")
-    with start_stub("gdbserver", prog, ["5", "fork"]) as stub, \
-            start_proxy(stub.address, extra=[*TRACE, "--trace-probe", "^probed$"]) as px:
-        run = gdb_batch(prog, [f"target remote {px.address}", "break _exit", "continue",
-                               "monitor async stats --all", "continue"], timeout=120)
-        assert px.wait(timeout=30) == 0, px.stderr_text()
-        stub.wait(timeout=10)
-        program_out = stub.output_text()
-    out = run.output
+    out, program_out = _probed_to_exit("forker", ["5", "fork"])
     assert "forker child=0 " in program_out, program_out + out
     assert "fork children cleaned of the tracepoints' int3s: 1; experiment restarted after a child's detach: 1" in out, out
     assert re.search(r"^\s*probed: 10$", out, re.M) and re.search(r"^\s*probed \(ret\): 10$", out, re.M), out
