@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.reflect.walker import _short
+from proxy.reflect.node import short_type
 
 
 @dataclass
@@ -73,7 +73,7 @@ _NODE = re.compile(r"^(?:\[[^\]]*\] )?(?P<label>.+?)(?: at (?P<file>\S+):(?P<lin
 def short(label: str) -> str:
     """A label without generic arguments, an async block or closure without its number or
     line: ``tokio::sync::mutex::{impl#10}::lock``, ``axum_svc::run::{async_block}``."""
-    return re.sub(r"\{async_(block|closure)[#@]\d+\}", r"{async_\1}", _short(label))
+    return re.sub(r"\{async_(block|closure)[#@]\d+\}", r"{async_\1}", short_type(label))
 
 
 def parse_rendered(text: str) -> list[tuple[str, Actual]]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from proxy.analysis.model import Field
 
-from .node import Node, _short, missing_or_unreadable, type_fact
+from .node import Node, short_type, missing_or_unreadable, type_fact
 
 if TYPE_CHECKING:
     from .walker import Reflector
@@ -114,7 +114,7 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
     taddr, ttype = got
     tup = r.type(ttype)
     if tup is None:
-        return Node("leaf", "PollFn", addr, type_name, detail=_short(ttype))
+        return Node("leaf", "PollFn", addr, type_name, detail=short_type(ttype))
     dis = _field(r, env, "disabled")
     select = dis is not None
     mask = 0
@@ -134,7 +134,7 @@ def poll_fn(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
             if select and child.kind == "leaf" and child.detail.startswith(NOTHING_IN_FLIGHT):
                 # select! has not seen it finish: name the branch by the future it holds (axum's
                 # `conn.as_mut()`: hyper-util's connection, not hyper's dispatcher inside it)
-                child = Node("leaf", _short(_held_type(r, el.type_name)), taddr + el.offset, el.type_name,
+                child = Node("leaf", short_type(_held_type(r, el.type_name)), taddr + el.offset, el.type_name,
                              detail=f"pending; inside, {child.label} has {child.detail}")
         child.branch = f"branch {i}"
         node.children.append(child)
@@ -241,7 +241,7 @@ def objects(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
     """A channel end or set met as a leaf (a stream polled by ``next()``): what it waits on."""
     for prefix, fn in OBJECTS:
         if type_name.startswith(prefix):
-            return Node("leaf", _short(type_name), addr, type_name, detail=fn(r, addr, type_name) or "")
+            return Node("leaf", short_type(type_name), addr, type_name, detail=fn(r, addr, type_name) or "")
     return None
 
 
@@ -352,7 +352,7 @@ def _label_of(r: Reflector, type_name: str) -> str:
         type_name = m.group(1)
     if type_name in r.inv.layouts:
         return coroutine_path(type_name)
-    return _short(type_name)
+    return short_type(type_name)
 
 
 # -- leaves ------------------------------------------------------------------------------
@@ -605,7 +605,7 @@ def joined(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset)
     if t is None or t.kind != "struct" or len(t.fields) < 2 \
             or not all(_MAYBE_DONE.match(f.type_name) for f in t.fields):
         return None
-    node = Node("combinator", _short(type_name), addr, type_name)
+    node = Node("combinator", short_type(type_name), addr, type_name)
     for f in t.fields:
         c = r.child(addr + f.offset, f.type_name, depth, seen)
         c.branch = f.name
@@ -718,7 +718,7 @@ def stream_field(r: Reflector, addr: int, type_name: str, depth: int, seen: froz
         f = t.fields[0]
     if f is None:
         return None
-    return _stream_child(r, Node("combinator", _short(type_name), addr, type_name), addr, f, depth, seen)
+    return _stream_child(r, Node("combinator", short_type(type_name), addr, type_name), addr, f, depth, seen)
 
 
 def _stream_child(r: Reflector, node: Node, addr: int, f, depth: int, seen: frozenset) -> Node:  # type: ignore[no-untyped-def]
@@ -848,15 +848,15 @@ def io_borrow(r: Reflector, addr: int, type_name: str, depth: int, seen: frozens
         handle = r.mem.word(addr + f.offset)
         pointee = r.type(f.type_name)
         if not handle or pointee is None or not pointee.pointee:
-            return missing_or_unreadable(r, addr, type_name, _short(type_name))
+            return missing_or_unreadable(r, addr, type_name, short_type(type_name))
         sio = _scheduled_io(r, handle, pointee.pointee)
         if sio is None:
             return None
         fd = r.mem.u(handle + fd_off, 4)
-        on = "" if fd is None else f" on fd {fd - (1 << 32) if fd >= 1 << 31 else fd} ({_short(pointee.pointee)})"
+        on = "" if fd is None else f" on fd {fd - (1 << 32) if fd >= 1 << 31 else fd} ({short_type(pointee.pointee)})"
         slots = _waker_slots(r, sio)
         what = f"waits for {'|'.join(slots)}" if slots else "no waker registered (woken)"
-        return Node("leaf", _short(type_name), addr, type_name,
+        return Node("leaf", short_type(type_name), addr, type_name,
                     detail=f"{what}{on}, ScheduledIo 0x{sio[0]:x}{_ready_now(r, sio[0])}")
     return None
 
@@ -983,14 +983,14 @@ def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
             # in flight, not the holder finished: shown as the holder, not as a finished `Option
             # (None)` (which also left the connection task waiting on its other select! branch
             # alone: "nothing can wake"). A one-field holder (futures' Fuse) stays finished.
-            return Node("leaf", _short(type_name), addr, type_name,
+            return Node("leaf", short_type(type_name), addr, type_name,
                         detail=f"{NOTHING_IN_FLIGHT}: its {futs[0].name} is {child.detail}")
         return child
     if not _futurish(r, type_name):
         return None
     v, ok = _enum_variant(r, addr, type_name)
     if not ok:
-        return missing_or_unreadable(r, addr, type_name, _short(type_name))
+        return missing_or_unreadable(r, addr, type_name, short_type(type_name))
     if v is None:
         return None
     if (polled := _polled_channel(r, addr, v.fields, depth, seen)) is not None:
@@ -999,7 +999,7 @@ def wrapper(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
     if len(futs) == 1:
         return r.child(addr + futs[0].offset, futs[0].type_name, depth - 1, seen)
     if not futs:
-        return Node("leaf", _short(type_name), addr, type_name, status="completed", detail=v.name)
+        return Node("leaf", short_type(type_name), addr, type_name, status="completed", detail=v.name)
     return None
 
 
@@ -1121,7 +1121,7 @@ def io_leaf(r: Reflector, addr: int, type_name: str, depth: int, seen: frozenset
             _futurish(r, f.type_name) for v in t.variants for f in v.fields):
         return None  # it holds a future of its own: what it awaits is that one's (the walk goes on)
     detail = io_detail(r, addr, type_name)
-    return None if detail is None else Node("leaf", _short(type_name), addr, type_name, detail=detail)
+    return None if detail is None else Node("leaf", short_type(type_name), addr, type_name, detail=detail)
 
 
 def io_detail(r: Reflector, addr: int, type_name: str) -> str | None:

@@ -69,7 +69,7 @@ def _pointee(r: Reflector, ptr: TypeInfo | None) -> str | None:
     return None
 
 
-def _short(type_name: str) -> str:
+def short_type(type_name: str) -> str:
     """Drop generic arguments for display: ``tokio::time::sleep::Sleep``."""
     depth = 0
     out = []

@@ -54,7 +54,7 @@ from proxy.arch import X86_64, Arch, for_machine
 from . import framecache
 from .framecache import FrameFacts, Scope
 from .memory import BLOCK, BlockReader
-from .node import _short
+from .node import short_type
 from .tree import Root
 from .validity import Validity
 from .walker import Node, Reflector
@@ -741,7 +741,7 @@ def frame_name(function: str) -> str:
     ``<core::future::from_generator::GenFuture<T> as core::future::future::Future>::poll``,
     which a cut at the first ``<`` left empty)."""
     if not function.startswith("<"):
-        return _short(function)
+        return short_type(function)
     depth = 0
     for i, ch in enumerate(function):
         if ch == "<":
@@ -749,7 +749,7 @@ def frame_name(function: str) -> str:
         elif ch == ">" and function[i - 1:i] != "-":
             depth -= 1
             if depth == 0:
-                return f"<{_short(function[1:i])}>{_short(function[i + 1:])}"
+                return f"<{short_type(function[1:i])}>{short_type(function[i + 1:])}"
     return function
 
 

@@ -21,7 +21,7 @@ import re
 from proxy.analysis.model import Inventory, Layout, TypeInfo
 
 from .memory import BlockReader, Budget, ReadMemory
-from .node import Node, _pointee, _short, coroutine_path, missing_or_unreadable, unreadable
+from .node import Node, _pointee, short_type, coroutine_path, missing_or_unreadable, unreadable
 
 __all__ = ["Node", "Reflector", "coroutine_path", "missing_or_unreadable", "unreadable"]
 
@@ -75,7 +75,7 @@ class Reflector:
     # -- the walk ------------------------------------------------------------------------
     def _walk(self, addr: int, type_name: str, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
         if depth > self.max_depth or self._nodes >= self.max_nodes:
-            return Node("truncated", f"{_short(type_name)} ...", addr, type_name, detail="too deep")
+            return Node("truncated", f"{short_type(type_name)} ...", addr, type_name, detail="too deep")
         key = (addr, type_name)
         if key in seen:
             return Node("unreadable", f"<unreadable: cycle at 0x{addr:x}>", addr, type_name)
@@ -141,7 +141,7 @@ class Reflector:
             p = self.mem.word(addr + m.offset)
             fd = self.mem.u(p + off, 4) if p else None
             if fd is not None:
-                return (fd - (1 << 32) if fd >= 1 << 31 else fd), _short(m.type_name.lstrip("&"))
+                return (fd - (1 << 32) if fd >= 1 << 31 else fd), short_type(m.type_name.lstrip("&"))
         return None
 
     def _mutexes(self, node: Node, addr: int, locals_, path: str) -> None:  # type: ignore[no-untyped-def]
@@ -162,7 +162,7 @@ class Reflector:
     def _generic(self, addr: int, type_name: str, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
         t = self.inv.types.get(type_name)
         if t is None:
-            return Node("leaf", _short(type_name), addr, type_name)
+            return Node("leaf", short_type(type_name), addr, type_name)
         if type_name.startswith("core::future::from_generator::GenFuture<") or type_name.startswith(
                 "core::pin::Pin<"):
             inner = t.fields[0] if t.fields else None  # __0 / pointer: transparent
@@ -173,17 +173,17 @@ class Reflector:
         if t.kind == "pointer" and t.pointee:
             target = self.mem.word(addr)
             if target is None:
-                return missing_or_unreadable(self, addr, type_name, _short(type_name))
+                return missing_or_unreadable(self, addr, type_name, short_type(type_name))
             return self._walk(target, t.pointee, depth, seen)
         if type_name.startswith("alloc::boxed::Box<") and t.fields:
             ptr = self.type(t.fields[0].type_name)
             target = self.mem.word(addr + t.fields[0].offset)
             pointee = _pointee(self, ptr)
             if target is None:
-                return missing_or_unreadable(self, addr, type_name, _short(type_name))
+                return missing_or_unreadable(self, addr, type_name, short_type(type_name))
             if pointee:
                 return self._walk(target, pointee, depth, seen)
-        return Node("leaf", _short(type_name), addr, type_name)
+        return Node("leaf", short_type(type_name), addr, type_name)
 
     def _dyn(self, addr: int, t: TypeInfo, depth: int, seen: frozenset[tuple[int, str]]) -> Node:
         """``Box<dyn Future>``: (data, vtable); vtable = [drop, size, align, poll, ...]."""
@@ -191,10 +191,10 @@ class Reflector:
         assert pf is not None and vf is not None
         data, vtable = self.mem.word(addr + pf.offset), self.mem.word(addr + vf.offset)
         if data is None or vtable is None:
-            return missing_or_unreadable(self, addr, t.name, _short(t.name))
+            return missing_or_unreadable(self, addr, t.name, short_type(t.name))
         slots = self.mem.read(vtable, 32)
         if slots is None:
-            return missing_or_unreadable(self, vtable, t.name, f"{_short(t.name)} vtable")
+            return missing_or_unreadable(self, vtable, t.name, f"{short_type(t.name)} vtable")
         drop, size, _align, poll = (int.from_bytes(slots[i:i + 8], "little") for i in range(0, 32, 8))
         fn = self.inv.resume_fn_at(poll - self.bias) if poll > self.bias else None
         if fn is not None and fn.layout_name and fn.layout_name in self.inv.layouts:
@@ -206,7 +206,7 @@ class Reflector:
         if concrete:
             if concrete in self.inv.layouts or concrete in self.inv.types:
                 return self._walk(data, concrete, depth, seen)
-            return Node("leaf", _short(concrete), data, concrete, detail=f"dyn, {size} bytes")
+            return Node("leaf", short_type(concrete), data, concrete, detail=f"dyn, {size} bytes")
         return unreadable(addr, t.name, f"vtable 0x{vtable:x} names no known type")
 
     def _drop_type(self, drop: int) -> str | None:

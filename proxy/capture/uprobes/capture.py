@@ -261,7 +261,6 @@ class UprobeCapture(CaptureBase):
         self.learn_s = learn_s  # how often tasks mode and the learned returns look again
         self._att_sites: list[Site] = []
         self.tasks = TasksMode(self, tasks_only, learn_entries)  # `--mode tasks` (tasks_mode.py)
-        tasks_only = self.tasks.tasks_only
         # exits at learned return sites (functions polled through a vtable): returns.py
         self.learn_returns = learn_returns
         self.returns = LearnedReturns(self)
