@@ -90,6 +90,19 @@ class Connection:
         self._check_usable()
         self._pending.extend(self.reader.feed(data))
 
+    def lone_packet(self, data: bytes) -> bytes | None:
+        """The body of `data` when it is exactly one whole ``$body#cs`` packet
+        that `feed` would hand over as it is (no-ack mode, nothing held from
+        earlier bytes or events, the connection usable, the packet not oversized);
+        None otherwise. Nothing is consumed: the caller passes `data` on verbatim,
+        or feeds it as usual. The body ends at the first ``#``, as the reader's;
+        the checksum is not judged (no-ack mode takes any, as the reader does)."""
+        n = len(data)
+        if (n < 4 or data[0] != 0x24 or data.find(b"#", 1) != n - 3 or not self.no_ack or self._pending
+                or self._broken is not None or n - 4 > self.reader.max_packet or not self.reader.idle):
+            return None
+        return data[1:-3]
+
     def next_event(self) -> Event | StalePacket | None:
         """The next event the caller must see, or None when all are taken."""
         while self._pending:

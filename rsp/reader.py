@@ -125,6 +125,11 @@ class PacketReader:
         self._discard_size = 0
         self._discard_cs_left = -1  # >= 0 once its '#' was seen: digits still to skip
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held from earlier bytes: the next byte starts afresh."""
+        return not self._tail and self._open is None and not self._discarding
+
     def feed(self, data: bytes) -> list[Event]:
         """Consume `data`; return every event it completes, in order."""
         events: list[Event] = []

@@ -31,6 +31,16 @@ procedure runner; `hidden.py` handles hidden stops; `lifecycle.py` the
 capture's life in the program (plant, install, switch, drains, fork, exec,
 exit, leave); `queries.py` what the proxy answers itself (monitor, qXfer,
 stats); `wire.py` the small packet helpers.
+
+The fast lane: most of what a debugger sends between two resumes is reads
+(`m`, `g`, `p`, `Hg`), and at a quiet moment (all-stop, nothing in flight or
+queued, no procedure, no lingering breakpoint, no residue, no symbol look-up,
+task threads not shown, the capture passing that read: `lane_reads`) none of
+the usual path's steps changes them. `lane_client` then answers what is known
+at this stop or has the shell forward the packet's bytes as they came, and
+`lane_stub` has it pass the reply back the same way: no events, no actions,
+no framing (proxy/shell/link.py). Anything else, or any doubt, returns None
+or False before changing anything, and the usual path takes the packet.
 """
 
 from __future__ import annotations
@@ -79,6 +89,9 @@ def _checksum_ok(raw: bytes) -> bool:
     return (len(raw) >= 4 and raw[-3:-2] == b"#" and is_hex(raw[-2:])
             and int(raw[-2:], 16) == checksum(raw[1:-3]))
 
+
+# The reads the fast lane takes (Session.lane_client), by their first byte.
+_LANE_HEADS = frozenset(b"mgpH")
 
 # Features the client must not see (rule 5).
 _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
@@ -150,6 +163,53 @@ class Session(SessionBase):
             self._client_queue.append(body)
             return
         self._dispatch_client(body, raw)
+
+    # -- the fast lane (the module docstring) ---------------------------------------------------
+
+    def lane_client(self, body: bytes, raw: bytes) -> bytes | bool | None:
+        """The client's packet `body` (framed as `raw`) on the fast lane: the answer known at
+        this stop (bytes, for the shell to frame), True when `raw` goes to the stub as it came
+        (its reply comes back through `lane_stub`), None when the usual path must take it
+        (nothing changed then)."""
+        if not body or body[0] not in _LANE_HEADS or not self._quiet():
+            return None
+        cap = self.capture
+        if cap is not None and body[0] not in cap.lane_reads:
+            return None
+        head = body[:1]
+        if head == b"g" and (body != b"g" or self._g_size is None):
+            return None  # the usual path learns the stub's register block from the first reply
+        if head == b"p" and self.known.p_supported is None:
+            return None  # the usual path learns whether the stub has `p`
+        if refuse(body, g_size=self._g_size, packet_size=self._packet_size) is not None:
+            return None  # the usual path answers E01 and counts it
+        known = self.known.answer(body) if self.known.enabled else None
+        if known is None and (head == b"H" or not _checksum_ok(raw)):
+            return None  # a selection the stub must make; a frame to send framed anew
+        self.stats.client_packets += 1
+        if known is not None:
+            return known
+        self.known.forwarding(body)
+        self.known.sent(body)
+        self._waiters.append(Waiter("client", lane=True))
+        return True
+
+    def lane_stub(self, body: bytes) -> bool:
+        """The stub's packet `body` on the fast lane: True when it is the reply to the read
+        `lane_client` had forwarded and goes to the client as it came; False: the usual path."""
+        w = self._waiters
+        if len(w) != 1 or not w[0].lane or self._closing or self._actions or self._client_queue:
+            return False
+        w.popleft()
+        self.stats.stub_packets += 1
+        self.known.replied(body)
+        return True
+
+    def _quiet(self) -> bool:
+        """Nothing under way that a client packet must wait for, be seen by or change."""
+        return (self._proc is None and not self._waiters and not self._client_queue and not self._actions
+                and self.pacer.no_ack and not self._closing and not self.non_stop and not self.bps.lingering and not self._residues
+                and self._symbol_lookup is None and not self.task_threads.shown)
 
     def client_interrupt(self) -> None:
         if self.non_stop:

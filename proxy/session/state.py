@@ -56,6 +56,7 @@ class Waiter:
     resume: bool = False
     request: bytes | None = None  # kept when the capture rewrites replies
     asks_stop: bool = False  # the request is `?`: its reply is a stop reply
+    lane: bool = False  # forwarded by the fast lane (core.Session.lane_client): its reply may take it back
 
 
 @dataclass(slots=True)

@@ -54,6 +54,12 @@ class TaskThreads:
         arch = self.session.arch
         return arch.unsupported("task threads") if arch.name != "x86-64" else None
 
+    @property
+    def shown(self) -> bool:
+        """Task threads may be in the client's view: `request` may answer a packet."""
+        view = self.view
+        return view is not None and view.enabled and self.session.config.task_threads is not None
+
     def request(self, body: bytes) -> bool:
         """Answer a client packet about task threads; False: not ours, route it as usual."""
         view = self.view

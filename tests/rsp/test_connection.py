@@ -99,3 +99,30 @@ def test_without_drop_before_ack_every_packet_is_returned() -> None:
     conn.send_packet(b"OK")
     events = conn.receive_data(frame(b"g"))
     assert events == [Packet(b"g", frame(b"g"))]
+
+
+def test_a_lone_packet_is_one_whole_packet_the_reader_would_give_as_it_is() -> None:
+    c = Connection()
+    assert c.lone_packet(b"$m10,4#fd") is None  # ack mode: its '+' is owed
+    c.set_no_ack()
+    assert c.lone_packet(b"$m10,4#fd") == b"m10,4"
+    assert c.lone_packet(b"$#00") == b""
+    assert c.lone_packet(b"$m10,4#zz") == b"m10,4"  # no-ack mode judges no checksum, as the reader
+    # anything else is the usual path's: two packets, an ack or interrupt around it, a
+    # notification, a packet whose first '#' is not the end, a part of one
+    for data in (b"$g#67$g#67", b"+$g#67", b"$g#67\x03", b"%Stop:T05#00", b"$g#6", b"$a#b#00", b"g#67", b""):
+        assert c.lone_packet(data) is None, data
+    c.feed(b"$m10")  # a packet's first part is held: the next bytes are not a packet alone
+    assert c.lone_packet(b"$g#67") is None
+    c.feed(b",4#fd")
+    assert [e.body for e in iter(c.next_event, None)] == [b"m10,4"]  # type: ignore[union-attr]
+    assert c.lone_packet(b"$g#67") == b"g"
+    c.feed(b"$g#67")  # an event not taken yet: the order of packets is the reader's
+    assert c.lone_packet(b"$g#67") is None
+
+
+def test_a_lone_packet_larger_than_the_reader_takes_is_not_one() -> None:
+    c = Connection(max_packet=8)
+    c.set_no_ack()
+    assert c.lone_packet(frame(b"m" + b"1" * 7)) == b"m" + b"1" * 7
+    assert c.lone_packet(frame(b"m" + b"1" * 8)) is None

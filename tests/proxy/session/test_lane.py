@@ -1,0 +1,136 @@
+"""The fast lane (proxy/session/core.py): the same traffic, once as the link passes it
+(`lane_client`/`lane_stub` first, the usual path when they decline) and once through the
+usual path alone, gives the client and the stub the same bytes in the same order.
+
+The stub here is a table of answers (a pure session test: the lane's bytes against a real
+gdbserver are checked by integration/test_known_answers.py, which reads the same memory and
+registers both ways)."""
+
+from __future__ import annotations
+
+from proxy.session.actions import ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.core import Session, SessionConfig
+from rsp.framing import frame
+
+from .test_core import stop_at
+
+THREAD = b"p3a4d.3a4d"
+REGS = b"".join(i.to_bytes(8, "little").hex().encode() for i in range(70))  # the `g` block
+
+
+def _stub_reply(body: bytes, code: dict[int, int]) -> bytes | None:
+    """gdbserver's answer, from a table (None: a packet it does not answer)."""
+    if body.startswith(b"qSupported"):
+        return b"PacketSize=47ff;QStartNoAckMode+;QStartupWithShell+;multiprocess+;swbreak+"
+    if body in (b"QStartNoAckMode",) or body[:1] in (b"H", b"Z", b"z", b"M", b"G"):
+        return b"OK"
+    if body == b"?" or body.startswith(b"vCont;"):
+        return stop_at(0x401000, thread=THREAD)
+    if body == b"g":
+        return REGS
+    if body[:1] == b"p":
+        return b""  # gdbserver 13.1 on x86-64 has no `p`
+    if body[:1] == b"m":
+        addr, size = (int(x, 16) for x in body[1:].split(b","))
+        return bytes(code.get(addr + i, (addr + i) & 0xFF) for i in range(size)).hex().encode()
+    if body.startswith(b"qXfer:threads:read:"):
+        return b'l<threads><thread id="' + THREAD + b'"/></threads>'
+    return b""
+
+
+def _run(traffic: list[bytes | tuple[bytes, bytes]], lane: bool) -> tuple[list[tuple[str, bytes]], Session, int]:
+    """Play `traffic` (bodies, or (body, raw) for a frame of its own); the client's and
+    the stub's bytes in order, the session, and how many packets took the lane."""
+    s = Session(SessionConfig(elf_path="/bin/true"))
+    code: dict[int, int] = {}
+    wire: list[tuple[str, bytes]] = []
+    took = 0
+
+    def deliver(actions: list[object]) -> None:
+        nonlocal took
+        for a in actions:
+            if isinstance(a, (ToClient, ToClientRaw)):
+                wire.append(("client", frame(a.body) if isinstance(a, ToClient) else a.raw))
+            elif isinstance(a, (ToStub, ToStubRaw)):
+                raw = frame(a.body) if isinstance(a, ToStub) else a.raw
+                wire.append(("stub", raw))
+                body = raw[1:-3] if raw[:1] == b"$" else raw
+                if body[:1] == b"M":  # the program's memory as the stub keeps it
+                    addr, rest = body[1:].split(b",", 1)
+                    for i, b in enumerate(bytes.fromhex(rest.split(b":")[1].decode())):
+                        code[int(addr, 16) + i] = b
+                reply = _stub_reply(body, code)
+                if reply is None:
+                    continue
+                if lane and s.lane_stub(reply):
+                    took += 1
+                    wire.append(("client", frame(reply)))
+                    continue
+                s.stub_packet(reply, frame(reply))
+                deliver(s.take_actions())
+
+    for item in traffic:
+        body, raw = item if isinstance(item, tuple) else (item, frame(item))
+        got = s.lane_client(body, raw) if lane else None
+        if got is True:
+            took += 1
+            deliver([ToStubRaw(raw)])
+        elif got is not None:
+            took += 1
+            wire.append(("client", frame(got)))
+        else:
+            s.client_packet(body, raw)
+            deliver(s.take_actions())
+    return wire, s, took
+
+
+def _step(thread: bytes = THREAD) -> list[bytes | tuple[bytes, bytes]]:
+    """What gdb sends around a `stepi` and an `x`."""
+    return [b"vCont;s:" + thread, b"g", b"p10", b"m401000,8", b"p7", b"m7fffffffe0b0,28", b"Hg" + thread,
+            b"qXfer:threads:read::0,fff", b"m401000,8", b"qXfer:threads:read::0,fff", b"g"]
+
+
+TRAFFIC: list[bytes | tuple[bytes, bytes]] = [
+    b"qSupported:multiprocess+;swbreak+", b"QStartNoAckMode", b"?", b"Hg" + THREAD, b"g", b"p10",
+    *_step(), *_step(),
+    b"Z0,401000,1", b"m401000,8", b"z0,401000,1", b"m401000,8",  # breakpoints: kept in the stub, removed late
+    b"M401000,2:9090", b"m401000,8", b"g",  # a write: the stop's knowledge goes
+    (b"m401000,8", b"$m401000,8#zz"),  # a frame whose checksum is not one: sent framed anew
+    b"m401000,ffff",  # more than the stub's packet holds: refused here
+    b"Hgp3a4d.3a50", b"g", b"p10", b"Hg" + THREAD, b"g",  # another thread selected, and back
+    b"m401000,0", b"mzz,1", b"g;thread:1", b"p10;thread:3a4d;",  # odd shapes
+    *_step(),
+]
+
+
+def _compare(traffic: list[bytes | tuple[bytes, bytes]]) -> tuple[Session, Session, int]:
+    plain, s_plain, _ = _run(traffic, lane=False)
+    laned, s_lane, took = _run(traffic, lane=True)
+    assert laned == plain
+    return s_plain, s_lane, took
+
+
+def test_the_lane_gives_both_sides_the_bytes_the_usual_path_gives() -> None:
+    s_plain, s_lane, took = _compare(TRAFFIC)
+    assert took >= 25  # the lane took most reads (a lane that never opens would pass the comparison)
+    for name in ("client_packets", "stub_packets", "shielded"):
+        assert getattr(s_lane.stats, name) == getattr(s_plain.stats, name), name
+    assert s_lane.known.stats == s_plain.known.stats
+    assert s_lane.stats.shielded == 2  # the long read and `mzz,1`, refused by the usual path on both
+
+
+def test_the_lane_waits_while_anything_is_under_way() -> None:
+    _, s, _ = _run([b"qSupported:multiprocess+", b"QStartNoAckMode", b"?", b"Hg" + THREAD, b"g"], lane=True)
+    assert s.lane_client(b"g", frame(b"g")) is True  # quiet: forwarded as it came
+    assert s.lane_stub(REGS)
+    for request in (b"qXfer:threads:read::0,fff", b"vCont;c:" + THREAD):  # a question in flight, a run
+        s.client_packet(request, frame(request))
+        s.take_actions()
+        assert s.lane_client(b"g", frame(b"g")) is None, request
+        assert not s.lane_stub(REGS), request  # the reply is the usual path's
+        reply = _stub_reply(request, {})
+        assert reply is not None
+        s.stub_packet(reply, frame(reply))
+        s.take_actions()
+        assert s.lane_client(b"g", frame(b"g")) is True  # quiet again
+        assert s.lane_stub(REGS)
