@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rsp.errors import LocalProtocolError, MalformedPacket
+from rsp.memo import kept
 
 ALL = -1
 ANY = 0
@@ -43,14 +44,15 @@ class ThreadId:
     ALL: ClassVar[int] = ALL
     ANY: ClassVar[int] = ANY
 
-    @classmethod
-    def parse(cls, text: bytes) -> ThreadId:
+    @staticmethod
+    @kept
+    def parse(text: bytes) -> ThreadId:
         if text.startswith(b"p"):
             pid_text, dot, tid_text = text[1:].partition(b".")
             pid = _parse_number(pid_text, text)
             tid = _parse_number(tid_text, text) if dot else ALL
-            return cls(pid, tid)
-        return cls(None, _parse_number(text, text))
+            return ThreadId(pid, tid)
+        return ThreadId(None, _parse_number(text, text))
 
     def format(self, multiprocess: bool) -> bytes:
         """The wire form. Without multiprocess the pid is dropped; with it and

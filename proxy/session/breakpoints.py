@@ -26,15 +26,14 @@ class BreakpointTable:
         return key in self.client or key in self.proxy or key in self.lingering
 
     def linger(self, key: BpKey) -> None:
-        """The client removes `key`; the stub keeps it until `take_lingering`."""
-        self.version += 1
+        """The client removes `key`; the stub keeps it until `take_lingering` (the union,
+        and so `version`, is the same: gdb's z0/Z0 around each step rebuild no plan)."""
         self.lingering[key] = self.client.pop(key)
 
     def back_in(self, key: BpKey, conditions: bytes) -> bool:
         """The client puts a lingering breakpoint back as it was: True (nothing for the stub)."""
         if self.lingering.get(key) != conditions:
             return False
-        self.version += 1
         self.client[key] = self.lingering.pop(key)
         return True
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rsp.errors import LocalProtocolError, MalformedPacket
 from rsp.framing import parse_hex_int
+from rsp.memo import kept
 
 SOFTWARE, HARDWARE, WRITE_WATCH, READ_WATCH, ACCESS_WATCH = range(5)
 
@@ -42,6 +43,7 @@ class BreakpointPacket:
         return BreakpointPacket(False, self.type, self.addr, self.kind)
 
 
+@kept
 def parse_breakpoint(body: bytes) -> BreakpointPacket:
     if body[:1] not in (b"Z", b"z"):
         raise MalformedPacket(body, "expected Z or z")
