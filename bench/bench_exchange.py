@@ -2,13 +2,15 @@
 a client over real sockets, straight against through the proxy, interleaved.
 
     .venv/bin/python -m bench.bench_exchange [--rounds 3] [--count 400] [--gdb-steps 300] [--base DIR]
-                                             [--ways straight,resident,serve,probe] [--only raw|gdb]
+                                             [--ways straight,relay,resident,serve,probe] [--only raw|gdb]
 
 Each round runs every way once, the first way moving on by one each round
 (as scripts/gdb-testsuite takes turns), on a fresh ``gdbserver --once`` of
 integration/programs/spin:
 
 * straight: the client connects to gdbserver.
+* relay:    through bench/relay.py, a plain relay that reads nothing: the
+  floor any forwarding proxy pays on the wire.
 * resident: through a session forked by ``asyncrsp resident`` (what the
   GDB testsuite runner uses), ``serve --once``.
 * serve:    through a fresh ``asyncrsp serve --once``.
@@ -56,7 +58,8 @@ from proxy.shell.resident import request
 
 REPO = Path(__file__).resolve().parents[1]
 
-WAYS = ("straight", "resident", "serve", "probe")
+WAYS = ("straight", "relay", "resident", "serve", "probe")
+RELAY_READY = re.compile(rb"relay: listening on 127\.0\.0\.1:(\d+)")
 KINDS = ("vCont;s", "g", "p10", "m pc", "p7", "m sp", "Hg", "qXfer:threads")
 QSUPPORTED = (b"qSupported:multiprocess+;swbreak+;hwbreak+;qRelocInsn+;fork-events+;vfork-events+;"
               b"exec-events+;vContSupported+;QThreadEvents+;no-resumed+;xmlRegisters=i386")
@@ -125,6 +128,18 @@ def way_address(way: str, upstream: str, resident: Resident | None,
     """(address the client connects to, the proxy's pid or None)."""
     if way == "straight":
         yield upstream, None
+    elif way == "relay":
+        proc = subprocess.Popen([sys.executable, "-m", "bench.relay", upstream], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, cwd=REPO)
+        out = OutputPump(proc.stdout)
+        try:
+            m = out.wait_for(RELAY_READY, 20)
+            if not m:
+                raise SystemExit("the relay did not listen")
+            yield f"127.0.0.1:{int(m.group(1))}", proc.pid
+        finally:
+            kill_tree(proc)
+            out.join()
     elif way == "serve":
         proc = subprocess.Popen([venv_python(), "-m", "proxy", "serve", "--once", "--listen", "127.0.0.1:0",
                                  "--upstream", upstream], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -280,7 +295,7 @@ def main(argv: list[str]) -> int:
     if "straight" not in ways or any(w not in WAYS for w in ways):
         raise SystemExit(f"--ways: straight and any of {', '.join(WAYS[1:])}")
     if a.base is not None:
-        ways += [f"{w}@base" for w in ways if w != "straight"]
+        ways += [f"{w}@base" for w in ways if w not in ("straight", "relay")]
     prog = build("spin")
     load0 = os.getloadavg()
     raw: dict[str, dict[str, list[float]]] = {w: {k: [] for k in KINDS} for w in ways}

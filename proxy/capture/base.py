@@ -234,11 +234,11 @@ class CaptureBase:
     # each forwarded request to hand it back with its reply.
     filters_replies = False
 
-    # The client's reads (by their first byte) this backend neither answers nor
-    # rewrites: client_request passes them (None) and client_reply leaves their
-    # replies as they are. The session's fast lane (core.Session.lane_client)
-    # forwards them and their replies without calling either.
-    lane_reads: frozenset[int] = frozenset(b"mgpH")
+    # The client's reads (by their first byte; `q`: the thread list) this backend
+    # neither answers nor rewrites: client_request passes them (None) and
+    # client_reply leaves their replies as they are. The session's fast lane
+    # (core.Session.lane_client) forwards them and their replies without calling either.
+    lane_reads: frozenset[int] = frozenset(b"mgpHq")
 
     def stats_lines(self) -> list[str]:
         lines = [f"capture: {self.name} ({self.events} poll events)" + (f" - {self.why}" if self.why else "")]

@@ -33,7 +33,7 @@ exit, leave); `queries.py` what the proxy answers itself (monitor, qXfer,
 stats); `wire.py` the small packet helpers.
 
 The fast lane: most of what a debugger sends between two resumes is reads
-(`m`, `g`, `p`, `Hg`), and at a quiet moment (all-stop, nothing in flight or
+(`m`, `g`, `p`, `Hg`, the thread list), and at a quiet moment (all-stop, nothing in flight or
 queued, no procedure, no lingering breakpoint, no residue, no symbol look-up,
 task threads not shown, the capture passing that read: `lane_reads`) none of
 the usual path's steps changes them. `lane_client` then answers what is known
@@ -90,8 +90,11 @@ def _checksum_ok(raw: bytes) -> bool:
             and int(raw[-2:], 16) == checksum(raw[1:-3]))
 
 
-# The reads the fast lane takes (Session.lane_client), by their first byte.
-_LANE_HEADS = frozenset(b"mgpH")
+# The reads the fast lane takes (Session.lane_client), by their first byte; of the `q`
+# packets only the thread list (task threads, which answer it, close the lane).
+_LANE_HEADS = frozenset(b"mgpHq")
+_LANE_QUESTION = b"qXfer:threads:read:"
+
 
 # Features the client must not see (rule 5).
 _HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
@@ -181,6 +184,8 @@ class Session(SessionBase):
             return None  # the usual path learns the stub's register block from the first reply
         if head == b"p" and self.known.p_supported is None:
             return None  # the usual path learns whether the stub has `p`
+        if head == b"q" and not body.startswith(_LANE_QUESTION):
+            return None
         if refuse(body, g_size=self._g_size, packet_size=self._packet_size) is not None:
             return None  # the usual path answers E01 and counts it
         known = self.known.answer(body) if self.known.enabled else None

@@ -140,7 +140,7 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
 class UprobeCapture(CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
-    lane_reads = frozenset(b"gpH")  # `m` replies are masked at the sites (client_view.py)
+    lane_reads = frozenset(b"gpHq")  # `m` replies are masked at the sites (client_view.py)
     swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
     installs_early = True  # count sites only: attached from the client's first `?` on (install_early)
 

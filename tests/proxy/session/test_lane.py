@@ -99,6 +99,7 @@ TRAFFIC: list[bytes | tuple[bytes, bytes]] = [
     b"m401000,ffff",  # more than the stub's packet holds: refused here
     b"Hgp3a4d.3a50", b"g", b"p10", b"Hg" + THREAD, b"g",  # another thread selected, and back
     b"m401000,0", b"mzz,1", b"g;thread:1", b"p10;thread:3a4d;",  # odd shapes
+    b"qXfer:auxv:read::0,100", b"qTStatus", b"qXfer:threads:read:x:0,fff",  # other questions
     *_step(),
 ]
 
