@@ -207,7 +207,14 @@ class Session(SessionBase):
             return False
         w.popleft()
         self.stats.stub_packets += 1
-        self.known.replied(body)
+        known = self.known
+        if known.asked is not None or known.p_asked:  # a reply kept for the stop's repeats
+            if b"*" in body:  # gdbserver run-length encodes replies; a kept one is framed anew
+                try:
+                    body = rle_expand(body)
+                except MalformedPacket:
+                    pass  # a broken run: the body as it came (its reader judges it)
+            known.replied(body)
         return True
 
     def _quiet(self) -> bool:

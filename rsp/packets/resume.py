@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from rsp.errors import LocalProtocolError, MalformedPacket
 from rsp.framing import is_hex, parse_hex_int
-from rsp.memo import kept
 from rsp.threads import ThreadId
 
 _OPS = frozenset("cCsSrt")
@@ -94,7 +93,6 @@ def action_for(resume: Resume, thread: ThreadId) -> ResumeAction | None:
     return resume.action_for(thread)
 
 
-@kept
 def parse_resume(body: bytes) -> Resume | None:
     """The resume packet `body`, or None if it is not one. Raises
     `MalformedPacket` for a resume packet with bad syntax."""

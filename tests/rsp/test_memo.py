@@ -29,8 +29,8 @@ def test_a_kept_parse_answers_repeats_from_its_cache_and_raises_again_for_a_bad_
 
 
 def test_the_kept_parsers_give_what_a_fresh_parse_gives() -> None:
-    for body in (b"vCont;s:p1.2;c:p1.-1", b"c", b"s1000"):
-        assert parse_resume(body) == parse_resume.__wrapped__(body)  # type: ignore[attr-defined]
+    # a resume is a new object each time: the session tells two equal resumes apart by it
+    assert parse_resume(b"vCont;r1,2:p1.2;c:p1.-1") is not parse_resume(b"vCont;r1,2:p1.2;c:p1.-1")
     assert parse_breakpoint(b"Z0,401000,1") == parse_breakpoint.__wrapped__(b"Z0,401000,1")  # type: ignore[attr-defined]
     assert ThreadId.parse(b"p3a4d.3a4e") == ThreadId(0x3A4D, 0x3A4E)
     assert ThreadId.parse(b"-1") == ThreadId(None, -1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from proxy.session.actions import ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session, SessionConfig
-from rsp.framing import frame
+from rsp.framing import checksum, frame
 
 from .test_core import stop_at
 
@@ -18,8 +18,31 @@ THREAD = b"p3a4d.3a4d"
 REGS = b"".join(i.to_bytes(8, "little").hex().encode() for i in range(70))  # the `g` block
 
 
+def _framed(body: bytes) -> bytes:
+    """A stub's frame as it comes: run-length encoded bodies too (frame() makes none)."""
+    return b"$%b#%02x" % (body, checksum(body))
+
+
+def _rle(body: bytes) -> bytes:
+    """gdbserver's run-length encoding of a reply: runs of five as `X*!` (4 more)."""
+    out, i = bytearray(), 0
+    while i < len(body):
+        if body[i : i + 5] == body[i : i + 1] * 5:
+            out += body[i : i + 1] + b"*!"
+            i += 5
+        else:
+            out += body[i : i + 1]
+            i += 1
+    return bytes(out)
+
+
 def _stub_reply(body: bytes, code: dict[int, int]) -> bytes | None:
-    """gdbserver's answer, from a table (None: a packet it does not answer)."""
+    """gdbserver's answer, from a table (None: a packet it does not answer), run-length encoded."""
+    reply = _plain_reply(body, code)
+    return reply if reply is None or body.startswith(b"qSupported") else _rle(reply)
+
+
+def _plain_reply(body: bytes, code: dict[int, int]) -> bytes | None:
     if body.startswith(b"qSupported"):
         return b"PacketSize=47ff;QStartNoAckMode+;QStartupWithShell+;multiprocess+;swbreak+"
     if body in (b"QStartNoAckMode",) or body[:1] in (b"H", b"Z", b"z", b"M", b"G"):
@@ -34,7 +57,7 @@ def _stub_reply(body: bytes, code: dict[int, int]) -> bytes | None:
         addr, size = (int(x, 16) for x in body[1:].split(b","))
         return bytes(code.get(addr + i, (addr + i) & 0xFF) for i in range(size)).hex().encode()
     if body.startswith(b"qXfer:threads:read:"):
-        return b'l<threads><thread id="' + THREAD + b'"/></threads>'
+        return b'l<threads><thread id="' + THREAD + b'" handle="0000000000"/></threads>'
     return b""
 
 
@@ -64,9 +87,9 @@ def _run(traffic: list[bytes | tuple[bytes, bytes]], lane: bool) -> tuple[list[t
                     continue
                 if lane and s.lane_stub(reply):
                     took += 1
-                    wire.append(("client", frame(reply)))
+                    wire.append(("client", _framed(reply)))
                     continue
-                s.stub_packet(reply, frame(reply))
+                s.stub_packet(reply, _framed(reply))
                 deliver(s.take_actions())
 
     for item in traffic:
@@ -131,7 +154,7 @@ def test_the_lane_waits_while_anything_is_under_way() -> None:
         assert not s.lane_stub(REGS), request  # the reply is the usual path's
         reply = _stub_reply(request, {})
         assert reply is not None
-        s.stub_packet(reply, frame(reply))
+        s.stub_packet(reply, _framed(reply))
         s.take_actions()
         assert s.lane_client(b"g", frame(b"g")) is True  # quiet again
         assert s.lane_stub(REGS)
