@@ -212,7 +212,7 @@ class HiddenStops:
             # the thread whose read took it): the stepped thread steps when it is released and
             # reports then (core: an orphan step, resumed hidden); this one is parked at its
             # stop and goes on, or traps again, at the resume.
-            self.s.pacer.strays += 1
+            self.s.pacer.stray()
             self.s._orphan_steps.add(thread.tid)
             yield Exchange((z_packet(True, key),))
             if self.s.capture is not None and not self.s._closing:
