@@ -116,7 +116,11 @@ class Pacer:
         self._maybe_parked = False  # a thread may wait in the stub's loop (module doc)
         self._kick_out = False  # a kick went and was not seen taken or eaten
         self._copy_budget = 0  # packets that may yet come again for a kick's bytes
-        self._reports: set[bytes] = set()  # stop reports since the last resume
+        # stop reports since the last resume: True for the one answered (the stop), False for
+        # a stray's (its thread still waits in the stub)
+        self._reports: dict[bytes, bool] = {}
+        self._eater: bytes | None = None  # the report that came while a kick was out
+        self._eater_copies = 0  # ... and its copies since
 
     def offer(self, action: Action) -> list[Action]:
         """What goes now for ``action``: itself, or nothing (held until ``answered``)."""
@@ -134,24 +138,34 @@ class Pacer:
         assert isinstance(action, (ToStub, ToStubRaw))
         self._busy = _gets_reply(action)
         if _resumes(_body(action)):
-            self._reports.clear()  # the threads may report again
-            self._copy_budget = 0  # the copies came before the stop that this resume ends
+            # The copies came before the stop that this resume ends (the thread sent them for
+            # bytes it read before the proxy's first answer): the threads may report again.
+            self._reports.clear()
+            self._copy_budget = 0
+            if self._eater is not None and self._eater_copies < len(KICK):
+                self._maybe_parked = True  # a parked thread took part of the kick: still parked
+            self._eater = None
         return [action]
 
-    def report(self, body: bytes) -> bool:
-        """A stop report came (as a reply, stale or stray): False when it is a copy of one
-        since the last resume (a thread that read a kick's bytes as its ack: module doc)."""
+    def report(self, body: bytes, waited: bool) -> bool:
+        """A stop report came (``waited``: as the answer to a resume; or stale, or stray):
+        False when it is a copy of one since the last resume (a thread that read bytes not
+        ``+`` as the ack of its report: module doc)."""
         if self.no_ack:
             return True
+        if self._kick_out:
+            # A thread that traps reads the kick as its ack, one copy per byte; fewer copies:
+            # a parked thread took the rest (garbage to it), counted at the next resume.
+            self._kick_out = False
+            self._eater, self._eater_copies = body, -1
+        if body == self._eater:
+            self._eater_copies += 1
         if body in self._reports:
             self.copies += 1
+            if not self._reports[body]:
+                self._maybe_parked = True  # a stray's thread still waits: in its loop next
             return False
-        self._reports.add(body)
-        if self._kick_out:
-            # The reporting thread reads the kick as its ack (copies follow), or a parked
-            # thread took part of it: another kick once the program runs again.
-            self._kick_out = False
-            self._maybe_parked = True
+        self._reports[body] = waited
         return True
 
     def reply_copy(self, certain: bool) -> bool:

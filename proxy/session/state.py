@@ -281,7 +281,7 @@ class SessionBase:
     def stub_stale(self, body: bytes) -> None:
         """A packet the link dropped as stale (rsp/connection.py, drop_before_ack): when it is
         another thread's stop report, that thread is parked in the stub's loop (pacing.py)."""
-        if not self.pacer.no_ack and body[:1] in (b"T", b"S") and self.pacer.report(body):
+        if not self.pacer.no_ack and body[:1] in (b"T", b"S") and self.pacer.report(body, False):
             self.pacer.stray()
 
     def stub_ack(self) -> None:
@@ -305,7 +305,8 @@ class SessionBase:
             return False
         if self._waiters and self._waiters[0].asks_stop:
             return False
-        return stop_or_none(body) is not None and not self.pacer.report(body)
+        waited = bool(self._waiters) and self._waiters[0].resume
+        return stop_or_none(body) is not None and not self.pacer.report(body, waited)
 
     def _copied_reply(self, body: bytes) -> bool:
         """A packet that is no stop report while the program runs (the proxy waits for a stop,
@@ -319,10 +320,13 @@ class SessionBase:
         certain = bool(self._waiters) and body != b"" and body[:1] != b"E"
         return self.pacer.reply_copy(certain)
 
-    def _stray_stop(self, waiter: Waiter, body: bytes) -> bool:
-        """A stop report where the reply to another request was due: a stub that lets every
+    def _stray_stop(self, waiter: Waiter | None, body: bytes) -> bool:
+        """A stop report where the reply to another request was due, or none (the client
+        stopped: QEMU's user mode stops only the thread that trapped): a stub that lets every
         trapping thread report (QEMU 7.2 user mode, pacing.py). Counted as parked, not a reply."""
-        if self.pacer.no_ack or waiter.resume or waiter.asks_stop or body[:1] not in (b"T", b"S"):
+        if self.pacer.no_ack or body[:1] not in (b"T", b"S"):
+            return False
+        if waiter is not None and (waiter.resume or waiter.asks_stop):
             return False
         if stop_or_none(body) is None:
             return False
