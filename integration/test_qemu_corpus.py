@@ -12,7 +12,8 @@ no pid, and the map is read from QEMU's own process, the peer of the proxy's con
 the stub, proven to hold the program (proxy/host/emulator.py).
 QEMU 7.2 also lets every trapping thread report a stop and read the socket on its own
 (proxy/session/pacing.py), and stops only the thread that trapped: the comparisons run the
-current-thread runtime; the multi-threaded one is run to its end in mode off.
+current-thread runtime; the multi-threaded one is run to its end in mode off, and with
+hidden breakpoints 15 times (none may hang: the threads left in QEMU's loop are released).
 Addresses and thread numbers differ by right between the stubs (integration/harness/
 compare.py). scripts/qemu-corpus runs every program and marker the same way.
 """
