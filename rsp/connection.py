@@ -21,6 +21,11 @@ Theory of operation
   thread that hits a breakpoint sends its own stop reply for one resume, and
   the extra ones arrive while the client waits for the ack of its next
   request. Taking them as replies shifts every later reply by one.
+* with ``bare_acks`` (the same side), an `Ack` that comes while nothing of
+  ours waits for one is returned: QEMU 7.2's user mode acknowledges a
+  packet that a thread parked in its loop read and took (a release the
+  proxy sent as bytes of their own, `send_unkept`), and that ack is the
+  only sign the release found a thread.
 
 Outgoing bytes accumulate until `data_to_send` takes them, h11-style: the
 caller owns the socket. In no-ack mode (after ``QStartNoAckMode`` was
@@ -54,9 +59,11 @@ class Connection:
 
     max_retransmits = 8
 
-    def __init__(self, *, max_packet: int = 1 << 20, drop_before_ack: bool = False) -> None:
+    def __init__(self, *, max_packet: int = 1 << 20, drop_before_ack: bool = False,
+                 bare_acks: bool = False) -> None:
         self.reader = PacketReader(max_packet=max_packet)
         self.drop_before_ack = drop_before_ack
+        self.bare_acks = bare_acks
         self.stale = 0  # packets dropped by drop_before_ack, for statistics
         self.stale_since_send = 0  # ... since our last packet went
         self._pending: deque[Event] = deque()
@@ -118,6 +125,8 @@ class Connection:
                     return StalePacket(event.body, event.raw)
                 return event
             elif isinstance(event, Ack):
+                if self._last_sent is None and self.bare_acks:
+                    return event
                 self._last_sent = None
                 self._nacks = 0
             elif isinstance(event, Nack):
@@ -166,14 +175,20 @@ class Connection:
             self.stale_since_send = 0
             self._out += self._last_sent
 
+    def send_unkept(self, raw: bytes) -> None:
+        """Queue framed bytes that may never be acknowledged: not kept for retransmission,
+        and they do not make the next packet from the peer stale."""
+        self._check_usable()
+        self._out += raw
+
+    def awaits_ack(self) -> bool:
+        """A packet of ours waits for the peer's ``+``."""
+        return self._last_sent is not None
+
     def send_interrupt(self) -> None:
         """Queue the interrupt byte (never acknowledged, never resent)."""
         self._check_usable()
         self._out += b"\x03"
-
-    def send_ack(self) -> None:
-        """Queue a bare ``+`` (the answer to a stray packet, rarely needed)."""
-        self._out += b"+"
 
     def has_data_to_send(self) -> bool:
         return bool(self._out)

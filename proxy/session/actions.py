@@ -21,6 +21,14 @@ class ToStubRaw:
 
 
 @dataclass(frozen=True, slots=True)
+class UnkeptToStub:
+    """Framed bytes for the stub that no ack may ever come for (a parked thread's release,
+    pacing.py): not kept for retransmission; the stub's ack, if it comes, is reported."""
+
+    raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class SignalProgram:
     """Interrupt a program of this host with a signal sent to its process alone (``kill(pid,
     sig)``), where a 0x03 to the stub would make it signal the program's whole process group:
@@ -76,4 +84,4 @@ class AfterSend:
     work: Callable[[], object]
 
 
-Action = ToStub | ToStubRaw | SignalProgram | ToClient | ToClientRaw | SetNoAck | Notice | Close | AfterSend
+Action = ToStub | ToStubRaw | UnkeptToStub | SignalProgram | ToClient | ToClientRaw | SetNoAck | Notice | Close | AfterSend

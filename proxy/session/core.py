@@ -255,7 +255,11 @@ class Session(SessionBase):
 
     def stub_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.stub_packets += 1
+        if self._copied_stop(body) or self._copied_reply(body):
+            return
         if not self._waiters:
+            if self._stray_stop(None, body):
+                return
             # Unsolicited: console output or a stray reply; the client sorts it out.
             self._emit(ToClientRaw(raw))
             return

@@ -15,23 +15,60 @@ on (before qSupported the proxy's exchanges are one packet anyway).
 
 QEMU 7.2's user mode also lets every thread that traps send its own stop
 reply and then read the socket for packets, in its own loop, while another
-thread's stop is being handled: a resume releases whichever parked thread's
-read() got it, and the others stay parked until a byte reaches them (a
-tokio worker parked there while the others wait for its work: the program
-hung in 1 of 2 runs of the corpus' tokio_app mt). gdb ignores such extra
-stop replies (rsp/connection.py, drop_before_ack); the session counts them
-(``strays``) and, while the program runs and the proxy waits for a stop
-with nothing else in flight, the shell's watch (proxy/shell/link.py) sends
-a bare ``+`` every tick (``kick``), each in a write of its own (sent with
-the resume, the byte went to the thread that read the resume): a parked
-thread's loop ignores the byte, sees the program running and returns; the
-thread is then still at its breakpoint, traps again at once and reports
-again, this time as the answer to a resume. A thread that was still
-waiting for the ack of its report takes the byte as that ack instead, and
-needs the next one. Which thread reads which byte cannot be known, so the
-watch kicks every tick while the program runs, strays or not: a ``+`` is
-no packet, and every reader of QEMU's socket ignores it or takes it as an
-ack (counting parked threads left one parked in 1 of 5 runs).
+thread's stop is being handled (QEMU 7.2.0's gdbstub/gdbstub.c, which
+Debian's 1:7.2+dfsg-7+deb12u18 leaves as it is; gdb_handlesig, 3076-3121:
+``put_strbuf()`` of the ``T05thread:`` report, then ``running_state = 0``
+and ``while (running_state == 0) read(fd, buf, 256)`` feeding
+gdb_read_byte; no lock, no other thread stopped). gdb ignores such
+extra stop replies (rsp/connection.py, drop_before_ack); the session counts
+them (``strays``). Where each such thread is then (the source, and the
+packet logs of the corpus' tokio_app mt that hung 4 runs in 20):
+
+* waiting for the ack of its report: ``put_packet_binary`` (657-690) reads
+  ONE byte with ``recv`` and sends the report again unless it is ``+``;
+* in its loop: it leaves only when ``running_state`` is not 0 after a
+  read() returns, and ``running_state`` is one global: a resume packet any
+  thread's loop takes sets it to 1 (``gdb_continue``, 479-490), and every
+  thread that enters its loop sets it back to 0 (3105) - also one whose
+  report's ack came after another thread took the proxy's resume.
+
+A bare ``+`` (what the shell's watch sent before) releases a thread of the
+second kind only while ``running_state`` is still 1: the ``+`` that acked a
+late report put that thread in its loop with ``running_state`` 0, every
+later ``+`` is garbage to it (gdb_read_byte, RS_IDLE), and the program
+hung with the proxy waiting for a stop (seen: 88 s of ``+`` every 100 ms,
+after ``vCont;c`` was acked). What releases it is a packet that resumes:
+``$c#63`` (``handle_continue``: ``gdb_continue()``, no reply), which it
+acknowledges with ``+``. So, while the program runs and the proxy waits for
+a stop with nothing else unacknowledged, the shell's watch sends ``$c#63``
+(``kick``) in a write of its own when a thread may be parked: after a stop
+report the proxy did not answer (``stray``), and again after each kick that
+was taken (more may be parked). The kick's fate is seen on the wire:
+
+* a parked thread's loop takes it whole and acks it: the stub sends a ``+``
+  that no packet of ours waited for (``bare_ack``);
+* a thread that waits for the ack of a packet it sent (a report, or a
+  reply whose ``+`` another thread read: seen, ``$OK`` five times) reads
+  the kick one byte at a time and sends its packet again for each byte;
+  the link acks every copy and the first ``+`` ends its wait (``reply_copy``);
+* no thread reads the socket (none parked): the bytes wait there, and the
+  next thread that traps reads them one by one as the ack of its report,
+  sending the report again for each (5 copies; its stop is reported, not
+  lost: the kick carries no ``+``, which would have let it resume).
+
+A report identical to one seen since the last resume is such a copy (a
+thread reports again only once resumed): dropped (``report``); so is any
+other packet that comes while the proxy waits for a stop, up to one per
+byte of the kick, and any that no resume is answered with (``OK``, data:
+a reply whose ack another thread read, resent for the bytes of the
+proxy's resume; seen taken for a hidden step's reply). At most one kick
+is out at a time, or the bytes of several would pile up in the socket (a
+report resent for each).
+
+A thread released this way that was at a breakpoint still inserted traps
+again at once (accel/tcg/cpu-exec.c, check_for_breakpoints_slow, 327-349:
+the gdb breakpoint at its pc, EXCP_DEBUG) and reports again, this time as
+the answer to a resume.
 
 The interrupt byte (0x03) is not a packet: it always goes at once. Two
 packets get no reply at all (``R``, extended-remote's restart, and the
@@ -43,7 +80,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from .actions import Action, ToStub, ToStubRaw
+from .actions import Action, ToStub, ToStubRaw, UnkeptToStub
+
+KICK = b"$c#63"  # a bare continue: what releases a thread parked in QEMU's loop (module doc)
 
 
 def _body(action: ToStub | ToStubRaw) -> bytes:
@@ -57,6 +96,9 @@ def _gets_reply(action: ToStub | ToStubRaw) -> bool:
     return not (body[:1] == b"R" or body.startswith(b"qRelocInsn:"))
 
 
+def _resumes(body: bytes) -> bool:
+    return body[:1] in (b"c", b"C", b"s", b"S") or body.startswith(b"vCont;")
+
 
 
 class Pacer:
@@ -68,7 +110,17 @@ class Pacer:
         self._held: deque[Action] = deque()
         self.held_total = 0  # packets that waited for an earlier reply (stats)
         self.strays = 0  # other threads' stop reports while one was handled (stats)
-        self.kicks = 0  # bare `+`s sent while the program ran (stats)
+        self.kicks = 0  # releases sent while the program ran (stats)
+        self.released = 0  # ... that a parked thread took (stats)
+        self.copies = 0  # reports sent again for the bytes of a kick (stats)
+        self._maybe_parked = False  # a thread may wait in the stub's loop (module doc)
+        self._kick_out = False  # a kick went and was not seen taken or eaten
+        self._copy_budget = 0  # packets that may yet come again for a kick's bytes
+        # stop reports since the last resume: True for the one answered (the stop), False for
+        # a stray's (its thread still waits in the stub)
+        self._reports: dict[bytes, bool] = {}
+        self._eater: bytes | None = None  # the report that came while a kick was out
+        self._eater_copies = 0  # ... and its copies since
 
     def offer(self, action: Action) -> list[Action]:
         """What goes now for ``action``: itself, or nothing (held until ``answered``)."""
@@ -85,14 +137,77 @@ class Pacer:
     def _send(self, action: Action) -> list[Action]:
         assert isinstance(action, (ToStub, ToStubRaw))
         self._busy = _gets_reply(action)
+        if _resumes(_body(action)):
+            # The copies came before the stop that this resume ends (the thread sent them for
+            # bytes it read before the proxy's first answer): the threads may report again.
+            self._reports.clear()
+            self._copy_budget = 0
+            if self._eater is not None and self._eater_copies < len(KICK):
+                self._maybe_parked = True  # a parked thread took part of the kick: still parked
+            self._eater = None
         return [action]
 
-    def kick(self) -> list[Action]:
-        """A bare ``+`` for a thread parked in the stub's loop (the module doc), or nothing."""
+    def report(self, body: bytes, waited: bool) -> bool:
+        """A stop report came (``waited``: as the answer to a resume; or stale, or stray):
+        False when it is a copy of one since the last resume (a thread that read bytes not
+        ``+`` as the ack of its report: module doc)."""
         if self.no_ack:
+            return True
+        if self._kick_out:
+            # A thread that traps reads the kick as its ack, one copy per byte; fewer copies:
+            # a parked thread took the rest (garbage to it), counted at the next resume.
+            self._kick_out = False
+            self._eater, self._eater_copies = body, -1
+        if body == self._eater:
+            self._eater_copies += 1
+        if body in self._reports:
+            self.copies += 1
+            if not self._reports[body]:
+                self._maybe_parked = True  # a stray's thread still waits: in its loop next
+            return False
+        self._reports[body] = waited
+        return True
+
+    def reply_copy(self, certain: bool) -> bool:
+        """A packet that is no stop report came while the program runs: True when it is a
+        copy a thread sent for a byte it read instead of its ack (dropped): ``certain`` (no
+        resume is answered so: ``OK``, data), or one of a kick's bytes' worth. Its thread
+        may wait in the stub's loop after it."""
+        if self.no_ack:
+            return False
+        if not certain:
+            if self._copy_budget <= 0:
+                return False
+            self._copy_budget -= 1
+        self.copies += 1
+        self._kick_out = False
+        self._maybe_parked = True
+        return True
+
+    def stray(self) -> None:
+        """A stop report the proxy does not answer: its thread waits in the stub's loop."""
+        self.strays += 1
+        self._maybe_parked = True
+
+    def bare_ack(self) -> None:
+        """The stub acknowledged a packet no packet of ours waited for: a parked thread took
+        a kick and resumed (it may report again); others may still be parked."""
+        if self._kick_out:
+            self.released += 1
+        self._kick_out = False
+        self._copy_budget = 0  # taken whole
+        self._maybe_parked = True
+        self._reports.clear()
+
+    def kick(self) -> list[Action]:
+        """A release for a thread parked in the stub's loop (the module doc), or nothing.
+        Only while the program runs and nothing of ours waits for an ack (the caller)."""
+        if self.no_ack or self._kick_out or not self._maybe_parked:
             return []
+        self._kick_out, self._maybe_parked = True, False
+        self._copy_budget = len(KICK)
         self.kicks += 1
-        return [ToStubRaw(b"+")]
+        return [UnkeptToStub(KICK)]
 
     def answered(self) -> list[Action]:
         """The stub replied (or asked something back): what may go now, in order."""

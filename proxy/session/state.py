@@ -39,7 +39,7 @@ from .nonstop import NonStopMode
 from .queries import Queries
 from .pacing import Pacer
 from .reads import ReadLimit, read_memory
-from .wire import SIGINT, stop_or_none, z_packet
+from .wire import SIGINT, is_console_output, stop_or_none, z_packet
 
 if TYPE_CHECKING:
     from .core import Session
@@ -281,24 +281,56 @@ class SessionBase:
     def stub_stale(self, body: bytes) -> None:
         """A packet the link dropped as stale (rsp/connection.py, drop_before_ack): when it is
         another thread's stop report, that thread is parked in the stub's loop (pacing.py)."""
-        if not self.pacer.no_ack and body[:1] in (b"T", b"S"):
-            self.pacer.strays += 1
+        if not self.pacer.no_ack and body[:1] in (b"T", b"S") and self.pacer.report(body, False):
+            self.pacer.stray()
 
-    def kick_parked(self) -> None:
+    def stub_ack(self) -> None:
+        """The stub acknowledged a packet nothing of ours waited for (rsp/connection.py,
+        bare_acks): a thread parked in its loop took a release (pacing.py)."""
+        self.pacer.bare_ack()
+
+    def kick_parked(self, acked: bool) -> None:
         """The shell's watch: release a thread parked in the stub's loop (pacing.py) when the
-        only request in flight resumes the program (the client's, or a hidden stop's step)."""
+        only request in flight resumes the program (the client's, or a hidden stop's step) and
+        the stub acknowledged everything sent (``acked``)."""
         w = self._waiters
-        if len(w) == 1 and w[0].resume:
+        if acked and len(w) == 1 and w[0].resume:
             self._actions.extend(self.pacer.kick())
 
-    def _stray_stop(self, waiter: Waiter, body: bytes) -> bool:
-        """A stop report where the reply to another request was due: a stub that lets every
+    def _copied_stop(self, body: bytes) -> bool:
+        """A stop report that is a copy of one since the last resume (a thread that read a
+        release's bytes as the ack of its report, pacing.py): dropped. The reply to ``?``
+        says the same stop again and is always a reply."""
+        if self.pacer.no_ack or body[:1] not in (b"T", b"S", b"W", b"X"):
+            return False
+        if self._waiters and self._waiters[0].asks_stop:
+            return False
+        waited = bool(self._waiters) and self._waiters[0].resume
+        return stop_or_none(body) is not None and not self.pacer.report(body, waited)
+
+    def _copied_reply(self, body: bytes) -> bool:
+        """A packet that is no stop report while the program runs (the proxy waits for a stop,
+        or for nothing): a reply a thread sent again for bytes it took for its ack (pacing.py).
+        A resume is answered by a stop, console output, an error or an empty reply, never
+        by anything else."""
+        if self.pacer.no_ack or (self._waiters and not self._waiters[0].resume):
+            return False
+        if is_console_output(body) or stop_or_none(body) is not None:
+            return False
+        certain = bool(self._waiters) and body != b"" and body[:1] != b"E"
+        return self.pacer.reply_copy(certain)
+
+    def _stray_stop(self, waiter: Waiter | None, body: bytes) -> bool:
+        """A stop report where the reply to another request was due, or none (the client
+        stopped: QEMU's user mode stops only the thread that trapped): a stub that lets every
         trapping thread report (QEMU 7.2 user mode, pacing.py). Counted as parked, not a reply."""
-        if self.pacer.no_ack or waiter.resume or waiter.asks_stop or body[:1] not in (b"T", b"S"):
+        if self.pacer.no_ack or body[:1] not in (b"T", b"S"):
+            return False
+        if waiter is not None and (waiter.resume or waiter.asks_stop):
             return False
         if stop_or_none(body) is None:
             return False
-        self.pacer.strays += 1
+        self.pacer.stray()
         return True
 
     def _stub_answered(self) -> None:

@@ -30,13 +30,14 @@ from typing import TextIO
 
 import trio
 
-from proxy.session.actions import AfterSend, Close, Notice, SetNoAck, SignalProgram, ToClient, ToClientRaw, ToStub, ToStubRaw
+from proxy.session.actions import (AfterSend, Close, Notice, SetNoAck, SignalProgram, ToClient, ToClientRaw, ToStub,
+                                   ToStubRaw, UnkeptToStub)
 from proxy.session.core import Session
 from proxy.shell.keeper import Keeper
 from rsp.connection import Connection, StalePacket
 from rsp.errors import ProtocolError
 from rsp.framing import frame
-from rsp.reader import BadPacket, Interrupt, Notification, Packet
+from rsp.reader import Ack, BadPacket, Interrupt, Notification, Packet
 
 _CLOSED = (trio.BrokenResourceError, trio.ClosedResourceError)
 LEAVE_TIMEOUT = 5.0  # seconds to take probes out after the client left
@@ -186,7 +187,7 @@ class Link:
         self.session = session
         self.client, self.stub = client, stub
         # The stub's side outlives a client when the stub is kept for the next one.
-        self.cconn, self.sconn = Connection(), sconn or Connection(drop_before_ack=True)
+        self.cconn, self.sconn = Connection(), sconn or Connection(drop_before_ack=True, bare_acks=True)
         self.keep_stub = keep_stub
         self.keeper = keeper
         self._plan_key: tuple[object, ...] | None = None
@@ -335,6 +336,8 @@ class Link:
             # gdb's rule for a packet received instead of an ack (rsp/connection.py)
             self.log.write("s!", b"stale, acknowledged and ignored: " + ev.raw)
             self.session.stub_stale(ev.body)
+        elif isinstance(ev, Ack):  # the stub's, for nothing of ours (rsp/connection.py, bare_acks)
+            self.session.stub_ack()
         elif side == "client":
             if isinstance(ev, Packet):
                 self.session.client_packet(ev.body, ev.raw)
@@ -349,7 +352,7 @@ class Link:
         """Look after a stub that acknowledges packets (never agreed to no-ack mode; the watch
         ends when it does): resend our packet a parked thread of QEMU's user-mode stub ate
         (rsp/connection.py lost_to_stale) once the stub is quiet, and release its parked
-        threads while the program runs (proxy/session/pacing.py), a byte a tick."""
+        threads while the program runs (proxy/session/pacing.py), one release at a time."""
         while not self.closed.is_set():
             await trio.sleep(STUB_WATCH)
             if self.sconn.no_ack:
@@ -357,7 +360,7 @@ class Link:
             if self.sconn.lost_to_stale() and time.monotonic() - self._stub_heard >= STUB_WATCH:
                 self.log.write("s!", b"our packet was taken for acks (stale reports): sent again")
                 self.sconn.retransmit()
-            self.session.kick_parked()
+            self.session.kick_parked(acked=not self.sconn.awaits_ack())
             await self._flush()
 
     async def _capture_loop(self) -> None:
@@ -452,10 +455,10 @@ class Link:
             elif isinstance(action, ToStubRaw):
                 if action.raw == b"\x03":
                     self.sconn.send_interrupt()
-                elif action.raw == b"+":  # a parked thread's release (pacing.py): no packet
-                    self.sconn.send_ack()
                 else:
                     self.sconn.send_raw(action.raw)
+            elif isinstance(action, UnkeptToStub):
+                self.sconn.send_unkept(action.raw)
             elif isinstance(action, SignalProgram):
                 try:
                     os.kill(action.pid, action.signal)

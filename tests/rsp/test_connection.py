@@ -5,7 +5,7 @@ import pytest
 from rsp.connection import Connection, StalePacket
 from rsp.errors import LocalProtocolError, TooManyRetransmits
 from rsp.framing import frame
-from rsp.reader import BadPacket, Interrupt, Notification, Packet
+from rsp.reader import Ack, BadPacket, Interrupt, Notification, Packet
 
 
 def test_good_packet_is_acked_and_returned() -> None:
@@ -91,6 +91,25 @@ def test_packet_before_the_ack_of_ours_is_stale_like_gdb() -> None:
     assert conn.next_event() is None
     assert conn.stale == 1
     assert conn.data_to_send() == b"+" + frame(b"g") + b"++"  # every packet acknowledged
+
+
+def test_unkept_bytes_and_the_acks_nothing_waited_for() -> None:
+    """A release of a thread parked in QEMU 7.2's user-mode loop (proxy/session/pacing.py) is
+    sent unkept: never resent, and a packet after it is no stale one (the thread that traps
+    next may read its bytes as the ack of its report, sending the report once per byte).
+    The ack a parked thread sends when it takes it is returned (bare_acks); the ack of a
+    packet of ours is not."""
+    conn = Connection(drop_before_ack=True, bare_acks=True)
+    conn.send_unkept(frame(b"c"))
+    assert conn.data_to_send() == frame(b"c") and not conn.awaits_ack()
+    assert conn.receive_data(b"-") == [] and conn.data_to_send() == b""  # nothing to resend
+    report = frame(b"T05thread:p01.7;")
+    assert conn.receive_data(report) == [Packet(b"T05thread:p01.7;", report)]
+    assert conn.receive_data(b"+") == [Ack()]  # for nothing of ours
+    conn.send_packet(b"g")
+    assert conn.awaits_ack()
+    assert conn.receive_data(b"+") == [] and not conn.awaits_ack()
+    assert Connection().receive_data(b"+") == []  # without bare_acks: never returned
 
 
 def test_without_drop_before_ack_every_packet_is_returned() -> None:
