@@ -59,7 +59,16 @@ FORK_TESTS = tuple(f"gdb.base/{name}.exp" for name in (
     "foll-fork", "foll-vfork", "foll-exec", "foll-exec-mode", "catch-fork-kill", "catch-follow-exec",
     "catch-syscall", "fork-print-inferior-events", "multi-forks", "pie-fork", "vfork-follow-parent",
     "fork-no-detach-follow-child-dlopen", "execl-update-breakpoints", "catch-signal-fork",
-    "watch-before-fork", "pie-execl"))
+    "watch-before-fork", "pie-execl")) + tuple(f"gdb.threads/{name}.exp" for name in (
+    # the same among threads: a fork or exec in one thread while gdb stops or steps
+    # another, vfork, exec from a thread that is not the leader, signals, a process dying
+    "execl", "thread-execl", "step-over-exec", "fork-child-threads", "fork-plus-threads",
+    "fork-thread-pending", "forking-threads-plus-breakpoint", "pending-fork-event-detach",
+    "vfork-follow-child-exec", "vfork-follow-child-exit", "vfork-multi-thread", "watchpoint-fork",
+    "non-ldr-exc-1", "non-ldr-exc-2", "non-ldr-exc-3", "non-ldr-exc-4", "non-ldr-exit",
+    "leader-exit", "kill", "killed-outside", "process-dies-while-handling-bp",
+    "process-exit-status-is-leader-exit-status", "signal-delivered-right-thread", "signal-sigtrap",
+    "sigstep-threads", "siginfo-threads", "queue-signal"))
 SKIPPED = ("gdb.server/server-connect.exp",)
 WAYS = {"straight": (), "proxy": (), "probe": ("--probe", ".")}
 RESULT = re.compile(r"^(PASS|FAIL|XFAIL|XPASS|KFAIL|KPASS|UNRESOLVED|UNSUPPORTED|UNTESTED|ERROR|DUPLICATE): (\S+\.exp): ?(.*)$")
@@ -514,7 +523,7 @@ def main(argv: list[str]) -> int:
                    help="also print the N test files that took the most extra time against straight")
     p.add_argument("--list", action="store_true", help="print the subset and exit")
     p.add_argument("--forks", action="store_true",
-                   help="also the fork, vfork and exec tests of gdb.base (FORK_TESTS) instead of the subset")
+                   help="the fork, vfork, exec, signal and process-lifecycle tests of gdb.base and gdb.threads (FORK_TESTS) instead of the subset")
     p.add_argument("tests", nargs="*", help="test files (e.g. gdb.server/ext-run.exp) instead of the subset")
     a = p.parse_args(argv)
     if a.forks:

@@ -55,6 +55,15 @@ def test_every_test_folder_has_its_source_folder() -> None:
     assert orphans == [], f"test folders without a source folder of the same path: {orphans}"
 
 
+def test_every_source_folder_has_its_test_folder() -> None:
+    """The other way: each package of proxy/ and rsp/ is tested in the folder of its path."""
+    packages = sorted(d for top in ("proxy", "rsp") for d in [ROOT / top, *(ROOT / top).rglob("*")]
+                      if d.is_dir() and (d / "__init__.py").is_file() and not SKIPPED.intersection(d.parts))
+    assert ROOT / "proxy" / "program" in packages  # the walk sees the tree
+    untested = [d.relative_to(ROOT) for d in packages if not (TESTS / d.relative_to(ROOT)).is_dir()]
+    assert untested == [], f"source folders without a test folder of the same path: {untested}"
+
+
 def _sources() -> list[Path]:
     files: list[Path] = []
     for top in ("bench", "scripts", "tests", "integration"):
