@@ -234,10 +234,12 @@ class CaptureBase:
     # each forwarded request to hand it back with its reply.
     filters_replies = False
 
-    # The client's reads (by their first byte; `q`: the thread list) this backend
-    # neither answers nor rewrites: client_request passes them (None) and
-    # client_reply leaves their replies as they are. The session's fast lane
-    # (core.Session.lane_client) forwards them and their replies without calling either.
+    # The client's reads (by their first byte; `q`: the thread list) client_request
+    # passes (None): the session's fast lane (core.Session.lane_client) answers what
+    # is known at the stop and forwards the rest without calling it.
+    lane_answers: frozenset[int] = frozenset(b"mgpHq")
+    # Of those, the ones whose replies client_reply leaves as they are: their replies
+    # come back on the lane too; the others' by the usual path, through client_reply.
     lane_reads: frozenset[int] = frozenset(b"mgpHq")
 
     def stats_lines(self) -> list[str]:

@@ -177,7 +177,8 @@ class Session(SessionBase):
         if not body or body[0] not in _LANE_HEADS or not self._quiet():
             return None
         cap = self.capture
-        if cap is not None and body[0] not in cap.lane_reads:
+        forwards = cap is None or body[0] in cap.lane_reads  # else its reply takes the usual path
+        if not forwards and body[0] not in cap.lane_answers:  # type: ignore[union-attr]
             return None
         head = body[:1]
         if head == b"g" and (body != b"g" or self._g_size is None):
@@ -196,7 +197,9 @@ class Session(SessionBase):
             return known
         self.known.forwarding(body)
         self.known.sent(body)
-        self._waiters.append(Waiter("client", lane=True))
+        # a reply the capture rewrites comes back by the usual path (its request kept for it)
+        keep = body if cap is not None and cap.filters_replies else None
+        self._waiters.append(Waiter("client", request=keep, lane=forwards))
         return True
 
     def lane_stub(self, body: bytes) -> bool:

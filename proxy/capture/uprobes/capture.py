@@ -140,7 +140,9 @@ _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, 
 class UprobeCapture(CaptureBase):
     name = "uprobes"
     filters_replies = True  # m replies masked, hwbreak -> swbreak
-    lane_reads = frozenset(b"gpHq")  # `m` replies are masked at the sites (client_view.py)
+    # `m` replies are masked at the sites (client_view.py): what is known answers an `m` on
+    # the lane (a read holding no 0xcc: no site in it), a forwarded one's reply is masked
+    lane_reads = frozenset(b"gpHq")
     swallows_breakpoints = True  # a Z0 at a site is lost under its uprobe: the proxy's own go as Z1
     installs_early = True  # count sites only: attached from the client's first `?` on (install_early)
 

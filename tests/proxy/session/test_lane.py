@@ -8,9 +8,12 @@ registers both ways)."""
 
 from __future__ import annotations
 
+import pytest
+
+from proxy.capture.base import CaptureBase
 from proxy.session.actions import ToClient, ToClientRaw, ToStub, ToStubRaw
 from proxy.session.core import Session, SessionConfig
-from rsp.framing import checksum, frame
+from rsp.framing import checksum, frame, rle_expand
 
 from .test_core import stop_at
 
@@ -61,11 +64,40 @@ def _plain_reply(body: bytes, code: dict[int, int]) -> bytes | None:
     return b""
 
 
-def _run(traffic: list[bytes | tuple[bytes, bytes]], lane: bool) -> tuple[list[tuple[str, bytes]], Session, int]:
+class _Memory:
+    """The program's memory as /proc/PID/mem shows it (proxy/host/livemem.py): a read holding
+    an int3 (0xcc: a breakpoint's or a uprobe's) is not answered."""
+
+    def __init__(self, code: dict[int, int]) -> None:
+        self.code = code
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        got = bytes(self.code.get(addr + i, (addr + i) & 0xFF) for i in range(size))
+        return None if 0xCC in got else got
+
+
+class _Masking(CaptureBase):
+    """A capture that rewrites `m` replies as the uprobes capture does at its sites
+    (client_view.py): here every 0xcc byte of a reply shows as 0x90."""
+
+    filters_replies = True
+    lane_reads = frozenset(b"gpHq")
+
+    def client_reply(self, request: bytes, reply: bytes) -> bytes:
+        if request[:1] != b"m" or reply[:1] == b"E":
+            return reply
+        data = bytes.fromhex(rle_expand(reply).decode())
+        return data.replace(b"\xcc", b"\x90").hex().encode()
+
+
+def _run(traffic: list[bytes | tuple[bytes, bytes]], lane: bool,
+         capture: CaptureBase | None = None) -> tuple[list[tuple[str, bytes]], Session, int]:
     """Play `traffic` (bodies, or (body, raw) for a frame of its own); the client's and
-    the stub's bytes in order, the session, and how many packets took the lane."""
+    the stub's bytes in order, the session, and how many packets took the lane. The
+    program's memory is local (read as /proc/PID/mem would be) once it stopped."""
     s = Session(SessionConfig(elf_path="/bin/true"))
     code: dict[int, int] = {}
+    s.capture = capture
     wire: list[tuple[str, bytes]] = []
     took = 0
 
@@ -104,13 +136,18 @@ def _run(traffic: list[bytes | tuple[bytes, bytes]], lane: bool) -> tuple[list[t
         else:
             s.client_packet(body, raw)
             deliver(s.take_actions())
+        if s._stopped is not None and s.known.memory_pid is None:
+            # the program's memory is local from its first stop on: what the lifecycle's identity
+            # proof decides for a real process (it found none here, with a capture planted)
+            s.known.memory_pid = s.known.memory_link_pid = 0x3A4D
+            s.known.open_memory = lambda pid: _Memory(code)
     return wire, s, took
 
 
 def _step(thread: bytes = THREAD) -> list[bytes | tuple[bytes, bytes]]:
     """What gdb sends around a `stepi` and an `x`."""
     return [b"vCont;s:" + thread, b"g", b"p10", b"m401000,8", b"p7", b"m7fffffffe0b0,28", b"Hg" + thread,
-            b"qXfer:threads:read::0,fff", b"m401000,8", b"qXfer:threads:read::0,fff", b"g"]
+            b"qXfer:threads:read::0,fff", b"m401000,8", b"qXfer:threads:read::0,fff", b"g", b"m4010cc,4"]
 
 
 TRAFFIC: list[bytes | tuple[bytes, bytes]] = [
@@ -127,16 +164,21 @@ TRAFFIC: list[bytes | tuple[bytes, bytes]] = [
 ]
 
 
-def _compare(traffic: list[bytes | tuple[bytes, bytes]]) -> tuple[Session, Session, int]:
-    plain, s_plain, _ = _run(traffic, lane=False)
-    laned, s_lane, took = _run(traffic, lane=True)
+def _compare(traffic: list[bytes | tuple[bytes, bytes]],
+             capture: type[CaptureBase] | None = None) -> tuple[Session, Session, int, list[tuple[str, bytes]]]:
+    plain, s_plain, _ = _run(traffic, lane=False, capture=capture() if capture else None)
+    laned, s_lane, took = _run(traffic, lane=True, capture=capture() if capture else None)
     assert laned == plain
-    return s_plain, s_lane, took
+    return s_plain, s_lane, took, laned
 
 
-def test_the_lane_gives_both_sides_the_bytes_the_usual_path_gives() -> None:
-    s_plain, s_lane, took = _compare(TRAFFIC)
+@pytest.mark.parametrize("capture", [None, _Masking], ids=["no capture", "a capture masking m replies"])
+def test_the_lane_gives_both_sides_the_bytes_the_usual_path_gives(capture: type[CaptureBase] | None) -> None:
+    s_plain, s_lane, took, wire = _compare(TRAFFIC, capture)
     assert took >= 25  # the lane took most reads (a lane that never opens would pass the comparison)
+    assert s_lane.known.stats.memory >= 5  # reads answered from the program's memory
+    masked = [raw for side, raw in wire if side == "client" and raw.startswith(b"$90cdcecf#")]
+    assert bool(masked) == (capture is not None)  # the read over an int3, as the capture shows it
     for name in ("client_packets", "stub_packets", "shielded"):
         assert getattr(s_lane.stats, name) == getattr(s_plain.stats, name), name
     assert s_lane.known.stats == s_plain.known.stats
