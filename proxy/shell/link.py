@@ -46,6 +46,9 @@ CAPTURE_BATCH = 0.002  # after a wakeup, gather more events before reading them
 STUB_WATCH = 0.1  # a stub that acknowledges: how often its link is looked after (_stub_watch)
 WINDOW_MS = 1  # the poll window: how long a pump waits outside trio for the next packet
 WINDOW_SPAN = 0.02  # seconds outside trio at most (< CAPTURE_TICK), before the pumps wait in trio again
+# A client quiet this long at a stop: the breakpoints it removed leave the stub (session.client_idle).
+# gdb's removes and re-inserts around the steps of a command come within a ms or less.
+LINGER_IDLE = 0.002
 # Young-generation threshold while a capture folds events (Python's default: 700).
 GC_YOUNG = 10_000
 
@@ -206,6 +209,8 @@ class Link:
         self.close_reason = ""
         self.client_gone = False
         self._stub_heard = 0.0  # monotonic time of the stub's last bytes
+        self._client_heard = 0.0  # ... and the client's
+        self._lingering = trio.Event()  # set once the stub holds breakpoints the client removed (_linger_watch)
         self._window: select.poll | None = None
         self._sides: dict[int, tuple[str, Connection]] = {}
         fds = (_socket_fd(client), _socket_fd(stub))
@@ -221,6 +226,7 @@ class Link:
             nursery.start_soon(self._pump, "stub", self.stub, self.sconn)
             nursery.start_soon(self._capture_loop)
             nursery.start_soon(self._stub_watch)
+            nursery.start_soon(self._linger_watch)
             await self.closed.wait()
             nursery.cancel_scope.cancel()
         return self.close_reason
@@ -248,6 +254,8 @@ class Link:
         self.log.write("c>" if side == "client" else "s>", data)
         if side == "stub":
             self._stub_heard = time.monotonic()
+        else:
+            self._client_heard = time.monotonic()
         lane = self._lane(side, conn, data)
         if lane is not None:
             stream, lock, out, tag = lane
@@ -267,6 +275,8 @@ class Link:
             self._close(str(err))
             return False
         await self._flush()
+        if side == "client" and self.session.lingering and not self._lingering.is_set():
+            self._lingering.set()
         return True
 
     def _lane(self, side: str, conn: Connection, data: bytes) -> tuple[trio.abc.Stream, trio.Lock, bytes, str] | None:
@@ -362,6 +372,18 @@ class Link:
                 self.sconn.retransmit()
             self.session.kick_parked(acked=not self.sconn.awaits_ack())
             await self._flush()
+
+    async def _linger_watch(self) -> None:
+        """Once the stub holds breakpoints the client removed: when the client has been quiet
+        for LINGER_IDLE, they leave the stub (session.client_idle). Asleep otherwise: no timer
+        while nothing lingers."""
+        while True:
+            await self._lingering.wait()
+            while (left := self._client_heard + LINGER_IDLE - time.monotonic()) > 0:
+                await trio.sleep(left)
+            self._lingering = trio.Event()
+            if self.session.client_idle():
+                await self._flush()
 
     async def _capture_loop(self) -> None:
         """Drive the capture while the program runs: fold a continuous

@@ -22,3 +22,26 @@ def test_the_version_changes_with_the_union_only() -> None:
     assert t.take_lingering() == [KEY]
     assert t.version != v and _union(t) == set()
 
+
+
+def test_a_quiet_client_has_its_removed_breakpoints_leave_the_stub() -> None:
+    """The shell says the client is quiet at a stop (session.client_idle): a remove kept
+    in the stub goes to it then, not at the next resume (a program killed from outside
+    meanwhile met it there: gdbserver 13.1 failed an assertion)."""
+    from proxy.session.actions import ToStub
+
+    from .test_lane import THREAD, _run, _stub_reply
+
+    _, s, _ = _run([b"qSupported:multiprocess+", b"QStartNoAckMode", b"?", b"Hg" + THREAD,
+                    b"Z0,401000,1", b"vCont;c:" + THREAD, b"z0,401000,1", b"m401000,4"], lane=True)
+    assert s.lingering  # gdb's remove at the stop was answered here, kept in the stub
+    assert s.client_idle()
+    acts = s.take_actions()
+    assert [a.body for a in acts if isinstance(a, ToStub)] == [b"z0,401000,1"]
+    assert not s.client_idle()  # one procedure at a time; nothing more to send once it is out
+    reply = _stub_reply(b"z0,401000,1", {})
+    assert reply is not None
+    s.stub_packet(reply, b"$OK#9a")
+    assert not s.lingering and not s.client_idle()
+    s.client_packet(b"vCont;c:" + THREAD, b"$vCont;c:" + THREAD + b"#00")
+    assert not s.client_idle()  # nothing lingers; and never while the program runs
