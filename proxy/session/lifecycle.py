@@ -776,6 +776,15 @@ class CaptureLifecycle:
             self.s._left = True
             self.s._emit(Close("client disconnected"))
 
+    def exec_forgets_breakpoints(self, sr: StopReply) -> None:
+        """gdbserver forgets every breakpoint of a process that calls exec (the int3s went
+        with the old image), and gdb, knowing it, inserts again without removing. Kept here,
+        the table answered gdb's `Z0` at the same address of the new image OK without a
+        breakpoint: in all-stop (on_program_event) and in non-stop (nonstop.py; a thread's
+        exec looped forever, gdb.threads/thread-execl.exp in non-stop mode)."""
+        if sr.kind == "T" and sr.reason == "exec" and not self._stop_of_other_process(sr):
+            self.s.bps.forget_all()
+
     def on_program_event(self, sr: StopReply, raw: bytes) -> bool:
         """A stop reply during the client's resume that concerns the program's
         life or the capture: exit, fork, exec, the capture's own interrupt, a
@@ -806,12 +815,7 @@ class CaptureLifecycle:
             if child is not None:
                 self.s._start_proc(self._proc_clean_fork_child(sr, raw, child))
                 return True
-        if sr.kind == "T" and sr.reason == "exec" and not self._stop_of_other_process(sr):
-            # gdbserver forgets every breakpoint of a process that calls exec
-            # (the int3s went with the old image), and gdb, knowing it, inserts
-            # again without removing. Kept here, the table answered gdb's `Z0`
-            # at the same address of the new image OK without a breakpoint.
-            self.s.bps.forget_all()
+        self.exec_forgets_breakpoints(sr)
         if sr.kind == "T" and sr.reason == "exec" and self.holds_program():
             # A new image: the probes went with the old one (the stub forgets
             # the process's breakpoints at exec). Stop capturing, say so.

@@ -449,6 +449,8 @@ class NonStopMode:
             self.s.bps.forget_all()
             self.s._capture_installed = False
             self.held.clear()
+        if sr is not None:
+            self.s.lifecycle.exec_forgets_breakpoints(sr)
         k = _key(sr.thread) if sr is not None else None
         if sr is not None and k is not None and k in self.over:
             yield from self._step_done(sr, body, k)

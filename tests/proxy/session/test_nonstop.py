@@ -240,3 +240,21 @@ def test_the_threads_a_status_reply_names_without_a_thread_are_the_clients() -> 
     acts = _thread_less(d, b"S05", [THREAD, WORKER], [SIGINFO_TRAP, SIGINFO_TRAP])
     assert bodies(acts, ToStub) == [b"Hg" + WORKER, b"g"]  # main apart: no waiting
     assert bodies(_regs(d, [PROBE]), ToStub) == [b"Hg" + WORKER]
+
+
+def test_an_exec_in_non_stop_mode_forgets_the_clients_breakpoints_as_gdbserver_does() -> None:
+    """gdbserver forgets a process's breakpoints at its exec, and gdb inserts its own
+    again without removing them: kept in the table, the proxy answered that `Z0` OK
+    itself and the new image ran without the breakpoint (gdb.threads/thread-execl.exp in
+    non-stop mode looped on exec forever)."""
+    d = _non_stop_running()
+    bp = b"Z0,5555555551a9,1"
+    d.client(bp)
+    assert bodies(d.stub(b"OK"), ToClientRaw) == [frame(b"OK")]
+    exec_stop = b"T05exec:2f746d702f78;06:0000000000000000;07:0000000000000000;10:0000000000000000;thread:" + THREAD + b";"
+    assert bodies(notify(d, exec_stop), ToStub) == [b"vStopped"]
+    acts = d.stub(b"OK")
+    assert acts == [ToClientRaw(frame_notification(b"Stop:" + exec_stop))]
+    assert d.client(b"vStopped") == [ToClient(b"OK")]
+    acts = d.client(bp)
+    assert bodies(acts, ToStub) == [bp] or bodies(acts, ToStubRaw) == [frame(bp)]  # to the stub: a new image
