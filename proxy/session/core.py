@@ -415,11 +415,17 @@ class Session(SessionBase):
         if (not self.bps.lingering or self._proc is not None or self._waiters or self._client_queue
                 or self.running or self._closing):
             return False
-        self._start_proc(self._proc_nothing())  # `_start_proc` takes the lingering ones out first
+        self._start_proc(self._proc_idle())  # `_start_proc` takes the lingering ones out first
         return True
 
-    def _proc_nothing(self) -> Procedure:
+    def _proc_idle(self) -> Procedure:
         self._proc = None
+        if self._closing:
+            # The client hung up while its removes went out: `client_closed` waited for this
+            # procedure (as for one that ends in a stop); it goes on now. Seen: gdb's
+            # `disconnect` right after a stop, the program kept for the next client.
+            self._closing = False
+            self.client_closed(self._keep_stub)
         return
         yield  # a procedure that asks nothing itself
 

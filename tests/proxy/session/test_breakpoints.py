@@ -45,3 +45,20 @@ def test_a_quiet_client_has_its_removed_breakpoints_leave_the_stub() -> None:
     assert not s.lingering and not s.client_idle()
     s.client_packet(b"vCont;c:" + THREAD, b"$vCont;c:" + THREAD + b"#00")
     assert not s.client_idle()  # nothing lingers; and never while the program runs
+
+
+def test_a_client_that_hangs_up_while_its_removes_go_out_is_still_let_go() -> None:
+    """gdb's `disconnect` right after a stop: the quiet client's removes are on their way
+    (client_idle) when it hangs up; the session goes on with the hang-up once they are out."""
+    from proxy.session.actions import Close
+
+    from .test_lane import THREAD, _run
+
+    _, s, _ = _run([b"qSupported:multiprocess+", b"QStartNoAckMode", b"?", b"Hg" + THREAD,
+                    b"Z0,401000,1", b"vCont;c:" + THREAD, b"z0,401000,1"], lane=True)
+    assert s.client_idle()
+    s.take_actions()
+    s.client_closed(keep_stub=True)  # the program is kept for the next client
+    assert not [a for a in s.take_actions() if isinstance(a, Close)]  # the z0's reply is due first
+    s.stub_packet(b"OK", b"$OK#9a")
+    assert [a for a in s.take_actions() if isinstance(a, Close)] == [Close("client disconnected", keep_stub=True)]
