@@ -156,6 +156,7 @@ class SessionStats:
     forks_cleaned: int = 0  # fork children whose copies of the proxy's breakpoints were removed
     hidden_forks: int = 0  # forks the client did not ask to hear of: child cleaned and detached
     interrupts_during_hidden: int = 0
+    late_traps: int = 0  # traps at a proxy breakpoint reported after it was taken out: hidden (hidden.py)
     ns_waited: int = 0  # non-stop stops without a thread placed after waiting for the stub's next report
     ns_unplaced: int = 0  # ... given to the client as sent: their thread could not be told
     capture_errors: int = 0
