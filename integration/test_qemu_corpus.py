@@ -118,11 +118,13 @@ def test_hidden_breakpoints_on_a_multi_threaded_runtime_never_hang(tmp_path: Pat
     thread took the proxy's resume waits in QEMU's loop for a packet that resumes, and the
     program hung (the proxy waiting for a stop, the stub silent) until the proxy sent one.
     The program runs to its end every time, and the runs did meet the case (about half of
-    them release a parked thread)."""
+    them release a parked thread). A thread that trapped at a hidden breakpoint may report
+    after the proxy took that breakpoint out (about 1 run in 100): the client is never shown
+    that SIGTRAP."""
     prog = corpus_binary("debug", "tokio_app")
     file, line = markers.breakpoint_markers("tokio_app")["c_after_sleep"]
     commands = [f"break {file.name}:{line}", "continue", "delete", "continue"]
-    released = 0
+    released = late = 0
     for i in range(HANG_RUNS):
         log = tmp_path / f"packets-{i}.log"
         try:
@@ -133,8 +135,13 @@ def test_hidden_breakpoints_on_a_multi_threaded_runtime_never_hang(tmp_path: Pat
             pytest.fail(f"run {i + 1} of {HANG_RUNS} hung ({HANG_TIMEOUT:.0f} s); the packet log's end:\n{tail}")
         assert "exited normally" in run.gdb, run.gdb[-3000:] + run.proxy[-2000:]
         assert "tokio_app done mode=mt total=84" in run.program, run.program[-2000:]
+        # a thread's trap at a hidden breakpoint reported after the proxy took it out is the
+        # proxy's, hidden (proxy/session/hidden.py, late_trap): the client sees no SIGTRAP
+        assert "SIGTRAP" not in run.gdb, f"run {i + 1}:\n{run.gdb[-3000:]}{run.proxy[-2000:]}"
         released += f"s< {KICK!r}".encode() in log.read_bytes()  # a parked thread's release went (pacing.py)
+        late += "came after it was taken out" in run.proxy
     assert released, "no run had a thread parked in the stub's loop"
+    print(f"{released} of {HANG_RUNS} runs released a parked thread; {late} hid a late trap")
 
 
 SPAWNED = re.compile(r"tokio::spawn\((\w+)\(")

@@ -121,6 +121,9 @@ class HiddenStops:
         if not is_trap_reason(sr) and (sr.reason is not None or self.client_steps(sr.thread)):
             return False
         s.stats.late_traps += 1
+        if s.stats.late_traps == 1:
+            s._emit(Notice(f"a thread's trap at {pc:#x}, where a hidden breakpoint was, came after it was "
+                           "taken out (QEMU user mode): hidden, the program resumed (counted in stats)"))
         self._go_on(sr)
         return True
 
