@@ -306,6 +306,9 @@ def test_a_trap_reported_after_its_hidden_breakpoint_went_is_hidden() -> None:
     assert s.bps.proxy_owns(SITE)
     assert _to_stub(stub(s, b"T05thread:p1.1;")) == [b"g"]  # QEMU's reports carry no registers
     assert stub(s, b"T05thread:p1.2;") == [] and s.pacer.strays == 1
+    # its report made it the stub's selected thread: the block may be its (_registers_of)
+    assert _to_stub(stub(s, _g_at(SITE))) == [b"Hgp1.1"]
+    assert _to_stub(stub(s, b"OK")) == [b"g"]
     assert _to_stub(stub(s, _g_at(SITE))) == [b"rec-uninstall"]  # two threads at once: capture off
     assert _to_stub(stub(s, b"OK")) == [b"z0,%x,1" % SITE]
     assert _to_stub(stub(s, b"OK")) == [b"vCont;c:p1.-1"]
@@ -323,3 +326,20 @@ def test_a_trap_reported_after_its_hidden_breakpoint_went_is_hidden() -> None:
     assert not s.bps.gone
     assert stub(s, b"T05thread:p1.4;") == [ToClientRaw(frame(b"T05thread:p1.4;"))]
     assert s.stats.late_traps == 1
+
+
+def test_registers_read_while_another_thread_reported_are_read_again() -> None:
+    """QEMU 7.2 user mode makes a thread that reports its selected one and builds every reply
+    in one buffer: the `g` asked for the stopped thread came as ``T05thread:`` of the other
+    one followed by the rest of the block (seen). The thread is selected and its registers
+    read again; its trap at the probe is hidden as any other."""
+    d = _connected(QEMU_QSUPPORTED, [PROBE])
+    _play(d, d.client(b"vCont;c:p1.-1"), b"vCont")
+    assert bodies(d.stub(b"T05thread:p1.1;"), ToStub) == [b"g"]
+    assert d.stub(b"T05thread:p1.2;") == [] and d.s.pacer.strays == 1
+    mixed = b"T05thread:p1.2;" + _g_at(PROBE)[len(b"T05thread:p1.2;"):]
+    assert bodies(d.stub(mixed), ToStub) == [b"Hgp1.1"]
+    assert bodies(d.stub(b"OK"), ToStub) == [b"g"]
+    acts = d.stub(_g_at(PROBE))
+    assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()] and not bodies(acts, ToClientRaw)
+    assert d.s.stats.hidden_stops == 1
