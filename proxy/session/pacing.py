@@ -70,6 +70,18 @@ again at once (accel/tcg/cpu-exec.c, check_for_breakpoints_slow, 327-349:
 the gdb breakpoint at its pc, EXCP_DEBUG) and reports again, this time as
 the answer to a resume.
 
+QEMU 7.2 builds every thread's packets in one buffer (``last_packet``, and
+``str_buf`` for replies and reports: put_packet_binary, 657-690, no lock).
+Two threads that write at once make one packet of both (seen: the reply
+to a ``g`` that began ``T05thread:p01.529a;``; hidden.py reads such
+registers again) or bytes outside any packet: ``$OK#9aread:p01.7ff2;#da``,
+another thread's report whose head a reply wrote over. That thread waits
+for the ack of a report the proxy never saw (no stray was counted), and the
+program hung (1 run in 300 of the corpus' tokio_app mt, 1 in 60 with the
+capture kept on). Such bytes (``garbled``) count as a thread that may be
+parked: the kick goes, and the thread reads its ``$`` as no ack and sends
+its report again, which is taken as any other.
+
 The interrupt byte (0x03) is not a packet: it always goes at once. Two
 packets get no reply at all (``R``, extended-remote's restart, and the
 ``qRelocInsn:LEN`` answer to gdbserver's own request): they never hold the
@@ -113,6 +125,7 @@ class Pacer:
         self.kicks = 0  # releases sent while the program ran (stats)
         self.released = 0  # ... that a parked thread took (stats)
         self.copies = 0  # reports sent again for the bytes of a kick (stats)
+        self.garbles = 0  # bytes outside any packet seen: a packet two threads wrote at once (stats)
         self._maybe_parked = False  # a thread may wait in the stub's loop (module doc)
         self._kick_out = False  # a kick went and was not seen taken or eaten
         self._copy_budget = 0  # packets that may yet come again for a kick's bytes
@@ -187,6 +200,12 @@ class Pacer:
     def stray(self) -> None:
         """A stop report the proxy does not answer: its thread waits in the stub's loop."""
         self.strays += 1
+        self._maybe_parked = True
+
+    def garbled(self) -> None:
+        """Bytes outside any packet came: a report whose head another thread's reply wrote
+        over (the module doc); its thread waits for an ack or in the stub's loop."""
+        self.garbles += 1
         self._maybe_parked = True
 
     def bare_ack(self) -> None:

@@ -290,6 +290,12 @@ class SessionBase:
         bare_acks): a thread parked in its loop took a release (pacing.py)."""
         self.pacer.bare_ack()
 
+    def stub_garbled(self) -> None:
+        """The stub sent bytes outside any packet (rsp/reader.py, junk_bytes): under a stub
+        that acknowledges, a packet two of its threads wrote at once (pacing.py)."""
+        if not self.pacer.no_ack:
+            self.pacer.garbled()
+
     def kick_parked(self, acked: bool) -> None:
         """The shell's watch: release a thread parked in the stub's loop (pacing.py) when the
         only request in flight resumes the program (the client's, or a hidden stop's step) and

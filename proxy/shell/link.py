@@ -206,6 +206,7 @@ class Link:
         self.close_reason = ""
         self.client_gone = False
         self._stub_heard = 0.0  # monotonic time of the stub's last bytes
+        self._stub_junk = 0  # the stub's bytes outside any packet, as last seen by the watch
         self._window: select.poll | None = None
         self._sides: dict[int, tuple[str, Connection]] = {}
         fds = (_socket_fd(client), _socket_fd(stub))
@@ -360,6 +361,11 @@ class Link:
             if self.sconn.lost_to_stale() and time.monotonic() - self._stub_heard >= STUB_WATCH:
                 self.log.write("s!", b"our packet was taken for acks (stale reports): sent again")
                 self.sconn.retransmit()
+            junk = self.sconn.reader.junk_bytes
+            if junk > self._stub_junk:
+                self._stub_junk = junk
+                self.log.write("s!", b"bytes outside any packet: a packet of the stub's was garbled")
+                self.session.stub_garbled()
             self.session.kick_parked(acked=not self.sconn.awaits_ack())
             await self._flush()
 

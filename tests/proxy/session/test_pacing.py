@@ -343,3 +343,23 @@ def test_registers_read_while_another_thread_reported_are_read_again() -> None:
     acts = d.stub(_g_at(PROBE))
     assert bodies(acts, ToStub) == [f"z0,{PROBE:x},1".encode()] and not bodies(acts, ToClientRaw)
     assert d.s.stats.hidden_stops == 1
+
+
+def test_a_report_garbled_by_another_threads_reply_gets_a_release() -> None:
+    """QEMU 7.2 builds every thread's packets in one buffer: a reply written over another
+    thread's report left ``$OK#9aread:p01.7ff2;#da`` (seen), bytes outside any packet and no
+    report. That thread waits for its ack and the program hung; the bytes (the link's
+    watch: stub_garbled) count as a parked thread: the kick goes, the thread reads it as no
+    ack and sends its report again, which is the stop."""
+    d = _connected(QEMU_QSUPPORTED, [PROBE])
+    _play(d, d.client(b"vCont;c:p1.-1"), b"vCont")
+    d.s.kick_parked(acked=True)
+    assert d.s.take_actions() == []  # nothing known to be parked
+    d.s.stub_garbled()
+    d.s.kick_parked(acked=True)
+    assert d.s.take_actions() == [UnkeptToStub(KICK)] and d.s.pacer.garbles == 1
+    report = b"T05thread:p1.7ff2;"
+    assert bodies(d.stub(report), ToStub) == [b"g"]
+    for _ in KICK[1:]:
+        assert d.stub(report) == []  # one copy for each byte of the kick
+    assert d.s.pacer.copies == len(KICK) - 1
