@@ -296,13 +296,14 @@ class SessionBase:
         if not self.pacer.no_ack:
             self.pacer.garbled()
 
-    def kick_parked(self, acked: bool) -> None:
+    def kick_parked(self, acked: bool, quiet: float = 0.0) -> None:
         """The shell's watch: release a thread parked in the stub's loop (pacing.py) when the
         only request in flight resumes the program (the client's, or a hidden stop's step) and
-        the stub acknowledged everything sent (``acked``)."""
+        the stub acknowledged everything sent (``acked``); ``quiet``: seconds since the stub
+        last sent anything."""
         w = self._waiters
         if acked and len(w) == 1 and w[0].resume:
-            self._actions.extend(self.pacer.kick())
+            self._actions.extend(self.pacer.kick(quiet))
 
     def _copied_stop(self, body: bytes) -> bool:
         """A stop report that is a copy of one since the last resume (a thread that read a

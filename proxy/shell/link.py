@@ -366,7 +366,7 @@ class Link:
                 self._stub_junk = junk
                 self.log.write("s!", b"bytes outside any packet: a packet of the stub's was garbled")
                 self.session.stub_garbled()
-            self.session.kick_parked(acked=not self.sconn.awaits_ack())
+            self.session.kick_parked(acked=not self.sconn.awaits_ack(), quiet=time.monotonic() - self._stub_heard)
             await self._flush()
 
     async def _capture_loop(self) -> None:

@@ -11,7 +11,7 @@ integration/test_qemu_corpus.py runs the real one.
 from __future__ import annotations
 
 from proxy.session.actions import Notice, SetNoAck, ToClientRaw, ToStub, ToStubRaw, UnkeptToStub
-from proxy.session.pacing import KICK, Pacer
+from proxy.session.pacing import KICK, QUIET_KICK, Pacer
 from rsp.framing import frame
 from proxy.session.reads import ReadLimit, read_memory
 from tests.proxy.session.test_capture_hooks import SITE, Recorder, client, session, stub
@@ -363,3 +363,22 @@ def test_a_report_garbled_by_another_threads_reply_gets_a_release() -> None:
     for _ in KICK[1:]:
         assert d.stub(report) == []  # one copy for each byte of the kick
     assert d.s.pacer.copies == len(KICK) - 1
+
+
+def test_a_stub_quiet_while_the_program_runs_gets_one_kick() -> None:
+    """A mix of two threads' packets may leave nothing to see (a reply sent twice in one,
+    then a step no thread reported: seen, the program hung): after QUIET_KICK of the stub's
+    silence one kick goes, and no other until one is seen taken or eaten."""
+    d = _connected(QEMU_QSUPPORTED, [PROBE])
+    _play(d, d.client(b"vCont;c:p1.-1"), b"vCont")
+    d.s.kick_parked(acked=True, quiet=QUIET_KICK / 2)
+    assert d.s.take_actions() == []
+    d.s.kick_parked(acked=True, quiet=QUIET_KICK)
+    assert d.s.take_actions() == [UnkeptToStub(KICK)]
+    d.s.kick_parked(acked=True, quiet=10 * QUIET_KICK)
+    assert d.s.take_actions() == []  # its bytes wait in the socket: no more
+    report = b"T05thread:p1.2;"  # the next thread that traps reads them as its ack
+    assert bodies(d.stub(report), ToStub) == [b"g"]
+    for _ in KICK[1:]:
+        assert d.stub(report) == []
+    assert d.stub(_answer(b"g")) == [ToClientRaw(frame(report))]
