@@ -204,8 +204,6 @@ class HiddenStops:
         """Rules 2-4 and 8: step the thread over the proxy's breakpoint, resume."""
         t0 = self.s.config.clock()
         self.s.stats.hidden_stops += 1
-        if self.s.pacer.strays and self.s.capture is not None and not self.s._closing:
-            yield from self._capture_off_for_strays()
         key = self.s.bps.proxy_key_at(pc)
         if key is None:  # the capture's breakpoint is gone: nothing to step over
             self.s._proc = None
@@ -245,12 +243,6 @@ class HiddenStops:
             # of another thread meanwhile is known before the step (pacing.py)
             self.capture_hit(probe, sr, (yield Exchange(reads)))
             reads = ()
-            if self.s.pacer.strays and self.s.capture is not None and not self.s._closing:
-                yield from self._capture_off_for_strays()
-                self.s._proc = None
-                self.s.stats.hidden_time += self.s.config.clock() - t0
-                self.s._forward(without_signals(self.s._resume), None, resume=True)
-                return
         replies = yield Exchange(reads + (z_packet(False, key), step), resume=True)
         if em is None and reads:
             self.capture_hit(probe, sr, replies[: len(reads)])
@@ -267,8 +259,6 @@ class HiddenStops:
             self.s.pacer.stray()
             self.s._orphan_steps.add(thread.tid)
             yield Exchange((z_packet(True, key),))
-            if self.s.capture is not None and not self.s._closing:
-                yield from self._capture_off_for_strays()
             self.s._proc = None
             self.s.stats.hidden_time += self.s.config.clock() - t0
             self.s._forward(without_signals(resume), None, resume=True)
@@ -303,21 +293,6 @@ class HiddenStops:
         self.s._to_stub(z_packet(True, key), Waiter("drop"))
         self.s._waiters.append(Waiter("client-resume", True))
         self.s._emit(ToStub(without_signals(resume)))
-
-    def _capture_off_for_strays(self) -> Generator[Exchange, list[bytes], None]:
-        """A stub whose every trapping thread reports and reads its socket on its own (QEMU
-        7.2 user mode, pacing.py) reported another thread's stop while one was handled: a
-        resume then releases whichever parked thread reads it, and with hidden breakpoints on
-        a multi-threaded runtime one thread was left parked (the program hung in 3 of 5 runs
-        of the corpus' tokio_app mt when a bare `+` was what released them; pacing.py releases
-        them with a continue now). The capture is taken out (mode off: reflection from memory
-        at stops); the program runs on."""
-        yield from self.s.lifecycle.switch(None, "off")
-        self.s._emit(Notice("the stub let two threads report a stop at once (QEMU user mode): hidden "
-                          "breakpoints would leave one of them parked; capture off (mode off), tasks "
-                          "are read from memory at stops"))
-        self.s.capture_notice = ("capture: off since two threads reported a stop at once "
-                               "(a stub that lets every trapping thread report: QEMU user mode)")
 
     def _proc_shared_stop(self, sr: StopReply, raw: bytes, probe: Probe) -> Procedure:
         """Rule 4: a probe at a client breakpoint is processed, then reported."""

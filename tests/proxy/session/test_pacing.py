@@ -287,12 +287,13 @@ def _to_stub(acts: list[object]) -> list[bytes]:
 
 
 def test_a_trap_reported_after_its_hidden_breakpoint_went_is_hidden() -> None:
-    """QEMU 7.2 user mode: while one thread's hidden stop is handled another reports (a
-    stray) and the capture goes off, its breakpoint out (hidden.py); a third thread that had
-    trapped there meanwhile reports after that (seen: 1 run in about 100 of the corpus'
-    tokio_app mt; gdb was shown a SIGTRAP at the probe). QEMU's pc is the breakpoint's
-    address itself (no int3 executed): the trap is the proxy's, resumed as the client asked,
-    hidden. A trap elsewhere is the client's; so is one there once the client saw a stop."""
+    """QEMU 7.2 user mode: a thread that trapped at a hidden breakpoint may report after the
+    proxy took that breakpoint out (seen: 1 run in about 100 of the corpus' tokio_app mt
+    when the capture went off at the second thread's report; gdb was shown a SIGTRAP at the
+    probe). Here the capture is switched off while the client looks at a stop, and a thread
+    reports its trap there after the client's resume. QEMU's pc is the breakpoint's address
+    itself (no int3 executed): the trap is the proxy's, resumed as the client asked, hidden.
+    A trap elsewhere is the client's; so is one there once the client saw a stop."""
     rec = Recorder(probes=(SITE,))
     s = session(rec)
     client(s, b"qSupported:multiprocess+;swbreak+;xmlRegisters=i386")
@@ -305,14 +306,13 @@ def test_a_trap_reported_after_its_hidden_breakpoint_went_is_hidden() -> None:
         acts = stub(s, b"OK")
     assert s.bps.proxy_owns(SITE)
     assert _to_stub(stub(s, b"T05thread:p1.1;")) == [b"g"]  # QEMU's reports carry no registers
-    assert stub(s, b"T05thread:p1.2;") == [] and s.pacer.strays == 1
-    # its report made it the stub's selected thread: the block may be its (_registers_of)
-    assert _to_stub(stub(s, _g_at(SITE))) == [b"Hgp1.1"]
-    assert _to_stub(stub(s, b"OK")) == [b"g"]
-    assert _to_stub(stub(s, _g_at(SITE))) == [b"rec-uninstall"]  # two threads at once: capture off
+    assert bodies(stub(s, _g_at(SITE + 0x10)), ToClientRaw) == [frame(b"T05thread:p1.1;")]
+    s._start_proc(s.lifecycle.proc_switch(None, "off"))  # as `monitor async mode off` does
+    assert _to_stub(s.take_actions()) == [b"rec-uninstall"]
     assert _to_stub(stub(s, b"OK")) == [b"z0,%x,1" % SITE]
-    assert _to_stub(stub(s, b"OK")) == [b"vCont;c:p1.-1"]
+    stub(s, b"OK")
     assert not s.probes and not s.bps.proxy_owns(SITE)
+    assert _to_stub(client(s, b"vCont;c:p1.-1")) == [b"vCont;c:p1.-1"]
     # the late one: its pc read, at the address where the proxy's breakpoint was
     assert _to_stub(stub(s, b"T05thread:p1.3;")) == [b"g"]
     acts = stub(s, _g_at(SITE))
