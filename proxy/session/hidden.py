@@ -107,8 +107,10 @@ class HiddenStops:
         Only for a stub that lets every trapping thread report on its own (QEMU 7.2 user
         mode, pacing.py): a thread that trapped at a hidden breakpoint while another one's
         stop was handled reports it once it gets the socket, after the proxy took that
-        breakpoint out (the capture switched off: seen in 1 run of the corpus' tokio_app mt
-        in about 100; the client was shown a SIGTRAP at the probe). QEMU traps before the
+        breakpoint out (seen when the capture went off at a second thread's report, which
+        it no longer does: about 1 run in 100 of the corpus' tokio_app mt under load; the
+        client was shown a SIGTRAP at the probe; a capture or mode switch takes breakpoints
+        out too). QEMU traps before the
         instruction at the breakpoint's address (accel/tcg/cpu-exec.c,
         check_for_breakpoints_slow: EXCP_DEBUG on ``pc == bp->pc``; linux-user/i386/
         cpu_loop.c: SIGTRAP at ``env->eip``; the `g` of every hidden stop in the packet logs
