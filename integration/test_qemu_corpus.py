@@ -12,8 +12,9 @@ no pid, and the map is read from QEMU's own process, the peer of the proxy's con
 the stub, proven to hold the program (proxy/host/emulator.py).
 QEMU 7.2 also lets every trapping thread report a stop and read the socket on its own
 (proxy/session/pacing.py), and stops only the thread that trapped: the comparisons run the
-current-thread runtime; the multi-threaded one is run to its end in mode off, and with
-hidden breakpoints 15 times (none may hang: the threads left in QEMU's loop are released).
+current-thread runtime, and the multi-threaded one at a marker inside the runtime (its
+capture stays on); the multi-threaded one is run to its end in mode off, and with hidden
+breakpoints 15 times (none may hang: the threads left in QEMU's loop are released).
 Addresses and thread numbers differ by right between the stubs (integration/harness/
 compare.py). scripts/qemu-corpus runs every program and marker the same way.
 """
@@ -83,6 +84,18 @@ def test_capture_under_qemu_equals_gdbserver(config: str) -> None:
     _assert_same(got, want)
 
 
+def test_capture_of_a_multi_threaded_runtime_under_qemu_equals_gdbserver() -> None:
+    """Hidden breakpoints on the multi-threaded runtime: the workers trap at the probes at
+    once and each reports on its own; the capture stays on (the parked threads released,
+    pacing.py) and the answers at a marker inside the runtime equal gdbserver's, where all
+    threads stop. (Where the runtime starts, a blocking-pool worker gdbserver shows not yet
+    polled may already run under QEMU, which stops only the thread that trapped.)"""
+    got, want, printed = compare_at_marker("debug", "tokio_app", ["mt"], "c_after_sleep",
+                                           ["--capture", "breakpoints"])
+    assert "tokio_app done mode=mt total=84" in printed, printed[-2000:]
+    _assert_same(got, want)
+
+
 def test_mode_off_under_qemu_equals_gdbserver() -> None:
     """Reflection only (stack discovery) through QEMU, reads cut to 1,024 bytes."""
     got, want, printed = compare_at_marker("debug", "tokio_app", ["ct"], "c_after_sleep", ["--mode", "off"])
@@ -118,11 +131,13 @@ def test_hidden_breakpoints_on_a_multi_threaded_runtime_never_hang(tmp_path: Pat
     thread took the proxy's resume waits in QEMU's loop for a packet that resumes, and the
     program hung (the proxy waiting for a stop, the stub silent) until the proxy sent one.
     The program runs to its end every time, and the runs did meet the case (about half of
-    them release a parked thread)."""
+    them release a parked thread). A thread that trapped at a hidden breakpoint may report
+    after the proxy took that breakpoint out (about 1 run in 100): the client is never shown
+    that SIGTRAP."""
     prog = corpus_binary("debug", "tokio_app")
     file, line = markers.breakpoint_markers("tokio_app")["c_after_sleep"]
     commands = [f"break {file.name}:{line}", "continue", "delete", "continue"]
-    released = 0
+    released = late = 0
     for i in range(HANG_RUNS):
         log = tmp_path / f"packets-{i}.log"
         try:
@@ -133,8 +148,13 @@ def test_hidden_breakpoints_on_a_multi_threaded_runtime_never_hang(tmp_path: Pat
             pytest.fail(f"run {i + 1} of {HANG_RUNS} hung ({HANG_TIMEOUT:.0f} s); the packet log's end:\n{tail}")
         assert "exited normally" in run.gdb, run.gdb[-3000:] + run.proxy[-2000:]
         assert "tokio_app done mode=mt total=84" in run.program, run.program[-2000:]
+        # a thread's trap at a hidden breakpoint reported after the proxy took it out is the
+        # proxy's, hidden (proxy/session/hidden.py, late_trap): the client sees no SIGTRAP
+        assert "SIGTRAP" not in run.gdb, f"run {i + 1}:\n{run.gdb[-3000:]}{run.proxy[-2000:]}"
         released += f"s< {KICK!r}".encode() in log.read_bytes()  # a parked thread's release went (pacing.py)
+        late += "came after it was taken out" in run.proxy
     assert released, "no run had a thread parked in the stub's loop"
+    print(f"{released} of {HANG_RUNS} runs released a parked thread; {late} hid a late trap")
 
 
 SPAWNED = re.compile(r"tokio::spawn\((\w+)\(")

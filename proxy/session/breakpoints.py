@@ -20,6 +20,9 @@ class BreakpointTable:
     client: dict[BpKey, bytes] = field(default_factory=dict)  # key -> raw cond/cmd list
     proxy: set[BpKey] = field(default_factory=set)
     lingering: dict[BpKey, bytes] = field(default_factory=dict)  # removed by the client, still in the stub
+    # addresses of proxy breakpoints taken out of the stub since the client last saw a stop:
+    # a thread that trapped there before may still report it (`late_trap`)
+    gone: set[int] = field(default_factory=set)
     version: int = 0  # changes with the union (the keeper's plan is rebuilt then)
 
     def _in_union(self, key: BpKey) -> bool:
@@ -73,7 +76,18 @@ class BreakpointTable:
         self.version += 1
         had = key in self.proxy
         self.proxy.discard(key)
+        if had and key not in self.client and key[0] in (0, 1):
+            self.gone.add(key[1])
         return had and key not in self.client
+
+    def late_trap(self, addr: int) -> bool:
+        """A breakpoint of the proxy's was at `addr` since the client last saw a stop, and
+        none is there now, neither the proxy's nor the client's."""
+        return addr in self.gone and self.proxy_key_at(addr) is None and not self.client_owns(addr)
+
+    def client_stopped(self) -> None:
+        """The client is shown a stop: what was taken out before is old news."""
+        self.gone.clear()
 
     def proxy_key_at(self, addr: int) -> BpKey | None:
         for key in self.proxy:
@@ -97,3 +111,4 @@ class BreakpointTable:
         self.client.clear()
         self.proxy.clear()
         self.lingering.clear()
+        self.gone.clear()

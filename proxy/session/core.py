@@ -882,7 +882,7 @@ class Session(SessionBase):
             return
         # A stub without T stop replies (gdbserver --disable-packet=T) says
         # `S05`: no thread, no registers; the pc is read as for QEMU below.
-        if sr.kind in ("T", "S") and sr.signal == SIGTRAP and self.probes:
+        if sr.kind in ("T", "S") and sr.signal == SIGTRAP and (self.probes or self.bps.gone):
             if sr.thread is None and (is_trap_reason(sr) or not self.hidden.client_steps(None)):
                 # No thread in the stop (gdbserver --disable-packet=T or Tthread):
                 # find the thread at the probe first (hidden.py).
@@ -931,6 +931,7 @@ class Session(SessionBase):
         self._resume = None
         self._interrupt_forwarded = False
         self._interrupt_pending = False
+        self.bps.client_stopped()
         self._last_stop = sr
         if sr is not None and sr.kind in ("T", "S"):
             known = sr.pc(self.pc_regnum) if sr.kind == "T" else None

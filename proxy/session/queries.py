@@ -420,7 +420,9 @@ class Queries:
             lines.append(f"stub without no-ack mode: one packet at a time ({p.held_total} waited for a reply); "
                          f"other threads' stop reports while one was handled: {p.strays}; "
                          f"releases of parked threads sent while the program ran: {p.kicks} ({p.released} "
-                         f"taken); reports and replies sent again for their bytes, dropped: {p.copies}")
+                         f"taken); reports and replies sent again for their bytes, dropped: {p.copies}; "
+                         f"bytes outside any packet (two threads' packets in one): {p.garbles} times; "
+                         f"traps at a hidden breakpoint reported after it was taken out, hidden: {s.late_traps}")
         if self.s.read_limit.learned:
             lines.append(f"memory reads: {self.s.read_limit.learned}")
         if s.shielded:

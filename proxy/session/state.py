@@ -156,6 +156,7 @@ class SessionStats:
     forks_cleaned: int = 0  # fork children whose copies of the proxy's breakpoints were removed
     hidden_forks: int = 0  # forks the client did not ask to hear of: child cleaned and detached
     interrupts_during_hidden: int = 0
+    late_traps: int = 0  # traps at a proxy breakpoint reported after it was taken out: hidden (hidden.py)
     ns_waited: int = 0  # non-stop stops without a thread placed after waiting for the stub's next report
     ns_unplaced: int = 0  # ... given to the client as sent: their thread could not be told
     capture_errors: int = 0
@@ -289,13 +290,20 @@ class SessionBase:
         bare_acks): a thread parked in its loop took a release (pacing.py)."""
         self.pacer.bare_ack()
 
-    def kick_parked(self, acked: bool) -> None:
+    def stub_garbled(self) -> None:
+        """The stub sent bytes outside any packet (rsp/reader.py, junk_bytes): under a stub
+        that acknowledges, a packet two of its threads wrote at once (pacing.py)."""
+        if not self.pacer.no_ack:
+            self.pacer.garbled()
+
+    def kick_parked(self, acked: bool, quiet: float = 0.0) -> None:
         """The shell's watch: release a thread parked in the stub's loop (pacing.py) when the
         only request in flight resumes the program (the client's, or a hidden stop's step) and
-        the stub acknowledged everything sent (``acked``)."""
+        the stub acknowledged everything sent (``acked``); ``quiet``: seconds since the stub
+        last sent anything."""
         w = self._waiters
         if acked and len(w) == 1 and w[0].resume:
-            self._actions.extend(self.pacer.kick())
+            self._actions.extend(self.pacer.kick(quiet))
 
     def _copied_stop(self, body: bytes) -> bool:
         """A stop report that is a copy of one since the last resume (a thread that read a

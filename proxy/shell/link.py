@@ -211,6 +211,7 @@ class Link:
         self._stub_heard = 0.0  # monotonic time of the stub's last bytes
         self._client_heard = 0.0  # ... and the client's
         self._lingering = trio.Event()  # set once the stub holds breakpoints the client removed (_linger_watch)
+        self._stub_junk = 0  # the stub's bytes outside any packet, as last seen by the watch
         self._window: select.poll | None = None
         self._sides: dict[int, tuple[str, Connection]] = {}
         fds = (_socket_fd(client), _socket_fd(stub))
@@ -370,7 +371,12 @@ class Link:
             if self.sconn.lost_to_stale() and time.monotonic() - self._stub_heard >= STUB_WATCH:
                 self.log.write("s!", b"our packet was taken for acks (stale reports): sent again")
                 self.sconn.retransmit()
-            self.session.kick_parked(acked=not self.sconn.awaits_ack())
+            junk = self.sconn.reader.junk_bytes
+            if junk > self._stub_junk:
+                self._stub_junk = junk
+                self.log.write("s!", b"bytes outside any packet: a packet of the stub's was garbled")
+                self.session.stub_garbled()
+            self.session.kick_parked(acked=not self.sconn.awaits_ack(), quiet=time.monotonic() - self._stub_heard)
             await self._flush()
 
     async def _linger_watch(self) -> None:

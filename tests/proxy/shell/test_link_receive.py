@@ -13,7 +13,7 @@ import trio.testing
 
 from proxy.capture.base import CaptureBase
 from proxy.session.core import Session, SessionConfig
-from proxy.shell.link import CAPTURE_TICK, Link, _receive, _socket_fd
+from proxy.shell.link import CAPTURE_TICK, STUB_WATCH, Link, _receive, _socket_fd
 from rsp.framing import frame
 
 
@@ -165,3 +165,25 @@ async def test_packets_in_a_row_leave_the_capture_loop_its_turns() -> None:
     stub_end.close()
     assert counts[0] - flowed > 100  # packets flowed back to back in the window
     assert cap.polls - polls >= 5  # the loop's turns (one each CAPTURE_TICK: ~20 here; a starved loop got none)
+
+
+async def test_bytes_outside_any_packet_from_a_stub_that_acks_are_told_to_the_session() -> None:
+    """QEMU 7.2 writes every thread's packets through one buffer: a reply written over another
+    thread's report leaves its tail outside any packet (``read:p01.7ff2;#da``, seen). The stub's
+    watch tells the session (proxy/session/pacing.py: its thread may wait), once per lot."""
+    client_end, client_proxy = socket.socketpair()
+    stub_end, stub_proxy = socket.socketpair()
+    session = Session(SessionConfig(elf_path="/bin/true"))
+    told: list[int] = []
+    session.stub_garbled = lambda: told.append(1)  # type: ignore[method-assign]
+    link = Link(session, _stream(client_proxy), _stream(stub_proxy))
+    stub = _stream(stub_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(link.run)
+        await trio.sleep(3 * STUB_WATCH)
+        assert told == []
+        await stub.send_all(b"read:p01.7ff2;#da")
+        await trio.sleep(3 * STUB_WATCH)
+        assert told == [1]
+        nursery.cancel_scope.cancel()
+    await stub.aclose()
