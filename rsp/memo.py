@@ -35,5 +35,4 @@ def kept(parse: Callable[[bytes], T]) -> Callable[[bytes], T]:
             return parse(body)
         return cached(body)
 
-    run.cache_info = cached.cache_info  # type: ignore[attr-defined]
     return run
