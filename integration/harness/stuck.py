@@ -61,4 +61,8 @@ def settle(pid: int, timeout: float = 20.0) -> None:
 def gcore(pid: int, out: Path) -> Path:
     subprocess.run(["gcore", "-o", str(out), str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    timeout=120, check=True)
+    # gcore's detach leaves a thread whose futex wait was cut by the attach at its `syscall`
+    # instruction, runnable, to restart the call; on a busy machine the next attach can find
+    # it there (syscall.S:37 instead of :38, once in a CI run), so wait until it is back in
+    settle(pid)
     return Path(f"{out}.{pid}")
