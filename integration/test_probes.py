@@ -65,6 +65,40 @@ def test_probe_hits_exact(threads: int, client_bp: bool, programs: dict[str, Pat
         assert re.search(rf"breakpoint already hit {N} times", out), out
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_target_side_condition_at_a_probe(threads: int, programs: dict[str, Path]) -> None:
+    """gdb evaluates a breakpoint's condition in gdbserver (`condition-evaluation target`)
+    through the proxy as straight, at the address of a hidden probe too: gdb stops where the
+    condition holds, as many times as straight (once: the one call with x == 7), and the
+    probe still counts every call (the stub holds the breakpoint without the condition for
+    both, and gdb evaluates the condition again at each stop it is shown)."""
+    require_tool("gdb", "gdbserver")
+    prog = programs["probe_count"]
+    cmds = ["set breakpoint condition-evaluation target", "break *probed if $rdi == 7",
+            f"break probe_count.c:{_printf_line(programs)}", "continue", "info registers rdi", "continue",
+            "info breakpoints", "continue"]
+    outs = {}
+    for way in ("straight", "proxy"):
+        with start_stub("gdbserver", prog, [str(N), str(threads)]) as stub:
+            if way == "straight":
+                run = gdb_batch(prog, [f"target remote {stub.address}", *cmds], timeout=120)
+            else:
+                with start_proxy(stub.address, probes=["^probed$"], extra=["--capture", "breakpoints"]) as px:
+                    run = gdb_batch(prog, [f"target remote {px.address}", *cmds[:-1], "monitor async stats --all",
+                                           cmds[-1]], timeout=120)
+                    assert px.wait(timeout=20) == 0, px.stderr_text()
+            stub.wait(timeout=10)
+            assert f"sum={N * N} calls={N}" in stub.output_text(), stub.output_text()
+        outs[way] = run.output
+    for way, out in outs.items():
+        assert "does not support breakpoint condition evaluation" not in out, (way, out)
+        assert re.search(r"rdi +0x7 +7", out), (way, out)
+        assert re.search(r"stop only if \$rdi == 7 \(target evals\)\n\s+breakpoint already hit 1 time", out), (way, out)
+        assert "exited normally" in out, (way, out)
+    hits = re.search(r"^\s*probed: (\d+)", outs["proxy"], re.M)
+    assert hits and int(hits.group(1)) == N, outs["proxy"]
+
+
 def test_probe_hits_zero_without_calls(programs: dict[str, Path]) -> None:
     """The counter is not a constant: a run with no calls reports 0 hits."""
     require_tool("gdb", "gdbserver")

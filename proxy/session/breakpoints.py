@@ -50,11 +50,22 @@ class BreakpointTable:
         return keys
 
     def client_insert(self, key: BpKey, conditions: bytes = b"") -> bool:
-        """Record a client insert; True when the stub must be told."""
+        """Record a client insert; True when the stub must be told: the union gains it, or
+        the client's target-side conditions changed where the proxy has no breakpoint (a
+        `Z0` with conditions replaces the stub's list for that breakpoint)."""
         self.version += 1
-        new = not self._in_union(key)
+        new = not self._in_union(key) or (key in self.client and self.client[key] != conditions
+                                           and key not in self.proxy)
         self.client[key] = conditions
         return new
+
+    def strip_conditions(self, key: BpKey) -> bool:
+        """Must the client's `Z` at `key` reach the stub without its conditions? Where the
+        proxy has a breakpoint of that type at that address: gdbserver keeps one breakpoint
+        for both, and a false client condition would skip the proxy's hit. Every hit then
+        reaches the client, and gdb evaluates the condition again itself (it does so for
+        each breakpoint stop, target-side evaluation or not)."""
+        return any(k[0] == key[0] and k[1] == key[1] for k in self.proxy)
 
     def client_remove(self, key: BpKey) -> bool:
         """Record a client remove; True when the stub must be told. Answered
@@ -67,8 +78,11 @@ class BreakpointTable:
         return key not in self.proxy
 
     def proxy_insert(self, key: BpKey) -> bool:
+        """Record a proxy insert; True when the stub must be told: the union gains it, or
+        the client's breakpoint there carries target-side conditions (the proxy's plain `Z`
+        replaces them in the stub, strip_conditions)."""
         self.version += 1
-        new = not self._in_union(key)
+        new = not self._in_union(key) or bool(self.client.get(key))
         self.proxy.add(key)
         return new
 

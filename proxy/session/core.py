@@ -97,7 +97,7 @@ _LANE_QUESTION = b"qXfer:threads:read:"
 
 
 # Features the client must not see (rule 5).
-_HIDDEN_FROM_CLIENT = ("ConditionalBreakpoints", "BreakpointCommands")
+_HIDDEN_FROM_CLIENT = ("BreakpointCommands",)
 
 
 # The client's requests the session routes itself: one table keyed by the request's kind
@@ -661,6 +661,8 @@ class Session(SessionBase):
             return self._reply(b"OK")
         if bp.insert:
             if self.bps.client_insert(key, bp.conditions):
+                if bp.conditions and self.bps.strip_conditions(key):
+                    return self._forward(body.split(b";", 1)[0], None)
                 self._forward(body, raw)
             else:
                 self._reply(b"OK")

@@ -145,6 +145,46 @@ def place_stops(stops: list[tuple[int | None, int | None]], seen: list[Seen]) ->
     return out
 
 
+def _is_wildcard(action: ResumeAction) -> bool:
+    """A resume (not stop) action for every thread, or every thread of a process."""
+    return action.op != "t" and (action.thread is None or action.thread.tid == -1)
+
+
+def spell_out(resume: Resume, threads: list[ThreadId], spared: list[ThreadId],
+              packet_size: int | None = None) -> list[bytes]:
+    """`resume` with each wildcard action replaced by one action per thread of `threads` it
+    covers, leaving out the `spared` threads and any thread an earlier action names (vCont
+    applies to each thread its leftmost matching action). Split into vCont packets of at
+    most `packet_size` bytes (framing included); [] when no action is left."""
+    def spared_one(t: ThreadId) -> bool:
+        return any(q.tid == t.tid and (q.pid is None or t.pid is None or q.pid == t.pid) for q in spared)
+
+    multiprocess = any(t.pid is not None for t in threads)
+    actions: list[bytes] = []
+    named: list[ThreadId] = []
+    for action in resume.actions:
+        if not _is_wildcard(action):
+            actions.append(action.build(multiprocess))
+            if action.thread is not None:
+                named.append(action.thread)
+            continue
+        for t in threads:
+            if action.applies_to(t) and not spared_one(t) and not any(n.matches(t) for n in named):
+                actions.append(dataclasses.replace(action, thread=t).build(multiprocess))
+                named.append(t)
+    limit = (packet_size or 16384) - 4 - len(b"vCont")
+    packets: list[bytes] = []
+    current = b""
+    for item in actions:
+        if current and len(current) + 1 + len(item) > limit:
+            packets.append(b"vCont" + current)
+            current = b""
+        current += b";" + item
+    if current:
+        packets.append(b"vCont" + current)
+    return packets
+
+
 class NonStopMode:
     """Non-stop mode's part of a session (the module's docstring): its state, the client's
     notification cycle and the stub's. The session holds it (`session.ns`) and routes to it
@@ -239,6 +279,7 @@ class NonStopMode:
             self.held.update(_key(t.thread) for t in seen)  # type: ignore[misc]
 
     def client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
+        spared = self.queued_threads() if resume.legacy is None and any(map(_is_wildcard, resume.actions)) else []
         for action in resume.actions:
             k = _key(action.thread)
             if k is None or action.thread is None or action.thread.tid in (-1, 0):
@@ -250,16 +291,67 @@ class NonStopMode:
                 self.actions[k] = action
                 if action.op != "t":
                     self.held.discard(k)
-        if not self.s._planted and (self.s.config.resolve_probes is not None or self.s.capture is not None
-                                  or self.s.config.make_capture is not None):
+        self.held.update(_key(t) for t in spared)  # type: ignore[misc]
+        plant = not self.s._planted and (self.s.config.resolve_probes is not None or self.s.capture is not None
+                                         or self.s.config.make_capture is not None)
+        if spared:
+            self.s._start_proc(self._proc_resume_sparing(resume, spared, plant))
+        elif plant:
             self.s._start_proc(self._proc_plant_then(body, raw))
-            return
-        self.s._forward(body, raw)
+        else:
+            self.s._forward(body, raw)
 
     def _proc_plant_then(self, body: bytes, raw: bytes | None) -> Procedure:
         yield from self.s.lifecycle.plant()
         self.s._proc = None
         self.s._forward(body, raw)
+
+    def queued_threads(self) -> list[ThreadId]:
+        """The threads a wildcard resume must leave stopped, as gdbserver does: those with a
+        stop the client has not pulled yet (`vStopped`), and the children of a queued fork or
+        vfork, which the client has not seen born (gdbserver's `in_queued_stop_replies`).
+
+        gdbserver keeps such a stop in its own queue until the client acknowledges it, and a
+        wildcard `vCont;c` passes over its thread. The proxy drains the stub's queue at once
+        (to find its own stops), so to the stub those stops are acknowledged: forwarded as it
+        came, the wildcard resumed a thread whose stop the client was about to read, and a
+        fork child before the client detached it (GDB's forking-threads-plus-breakpoint.exp:
+        the child ran and exited, `D;pid` got E01, "Can't detach process"; a thread at a
+        breakpoint hit it again and its stop reached the client twice)."""
+        out: list[ThreadId] = []
+        for body in self.queue:
+            sr = stop_or_none(body)
+            if sr is None:
+                continue
+            if sr.thread is not None:
+                out.append(sr.thread)
+            if sr.reason in ("fork", "vfork", "clone") and sr.reason_value:
+                try:
+                    out.append(ThreadId.parse(sr.reason_value))
+                except MalformedPacket:
+                    pass
+        return out
+
+    def _proc_resume_sparing(self, resume: Resume, spared: list[ThreadId], plant: bool) -> Procedure:
+        """The client's resume with each wildcard action spelt out for the program's threads,
+        the `spared` ones left out (queued_threads); in several packets when one would be
+        longer than the stub takes (non-stop: each is answered OK at once)."""
+        if plant:
+            yield from self.s.lifecycle.plant()
+        threads = yield from self._threads()
+        packets = spell_out(resume, threads, spared, self.s._packet_size)
+        if len(packets) > 1:
+            replies = yield Exchange(tuple(packets[:-1]))
+            bad = next((r for r in replies if r != b"OK"), None)
+            if bad is not None:
+                self.s._proc = None
+                self.s._reply(bad)
+                return
+        self.s._proc = None
+        if packets:
+            self.s._forward(packets[-1], None)
+        else:
+            self.s._reply(b"OK")  # every thread it named is spared: gdbserver resumes none and says OK
 
     def _action_for(self, thread: ThreadId | None) -> ResumeAction | None:
         k = _key(thread)

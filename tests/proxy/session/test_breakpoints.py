@@ -62,3 +62,23 @@ def test_a_client_that_hangs_up_while_its_removes_go_out_is_still_let_go() -> No
     assert not [a for a in s.take_actions() if isinstance(a, Close)]  # the z0's reply is due first
     s.stub_packet(b"OK", b"$OK#9a")
     assert [a for a in s.take_actions() if isinstance(a, Close)] == [Close("client disconnected", keep_stub=True)]
+
+
+def test_target_side_conditions_never_hold_back_a_proxy_breakpoint() -> None:
+    """gdbserver keeps one breakpoint an address, with the last `Z`'s conditions: the
+    client's conditions go to the stub only where the proxy has no breakpoint."""
+    t = BreakpointTable()
+    key = (0, 0x1000, 1)
+    assert t.client_insert(key, b";X3,220701")  # new: the stub evaluates it
+    assert not t.strip_conditions(key)
+    assert not t.client_insert(key, b";X3,220701")  # the same again: nothing for the stub
+    assert t.client_insert(key, b";X3,220801")  # changed: the stub must have the new list
+    assert t.proxy_insert(key)  # the proxy's plain Z0 replaces the client's conditions
+    assert t.strip_conditions(key)
+    assert not t.client_insert(key, b";X3,220901")  # kept plain in the stub: answered here
+    other = (0, 0x2000, 1)
+    assert t.proxy_insert(other)
+    assert not t.client_insert(other, b";X3,220701")
+    plain = (0, 0x3000, 1)
+    assert t.client_insert(plain)
+    assert not t.proxy_insert(plain)  # no conditions in the stub to replace

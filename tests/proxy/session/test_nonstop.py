@@ -258,3 +258,46 @@ def test_an_exec_in_non_stop_mode_forgets_the_clients_breakpoints_as_gdbserver_d
     assert d.client(b"vStopped") == [ToClient(b"OK")]
     acts = d.client(bp)
     assert bodies(acts, ToStub) == [bp] or bodies(acts, ToStubRaw) == [frame(bp)]  # to the stub: a new image
+
+
+def test_a_wildcard_resume_leaves_stopped_what_the_client_has_not_pulled() -> None:
+    """gdbserver passes over, in a wildcard resume, a thread whose stop sits in its queue
+    and the child of a queued fork. The proxy has drained the stub's queue, so it spells
+    the wildcard out without them; once the client pulled the stops, as it came."""
+    d = _non_stop_running()
+    fork = b"T05fork:p3a60.3a60;06:0100000000000000;10:0010000000000000;thread:p3a4d.3a51;core:1;"
+    notify(d, fork)
+    assert d.stub(b"OK") == [ToClientRaw(frame_notification(b"Stop:" + fork))]
+    # the client resumes everything but one thread before pulling the fork's stop
+    assert bodies(d.client(b"vCont;C14:p3a4d.3a50;c"), ToStub) == [b"qfThreadInfo"]
+    assert bodies(d.stub(b"mp3a4d.3a50,p3a4d.3a51,p3a4d.3a52,p3a60.3a60"), ToStub) == [b"qsThreadInfo"]
+    assert bodies(d.stub(b"l"), ToStub) == [b"vCont;C14:p3a4d.3a50;c:p3a4d.3a52"]
+    assert d.stub(b"OK") == [ToClientRaw(frame(b"OK"))]
+    assert d.client(b"vStopped") == [ToClient(b"OK")]
+    # pulled: the next wildcard is the stub's to apply
+    assert d.client(b"vCont;c") == [ToStubRaw(frame(b"vCont;c"))]
+
+
+def test_a_wildcard_resume_of_spared_threads_only_is_answered_ok() -> None:
+    d = _non_stop_running()
+    notify(d, stop_at(0x1000))
+    d.stub(b"OK")
+    assert bodies(d.client(b"vCont;c:p3a4d.-1"), ToStub) == [b"qfThreadInfo"]
+    d.stub(b"m" + THREAD)
+    assert d.stub(b"l") == [ToClient(b"OK")]
+
+
+def test_spell_out_splits_at_the_stubs_packet_size() -> None:
+    from proxy.session.nonstop import spell_out
+    from rsp.packets.resume import parse_resume
+
+    resume = parse_resume(b"vCont;s:p1.2;c")
+    assert resume is not None
+    threads = [ThreadId(1, t) for t in range(2, 40)] + [ThreadId(9, 9)]
+    packets = spell_out(resume, threads, [ThreadId(1, 7), ThreadId(9, 9)], packet_size=64)
+    assert all(len(p) + 4 <= 64 for p in packets), packets
+    items = [i for p in packets for i in p.split(b";")[1:]]
+    assert items[0] == b"s:p1.2"
+    assert items[1:] == [b"c:p1.%x" % t for t in range(3, 40) if t != 7]
+    assert spell_out(parse_resume(b"vCont;c:p1.-1"), threads, []) == [  # type: ignore[arg-type]
+        b"vCont;" + b";".join(b"c:p1.%x" % t for t in range(2, 40))]
