@@ -76,7 +76,7 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         marks = {"catchup_marks": (1 << 40, 1 << 39)} if mode.startswith(("full", "slices")) else {}  # full: catch-up never samples
         cap = UprobeCapture(catch_up=mode != "strict", **marks, **({"object_path": Path(obj)} if obj else {}))
         if mode == "slices":  # every entry with its stack slice (as while threads wait for a resync)
-            cap._credits_wanted = lambda: 1 << 62  # type: ignore[method-assign]
+            cap.fold.credits_wanted = lambda: 1 << 62  # type: ignore[method-assign]
         return cap
 
     out: dict[str, float] = {}
@@ -86,7 +86,7 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         if mode.endswith("-nostats"):
             BPF_STATS.write_text("0")
         c0 = cap._prog.counters()
-        u0 = cap.unwinder.stats.unwound + len(cap._unwind_q) if cap.unwinder else 0
+        u0 = cap.unwinder.stats.unwound + len(cap.fold.unwind_q) if cap.unwinder else 0
         t = wrk_timed(wrk, conns, duration, port, pid, poll=cap.poll)
         BPF_STATS.write_text("1")
         out["rps"] = t.rps
@@ -103,7 +103,7 @@ def run(server: Server, wrk: str, duration: float, conns: int, mode: str, obj: s
         if "slices" in c1:
             out["slices/hit"] = (c1["slices"] - c0.get("slices", 0)) / hits
         elif cap.unwinder is not None:  # entries kept for the unwinder (those with a slice, at most)
-            out["slices/hit"] = (cap.unwinder.stats.unwound + len(cap._unwind_q) - u0) / hits
+            out["slices/hit"] = (cap.unwinder.stats.unwound + len(cap.fold.unwind_q) - u0) / hits
         out["lost"] = c1.get("drops", 0) - c0.get("drops", 0)
     return out
 

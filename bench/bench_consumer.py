@@ -13,8 +13,8 @@ records copied out to PATH (a pickle, default
 ``$TMPDIR/asyncrsp-consumer-<server>-release.pkl``: not in git), with the
 site table and the request count.
 
-The replay: the records folded through ``UprobeCapture._feed`` (the
-capture's decode-and-feed loop, 4096 records a batch as ``_fold`` does)
+The replay: the records folded through ``RingFold.feed`` (the
+capture's decode-and-feed loop, 4096 records a batch as ``RingFold.run`` does)
 into a fresh engine without event log (as uprobe capture runs it), the heap
 frozen and the young generation at 10,000 as the proxy does once the
 program is analysed (``proxy.shell.link.settle_heap``). CPU time
@@ -51,7 +51,7 @@ from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BATCH = 4096  # records per _feed call (capture.py's BATCH)
+BATCH = 4096  # records per feed call (fold.py's BATCH)
 FORMAT = 1
 
 
@@ -164,9 +164,10 @@ def _fresh(data: dict[str, Any], inv: Any, sites: Any) -> tuple[Any, Any, Any]:
 def replay_once(data: dict[str, Any], inv: Any, sites: Any) -> tuple[float, Any]:
     cap, dec, eng = _fresh(data, inv, sites)
     spans, buf = data["spans"], data["chunk"]
+    feed = cap.fold.feed if hasattr(cap, "fold") else cap._feed  # a revision from before fold.py: its own
     t0 = time.process_time()
     for i in range(0, len(spans), BATCH):
-        cap._feed(buf, spans[i:i + BATCH], dec, eng)
+        feed(buf, spans[i:i + BATCH], dec, eng)
     return time.process_time() - t0, eng
 
 

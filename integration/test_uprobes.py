@@ -100,7 +100,7 @@ def test_release_build_without_frame_pointers_unwinds_from_the_slice() -> None:
     u = cap.unwinder
     assert u is not None
     s = u.stats
-    cap.drop_unwind_queue()
+    cap.fold.drop_unwind_queue()
     print("\n".join(cap.stats_lines()))
     assert s.unwound > 1000, s
     good = s.full + s.five_or_more
@@ -1174,13 +1174,13 @@ def test_catch_up_samples_while_behind_and_counts_stay_exact(config: str, monkey
     they equal the server's own count (`conn_polls`). Nested one-poll coroutines
     are still elided in the recorded root polls."""
     from proxy.capture.uprobes import bpf as B
-    from proxy.capture.uprobes import capture as C
+    from proxy.capture.uprobes import fold as F
 
     # With no time budget a poll folds one batch: a proxy short of CPU. The debug build's
     # requests each start a `backend` task (held back while sampling, CFG_HOLD_NEW, and
     # elided: done in its first poll; before that hold-back, ~3 records a request): its
     # proxy gets a bigger batch than the release build's.
-    monkeypatch.setattr(C, "BATCH", 64 if config == "debug" else 32)
+    monkeypatch.setattr(F, "BATCH", 64 if config == "debug" else 32)
     prog = corpus_binary(config, "http_server")
     inv = build_inventory(str(prog))
     bias = 0x555555554000 if inv.pie else 0

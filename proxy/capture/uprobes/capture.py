@@ -10,8 +10,8 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   program's file, filtered by its pid.
 * While the program runs, the shell calls ``poll`` every few ms: the ring
   buffer is drained, the records decoded (``decode.py``) and fed to the
-  engine in order, so the graph is current at every stop; ``sync`` folds
-  whatever is left. Drops (ring full) are read from the BPF counters and fed
+  engine in order (``fold.py``), so the graph is current at every stop; ``sync``
+  folds whatever is left. Drops (ring full) are read from the BPF counters and fed
   as ``EventsLost``; the threads are then resynchronised from their next
   entry's unwound stack.
 * A share of each poll's time goes to the deferred unwinder
@@ -88,20 +88,19 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
   Where the plan or the attach fails, the session keeps them as hidden
   breakpoints (``counting``).
 
-What changes the links while the program runs has a module each, mixed into
-``UprobeCapture`` (whose ``__init__`` holds their state): the time slices
-(``slices.py``), the tasks-mode swap (``tasks_mode.py``), the learned return
-sites (``returns.py``) and full mode's nested link under the CPU budget
-(``nested.py``; when: ``catchup.py``).
+``UprobeCapture`` attaches, detaches and answers the session; its parts own their
+state, each in a module: the consumer that folds the records (``fold.py``,
+``cap.fold``), the client's view (``client_view.py``, ``cap.view``), and what
+changes the links while the program runs: the time slices (``slices.py``), the
+tasks-mode swap (``tasks_mode.py``), the learned return sites (``returns.py``) and
+full mode's nested link under the CPU budget (``nested.py``; when: ``catchup.py``).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import struct
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -110,12 +109,12 @@ from proxy.analysis.model import Inventory
 from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
 from proxy.graph.engine import Engine
-from proxy.graph.events import PollEnter, PollResumed
+from proxy.graph.events import PollResumed
 from proxy.probes import Probe
 from proxy.procedure import Exchange, Procedure
 
 from . import bpf as B
-from .decode import ENTRY_REC, F_STATE, PARENT, PARENT_AT, Decoder, EntryCapture, InstanceTotals, entry_capture
+from .decode import F_STATE, Decoder, InstanceTotals
 from .catchup import CatchUp, NestedProbes
 from .client_view import DEBUG_REGISTERS, ClientView
 from .nested import NestedLinks
@@ -125,13 +124,11 @@ from .tasks_mode import TasksMode
 from .host import host_check, running_file
 from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
+from .fold import RingFold
 from .wakes import SpawnsAndWakes
 
-_COOKIE = struct.Struct("<I")  # a record's cookie, at offset 4
 _REC_BYTES = 116  # a record's mean size in the ring (entries 152 with the header, exits 80)
-BATCH = 2048  # records folded between two looks at the clock
 RETSITE_ROOM = 256  # room in the site table for learned return sites
-RESYNC_CREDITS = 16  # stack slices a fold, a thread, while threads wait to be resynchronised after lost events
 # blocked in install_early's thread: they are the session's, taken in its main thread
 _ASYNC_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGPIPE,
                   signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
@@ -217,20 +214,9 @@ class UprobeCapture(CaptureBase):
         self._elf: ElfImage | None = None
         self._sites_by_addr: dict[int, Any] = {}
         self._mask: list[tuple[int, bytes]] = []  # (runtime addr, original bytes), sorted
-        self._drops_seen = 0
-        self._resync: set[int] = set()
-        self._unwind_q: deque[EntryCapture] = deque(maxlen=unwind_queue)
-        # Sampling takes no stack slices for the unwinder's sample: an 8 KiB slice
-        # costs the recorded entry several µs, and the recorded polls calibrate the
-        # cost per event that busy times subtract for every hit, recorded or not
-        # (with slices 4.5 µs instead of 0.9: most connection polls of the server
-        # benchmark came out at 0 busy).
-        self._keep_q = unwind_queue > 0 and unwind_share > 0 and self.sample_every <= 1
-        # records copied out of the ring and not folded yet: (chunk, [(offset, length)])
-        # in stream order, and ints (events lost at that point)
-        self._backlog: deque[tuple[bytes, list[tuple[int, int]]] | int] = deque()
-        self._backlog_n = 0  # records in the backlog
-        self.max_backlog = max_backlog
+        # the consumer: ring, backlog, resynchronisation, the unwinder's queue (fold.py)
+        self.fold = RingFold(self, unwind_queue, unwind_queue > 0 and unwind_share > 0 and self.sample_every <= 1,
+                             max_backlog)
         # what the client sees: its breakpoints (at sites: made hardware), masked reads, fork and exec
         self.view = ClientView(self)
         self._lazy_close = False  # the links closed without waiting (a kill: leaving; exited)
@@ -596,7 +582,7 @@ class UprobeCapture(CaptureBase):
             self.note = str(err)
             return None
         try:
-            prog.set_config(self._pid, self.stack_bytes, self._credits_wanted(), self.sample_every)
+            prog.set_config(self._pid, self.stack_bytes, self.fold.credits_wanted(), self.sample_every)
             # every poll recorded: the engine counts them, the kernel's instance totals
             # (and a KIND_STATS record per new life: ~2 a request on the axum service) are not read
             prog.set_nofold(not self._folded)
@@ -785,7 +771,7 @@ class UprobeCapture(CaptureBase):
         if self._count and not self._lazy_close:
             self._final_hits = self._read_hits()  # no more hits: the links are closed
         self._final_counters = self._prog.counters()
-        self._fold(budget_s=None)
+        self.fold.run(budget_s=None)
         if self.origins is not None:
             self.origins.close(self._prog)
         assert self._ring is not None
@@ -821,7 +807,7 @@ class UprobeCapture(CaptureBase):
             # only emptied into the backlog when it fills
             ring = self._ring
             if ring is not None and ring.pending() > self.ring_bytes // 2:
-                self._drain_ring()
+                self.fold.drain_ring()
             if self.origins is not None:
                 self.origins.drain()  # raw copies only (no symbol is read): spawns must not be lost
             self._catchup_step()
@@ -829,7 +815,7 @@ class UprobeCapture(CaptureBase):
             return False
         if allow is not None:
             budget_s = min(budget_s, allow)
-        behind = self._fold(budget_s=budget_s)
+        behind = self.fold.run(budget_s=budget_s)
         if self.origins is not None:
             self.origins.drain()
         self._catchup_step()
@@ -870,9 +856,9 @@ class UprobeCapture(CaptureBase):
             if self._closing is not None:
                 self._closing.join()
                 self._closing = None
-            self._fold(budget_s=None)
+            self.fold.run(budget_s=None)
             self.slicing.end_slice(self._prog)
-        self._fold(budget_s=None)
+        self.fold.run(budget_s=None)
         if self.origins is not None:
             self.origins.drain()
         self._catchup_step(stopped=True)
@@ -898,7 +884,7 @@ class UprobeCapture(CaptureBase):
     def unread(self) -> int:
         """Records not folded yet: the backlog's, and the ring's (by their bytes)."""
         ring = self._ring
-        return self._backlog_n + (ring.pending() // _REC_BYTES if ring is not None else 0)
+        return self.fold.backlog_n + (ring.pending() // _REC_BYTES if ring is not None else 0)
 
     def _catchup_step(self, stopped: bool = False) -> None:
         """Full mode: the kernel samples while the proxy is behind, and records every
@@ -1032,224 +1018,6 @@ class UprobeCapture(CaptureBase):
             f"sampled: one root poll in {self.sample_every} per coroutine instance recorded, at random "
             f"({recorded:,} of {polls:,} polls of the live instances); POLLS and BUSY are exact "
             "(counted in the kernel), LONGEST and histograms from the recorded polls")
-
-    def _fold(self, budget_s: float | None) -> bool:
-        """Fold the backlog, then the ring, into the engine for up to `budget_s`
-        (None: all of it, the program is stopped); True when the time ran out
-        with records left.
-
-        Records are decoded straight from the ring's pages, a batch at a time,
-        and the batch's space is given back to the kernel after it is folded:
-        no copy per record (copying each record out into a backlog first cost
-        ~0.5 µs an event). When the time runs out, whatever the ring holds is
-        copied into the backlog in one piece, so the kernel's buffer is freed
-        and the program never loses events to a slow fold. The backlog, older
-        than the ring, is always folded first."""
-        dec, engine = self.decoder, self.engine
-        if dec is None or engine is None:
-            return False
-        t0 = time.perf_counter()
-        deadline = None if budget_s is None else t0 + budget_s
-        n0 = self.events
-        behind = not self._fold_backlog(dec, engine, deadline) or not self._fold_ring(dec, engine, deadline)
-        if self.catchup is not None:
-            self.catchup.measured(self.events - n0, time.perf_counter() - t0)
-        if behind:
-            self._drain_ring()
-        if self._prog is not None:
-            self._prog.set_credits(self._credits_wanted())
-        if budget_s is None:
-            self._unwind_some(self.stop_unwind_s)
-        else:
-            spent = time.perf_counter() - t0
-            self._unwind_some(max(budget_s * self.unwind_share, 0.0) if spent < budget_s else 0.0)
-        return behind
-
-    def _fold_backlog(self, dec: Decoder, engine: Engine, deadline: float | None) -> bool:
-        """Fold the backlog (chunks copied out of the ring, drop markers) in
-        batches until the deadline; True when it is empty."""
-        backlog = self._backlog
-        n = 0  # records since the last look at the clock (chunks may be small: a look a batch)
-        while backlog:
-            item = backlog.popleft()
-            if type(item) is int:  # the ring's drops, in stream order (_check_drops)
-                self._lost_here(item, dec, engine)
-                continue
-            buf, spans = item  # type: ignore[misc]
-            if len(spans) > BATCH - n:
-                backlog.appendleft((buf, spans[BATCH - n:]))
-                spans = spans[:BATCH - n]
-            self._backlog_n -= len(spans)
-            n += len(spans)
-            self._feed(buf, spans, dec, engine)
-            if n >= BATCH:
-                n = 0
-                if deadline is not None and time.perf_counter() > deadline:
-                    return not backlog
-        return True
-
-    def _fold_ring(self, dec: Decoder, engine: Engine, deadline: float | None) -> bool:
-        """Decode and fold records in place in the ring, a batch at a time, until
-        it is empty (True) or the deadline passes (False)."""
-        ring = self._ring
-        if ring is None or self._prog is None:
-            return True
-        while True:
-            end, spans = ring.spans(BATCH)
-            if spans:
-                self._feed(ring.view, spans, dec, engine)
-            ring.release(end)  # folded: the kernel may write there again
-            n = self._check_drops()
-            if n:
-                self._lost_here(n, dec, engine)
-            if len(spans) < BATCH:
-                return True
-            if deadline is not None and time.perf_counter() > deadline:
-                return False
-
-    def _lost_here(self, n: int, dec: Decoder, engine: Engine) -> None:
-        engine.feed(dec.lost(n, "uprobe ring buffer full"))
-        self._resync = set(engine.threads_to_resync())
-
-    def _credits_wanted(self) -> int:
-        """Stack slices worth capturing now: room in the unwinder's queue, and
-        RESYNC_CREDITS a thread while threads wait to be resynchronised after
-        lost events (each needs one entry with its stack; the proxy sets the
-        credits again after every fold)."""
-        want = 0
-        if self._keep_q and not (self.catchup is not None and self.catchup.sampling):
-            want = max((self._unwind_q.maxlen or 0) - len(self._unwind_q) - self._backlog_n, 0)
-        if self._resync:
-            # Not unbounded: it was, and a loss then gave every entry an 8 KiB slice
-            # until the proxy had folded up to one of them, seconds later when behind
-            # (--uprobe-strict): the BPF program's ns a hit doubled and more, the 64 MiB
-            # ring filled in a fraction of a second and more records were lost, each
-            # loss starting it again (docs/history/2026-speed.md, "The BPF program's cost a hit").
-            want = max(want, RESYNC_CREDITS * len(self._resync))
-        return want
-
-    def _drain_ring(self) -> None:
-        """Copy what the ring holds into the backlog (one copy per contiguous
-        span), freeing the kernel's buffer at once."""
-        ring = self._ring
-        if ring is None or self._prog is None:
-            return
-        while self._backlog_n < self.max_backlog:
-            got = ring.copy_out(8 << 20)
-            if got is not None:
-                self._backlog.append(got)
-                self._backlog_n += len(got[1])
-            n = self._check_drops()
-            if n:
-                self._backlog.append(n)  # an int: n events lost here, after the records that filled the ring
-            if got is None:
-                break
-
-    def _check_drops(self) -> int:
-        """Events the ring had no room for since the last check. The caller puts the
-        loss in stream order, after the records that filled the ring (the drops
-        happened while they sat in it): fed before them, it made the parent check
-        disagree on entries folded after it."""
-        assert self._prog is not None
-        drops = self._prog.counters().get("drops", 0)
-        if drops <= self._drops_seen:
-            return 0
-        n = drops - self._drops_seen
-        self._drops_seen = drops
-        self.lost += n
-        return n
-
-    def _feed(self, buf: Any, spans: list[tuple[int, int]], dec: Decoder, engine: Engine) -> None:
-        """Decode the records at `spans` ((offset, length) in `buf`: the ring's
-        pages or a chunk copied out of them) and feed them to the engine: the
-        plain ones straight into it (``Decoder.fold``: no event objects, half the
-        CPU a record, docs/history/2026-speed.md), the others one by one (``_feed_each``)."""
-        feeders = (None if self.slice_duty < 1.0 or self.tasks.learning or self._resync
-                   or self.nested_links.settle_ns is not None
-                   else engine.feeders())
-        if feeders is None:
-            self._feed_each(buf, spans, dec, engine)
-            return
-        enter, exit_ = feeders
-        i, end = 0, len(spans)
-        while i < end:
-            j = dec.fold(buf, spans, i, enter, exit_, engine.elided)
-            self.events += j - i
-            if j < end:
-                self._feed_each(buf, spans[j:j + 1], dec, engine)
-            i = j + 1
-
-    def _feed_each(self, buf: Any, spans: list[tuple[int, int]], dec: Decoder, engine: Engine) -> None:
-        decode, feed = dec.decode_at, engine.feed
-        q = self._unwind_q
-        resync = self._resync
-        sliced = self.slice_duty < 1.0
-        tasks, nested = self.tasks, self.nested_links
-        for off, n in spans:
-            ev = decode(buf, off, n)
-            if ev is None:
-                continue
-            if dec.elided:  # coroutines elided on the record's thread before it (full mode)
-                engine.elided(dec.elided)
-                dec.elided = 0
-            if type(ev) is InstanceTotals:
-                self._credit(ev, engine)
-                continue
-            if dec.totals is not None:  # a completion's exit carrying its instance's totals
-                feed(ev)
-                self.events += 1
-                self._credit(dec.totals, engine)
-                dec.totals = None
-                continue
-            if sliced and not self.slicing.feed(ev, engine):
-                continue
-            if nested.settle_ns is not None and nested.settling(ev, engine):
-                continue
-            if tasks.learning and type(ev) is PollEnter:
-                tasks.entries_seen += 1
-                (tasks.root_fns if engine.current_scope(ev.thread) is None else tasks.nested_fns).add(ev.site)
-            self.events += 1
-            if type(ev) is PollEnter:
-                # the unwinder samples: entries drained without their stack are skipped
-                has_stack = n > ENTRY_REC.size
-                keep = self._keep_q and has_stack and len(q) < (q.maxlen or 0)
-                if not keep and self._keep_q and self.unwinder is not None:
-                    self.unwinder.stats.skipped += 1
-                if keep or (resync and has_stack and ev.thread in resync):
-                    scope = engine.current_scope(ev.thread)
-                    rec = bytes(buf[off:off + n])  # kept after the ring's space is given back
-                    parent = (scope.site, scope.sp) if scope is not None else None
-                    if ev.parent is not None:  # the poll it runs inside, named by the kernel
-                        parent = (ev.parent[1], PARENT.unpack_from(rec, PARENT_AT)[1])
-                    cap = entry_capture(rec, ev, parent, dec.sites[_COOKIE.unpack_from(rec, 4)[0]].sp_adjust)
-                    if resync and ev.thread in resync:
-                        self._resync_from(cap, engine)
-                        resync = self._resync
-                    if keep:
-                        self._unwind_q.append(cap)
-            feed(ev)
-
-    def _resync_from(self, cap: EntryCapture, engine: Engine) -> None:
-        """After lost events: the entry's own stack says which polls enclose it."""
-        assert self.unwinder is not None
-        scopes = [(s.site, s.sp) for s in engine.scopes(cap.thread)]
-        engine.resync_thread(cap.thread, self.unwinder.resync_frames(cap, scopes))
-        self._resync.discard(cap.thread)
-
-    def _unwind_some(self, budget_s: float | None) -> None:
-        u, q = self.unwinder, self._unwind_q
-        if u is None:
-            return
-        t_end = None if budget_s is None else time.perf_counter() + budget_s
-        while q:
-            if t_end is not None and time.perf_counter() >= t_end:
-                break
-            u.check(q.popleft())
-
-    def drop_unwind_queue(self) -> None:
-        if self.unwinder is not None:
-            self.unwinder.stats.skipped += len(self._unwind_q)
-        self._unwind_q.clear()
 
     # ------------------------------------------------------------------ stats
     def counters(self) -> dict[str, int]:

@@ -221,7 +221,7 @@ class NestedLinks:
             self.c.nested.moved(False, now)
             return
         if self.c._running:
-            self.c._fold(budget_s=None)  # the graph up to now first (the catch-up left little unread)
+            self.c.fold.run(budget_s=None)  # the graph up to now first (the catch-up left little unread)
         self.forget_inner()
         t = time.monotonic_ns()  # the BPF program's clock (CLOCK_MONOTONIC)
         try:

@@ -110,7 +110,7 @@ class TimeSlices:
         if self.c._closing is not None:
             self.c._closing.join()  # the last slice's link is closed (it takes ~30 ms, off the loop)
             self.c._closing = None
-        self.c._fold(budget_s=None)  # everything the last slice wrote (until its link was closed)
+        self.c.fold.run(budget_s=None)  # everything the last slice wrote (until its link was closed)
         self.end_slice(prog)
         t0 = time.perf_counter()
         try:
@@ -134,7 +134,7 @@ class TimeSlices:
                 engine.resync_thread(t, [])
         prog.new_epoch()
         self.settled = set()
-        self.c._resync.clear()
+        self.c.fold.resync.clear()
 
     def _root_ok(self, ev: PollEnter) -> bool:
         """An entry that starts a root poll for sure: called from a place (its

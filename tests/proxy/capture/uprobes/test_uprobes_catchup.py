@@ -109,17 +109,18 @@ def test_lost_events_ask_for_a_few_stack_slices_a_thread_not_every_one() -> None
     its stack. The credits were unbounded then: behind by seconds (--uprobe-strict),
     every entry carried an 8 KiB slice until the proxy reached one, which doubled the
     BPF program's cost a hit and filled the ring, losing more (docs/history/2026-speed.md)."""
-    from proxy.capture.uprobes.capture import RESYNC_CREDITS, UprobeCapture
+    from proxy.capture.uprobes.capture import UprobeCapture
+    from proxy.capture.uprobes.fold import RESYNC_CREDITS
 
     cap = UprobeCapture(catch_up=False)
-    room = cap._credits_wanted()
+    room = cap.fold.credits_wanted()
     assert room == 512  # the unwinder's queue
-    cap._backlog_n = 2_000_000  # far behind: no room for the unwinder's sample
-    assert cap._credits_wanted() == 0
-    cap._resync = {101, 102}
-    assert cap._credits_wanted() == 2 * RESYNC_CREDITS
-    cap._backlog_n = 0
-    assert cap._credits_wanted() == room  # the queue's room covers the resync's need
+    cap.fold.backlog_n = 2_000_000  # far behind: no room for the unwinder's sample
+    assert cap.fold.credits_wanted() == 0
+    cap.fold.resync = {101, 102}
+    assert cap.fold.credits_wanted() == 2 * RESYNC_CREDITS
+    cap.fold.backlog_n = 0
+    assert cap.fold.credits_wanted() == room  # the queue's room covers the resync's need
 
 
 def test_nested_probes_out_while_sampling_back_after_the_minimum_out_time() -> None:

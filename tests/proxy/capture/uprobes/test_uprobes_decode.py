@@ -289,7 +289,7 @@ def test_an_elided_coroutine_takes_its_id_and_counts_finished() -> None:
         for r in recs:
             spans.append((off, len(r)))
             off += len(r)
-        cap._feed(buf, spans, d, eng)
+        cap.fold.feed(buf, spans, d, eng)
         return eng, d
 
     a_in = pack_entry(0, 1, 10, 0x1000, 0x7f00, 0xaa00, 0x5000, state=0)  # a (root)

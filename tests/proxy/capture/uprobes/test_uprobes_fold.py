@@ -91,7 +91,7 @@ def state_of(eng: Engine, cap: UprobeCapture, dec: Decoder) -> dict[str, Any]:
         last_time=g.last_time, resync=g.resync_needed, counters=g.c,
         timing=sorted((k, v.polls, v.raw_ns, v.events, v.longest, list(v.samples)) for k, v in eng.timing.tasks.items()),
         leaves=(eng.timing.leaf_polls, list(eng.timing._leaves)),
-        dec=(dec.stats, dec.seq, dec.elided, dec.totals), events=cap.events, queued=len(cap._unwind_q),
+        dec=(dec.stats, dec.seq, dec.elided, dec.totals), events=cap.events, queued=len(cap.fold.unwind_q),
         closed=cap.closed_polls,
     )
 
@@ -106,7 +106,7 @@ def replay(ops: list[Any], eng: Engine) -> dict[str, Any]:
             for r in op:
                 spans.append((off, len(r)))
                 off += len(r)
-            cap._feed(buf, spans, dec, eng)
+            cap.fold.feed(buf, spans, dec, eng)
         elif op[0] == "resumed":
             _, tid, site, self_ptr, sp, state = op
             eng.feed(PollResumed(dec.next_seq(), tid, site, self_ptr, sp, None, state, None))
