@@ -75,7 +75,7 @@ def _summary_lines(session: Session) -> list[str]:
     import time
 
     cap = session.capture
-    own = session._capture_call("stats_lines") if cap is not None else None
+    own = session.capture_call("stats_lines") if cap is not None else None
     lines = [own[0] if own else f"capture: {cap.name if cap is not None else 'none'} (mode {session.mode})"]
     lines += [f"capture note: {text}" for text in (session.capture_notice, getattr(cap, "note", None)) if text]
     s = session.stats
@@ -472,7 +472,7 @@ def make_session(
         if not ident.local:
             return None
         # the stopped process: a fork child's own pid when the stop names one (multiprocess)
-        stop = getattr(session, "_last_stop", None)
+        stop = getattr(session, "last_stop", None)
         stub_pid = stop.thread.pid if stop is not None and stop.thread is not None else None
         pid = ident.host_pid if not stub_pid or stub_pid <= 1 else ident.host_pid_of(stub_pid)
         if not pid:

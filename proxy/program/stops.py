@@ -63,7 +63,7 @@ class SessionStop:
 
     def __init__(self, session: Any) -> None:
         self.session = session
-        stopped = getattr(session, "_stopped", None)
+        stopped = getattr(session, "stopped", None)
         self.serial = getattr(stopped, "serial", None)
         self.engine = session.engine
         self.mode: str = session.mode

@@ -162,10 +162,10 @@ class Session(SessionBase):
             # either); gdbserver does, and a non-hex one kills it ("Invalid hex
             # digit 35"): such a frame goes out framed anew, never verbatim.
             raw = None  # type: ignore[assignment]
-        if self._proc is not None or self._waiters_for_client():
+        if self.proc is not None or self._waiters_for_client():
             self._client_queue.append(body)
             return
-        self._dispatch_client(body, raw)
+        self.dispatch_client(body, raw)
 
     # -- the fast lane (the module docstring) ---------------------------------------------------
 
@@ -187,7 +187,7 @@ class Session(SessionBase):
             return None  # the usual path learns whether the stub has `p`
         if head == b"q" and not body.startswith(_LANE_QUESTION):
             return None
-        if refuse(body, g_size=self._g_size, packet_size=self._packet_size) is not None:
+        if refuse(body, g_size=self._g_size, packet_size=self.packet_size) is not None:
             return None  # the usual path answers E01 and counts it
         known = self.known.answer(body) if self.known.enabled else None
         if known is None and (head == b"H" or not _checksum_ok(raw)):
@@ -199,14 +199,14 @@ class Session(SessionBase):
         self.known.sent(body)
         # a reply the capture rewrites comes back by the usual path (its request kept for it)
         keep = body if cap is not None and cap.filters_replies else None
-        self._waiters.append(Waiter("client", request=keep, lane=forwards))
+        self.waiters.append(Waiter("client", request=keep, lane=forwards))
         return True
 
     def lane_stub(self, body: bytes) -> bool:
         """The stub's packet `body` on the fast lane: True when it is the reply to the read
         `lane_client` had forwarded and goes to the client as it came; False: the usual path."""
-        w = self._waiters
-        if len(w) != 1 or not w[0].lane or self._closing or self._actions or self._client_queue:
+        w = self.waiters
+        if len(w) != 1 or not w[0].lane or self.closing or self._actions or self._client_queue:
             return False
         w.popleft()
         self.stats.stub_packets += 1
@@ -222,28 +222,28 @@ class Session(SessionBase):
 
     def _quiet(self) -> bool:
         """Nothing under way that a client packet must wait for, be seen by or change."""
-        return (self._proc is None and not self._waiters and not self._client_queue and not self._actions
-                and self.pacer.no_ack and not self._closing and not self.non_stop and not self.bps.lingering and not self._residues
-                and self._symbol_lookup is None and not self.task_threads.shown)
+        return (self.proc is None and not self.waiters and not self._client_queue and not self._actions
+                and self.pacer.no_ack and not self.closing and not self.non_stop and not self.bps.lingering and not self.residues
+                and self.symbol_lookup is None and not self.task_threads.shown)
 
     def client_interrupt(self) -> None:
         if self.non_stop:
-            self._emit(ToStubRaw(b"\x03"))  # gdb interrupts with vCont;t here; pass anything else on
+            self.emit(ToStubRaw(b"\x03"))  # gdb interrupts with vCont;t here; pass anything else on
             return
-        if self._proc is not None and self.stepping.alone and not self._interrupt_forwarded:
+        if self.proc is not None and self.stepping.alone and not self.interrupt_forwarded:
             # A thread runs a call to its return for the step follower (stepping.py),
             # which may take long: the program is running, the stub takes the 0x03.
-            self._interrupt_forwarded = True
-            self._emit(ToStubRaw(b"\x03"))
+            self.interrupt_forwarded = True
+            self.emit(ToStubRaw(b"\x03"))
             return
-        if self._proc is not None and not self._preparing:
+        if self.proc is not None and not self.preparing:
             # Rule 8: the hidden stop in progress ends in a SIGINT stop.
-            self._interrupt_pending = True
+            self.interrupt_pending = True
             self.stats.interrupts_during_hidden += 1
             return
-        if self.running and not self._interrupt_forwarded:
-            self._interrupt_forwarded = True
-            self._emit(ToStubRaw(b"\x03"))
+        if self.running and not self.interrupt_forwarded:
+            self.interrupt_forwarded = True
+            self.emit(ToStubRaw(b"\x03"))
         elif not self.running:
             # gdb sends its Ctrl-C even between a stop and the resume that
             # follows (a shared-library event it handles by itself), and
@@ -253,23 +253,23 @@ class Session(SessionBase):
             # group) that waits in the kernel, and a detach then delivers it
             # - the program died without a word after a detach that answered
             # OK (fuzz-client seeds 200 and 300). Sent once the next continue
-            # runs the program instead (state._forward); a detach drops it.
-            self._interrupt_at_resume = True
+            # runs the program instead (state.forward); a detach drops it.
+            self.interrupt_at_resume = True
 
     def stub_packet(self, body: bytes, raw: bytes) -> None:
         self.stats.stub_packets += 1
         if self._copied_stop(body) or self._copied_reply(body):
             return
-        if not self._waiters:
+        if not self.waiters:
             if self._stray_stop(None, body):
                 return
             # Unsolicited: console output or a stray reply; the client sorts it out.
-            self._emit(ToClientRaw(raw))
+            self.emit(ToClientRaw(raw))
             return
-        waiter = self._waiters[0]
+        waiter = self.waiters[0]
         if waiter.resume and is_console_output(body):
             if self.running:
-                self._emit(ToClientRaw(raw))
+                self.emit(ToClientRaw(raw))
             return
         if b"*" in body:  # gdbserver run-length encodes replies (rule 7)
             try:
@@ -282,23 +282,23 @@ class Session(SessionBase):
             self._stub_answered()  # it waits for the proxy's writes now
             self._relocation_request(body)  # not the reply: the stub asks, then replies
             return
-        self._waiters.popleft()
+        self.waiters.popleft()
         self._stub_answered()
         if waiter.kind == "reloc":
             if body != b"OK":
                 self._reloc_failed = True
-                self._emit(Notice(f"the stub refused a relocated instruction's write: {body[:40]!r}"))
+                self.emit(Notice(f"the stub refused a relocated instruction's write: {body[:40]!r}"))
             if waiter.request is not None:  # the last write: now the answer
-                self._emit(ToStub(b"E01" if self._reloc_failed else waiter.request))
+                self.emit(ToStub(b"E01" if self._reloc_failed else waiter.request))
         elif waiter.kind == "drop":
             if body != b"OK":
-                self._emit(Notice(f"the stub refused to re-insert a probe: {body[:40]!r}"))
+                self.emit(Notice(f"the stub refused to re-insert a probe: {body[:40]!r}"))
         elif waiter.kind == "write":
-            if body != b"OK" and self._emulate:
+            if body != b"OK" and self.emulate:
                 # The thread stays at the breakpoint and traps again; from now
                 # on every hit takes the step-over path.
-                self._emulate = False
-                self._emit(Notice(f"the stub refused an emulated instruction's write ({body[:40]!r}); "
+                self.emulate = False
+                self.emit(Notice(f"the stub refused an emulated instruction's write ({body[:40]!r}); "
                                   "stepping over probes from now on"))
         elif waiter.kind == "proc":
             self._proc_replies.append(body)
@@ -306,19 +306,19 @@ class Session(SessionBase):
                 replies, self._proc_replies = self._proc_replies, []
                 self._step_proc(replies)
         elif waiter.kind == "client-resume":
-            self._on_stop_reply(body, raw)
+            self.on_stop_reply(body, raw)
         elif waiter.kind == "client-vcont":
             # `vCont;c;C;s;S;r`: the actions the stub takes (`r`: range steps)
             self.stub_vcont_ops = frozenset(body[6:].split(b";")) if body.startswith(b"vCont;") else frozenset()
             self._on_client_reply(body, raw)
         elif waiter.kind == "client-hg":
             if body == b"OK":
-                self.client_g_thread = self._stub_g = waiter.request
+                self.client_g_thread = self.stub_g = waiter.request
                 self.known.selected_ok(waiter.request)
             self._on_client_reply(body, raw)
         else:
             if waiter.request is not None and self.capture is not None:
-                new = self._capture_call("client_reply", waiter.request, body)
+                new = self.capture_call("client_reply", waiter.request, body)
                 if isinstance(new, bytes) and new != body:
                     body, raw = new, frame(new)
             self._on_client_reply(body, raw)
@@ -334,19 +334,19 @@ class Session(SessionBase):
         their waiters go in front of the procedure's. No other packet may
         reach the stub meanwhile: QTStart ends its exchange, and client
         packets wait while a procedure runs."""
-        res = self._capture_call("relocate_request", body) if self.capture is not None else None
+        res = self.capture_call("relocate_request", body) if self.capture is not None else None
         writes, answer = res if res else ((), b"E01")
         if not writes:
-            self._emit(ToStub(answer))
+            self.emit(ToStub(answer))
             return
         # The answer goes only after every write was acknowledged: a refused
         # write answers E01 (gdbserver then fails its QTStart, undoing it),
         # never a length for bytes that are not there.
         self._reloc_failed = False
         for i in reversed(range(len(writes))):
-            self._waiters.appendleft(Waiter("reloc", request=answer if i == len(writes) - 1 else None))
+            self.waiters.appendleft(Waiter("reloc", request=answer if i == len(writes) - 1 else None))
         for w in writes:
-            self._emit(ToStub(w))
+            self.emit(ToStub(w))
 
     def client_closed(self, keep_stub: bool = False) -> None:
         """The client hung up: take the proxy's breakpoints out, then go.
@@ -358,47 +358,47 @@ class Session(SessionBase):
         cannot watch it without a client), as a hidden stop in progress is."""
         # After a detach or kill, or once the program exited, gdbserver without
         # --once quits when the client goes, unless in extended mode (`!`).
-        keep_stub = keep_stub and (self._extended or not (self._left or self._program_exited))
+        keep_stub = keep_stub and (self._extended or not (self.left or self.program_exited))
         # In non-stop mode the threads run on with nobody to hear their stops:
         # the proxy takes its probes out and ends, as with --once.
         keep_stub = keep_stub and not self.non_stop
-        if self.bps.lingering and self._proc is None and not self.running:
+        if self.bps.lingering and self.proc is None and not self.running:
             # the client's removed breakpoints leave the stub first (breakpoints.py)
             self._client_queue.clear()
-            self._start_proc(self._proc_then_closed(keep_stub))
+            self.start_proc(self._proc_then_closed(keep_stub))
             return
-        self._closing = True
-        self._keep_stub = keep_stub
+        self.closing = True
+        self.keep_stub = keep_stub
         self._client_queue.clear()
         if keep_stub:
-            if self._proc is not None:
-                return  # the procedure ends in a stop (_report_stop)
+            if self.proc is not None:
+                return  # the procedure ends in a stop (report_stop)
             if self.running:
-                if not self._interrupt_forwarded:
-                    self._interrupt_forwarded = True
-                    self._interrupt_program()
-                    self._interrupted_for_leave = True
+                if not self.interrupt_forwarded:
+                    self.interrupt_forwarded = True
+                    self.interrupt_program()
+                    self.interrupted_for_leave = True
                 return
-            self._emit(Close("client disconnected", keep_stub=True))
+            self.emit(Close("client disconnected", keep_stub=True))
             return
         # A SIGINT that crossed a stop waits for the stub's detach at the
         # link's close: consumed first (_proc_leave), probes or not.
-        if self._program_exited or not (self.lifecycle.holds_program() or (not self.running and self.lifecycle.sigint_waiting())):
-            self._emit(Close("client disconnected"))
+        if self.program_exited or not (self.lifecycle.holds_program() or (not self.running and self.lifecycle.sigint_waiting())):
+            self.emit(Close("client disconnected"))
             return
-        if self._proc is not None:
+        if self.proc is not None:
             # A hidden stop is being handled: the program is stopped, and a
             # 0x03 now would make gdbserver queue a real SIGINT for it. The
-            # procedure sees _closing and ends in a stop instead of a resume.
+            # procedure sees closing and ends in a stop instead of a resume.
             return
         if self.running:
-            if not self._interrupt_forwarded:
-                self._interrupt_forwarded = True
-                self._interrupt_program()
-                self._interrupted_for_leave = True
-            return  # the stop reply arrives, then we clean up (see _on_stop_reply)
-        if self._proc is None:
-            self._start_proc(self.lifecycle.proc_leave())
+            if not self.interrupt_forwarded:
+                self.interrupt_forwarded = True
+                self.interrupt_program()
+                self.interrupted_for_leave = True
+            return  # the stop reply arrives, then we clean up (see on_stop_reply)
+        if self.proc is None:
+            self.start_proc(self.lifecycle.proc_leave())
 
     @property
     def lingering(self) -> bool:
@@ -412,96 +412,96 @@ class Session(SessionBase):
         gdbserver 13.1 answered that remove E01 and then failed an assertion at the resume
         (linux-low.cc:3977, resume_one_lwp_throw; gdb.threads/killed-outside.exp), where gdb
         straight had removed it while the program lived."""
-        if (not self.bps.lingering or self._proc is not None or self._waiters or self._client_queue
-                or self.running or self._closing):
+        if (not self.bps.lingering or self.proc is not None or self.waiters or self._client_queue
+                or self.running or self.closing):
             return False
-        self._start_proc(self._proc_idle())  # `_start_proc` takes the lingering ones out first
+        self.start_proc(self._proc_idle())  # `start_proc` takes the lingering ones out first
         return True
 
     def _proc_idle(self) -> Procedure:
-        self._proc = None
-        if self._closing:
+        self.proc = None
+        if self.closing:
             # The client hung up while its removes went out: `client_closed` waited for this
             # procedure (as for one that ends in a stop); it goes on now. Seen: gdb's
             # `disconnect` right after a stop, the program kept for the next client.
-            self._closing = False
-            self.client_closed(self._keep_stub)
+            self.closing = False
+            self.client_closed(self.keep_stub)
         return
         yield  # a procedure that asks nothing itself
 
     def _proc_then_closed(self, keep_stub: bool) -> Procedure:
-        self._proc = None
+        self.proc = None
         self.client_closed(keep_stub)
         return
-        yield  # a procedure that asks nothing itself (`_start_proc` takes the breakpoints out)
+        yield  # a procedure that asks nothing itself (`start_proc` takes the breakpoints out)
 
     def client_reconnected(self) -> None:
         """The next client of a kept stub (client_closed): it starts afresh
         (qSupported, `?`, its own no-ack mode); the program, the probes and
         the capture are as the last client left them."""
-        self._closing = self._keep_stub = self._left = False
-        self._qsymbol_asked, self._symbol_lookup = False, None  # the leave ended the stub's look-up
+        self.closing = self.keep_stub = self.left = False
+        self._qsymbol_asked, self.symbol_lookup = False, None  # the leave ended the stub's look-up
         self._client_queue.clear()
         self.ns.client_gone()
         self.client_features = []
         self.client_g_thread = None
-        self._resume = None
-        self._interrupt_forwarded = self._interrupt_pending = self._interrupt_at_resume = False
-        self._interrupted_for_leave = False
+        self.resume = None
+        self.interrupt_forwarded = self.interrupt_pending = self.interrupt_at_resume = False
+        self.interrupted_for_leave = False
         self.stats.reconnects += 1
 
     def stub_closed(self) -> None:
-        proc, self._proc = self._proc, None
+        proc, self.proc = self.proc, None
         if proc is not None:  # nothing can answer it now (a question waiting for a read unwinds)
             proc.close()
-        self._emit(Notice("the stub closed the connection"))
-        self._emit(Close("stub disconnected"))
+        self.emit(Notice("the stub closed the connection"))
+        self.emit(Close("stub disconnected"))
 
-    def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None:
-        if self._closing:
+    def dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None:
+        if self.closing:
             return
         if self.bps.lingering and (not keeps_stop(body) or self._selects_anew(body)):
             # anything but a read: the client's removed breakpoints leave the stub first; a
             # new selection too: gdbserver removes a breakpoint from the selected thread's
             # process (gdb's `detach-on-fork off` selects the fork child, then takes its own out)
-            self._start_proc(self._proc_dispatch(body, raw))
+            self.start_proc(self._proc_dispatch(body, raw))
             return
         if not handed_over and self._shielded(body):
             return None
-        if body.startswith(b"qSymbol:") and len(self._client_symbols) < 256:
+        if body.startswith(b"qSymbol:") and len(self.client_symbols) < 256:
             value, _, name = body[8:].rpartition(b":")
             if value:
-                self._client_symbols[name] = body
+                self.client_symbols[name] = body
         if self.capture is not None and not handed_over:
-            verdict = self._capture_call("client_request", body)
+            verdict = self.capture_call("client_request", body)
             if isinstance(verdict, Reply):
-                return self._reply(verdict.body)
+                return self.reply(verdict.body)
             if isinstance(verdict, Forward):
                 body, raw = verdict.body, None
             elif isinstance(verdict, Handover):
-                self._emit(Notice(f"capture: {verdict.reason}; switching to breakpoints"))
-                self._start_proc(self.lifecycle.proc_switch("breakpoints", None, then=body))
+                self.emit(Notice(f"capture: {verdict.reason}; switching to breakpoints"))
+                self.start_proc(self.lifecycle.proc_switch("breakpoints", None, then=body))
                 return None
-        if self._residues and not handed_over:
-            for residue in self._residues:
+        if self.residues and not handed_over:
+            for residue in self.residues:
                 verdict = residue.client_request(body)
                 if isinstance(verdict, Reply):
-                    return self._reply(verdict.body)
-            self._residues = [r for r in self._residues if not r.done]
+                    return self.reply(verdict.body)
+            self.residues = [r for r in self.residues if not r.done]
         if self.task_threads.request(body):  # tasks as threads (proxy.threads): answered here
             return None
         if self.known.enabled and not self.non_stop:
             known = self.known.answer(body)  # what the stub would answer at this stop (known.py)
             if known is not None:
-                return self._reply(known)
+                return self.reply(known)
         # Reads (most of what gdb sends while it steps and looks) and packets no row names: no route.
         try:
             for route in self._routes.get(kind_of(body), ()):  # type: ignore[arg-type]
                 if route(body, raw) is not False:
                     return None
         except MalformedPacket as err:
-            self._emit(Notice(f"malformed packet from the client: {err}"))
-        self._forward(body, raw)
+            self.emit(Notice(f"malformed packet from the client: {err}"))
+        self.forward(body, raw)
         return None
 
     # -- routes of _CLIENT_ROUTES that may pass a request down (False) -------------------------
@@ -512,7 +512,7 @@ class Session(SessionBase):
         it fetches (after a late attach it ends at another thread than the one it shows), and
         none when it switches to a thread whose registers it has (tokio's tinydb attached:
         `monitor async bt` described thread 2143, gdb's current thread was 2141)."""
-        st = self._stopped
+        st = self.stopped
         if st is not None and st.thread is not None and st.thread.tid > 0:
             return st.thread.tid
         if self.client_g_thread:
@@ -525,7 +525,7 @@ class Session(SessionBase):
         return None
 
     def stop_pcs(self) -> dict[int, int]:
-        st = self._stopped
+        st = self.stopped
         if st is None or st.thread is None or st.pc is None:
             return {}
         return {st.thread.tid: st.pc}
@@ -549,8 +549,8 @@ class Session(SessionBase):
 
     def _route_no_ack(self, body: bytes, raw: bytes | None) -> None:
         # Each side of the proxy negotiates no-ack on its own.
-        self._reply(b"OK")
-        self._emit(SetNoAck("client"))
+        self.reply(b"OK")
+        self.emit(SetNoAck("client"))
 
     def _route_hg(self, body: bytes, raw: bytes | None) -> None:
         # The selection is the client's only once the stub takes it:
@@ -559,28 +559,28 @@ class Session(SessionBase):
         # the next Z0 look like one for a fork child (forwarded, not
         # recorded) and the z0 after `Hg0` one the client never set
         # (answered OK unforwarded): an int3 left behind (fuzz seed 201).
-        self._waiters.append(Waiter("client-hg", request=body[2:]))
-        self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+        self.waiters.append(Waiter("client-hg", request=body[2:]))
+        self.emit(ToStubRaw(raw) if raw is not None else ToStub(body))
 
     def _route_vcont_query(self, body: bytes, raw: bytes | None) -> None:
-        self._waiters.append(Waiter("client-vcont"))
-        self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+        self.waiters.append(Waiter("client-vcont"))
+        self.emit(ToStubRaw(raw) if raw is not None else ToStub(body))
 
     def _route_write(self, body: bytes, raw: bytes | None) -> bool:
-        if self._stopped is not None:
+        if self.stopped is not None:
             if body[:1] in (b"G", b"P"):
-                self._stopped.pc = None  # the client may have moved the pc
-            self._stopped.serial = next_stop_serial()  # the stop's snapshot is stale: build again
+                self.stopped.pc = None  # the client may have moved the pc
+            self.stopped.serial = next_stop_serial()  # the stop's snapshot is stale: build again
         return False  # and forwarded, or a resume (none starts with these)
 
     def _route_resume(self, body: bytes, raw: bytes | None) -> bool | None:
         resume = parse_resume(body)
-        return False if resume is None else self._client_resume(resume, body, raw)
+        return False if resume is None else self.client_resume(resume, body, raw)
 
     def _client_qsupported(self, body: bytes, raw: bytes | None = None) -> None:
         feats = parse_qsupported_request(body)
         self.client_features = feats
-        self._start_proc(self._proc_qsupported(feats))
+        self.start_proc(self._proc_qsupported(feats))
 
     def _proc_qsupported(self, client: list[Feature]) -> Procedure:
         if self.config.classify_stub is not None and self.config.registers_safe:
@@ -601,11 +601,11 @@ class Session(SessionBase):
             safe, notice = self.config.classify_stub(probe)
             self.config.registers_safe = safe
             self.register_notice = notice
-            self._emit(Notice(notice.removeprefix("asyncrsp: ")))
+            self.emit(Notice(notice.removeprefix("asyncrsp: ")))
         upstream = [f for f in client if f.name != "swbreak"]
         upstream.append(Feature("swbreak", "+"))  # rule 5: pc at the breakpoint, with a reason
-        self._hidden_forks = not feature_on(client, "fork-events") and feature_on(client, "multiprocess")
-        if self._hidden_forks:
+        self.hidden_forks = not feature_on(client, "fork-events") and feature_on(client, "multiprocess")
+        if self.hidden_forks:
             # A client that does not follow forks (gdb with `set remote
             # fork-event-feature-packet off`, a raw client): gdbserver would let
             # the child go with the proxy's int3s in its copy of the code, and it
@@ -618,59 +618,59 @@ class Session(SessionBase):
         (reply,) = yield Exchange((build_qsupported_request(upstream),))
         feats = parse_qsupported_reply(reply)
         self.stub_features = feats
-        self._packet_size = self._stub_packet_size()
+        self.packet_size = self._stub_packet_size()
         # gdbserver's own feature: its rules are the ones known.py answers by
         self.known.enabled = feature_on(feats, "QStartupWithShell")
-        self.read_limit.set_packet_size(self._packet_size)
+        self.read_limit.set_packet_size(self.packet_size)
         # Emulation writes gdb's amd64 `g` block back with `G`: only for
         # gdbserver asked without xmlRegisters (its layout is known and the
         # write touches no AVX-512 state, rule 11). QStartupWithShell is
         # gdbserver's own feature.
-        self._emulate = (self.config.registers_safe and self.config.emulate and self.arch.emulates
+        self.emulate = (self.config.registers_safe and self.config.emulate and self.arch.emulates
                          and feature_on(feats, "QStartupWithShell"))
         no_ack = False
         if feature_on(feats, "QStartNoAckMode"):
             (ok,) = yield Exchange((b"QStartNoAckMode",))
             no_ack = ok == b"OK"
             if no_ack:
-                self._emit(SetNoAck("stub"))
+                self.emit(SetNoAck("stub"))
         self._actions.extend(self.pacer.stub_acks(not no_ack))  # pacing.py: QEMU's stub acks
         shown = [f for f in feats if f.name not in _HIDDEN_FROM_CLIENT]
         for obj in PROXY_QXFER_OBJECTS:
             shown.append(Feature(f"qXfer:{obj}:read", "+"))
         if not feature_on(shown, "qXfer:osdata:read"):
             shown.append(Feature("qXfer:osdata:read", "+"))
-        self._reply(build_qsupported_reply(shown))
+        self.reply(build_qsupported_reply(shown))
 
     def _client_breakpoint(self, body: bytes, raw: bytes | None) -> None:
         if self.lifecycle.client_selects_other_process():
             # gdb taking its breakpoints out of a fork child (Hg child; z0):
             # that process is not the program, its table is not ours.
-            return self._forward(body, raw)
+            return self.forward(body, raw)
         bp = parse_breakpoint(body)
         key: BpKey = (bp.type, bp.addr, bp.kind)
         if key in self.bps.lingering and bp.insert and self.bps.back_in(key, bp.conditions):
             self.known.stats.breakpoints += 1
-            return self._reply(b"OK")  # it never left the stub
+            return self.reply(b"OK")  # it never left the stub
         if any(k[1] == bp.addr for k in self.bps.lingering):
             # another packet at a lingering breakpoint's address (gdbserver keeps one
             # breakpoint an address): the lingering ones out first, then as asked
-            return self._start_proc(self._proc_dispatch(body, raw, handed_over=True))
+            return self.start_proc(self._proc_dispatch(body, raw, handed_over=True))
         if self._may_linger(bp.insert, key):
             self.bps.linger(key)
-            return self._reply(b"OK")
+            return self.reply(b"OK")
         if bp.insert:
             if self.bps.client_insert(key, bp.conditions):
                 if bp.conditions and self.bps.strip_conditions(key):
-                    return self._forward(body.split(b";", 1)[0], None)
-                self._forward(body, raw)
+                    return self.forward(body.split(b";", 1)[0], None)
+                self.forward(body, raw)
             else:
-                self._reply(b"OK")
+                self.reply(b"OK")
         else:
             if self.bps.client_remove(key):
-                self._forward(body, raw)
+                self.forward(body, raw)
             else:
-                self._reply(b"OK")
+                self.reply(b"OK")
 
     def _selects_anew(self, body: bytes) -> bool:
         """An `Hg` that may select another thread than the stub has (not known to be the same)."""
@@ -680,41 +680,41 @@ class Session(SessionBase):
         """May the client's remove of a software breakpoint wait in the stub (breakpoints.py)?
         gdbserver in all-stop, the program stopped, the client's own breakpoint."""
         return (not insert and key[0] == 0 and key in self.bps.client and key not in self.bps.proxy
-                and self.known.enabled and not self.non_stop and not self.running and self._proc is None
-                and self._stopped is not None)
+                and self.known.enabled and not self.non_stop and not self.running and self.proc is None
+                and self.stopped is not None)
 
     def _client_leave(self, body: bytes, raw: bytes | None) -> None:
         """Rule 9: detach/kill: remove every proxy breakpoint first."""
         if self.lifecycle.other_process(body):
             # gdb detaching (or killing) a fork child it does not follow:
             # the program itself stays, and so do the probes.
-            if self.capture is not None and self._capture_installed and body[:1] == b"D":
-                self._start_proc(self.lifecycle.proc_detach_child(body))
+            if self.capture is not None and self.capture_installed and body[:1] == b"D":
+                self.start_proc(self.lifecycle.proc_detach_child(body))
                 return None
-            return self._forward(body, raw)
-        self._left = True
-        if (self.lifecycle.holds_program() or self.lifecycle.sigint_waiting()) and not self._program_exited:
-            self._start_proc(self.lifecycle.proc_leave(then=(body, raw)))
+            return self.forward(body, raw)
+        self.left = True
+        if (self.lifecycle.holds_program() or self.lifecycle.sigint_waiting()) and not self.program_exited:
+            self.start_proc(self.lifecycle.proc_leave(then=(body, raw)))
         else:
-            self._forward(body, raw)
+            self.forward(body, raw)
 
-    def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
+    def client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
         if self.stepping.task_step(self, resume):
             return  # a task thread's step: its task's next poll (stepping.py)
         verdict, new = self.task_threads.resume(resume)  # no task thread ever reaches the stub
         if verdict == "refuse":
-            return self._reply(new)
+            return self.reply(new)
         if verdict == "forward":
             resume, body, raw = parse_resume(new) or resume, new, None
         if self.stepping.wants(self, resume):
-            self._start_proc(self.stepping.proc_note(self, resume, body, raw))
+            self.start_proc(self.stepping.proc_note(self, resume, body, raw))
             return
         if resume is not self._resume_checked:
             named = self._named_threads(resume)
             if named is not None:
-                self._start_proc(self._proc_named_then_resume(resume, body, raw, named))
+                self.start_proc(self._proc_named_then_resume(resume, body, raw, named))
                 return
-        self._interrupt_forwarded = False
+        self.interrupt_forwarded = False
         # A Ctrl-C that came while the program was stopped waits for a resume
         # that runs the program. gdb's own step over its breakpoint (at a
         # shared-library event it handles by itself: z0, vCont;s, Z0, vCont;c)
@@ -722,26 +722,26 @@ class Session(SessionBase):
         # the step, it was dropped there, and the program ran on without the
         # stop the client waited for (reconnect-ctrl-c.exp under load, when
         # the Ctrl-C fell into that window).
-        carry = self._interrupt_at_resume and not resume.is_step
-        self._interrupt_pending = carry
+        carry = self.interrupt_at_resume and not resume.is_step
+        self.interrupt_pending = carry
         if carry:
-            self._interrupt_at_resume = False
-        if not self._planted and (self.config.resolve_probes is not None or self.capture is not None
+            self.interrupt_at_resume = False
+        if not self.planted and (self.config.resolve_probes is not None or self.capture is not None
                                   or self.config.make_capture is not None):
-            self._start_proc(self.lifecycle.proc_plant_then_resume(resume, body, raw))
+            self.start_proc(self.lifecycle.proc_plant_then_resume(resume, body, raw))
             return
-        if self.capture is not None and self._capture_installed:
-            change = self._capture_call("before_resume")
+        if self.capture is not None and self.capture_installed:
+            change = self.capture_call("before_resume")
             if change is not None:
-                self._start_proc(self.lifecycle.proc_then_resume(change, resume, body, raw))
+                self.start_proc(self.lifecycle.proc_then_resume(change, resume, body, raw))
                 return
         sitting = self.hidden.thread_on_proxy_bp(resume)
         if sitting is not None:
-            self._start_proc(self.hidden.proc_step_off_then_resume(resume, body, raw, *sitting))
+            self.start_proc(self.hidden.proc_step_off_then_resume(resume, body, raw, *sitting))
             return
-        self._resume = resume
-        self._stopped = None
-        self._forward(body, raw, resume=True)
+        self.resume = resume
+        self.stopped = None
+        self.forward(body, raw, resume=True)
 
     def _named_threads(self, resume: Resume) -> list[ThreadId] | None:
         """The threads a vCont names when it names no wildcard (then they must
@@ -759,9 +759,9 @@ class Session(SessionBase):
             if t is None:
                 return None  # the default action: every thread
             if t.tid in (ThreadId.ALL, ThreadId.ANY):
-                if t.pid is None or t.pid in (ThreadId.ALL, ThreadId.ANY) or t.pid == self._main_pid:
+                if t.pid is None or t.pid in (ThreadId.ALL, ThreadId.ANY) or t.pid == self.main_pid:
                     return None  # all threads (of the program)
-                if self._main_pid is None:
+                if self.main_pid is None:
                     return None  # which process is the program's: not known here
                 # Another process's threads: a fork child gdb follows or keeps
                 # (`vCont;c:pCHILD.-1`), or a process the stub never had. `T`
@@ -770,9 +770,9 @@ class Session(SessionBase):
                 named.append(ThreadId(t.pid, t.pid))
                 continue
             named.append(t)
-        if self._stopped is None:
+        if self.stopped is None:
             return None  # no stop seen (a client that never asked `?`): not asked (known limit)
-        stopped = self._stopped.thread
+        stopped = self.stopped.thread
         if stopped is not None and any(t.matches(stopped) for t in named):
             return None  # the thread of the stop the client saw: there (gdb's `vCont;s:T`)
         return named
@@ -783,7 +783,7 @@ class Session(SessionBase):
         resume only when one is."""
         multi = feature_on(self.stub_features, "multiprocess")
         replies = (yield Exchange(tuple(b"T" + t.format(multi) for t in named))) if named else []
-        self._proc = None
+        self.proc = None
         if b"OK" not in replies:
             self._refuse("a vCont that resumes no thread the stub has (gdbserver 13.1 aborts on it)")
             return
@@ -793,15 +793,15 @@ class Session(SessionBase):
     def _refuse(self, why: str) -> None:
         self.stats.shielded += 1
         if self.stats.shielded == 1:
-            self._emit(Notice(f"a client packet was answered E01 and not forwarded ({why}); counted in stats"))
+            self.emit(Notice(f"a client packet was answered E01 and not forwarded ({why}); counted in stats"))
         self.shield_last = why
-        self._reply(ERROR_REPLY)
+        self.reply(ERROR_REPLY)
 
     def _shielded(self, body: bytes) -> bool:
         """A packet the stub must not get (shield.py): answered E01 here."""
         why = refuse(body, non_stop=self.non_stop, g_size=self._g_size,
-                     non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self._packet_size,
-                     symbol_lookup=self._symbol_lookup is not None)
+                     non_stop_offered="QNonStop" not in _HIDDEN_FROM_CLIENT, packet_size=self.packet_size,
+                     symbol_lookup=self.symbol_lookup is not None)
         if why is None:
             self._g_asked = body[:1] == b"g"
             if body.startswith(b"qSymbol:"):
@@ -828,8 +828,8 @@ class Session(SessionBase):
             # `qSymbol:NAME` (hex): the stub asks for a symbol and reads nothing but the
             # answer (and memory) until it gets one (shield.refuse's symbol_lookup)
             self._qsymbol_asked = False
-            self._symbol_lookup = body[8:] if body.startswith(b"qSymbol:") and len(body) > 8 else None
-        self._snoop_reply(body)
+            self.symbol_lookup = body[8:] if body.startswith(b"qSymbol:") and len(body) > 8 else None
+        self.snoop_reply(body)
         self.ns.reply_seen(body)
         self.known.replied(body)
         sr = None
@@ -839,19 +839,19 @@ class Session(SessionBase):
             except MalformedPacket:
                 sr = None
             if sr is not None:
-                self._last_stop = sr
-                self._stopped = Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
+                self.last_stop = sr
+                self.stopped = Stopped(sr.thread, sr.pc(self.pc_regnum) if sr.kind == "T" else None)
                 self._note_stop_thread(sr)
                 # the registers are the stop's; which thread `?` leaves selected is not sure
                 self.known.stopped(sr, selects=False)
-        if self._closing:
+        if self.closing:
             return
-        self._emit(ToClientRaw(raw))
+        self.emit(ToClientRaw(raw))
         if sr is not None and self.lifecycle.prepares_early():
             # the capture's install starts here, ahead of the first resume (lifecycle.py)
-            self._start_proc(self.lifecycle.proc_prepare())
+            self.start_proc(self.lifecycle.proc_prepare())
 
-    def _snoop_reply(self, body: bytes) -> None:
+    def snoop_reply(self, body: bytes) -> None:
         # A gdbserver that got no xmlRegisters answers target.xml without
         # registers; a client such as lldb then knows no layout at all.
         # Serve the matching complete description ourselves (rule 11).
@@ -863,21 +863,21 @@ class Session(SessionBase):
             and b"include" not in body  # QEMU's describes its registers in xi:included files
             and b"<target" in body
         ):
-            self._serve_own_tdesc = True
+            self.serve_own_tdesc = True
 
-    def _on_stop_reply(self, body: bytes, raw: bytes) -> None:
+    def on_stop_reply(self, body: bytes, raw: bytes) -> None:
         try:
             sr = parse_stop_reply(body)
         except MalformedPacket:
-            self._report_stop(None, raw)
+            self.report_stop(None, raw)
             return
         if self.lifecycle.on_program_event(sr, raw):
             return
-        if (self._orphan_steps and sr.thread is not None and sr.thread.tid in self._orphan_steps
-                and sr.signal == SIGTRAP and self._resume is not None and not self._interrupt_pending):
+        if (self.orphan_steps and sr.thread is not None and sr.thread.tid in self.orphan_steps
+                and sr.signal == SIGTRAP and self.resume is not None and not self.interrupt_pending):
             # the trap of a step of the proxy's that another thread's report answered (hidden.py)
-            self._orphan_steps.discard(sr.thread.tid)
-            self._forward(without_signals(self._resume), None, resume=True)
+            self.orphan_steps.discard(sr.thread.tid)
+            self.forward(without_signals(self.resume), None, resume=True)
             return
         pc = sr.pc(self.pc_regnum) if sr.kind == "T" else None
         if self.stepping.wait is not None and self.stepping.intercepts(self, sr, pc):
@@ -888,7 +888,7 @@ class Session(SessionBase):
             if sr.thread is None and (is_trap_reason(sr) or not self.hidden.client_steps(None)):
                 # No thread in the stop (gdbserver --disable-packet=T or Tthread):
                 # find the thread at the probe first (hidden.py).
-                self._start_proc(self.hidden.proc_read_pc_then_classify(sr, raw))
+                self.start_proc(self.hidden.proc_read_pc_then_classify(sr, raw))
                 return
             if is_trap_reason(sr) and pc is not None:
                 if self.hidden.probe_hit(sr, raw, pc):
@@ -898,64 +898,64 @@ class Session(SessionBase):
                 # of a thread that was not stepping is a breakpoint. QEMU
                 # sends no registers either: read the pc first.
                 if pc is None:
-                    self._start_proc(self.hidden.proc_read_pc_then_classify(sr, raw))
+                    self.start_proc(self.hidden.proc_read_pc_then_classify(sr, raw))
                     return
                 if self.hidden.probe_hit(sr, raw, pc):
                     return
-        self._report_stop(sr, raw)
+        self.report_stop(sr, raw)
 
     def _note_stop_thread(self, sr: StopReply) -> None:
         if sr.thread is not None:
-            self._stub_g = sr.thread.format(sr.thread.pid is not None)
+            self.stub_g = sr.thread.format(sr.thread.pid is not None)
             if not self.non_stop:
                 # In all-stop a stop report makes its thread gdbserver's general
                 # thread, and gdb knows it (it sends no Hg before the next `z0`).
                 # Kept as the client's selection, a fork child selected before
                 # the stop made the parent's `z0`/`Z0` go untabled (or the
                 # child's go into the program's table).
-                self.client_g_thread = self._stub_g
+                self.client_g_thread = self.stub_g
         polls = getattr(self.engine, "polls", None)
-        if polls is not None and self._stopped is not None:
+        if polls is not None and self.stopped is not None:
             # the stop on the captures' clock, for the poll timeline (proxy.graph.polls)
             tid = sr.thread.tid if sr.thread is not None and sr.thread.tid > 0 else None
-            polls.stop(self._stopped.serial, self.config.stop_clock(), tid)
+            polls.stop(self.stopped.serial, self.config.stop_clock(), tid)
 
-    def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
+    def report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
                      pc: int | None = None) -> None:
         """A stop the client sees. Ends the client's resume."""
         if self.stepping.on_report(self, sr):
             return  # the client's step goes on past an .await (stepping.py)
         if sr is not None and sr.kind in ("T", "S"):
             if sr.signal == SIGINT:
-                self._sigint_crossed = False
-            elif self._interrupt_forwarded:
-                self._sigint_crossed = True
-        self._resume = None
-        self._interrupt_forwarded = False
-        self._interrupt_pending = False
+                self.sigint_crossed = False
+            elif self.interrupt_forwarded:
+                self.sigint_crossed = True
+        self.resume = None
+        self.interrupt_forwarded = False
+        self.interrupt_pending = False
         self.bps.client_stopped()
-        self._last_stop = sr
+        self.last_stop = sr
         if sr is not None and sr.kind in ("T", "S"):
             known = sr.pc(self.pc_regnum) if sr.kind == "T" else None
-            self._stopped = Stopped(sr.thread, known if known is not None else pc)
+            self.stopped = Stopped(sr.thread, known if known is not None else pc)
             self._note_stop_thread(sr)
         else:
-            self._stopped = None
+            self.stopped = None
         # gdbserver in all-stop makes the reporting thread its general thread (known.py)
         self.known.stopped(sr, selects=not self.non_stop)
-        if self._closing:
+        if self.closing:
             self.lifecycle.leave_for_hang_up()
             return
         if self.capture is not None and self.capture.filters_replies and (body is not None or raw is not None):
             if body is None and raw is not None:
                 body = unframe(raw)
-            new = self._capture_call("client_reply", b"vCont", body)
+            new = self.capture_call("client_reply", b"vCont", body)
             if isinstance(new, bytes) and new != body:
                 body, raw = new, None
         if raw is not None:
-            self._emit(ToClientRaw(raw))
+            self.emit(ToClientRaw(raw))
         elif body is not None:
-            self._emit(ToClient(body))
+            self.emit(ToClient(body))
 
 
 __all__ = ["Session", "SessionConfig", "Exchange"]

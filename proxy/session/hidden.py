@@ -54,7 +54,7 @@ class HiddenStops:
 
     def thread_on_proxy_bp(self, resume: Resume) -> tuple[ThreadId, BpKey] | None:
         """The last-stopped thread sits on a proxy breakpoint it would re-execute."""
-        st = self.s._stopped
+        st = self.s.stopped
         if st is None or st.thread is None or st.pc is None:
             return None
         key = self.s.bps.proxy_key_at(st.pc)
@@ -74,11 +74,11 @@ class HiddenStops:
         return b"T%02xthread:%s;" % (sig, step.thread.format(step.thread.pid is not None))
 
     def client_steps(self, thread: ThreadId | None) -> bool:
-        if self.s._resume is None:
+        if self.s.resume is None:
             return False
         if thread is None:  # a stop without a thread (S05): any step of the client's
-            return self.s._resume.is_step
-        action = self.s._resume.action_for(thread)
+            return self.s.resume.is_step
+        action = self.s.resume.action_for(thread)
         return action is not None and action.op in ("s", "S", "r")
 
     def probe_hit(self, sr: StopReply, raw: bytes, pc: int) -> bool:
@@ -91,12 +91,12 @@ class HiddenStops:
             # is a late report of one that was there (late_trap).
             return self.late_trap(sr, pc)
         self.s.stats.probe_stats.hit(probe, sr.thread)
-        self.s._stop_pc_override = pc
-        if not self.s.bps.client_owns(pc) and not self.s._closing:
-            self.s._start_proc(self._proc_hidden_stop(sr, pc, probe))
+        self.s.stop_pc_override = pc
+        if not self.s.bps.client_owns(pc) and not self.s.closing:
+            self.s.start_proc(self._proc_hidden_stop(sr, pc, probe))
         else:
             self.s.stats.shared_stops += 1
-            self.s._start_proc(self._proc_shared_stop(sr, raw, probe))
+            self.s.start_proc(self._proc_shared_stop(sr, raw, probe))
         return True
 
     def late_trap(self, sr: StopReply, pc: int) -> bool:
@@ -118,13 +118,13 @@ class HiddenStops:
         thread's pc stays as it is and the instruction runs when the thread resumes. A stub
         that stops every thread at a report (gdbserver) drops such a trap itself."""
         s = self.s
-        if s.pacer.no_ack or sr.signal != SIGTRAP or not s.bps.late_trap(pc) or s._resume is None:
+        if s.pacer.no_ack or sr.signal != SIGTRAP or not s.bps.late_trap(pc) or s.resume is None:
             return False
         if not is_trap_reason(sr) and (sr.reason is not None or self.client_steps(sr.thread)):
             return False
         s.stats.late_traps += 1
         if s.stats.late_traps == 1:
-            s._emit(Notice(f"a thread's trap at {pc:#x}, where a hidden breakpoint was, came after it was "
+            s.emit(Notice(f"a thread's trap at {pc:#x}, where a hidden breakpoint was, came after it was "
                            "taken out (QEMU user mode): hidden, the program resumed (counted in stats)"))
         self._go_on(sr)
         return True
@@ -132,11 +132,11 @@ class HiddenStops:
     def _go_on(self, sr: StopReply) -> None:
         """Resume as the client asked after a hidden stop with nothing to step over; the
         interrupt's stop instead if the client asked for one meanwhile (rule 8)."""
-        resume = self.s._resume
-        if resume is None or self.s._interrupt_pending or self.s._closing:
+        resume = self.s.resume
+        if resume is None or self.s.interrupt_pending or self.s.closing:
             self._proc_done_report(self.interrupt_reply(sr))
         else:
-            self.s._forward(without_signals(resume), None, resume=True)
+            self.s.forward(without_signals(resume), None, resume=True)
 
     def proc_read_pc_then_classify(self, sr: StopReply, raw: bytes) -> Procedure:
         scanned = False
@@ -172,16 +172,16 @@ class HiddenStops:
                     pass
         else:
             regs = yield from self._registers_of(sr.thread)
-        self.s._proc = None
+        self.s.proc = None
         pc = pc_from_g(regs, self.s.arch)
         sr = expedite_from_g(sr, regs, self.s.arch)
         # A thread found by the scan is not the stub's selected one: no
         # emulation (its writes would go to the selected thread).
-        self.s._no_emulation = scanned
+        self.s.no_emulation = scanned
         hit = pc is not None and self.probe_hit(sr, raw, pc)
-        self.s._no_emulation = False
+        self.s.no_emulation = False
         if not hit:
-            self.s._report_stop(sr, raw, pc=pc)
+            self.s.report_stop(sr, raw, pc=pc)
 
     def _registers_of(self, thread: ThreadId) -> Generator[Exchange, list[bytes], bytes]:
         """The `g` block of the thread that stopped. A stub that lets every trapping thread
@@ -208,7 +208,7 @@ class HiddenStops:
         self.s.stats.hidden_stops += 1
         key = self.s.bps.proxy_key_at(pc)
         if key is None:  # the capture's breakpoint is gone: nothing to step over
-            self.s._proc = None
+            self.s.proc = None
             self.s.stats.hidden_time += self.s.config.clock() - t0
             self._go_on(sr)
             return
@@ -228,16 +228,16 @@ class HiddenStops:
             regs = replies[reads.index(b"g")] if b"g" in reads else replies[len(reads)]
             word = memory_bytes(replies[-1]) if em.needs_stack_word and sp is not None else None
             effect = emulate.apply(em, regs, word)
-            resume = self.s._resume
-            if (effect is not None and resume is not None and not self.s._interrupt_pending
-                    and not self.s._closing):
+            resume = self.s.resume
+            if (effect is not None and resume is not None and not self.s.interrupt_pending
+                    and not self.s.closing):
                 self.s.stats.emulated += 1
                 self.s.stats.hidden_time += self.s.config.clock() - t0
-                self.s._proc = None
+                self.s.proc = None
                 for body in effect.packets:
-                    self.s._to_stub(body, Waiter("write"))
-                self.s._waiters.append(Waiter("client-resume", True))
-                self.s._emit(ToStub(without_signals(resume)))
+                    self.s.to_stub(body, Waiter("write"))
+                self.s.waiters.append(Waiter("client-resume", True))
+                self.s.emit(ToStub(without_signals(resume)))
                 return
             reads = ()  # captured already: fall back to the step-over
         if not self.s.pacer.no_ack and reads:
@@ -249,7 +249,7 @@ class HiddenStops:
         if em is None and reads:
             self.capture_hit(probe, sr, replies[: len(reads)])
         step_reply = replies[-1]
-        resume = self.s._resume
+        resume = self.s.resume
         assert resume is not None
         step_sr = stop_or_none(step_reply)
         if (not self.s.pacer.no_ack and step_sr is not None and step_sr.thread is not None
@@ -259,11 +259,11 @@ class HiddenStops:
             # reports then (core: an orphan step, resumed hidden); this one is parked at its
             # stop and goes on, or traps again, at the resume.
             self.s.pacer.stray()
-            self.s._orphan_steps.add(thread.tid)
+            self.s.orphan_steps.add(thread.tid)
             yield Exchange((z_packet(True, key),))
-            self.s._proc = None
+            self.s.proc = None
             self.s.stats.hidden_time += self.s.config.clock() - t0
-            self.s._forward(without_signals(resume), None, resume=True)
+            self.s.forward(without_signals(resume), None, resume=True)
             return
         if step_sr is None or step_sr.kind in ("W", "X") or step_sr.signal != SIGTRAP:
             # Something else happened during the step (rule 4): put the
@@ -276,7 +276,7 @@ class HiddenStops:
         new_pc = step_sr.pc(self.s.pc_regnum)
         report: bytes | None = None
         action = resume.action_for(thread) if thread is not None else None
-        if self.s._interrupt_pending or self.s._interrupt_forwarded or self.s._closing:
+        if self.s.interrupt_pending or self.s.interrupt_forwarded or self.s.closing:
             report = self.interrupt_reply(step_sr)
         elif action is not None and action.op in ("s", "S"):
             report = step_reply  # the proxy's step is the client's step (rule 3)
@@ -291,31 +291,31 @@ class HiddenStops:
             return
         # Put the breakpoint back and re-issue the client's resume, back to back.
         self.s.stats.hidden_time += self.s.config.clock() - t0
-        self.s._proc = None
-        self.s._to_stub(z_packet(True, key), Waiter("drop"))
-        self.s._waiters.append(Waiter("client-resume", True))
-        self.s._emit(ToStub(without_signals(resume)))
+        self.s.proc = None
+        self.s.to_stub(z_packet(True, key), Waiter("drop"))
+        self.s.waiters.append(Waiter("client-resume", True))
+        self.s.emit(ToStub(without_signals(resume)))
 
     def _proc_shared_stop(self, sr: StopReply, raw: bytes, probe: Probe) -> Procedure:
         """Rule 4: a probe at a client breakpoint is processed, then reported."""
         reads = self.capture_reads(probe, sr)
         replies: list[bytes] = (yield Exchange(reads)) if reads else []
         self.capture_hit(probe, sr, replies)
-        self.s._proc = None
-        self.s._report_stop(sr, raw, pc=self.s._stop_pc_override)
-        if self.s._stopped is not None:
-            self.s._stopped.counted = True
+        self.s.proc = None
+        self.s.report_stop(sr, raw, pc=self.s.stop_pc_override)
+        if self.s.stopped is not None:
+            self.s.stopped.counted = True
 
     def _emulation_for(self, probe: Probe, thread: ThreadId | None) -> emulate.Emulation | None:
         """Emulate the probed instruction when it is safe: a known instruction,
         gdbserver's `g` layout without xmlRegisters (rule 11), and a thread
         that simply continues (a step is the client's own: rule 3)."""
-        if (not self.s._emulate or not probe.code or thread is None or self.s._resume is None
-                or self.s._no_emulation):
+        if (not self.s.emulate or not probe.code or thread is None or self.s.resume is None
+                or self.s.no_emulation):
             return None
-        if self.s._interrupt_pending or self.s._interrupt_forwarded or self.s._closing:
+        if self.s.interrupt_pending or self.s.interrupt_forwarded or self.s.closing:
             return None
-        action = self.s._resume.action_for(thread)
+        action = self.s.resume.action_for(thread)
         if action is None or action.op not in ("c", "C"):
             return None
         return emulate.decode(probe.code)
@@ -327,7 +327,7 @@ class HiddenStops:
         try:
             return tuple(cap.reads(probe, tid_of(sr.thread), sr))
         except Exception as err:  # a capture bug must never take the session down
-            self.s._capture_failed(err)
+            self.s.capture_failed(err)
             return ()
 
     def capture_hit(self, probe: Probe, sr: StopReply | None, replies: list[bytes]) -> None:
@@ -336,15 +336,15 @@ class HiddenStops:
             try:
                 cap.hit(probe, tid_of(sr.thread), sr, replies)
             except Exception as err:  # noqa: BLE001 - counted and reported once
-                self.s._capture_failed(err)
+                self.s.capture_failed(err)
 
     def _on_stop_reply_after_proc(self, body: bytes) -> None:
-        self.s._proc = None
-        self.s._on_stop_reply(body, frame(body))
+        self.s.proc = None
+        self.s.on_stop_reply(body, frame(body))
 
     def _proc_done_report(self, body: bytes) -> None:
-        self.s._proc = None
-        self.s._report_stop(stop_or_none(body), None, body)
+        self.s.proc = None
+        self.s.report_stop(stop_or_none(body), None, body)
 
     def proc_step_off_then_resume(
         self, resume: Resume, body: bytes, raw: bytes | None, thread: ThreadId, key: BpKey
@@ -355,20 +355,20 @@ class HiddenStops:
         (e.g. a step that entered the function): that is a hit too, unless
         it was a breakpoint stop already counted.
         """
-        self.s._resume = resume
-        st = self.s._stopped
+        self.s.resume = resume
+        st = self.s.stopped
         reads: tuple[bytes, ...] = ()
         probe = self.s.probes.get(key[1])
         fresh = st is not None and not st.counted and probe is not None
         if fresh and probe is not None:
             self.s.stats.probe_stats.hit(probe, thread)
-            reads = self.capture_reads(probe, self.s._last_stop)
+            reads = self.capture_reads(probe, self.s.last_stop)
         replies = yield Exchange(reads + (z_packet(False, key), step_packet(thread)), resume=True)
         if fresh and probe is not None:
-            self.capture_hit(probe, self.s._last_stop, replies[: len(reads)])
+            self.capture_hit(probe, self.s.last_stop, replies[: len(reads)])
         step_reply = replies[-1]
         yield Exchange((z_packet(True, key),))
-        self.s._proc = None
+        self.s.proc = None
         action = resume.action_for(thread)
         if action is not None and action.op in ("s", "S"):
             self._proc_done_report(step_reply)
@@ -378,9 +378,9 @@ class HiddenStops:
         except MalformedPacket:
             sr = None
         if sr is None or sr.kind in ("W", "X") or sr.signal != SIGTRAP:
-            self.s._on_stop_reply(step_reply, frame(step_reply))
+            self.s.on_stop_reply(step_reply, frame(step_reply))
             return
-        self.s._stopped = None
-        self.s._forward(without_signals(resume) if has_signal_for(resume, thread) else body,
+        self.s.stopped = None
+        self.s.forward(without_signals(resume) if has_signal_for(resume, thread) else body,
                       None, resume=True)
 

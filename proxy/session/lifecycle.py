@@ -56,8 +56,8 @@ class CaptureLifecycle:
 
     def leave_plan_key(self) -> tuple[object, ...]:
         """Changes whenever `leave_plan` may (cheap: asked after every packet)."""
-        return (self.s.bps.version, self.s._capture_installed, self.s._main_pid, self.s._left, self.s._program_exited,
-                self.s.identity.host_pid, self.s._planted, id(self.s.capture),
+        return (self.s.bps.version, self.s.capture_installed, self.s.main_pid, self.s.left, self.s.program_exited,
+                self.s.identity.host_pid, self.s.planted, id(self.s.capture),
                 self.s.capture.held_breakpoints() if self.s.capture is not None else ())
 
     def leave_plan(self) -> dict[str, object]:
@@ -66,10 +66,10 @@ class CaptureLifecycle:
         too: its connection goes with the proxy), the trace experiment, the
         detach packet, the program's host pid (its pending SIGINT is read in
         /proc). Empty once the program is left or gone."""
-        if self.s._left or self.s._program_exited or not self.s._planted:
+        if self.s.left or self.s.program_exited or not self.s.planted:
             return {}
         keys = sorted(set(self.s.bps.client) | self.s.bps.proxy | set(self.s.bps.lingering))
-        pid = self.s._main_pid
+        pid = self.s.main_pid
         multi = feature_on(self.s.stub_features, "multiprocess")
         zs = [z_packet(False, k) for k in keys]
         # The capture's own (fast tracepoints' guards on pthread_create and
@@ -94,10 +94,10 @@ class CaptureLifecycle:
         Any other (a container, another host; `--remote`): True after a
         crossing - `_sigint_waiting_now` asks the stub's own /proc."""
         ident, ask = self.s.identity, self.s.config.sigint_pending
-        if not self.s._sigint_crossed or ask is None:
+        if not self.s.sigint_crossed or ask is None:
             return False
         if not (ident.local and ident.host_pid):
-            return bool(self.s._main_pid or self.stop_pid())
+            return bool(self.s.main_pid or self.stop_pid())
         try:
             return ask(ident.host_pid)
         except OSError:
@@ -116,7 +116,7 @@ class CaptureLifecycle:
             return self.sigint_waiting()
         if not self.sigint_waiting():
             return False
-        pid = self.s._main_pid or self.stop_pid()
+        pid = self.s.main_pid or self.stop_pid()
         text = yield from self.stub_file(b"/proc/%d/status" % pid)
         return text is not None and sigint_in_status(text.decode(errors="replace"))
 
@@ -135,7 +135,7 @@ class CaptureLifecycle:
 
     def holds_program(self) -> bool:
         """The proxy has something in the program to take out before it goes."""
-        return bool(self.s.bps.proxy_only()) or self.s._capture_installed or self._capture_interrupt
+        return bool(self.s.bps.proxy_only()) or self.s.capture_installed or self._capture_interrupt
 
     def client_new_process(self, body: bytes, raw: bytes | None) -> None:
         """vRun, vAttach, R: another process. If the one the proxy follows
@@ -146,9 +146,9 @@ class CaptureLifecycle:
         waiting, as at a detach), the hidden breakpoints removed. Dropped, an
         int3 left in the old process was a SIGTRAP nobody expected. Not at
         `R`: gdbserver kills every process before it restarts."""
-        if body[:1] != b"R" and (self.s._planted or self.s._capture_installed) \
-                and not (self.s._left or self.s._program_exited):  # _capture_installed: an early install
-            self.s._start_proc(self._proc_new_process(body, raw))
+        if body[:1] != b"R" and (self.s.planted or self.s.capture_installed) \
+                and not (self.s.left or self.s.program_exited):  # _capture_installed: an early install
+            self.s.start_proc(self._proc_new_process(body, raw))
             return
         self._new_process_then(body, raw)
 
@@ -157,7 +157,7 @@ class CaptureLifecycle:
         keys = self.s.bps.proxy_only()
         if keys:
             yield Exchange(tuple(z_packet(False, k) for k in keys))
-        self.s._proc = None
+        self.s.proc = None
         self._new_process_then(body, raw)
 
     def _new_process_then(self, body: bytes, raw: bytes | None) -> None:
@@ -165,9 +165,9 @@ class CaptureLifecycle:
         if body[:1] == b"R":
             # Extended-remote restart: gdbserver answers nothing (it restarts
             # the program and waits for the next request).
-            self.s._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+            self.s.emit(ToStubRaw(raw) if raw is not None else ToStub(body))
         else:
-            self.s._forward(body, raw)  # its stop reply is snooped as `?`'s (_on_client_reply)
+            self.s.forward(body, raw)  # its stop reply is snooped as `?`'s (_on_client_reply)
 
     def new_process(self) -> None:
         """Extended-remote: the client starts or attaches another process (vRun,
@@ -178,23 +178,23 @@ class CaptureLifecycle:
         (_client_new_process): nothing is taken out of it here."""
         if self.capture_counts:
             self._fold_capture_counts()
-        if self.s.capture is not None and self.s._capture_installed:
-            self.s._capture_call("dropped")  # uprobes: the old process's links closed
+        if self.s.capture is not None and self.s.capture_installed:
+            self.s.capture_call("dropped")  # uprobes: the old process's links closed
             self._keep_residue()
         self.s.bps.forget_all()
         self.s.probes.clear()
         self._capture_keys = []
-        self.s._capture_installed = False
+        self.s.capture_installed = False
         self._capture_interrupt = False
         if self.s.config.make_capture is not None:
             self.s.capture = None
         self.s.target = None
         self.kept = None
-        self.s._planted = self.s._found = self.early = False
-        self.s._program_exited = False
-        self.s._left = False
-        self.s._main_pid = None
-        self.s._client_symbols = {}  # the new process's libraries are looked up anew
+        self.s.planted = self.s.found = self.early = False
+        self.s.program_exited = False
+        self.s.left = False
+        self.s.main_pid = None
+        self.s.client_symbols = {}  # the new process's libraries are looked up anew
         self.s.identity = UNDECIDED  # another process: proven again before any host-side action
         self.s.known.forget()
         self.s.known.drop_memory()
@@ -203,40 +203,40 @@ class CaptureLifecycle:
         self.s.queries.forget_process()
         self.s.load_bias = None
         self.s.exec_file = self.s.config.elf_path  # asked again: vRun may name another program
-        self.s._stopped = None
-        self.s._last_stop = None
-        self.s._resume = None
-        self.s._interrupt_forwarded = self.s._interrupt_pending = self.s._interrupt_at_resume = False
-        self.s._interrupted_for_leave = False
+        self.s.stopped = None
+        self.s.last_stop = None
+        self.s.resume = None
+        self.s.interrupt_forwarded = self.s.interrupt_pending = self.s.interrupt_at_resume = False
+        self.s.interrupted_for_leave = False
         self.s.ns.held.clear()
         self.s.processes += 1
 
     def proc_plant_then_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
         yield from self.plant()
-        self.s._proc = None
+        self.s.proc = None
         self.resume_after_proc(resume, body, raw)
 
     def proc_then_resume(self, change: Procedure, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
         """The capture's `before_resume` procedure, then the client's resume."""
         yield from change
-        self.s._proc = None
+        self.s.proc = None
         self.resume_after_proc(resume, body, raw)
 
     def leave_for_hang_up(self) -> None:
         """The client is gone and the program stopped: keep it for the next
         client, or take the proxy's things out and end."""
-        if self.s._keep_stub:
-            self.s._emit(Close("client disconnected", keep_stub=True))
-        elif not self.s._program_exited and (self.holds_program() or self.sigint_waiting()):
-            self.s._start_proc(self.proc_leave())
+        if self.s.keep_stub:
+            self.s.emit(Close("client disconnected", keep_stub=True))
+        elif not self.s.program_exited and (self.holds_program() or self.sigint_waiting()):
+            self.s.start_proc(self.proc_leave())
         else:
-            self.s._emit(Close("client disconnected"))
+            self.s.emit(Close("client disconnected"))
 
     def resume_after_proc(self, resume: Resume, body: bytes, raw: bytes | None) -> None:
         """The client's resume once the procedure that delayed it ended; a
-        Ctrl-C that came meanwhile (`_client_resume` starts afresh) goes to the
-        stub once the program runs (state._forward)."""
-        if self.s._closing:
+        Ctrl-C that came meanwhile (`client_resume` starts afresh) goes to the
+        stub once the program runs (state.forward)."""
+        if self.s.closing:
             # The client hung up while the probes were planted (or the capture
             # changed): nobody waits for this resume. Resumed, the program ran
             # with the proxy's breakpoints and trace points and nobody took
@@ -244,22 +244,22 @@ class CaptureLifecycle:
             # dead of SIGTRAP).
             self.leave_for_hang_up()
             return
-        pending = self.s._interrupt_pending
-        self.s._client_resume(resume, body, raw)
-        if pending and self.s._resume is not None and not self.s._resume.is_step:
-            if self.s._proc is not None:
-                self.s._interrupt_pending = True  # another procedure first (a step off a probe)
-            elif not self.s._interrupt_forwarded:
-                self.s._interrupt_forwarded = True
-                self.s._emit(ToStubRaw(b"\x03"))
+        pending = self.s.interrupt_pending
+        self.s.client_resume(resume, body, raw)
+        if pending and self.s.resume is not None and not self.s.resume.is_step:
+            if self.s.proc is not None:
+                self.s.interrupt_pending = True  # another procedure first (a step off a probe)
+            elif not self.s.interrupt_forwarded:
+                self.s.interrupt_forwarded = True
+                self.s.emit(ToStubRaw(b"\x03"))
 
     def plant(self) -> Generator[Exchange, list[bytes], None]:
         """Find the program, plant the probes and install the capture (before it first runs)."""
-        self.s._planted = True
+        self.s.planted = True
         if self.early:
             # installed at the client's first stop (_proc_prepare): finish it
             self.early = False
-            proc = self.s._capture_call("install")  # uprobes: the attach's thread joined
+            proc = self.s.capture_call("install")  # uprobes: the attach's thread joined
             if proc is not None:
                 yield from proc
             yield from self._uncounted_as_breakpoints()
@@ -276,7 +276,7 @@ class CaptureLifecycle:
                     probes += self.s.config.resolve_probes(self.s.exec_file, self.entry)
                 except Exception as err:  # file problems come back as text
                     self.plant_failed = str(err)
-                    self.s._emit(Notice(f"probes not planted: {err}"))
+                    self.s.emit(Notice(f"probes not planted: {err}"))
             if self.s.config.open_target is not None:
                 self.s.target = self._open_target(ident)
         arch, refused = _program_arch(self.s.exec_file)
@@ -287,7 +287,7 @@ class CaptureLifecycle:
             # offset of another CPU: the program would trap at the proxy's own breakpoints
             self.s.mode, probes = "off", []
             self.s.capture_notice = f"{refused}: capture off (mode off), tasks are read from memory at stops"
-            self.s._emit(Notice(self.s.capture_notice))
+            self.s.emit(Notice(self.s.capture_notice))
         if self.s.capture is None and self.s.config.make_capture is not None and self.s.mode != "off":
             name = self.capture_name
             inv = getattr(self.s.target, "inventory", None)
@@ -300,7 +300,7 @@ class CaptureLifecycle:
                 self._new_capture(name, self.s.mode)
             except ValueError as err:
                 self.s.capture_notice = f"capture {self.capture_name}: {err}; using breakpoints"
-                self.s._emit(Notice(self.s.capture_notice))
+                self.s.emit(Notice(self.s.capture_notice))
                 self._new_capture("breakpoints", self.s.mode)
         self.count_probes = probes
         # the probes the capture does not count itself become hidden breakpoints
@@ -308,7 +308,7 @@ class CaptureLifecycle:
         self._planted_notice()
 
     def _planted_notice(self) -> None:
-        self.s._emit(Notice(f"planted {len(self.s.probes)} probe(s)"
+        self.s.emit(Notice(f"planted {len(self.s.probes)} probe(s)"
                           + (f"; {len(self.capture_counts)} counted by {self.s.capture.name} without a stop"
                              if self.capture_counts and self.s.capture is not None else "")))
 
@@ -316,14 +316,14 @@ class CaptureLifecycle:
         """The program's file, pid, AT_ENTRY and host (the stub's exec-file and
         auxv, then the identity proof): once per process, at the client's first
         stop (_proc_prepare) or at the first resume."""
-        if self.s._found:
+        if self.s.found:
             return self.s.identity
         if self.s.exec_file is None and feature_on(self.s.stub_features, "qXfer:exec-file:read"):
             (reply,) = yield Exchange((b"qXfer:exec-file:read::0,fff",))
             if reply[:1] in (b"l", b"m"):
                 self.s.exec_file = unescape_binary(reply[1:]).decode(errors="replace")
         pid = self.stop_pid()
-        self.s._main_pid = pid
+        self.s.main_pid = pid
         entry: int | None = None
         auxv: bytes | None = None
         if feature_on(self.s.stub_features, "qXfer:auxv:read"):
@@ -342,7 +342,7 @@ class CaptureLifecycle:
             self.s.exec_file = self.s.config.local_exe(ident.host_pid) or self.s.exec_file
         elif ident.exe is not None and self.s.config.elf_path is None:
             self.s.exec_file = ident.exe  # the stub's path is not this host's (a mount namespace)
-        self.s._found = True
+        self.s.found = True
         # memory read here, as the stub's `m` shows it (known.py): a proven local program of
         # a CPU whose breakpoint is the 0xcc the reader looks for
         self.s.known.drop_memory()
@@ -355,7 +355,7 @@ class CaptureLifecycle:
         assert self.s.config.open_target is not None
         feats = frozenset(f.name for f in self.s.stub_features if f.value != "-")
         target = self.s.config.open_target(self.s.exec_file, self.entry,
-                                         ident.host_pid if ident.local else self.s._main_pid, feats)
+                                         ident.host_pid if ident.local else self.s.main_pid, feats)
         target.identity, target.local = ident, ident.local
         return target
 
@@ -367,9 +367,9 @@ class CaptureLifecycle:
         cfg = self.s.config
         return (cfg.resolve_probes is not None and cfg.make_capture is not None and cfg.open_target is not None
                 and cfg.identify is not None and self.s.capture is None and self.s.mode != "off"
-                and not (self.s._planted or self.s._capture_installed or self.s._found or self.s.non_stop
-                         or self.s._closing or self.s.bps.client)
-                and self.s._proc is None and self.stop_pid() is not None)
+                and not (self.s.planted or self.s.capture_installed or self.s.found or self.s.non_stop
+                         or self.s.closing or self.s.bps.client)
+                and self.s.proc is None and self.stop_pid() is not None)
 
     def proc_prepare(self) -> Procedure:
         """The client's first stop of a process: the capture installed now when
@@ -383,19 +383,19 @@ class CaptureLifecycle:
         meanwhile (three reads of the stub, the plan's few ms of CPU: what the
         first resume paid for them before); a Ctrl-C meanwhile waits for the
         next continue, as any while the program is stopped (core.client_interrupt)."""
-        self.s._preparing = True
+        self.s.preparing = True
         try:
             yield from self._prepare()
         finally:
-            self.s._preparing = False
-        self.s._proc = None
-        if self.s._closing:
+            self.s.preparing = False
+        self.s.proc = None
+        if self.s.closing:
             # the client hung up meanwhile: client_closed left it to this procedure's end
             self.leave_for_hang_up()
 
     def _prepare(self) -> Generator[Exchange, list[bytes], None]:
         ident = yield from self.find_program()
-        if not ident.local or self.s._closing or self.s.bps.client:
+        if not ident.local or self.s.closing or self.s.bps.client:
             return
         assert self.s.config.resolve_probes is not None and self.s.config.make_capture is not None
         try:
@@ -413,14 +413,14 @@ class CaptureLifecycle:
         self.s.target, self.s.capture = target, cap
         self._say_fallback()
         target.extra["client_breakpoints"] = self.s.bps
-        planned = self.s._capture_call("plan", target)
-        taken = self.s._capture_call("count_probes", list(probes))
-        if planned or set(taken or ()) != {p.addr for p in probes} or not self.s._capture_call("install_early"):
+        planned = self.s.capture_call("plan", target)
+        taken = self.s.capture_call("count_probes", list(probes))
+        if planned or set(taken or ()) != {p.addr for p in probes} or not self.s.capture_call("install_early"):
             self.s.target = self.s.capture = None  # nothing started: all again at the first resume
             return
         self.count_probes = probes
         self.capture_counts = {p.addr: p for p in probes}
-        self.s._capture_installed = True
+        self.s.capture_installed = True
         self.early = True
 
     def identify(self, pid: int | None, auxv: bytes | None) -> Generator[Exchange, list[bytes], Identity]:
@@ -435,7 +435,7 @@ class CaptureLifecycle:
                 self.s.identity = Identity(False, None, pid, "remote: not checked")
             else:
                 self.s.identity = yield from self.s.config.identify(pid, auxv, self.s.exec_file)
-                self.s._emit(Notice(self.s.identity.line()))
+                self.s.emit(Notice(self.s.identity.line()))
         return self.s.identity
 
     def _plant_probes(self, probes: list[Probe]) -> Generator[Exchange, list[bytes], None]:
@@ -449,7 +449,7 @@ class CaptureLifecycle:
             replies = yield Exchange(tuple(bodies))
             bad = [b for b, r in zip(bodies, replies) if r != b"OK"]
             if bad:
-                self.s._emit(Notice(f"{len(bad)} probe(s) could not be inserted: {bad[0]!r}"))
+                self.s.emit(Notice(f"{len(bad)} probe(s) could not be inserted: {bad[0]!r}"))
 
     def _install_capture(self, unplanted: list[Probe] | None = None) -> Generator[Exchange, list[bytes], None]:
         """Plan and install the capture backend on the target. `unplanted`: count
@@ -462,10 +462,10 @@ class CaptureLifecycle:
         # The client's breakpoints so far: a backend that must change how the stub
         # holds some of them (uprobes: Z0 at a probe site -> Z1) keeps the table true.
         self.s.target.extra["client_breakpoints"] = self.s.bps
-        planned = self.s._capture_call("plan", self.s.target) or []
+        planned = self.s.capture_call("plan", self.s.target) or []
         # A backend may count some --probe functions itself (uprobes): our hidden
         # breakpoints there go out first (a uprobe swallows a Z0 at its address).
-        taken = set(self.s._capture_call("count_probes", list(self.count_probes)) or ())
+        taken = set(self.s.capture_call("count_probes", list(self.count_probes)) or ())
         self.capture_counts = {p.addr: p for p in self.count_probes if p.addr in taken}
         keys = [(0, a, self.s.arch.bp_kind) for a in self.capture_counts if self.s.probes.pop(a, None) is not None]
         bodies = tuple(z_packet(False, k) for k in keys if self.s.bps.proxy_remove(k))
@@ -474,14 +474,14 @@ class CaptureLifecycle:
         yield from self._plant_probes([p for p in unplanted or [] if p.addr not in self.capture_counts])
         self._capture_keys = [(0, p.addr, self.s.arch.bp_kind) for p in planned if p.addr not in self.s.probes]
         yield from self._plant_probes([p for p in planned if p.addr not in self.s.probes])
-        proc = self.s._capture_call("install")
+        proc = self.s.capture_call("install")
         if proc is not None:
             yield from proc
-        self.s._capture_installed = True
+        self.s.capture_installed = True
         yield from self._uncounted_as_breakpoints()
 
     def _uncounted_as_breakpoints(self) -> Generator[Exchange, list[bytes], None]:
-        if self.capture_counts and not self.s._capture_call("counting"):
+        if self.capture_counts and not self.s.capture_call("counting"):
             # the backend could not put its probes in (uprobes: the attach failed):
             # they are hidden breakpoints again, as under a backend that counts none
             yield from self._plant_probes(self._fold_capture_counts())
@@ -491,11 +491,11 @@ class CaptureLifecycle:
         cap = self.s.capture
         if cap is None:
             return
-        if self.s._capture_installed:
-            proc = self.s._capture_call("uninstall")
+        if self.s.capture_installed:
+            proc = self.s.capture_call("uninstall")
             if proc is not None:
                 yield from proc
-            self.s._capture_installed = False
+            self.s.capture_installed = False
         if self.capture_counts:
             # the capture's counts join ours; its probes become hidden breakpoints again
             # (after its uninstall: the uprobes are out before our Z0 goes in)
@@ -513,7 +513,7 @@ class CaptureLifecycle:
 
     def _fold_capture_counts(self) -> list[Probe]:
         """The count probes the capture counted: their hits join ours; returns them."""
-        for addr, n in (self.s._capture_call("probe_counts") or {}).items():
+        for addr, n in (self.s.capture_call("probe_counts") or {}).items():
             if addr in self.capture_counts:
                 self.s.stats.probe_stats.add(self.capture_counts[addr], n)
         counted, self.capture_counts = list(self.capture_counts.values()), {}
@@ -525,22 +525,22 @@ class CaptureLifecycle:
 
     def proc_switch(self, name: str | None, mode: str | None, then: bytes | None = None) -> Procedure:
         yield from self.switch(name, mode)
-        self.s._proc = None
+        self.s.proc = None
         if then is not None:
             self._dispatch_after_switch(then)
 
     def _dispatch_after_switch(self, body: bytes) -> None:
         # The backend that handed over is gone: the packet takes the normal
         # path, and no backend sees it again (it would hand over forever).
-        self.s._dispatch_client(body, None, handed_over=True)
+        self.s.dispatch_client(body, None, handed_over=True)
 
     def switch(self, name: str | None, mode: str | None) -> Generator[Exchange, list[bytes], None]:
         name = name or self.capture_name
         mode = mode or self.s.mode
-        if self.s.capture is not None and (self.s._planted or self.s._capture_installed):
+        if self.s.capture is not None and (self.s.planted or self.s.capture_installed):
             # before the first resume only an early install (_proc_prepare): its
             # probes are planted with the new backend at the first resume
-            yield from self._uninstall_capture(replant=self.s._planted)
+            yield from self._uninstall_capture(replant=self.s.planted)
         self.early = False
         self.capture_name, self.s.mode = name, mode
         self.s.stats.capture_switches += 1
@@ -548,7 +548,7 @@ class CaptureLifecycle:
             return
         self._keep_residue()
         self.s.capture = None
-        if not self.s._planted:
+        if not self.s.planted:
             return  # the first resume plants and installs it
         if mode != "off":
             self._new_capture(name, mode)
@@ -560,8 +560,8 @@ class CaptureLifecycle:
         attached to; they came before the first resume made the backend)."""
         self.s.capture = self.s.config.make_capture(name, mode, self.s.target)
         self._say_fallback()
-        for body in self.s._client_symbols.values():
-            self.s._capture_call("client_request", body)
+        for body in self.s.client_symbols.values():
+            self.s.capture_call("client_request", body)
 
     def _say_fallback(self) -> None:
         """`--capture auto` passed over a cheaper capture: one line on the proxy's
@@ -569,54 +569,54 @@ class CaptureLifecycle:
         line = getattr(self.s.capture, "fallback", None)
         if line and line not in self._fallbacks_said:
             self._fallbacks_said.add(line)
-            self.s._emit(Notice(line))
+            self.s.emit(Notice(line))
 
     def _keep_residue(self) -> None:
         """The backend is being dropped: what it left in the stub stays hidden."""
-        residue = self.s._capture_call("residue") if self.s.capture is not None else None
+        residue = self.s.capture_call("residue") if self.s.capture is not None else None
         if residue is not None:
-            self.s._residues.append(residue)
+            self.s.residues.append(residue)
 
     def tick(self, now: float) -> None:
         """Called by the shell every few tens of ms: lets the capture ask for a
         hidden stop while the program runs (a drain before its buffer fills)."""
-        if (self.s.capture is None or not self.s.running or self.s._proc is not None or self.s._closing or self.s.non_stop
-                or self.s._interrupt_forwarded or self._capture_interrupt or not self.s._capture_installed):
+        if (self.s.capture is None or not self.s.running or self.s.proc is not None or self.s.closing or self.s.non_stop
+                or self.s.interrupt_forwarded or self._capture_interrupt or not self.s.capture_installed):
             return
-        if self.s._capture_call("wants_interrupt", now):
+        if self.s.capture_call("wants_interrupt", now):
             self._capture_interrupt = True
-            self.s._interrupt_program()
+            self.s.interrupt_program()
 
     def _proc_capture_stop(self, proc: Procedure | None) -> Procedure:
         """A stop the capture caused: its own interrupt (drain), or a stop it
         records itself. Hidden: run the capture's procedure, resume as the
         client asked (rule 3: no signal repeated)."""
         t0 = self.s.config.clock()
-        last = self.s._last_stop
+        last = self.s.last_stop
         if proc is None:
             self.s.stats.hidden_interrupts += 1
-            proc = self.s._capture_call("sync")
+            proc = self.s.capture_call("sync")
         if proc is not None:
             yield from proc
         self.s.stats.hidden_time += self.s.config.clock() - t0
-        self.s._proc = None
-        resume = self.s._resume
-        if self.s._closing or resume is None:
-            self.s._report_stop(last, None, b"S%02x" % SIGINT)
+        self.s.proc = None
+        resume = self.s.resume
+        if self.s.closing or resume is None:
+            self.s.report_stop(last, None, b"S%02x" % SIGINT)
             return
-        if self.s._interrupt_pending:
+        if self.s.interrupt_pending:
             # The client's Ctrl-C arrived meanwhile (rule 8).
-            self.s._report_stop(None, None, b"S%02x" % SIGINT)
+            self.s.report_stop(None, None, b"S%02x" % SIGINT)
             return
-        self.s._forward(without_signals(resume), None, resume=True)
+        self.s.forward(without_signals(resume), None, resume=True)
 
     def _proc_capture_exited(self, proc: Procedure, sr: StopReply, raw: bytes) -> Procedure:
         """The program exited (or exec'd): the capture collects what it recorded
         since the last stop (a tracepoint buffer stays readable), then the
         client sees the exit (the exec)."""
         yield from proc
-        self.s._proc = None
-        self.s._report_stop(sr, raw)
+        self.s.proc = None
+        self.s.report_stop(sr, raw)
 
     def _proc_clean_fork_child(self, sr: StopReply, raw: bytes, child: ThreadId) -> Procedure:
         """A fork child inherits the parent's memory, the proxy's int3s
@@ -626,8 +626,8 @@ class CaptureLifecycle:
         process selected with Hg), then put the stub's selection back on the
         thread that reported the fork (rule 6), then report the fork."""
         yield from self._clean_fork_child(sr, child)
-        self.s._proc = None
-        self.s._report_stop(sr, raw)
+        self.s.proc = None
+        self.s.report_stop(sr, raw)
 
     def _clean_fork_child(self, sr: StopReply, child: ThreadId) -> Procedure:
         assert sr.thread is not None
@@ -635,7 +635,7 @@ class CaptureLifecycle:
         bodies += [z_packet(False, k) for k in self.s.bps.proxy_only()]
         yield Exchange(tuple(bodies))
         if self.s.capture is not None:
-            proc = self.s._capture_call("forked", child)
+            proc = self.s.capture_call("forked", child)
             if proc is not None:
                 yield from proc
         yield Exchange((b"Hg" + sr.thread.format(True),))
@@ -650,48 +650,48 @@ class CaptureLifecycle:
         (reply,) = yield Exchange((b"D;%x" % pid,))
         self.s.stats.hidden_forks += 1
         if reply != b"OK":
-            self.s._emit(Notice(f"could not detach the forked child {child.pid}: {reply.decode(errors='replace')}"))
+            self.s.emit(Notice(f"could not detach the forked child {child.pid}: {reply.decode(errors='replace')}"))
 
     def proc_detach_child(self, body: bytes) -> Procedure:
         """The client detaches a fork child; then the capture syncs before the
         client hears back (gdbserver stops a trace experiment at any detach:
         the tracepoint backend restarts it here, while the program is stopped)."""
         (reply,) = yield Exchange((body,))
-        proc = self.s._capture_call("sync")
+        proc = self.s.capture_call("sync")
         if proc is not None:
             yield from proc
-        self.s._proc = None
-        self.s._reply(reply)
+        self.s.proc = None
+        self.s.reply(reply)
 
     def client_selects_other_process(self) -> bool:
         g = self.s.client_g_thread
-        if not g or self.s._main_pid is None or not g.startswith(b"p"):
+        if not g or self.s.main_pid is None or not g.startswith(b"p"):
             return False
         try:
             pid = ThreadId.parse(g).pid
         except MalformedPacket:
             return False
-        return pid is not None and pid > 0 and pid != self.s._main_pid
+        return pid is not None and pid > 0 and pid != self.s.main_pid
 
     def other_process(self, body: bytes) -> bool:
         """`D;pid` / `vKill;pid` naming a process other than the program's."""
         _, sep, arg = body.partition(b";")
-        if not sep or self.s._main_pid is None:
+        if not sep or self.s.main_pid is None:
             return False
         try:
-            return int(arg, 16) != self.s._main_pid
+            return int(arg, 16) != self.s.main_pid
         except ValueError:
             return False
 
     def _stop_of_other_process(self, sr: StopReply) -> bool:
         """A stop of a process other than the program's (a fork child gdb keeps)."""
         pid = sr.thread.pid if sr.thread is not None else None
-        return pid is not None and pid > 0 and self.s._main_pid is not None and pid != self.s._main_pid
+        return pid is not None and pid > 0 and self.s.main_pid is not None and pid != self.s.main_pid
 
     def stop_pid(self) -> int | None:
         """The program's pid from the last stop (without multiprocess ids the
         first stop's thread is the main thread, whose tid is the pid)."""
-        st = self.s._last_stop
+        st = self.s.last_stop
         if st is None or st.thread is None:
             return None
         pid = st.thread.pid or st.thread.tid
@@ -702,11 +702,11 @@ class CaptureLifecycle:
         `qSymbol:NAME` and got no answer): every packet of the leave would be taken as a
         malformed answer, so each question is answered "unknown" until the stub is done."""
         for _ in range(256):
-            if self.s._symbol_lookup is None:
+            if self.s.symbol_lookup is None:
                 return
-            (reply,) = yield Exchange((b"qSymbol::" + self.s._symbol_lookup,))
-            self.s._symbol_lookup = reply[8:] if reply.startswith(b"qSymbol:") and len(reply) > 8 else None
-        self.s._symbol_lookup = None
+            (reply,) = yield Exchange((b"qSymbol::" + self.s.symbol_lookup,))
+            self.s.symbol_lookup = reply[8:] if reply.startswith(b"qSymbol:") and len(reply) > 8 else None
+        self.s.symbol_lookup = None
 
     def proc_leave(self, then: tuple[bytes, bytes | None] | None = None) -> Procedure:
         yield from self._end_symbol_lookup()
@@ -717,7 +717,7 @@ class CaptureLifecycle:
             # code after the proxy had exited (test_faults'
             # test_client_disconnect_leaves_no_breakpoint[uprobes]), so the
             # links are closed waiting, as at a detach.
-            self.s._capture_call("leaving")
+            self.s.capture_call("leaving")
         yield from self._uninstall_capture(replant=False)
         keys = self.s.bps.proxy_only()
         bodies = tuple(z_packet(False, k) for k in keys)
@@ -730,12 +730,12 @@ class CaptureLifecycle:
         # detached (fault campaign, breakpoints, the client killed: 2 of 12
         # programs dead of SIGINT).
         stray = self._capture_interrupt or (yield from self.sigint_waiting_now())
-        if then is None and (self.s._interrupted_for_leave or stray):
+        if then is None and (self.s.interrupted_for_leave or stray):
             # The client hung up while the program ran: the proxy's own
             # interrupt stopped it with SIGINT. Tell the stub to pass no
             # signal, or an attached program dies of it once detached.
             bodies = (b"QProgramSignals:",) + bodies
-        last = self.s._last_stop
+        last = self.s.last_stop
         consumed = False
         if stray:
             # The capture's own interrupt crossed the stop the client saw: its
@@ -749,10 +749,10 @@ class CaptureLifecycle:
                         or not (yield from self.sigint_waiting_now()):
                     break
             self._capture_interrupt = False
-            self.s._sigint_crossed = False
+            self.s.sigint_crossed = False
             bodies = ()
             consumed = True
-        if not consumed and then is None and self.s._interrupted_for_leave and last is not None \
+        if not consumed and then is None and self.s.interrupted_for_leave and last is not None \
                 and last.signal != SIGINT:
             # Our 0x03 crossed a stop reply already on its way: gdbserver,
             # stopped, turned it into a SIGINT queued for the program, which
@@ -763,9 +763,9 @@ class CaptureLifecycle:
             yield Exchange(bodies)
         for k in keys:
             self.s.bps.proxy_remove(k)
-        self.s._proc = None
+        self.s.proc = None
         if then is not None:
-            self.s._forward(then[0], then[1])
+            self.s.forward(then[0], then[1])
         else:
             # The client is gone: leave the program as gdbserver would
             # (detach / kill is the stub's call when the link closes). The
@@ -773,8 +773,8 @@ class CaptureLifecycle:
             # the keeper (shell/keeper.py) to do - it took several seconds
             # over the client's breakpoints, which gdbserver's own detach of
             # a stopped program takes out.
-            self.s._left = True
-            self.s._emit(Close("client disconnected"))
+            self.s.left = True
+            self.s.emit(Close("client disconnected"))
 
     def exec_forgets_breakpoints(self, sr: StopReply) -> None:
         """gdbserver forgets every breakpoint of a process that calls exec (the int3s went
@@ -790,22 +790,22 @@ class CaptureLifecycle:
         life or the capture: exit, fork, exec, the capture's own interrupt, a
         stop the capture caused. True when handled (a procedure runs)."""
         if sr.kind in ("W", "X"):
-            self.s._program_exited = True
+            self.s.program_exited = True
             self.s.bps.forget_all()
-            installed, self.s._capture_installed = self.s._capture_installed, False  # nothing is left in a process that is gone
-            proc = self.s._capture_call("exited", sr) if installed and self.s.capture is not None else None
+            installed, self.s.capture_installed = self.s.capture_installed, False  # nothing is left in a process that is gone
+            proc = self.s.capture_call("exited", sr) if installed and self.s.capture is not None else None
             if proc is not None:
-                self.s._start_proc(self._proc_capture_exited(proc, sr, raw))
+                self.s.start_proc(self._proc_capture_exited(proc, sr, raw))
                 return True
-            self.s._report_stop(sr, raw)
+            self.s.report_stop(sr, raw)
             return True
-        if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self.s._hidden_forks:
+        if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self.s.hidden_forks:
             try:
                 hidden: ThreadId | None = ThreadId.parse(sr.reason_value)
             except MalformedPacket:
                 hidden = None
             if hidden is not None and hidden.pid:
-                self.s._start_proc(self._proc_capture_stop(self._proc_hidden_fork(sr, hidden, hidden.pid)))
+                self.s.start_proc(self._proc_capture_stop(self._proc_hidden_fork(sr, hidden, hidden.pid)))
                 return True
         if sr.kind == "T" and sr.reason == "fork" and sr.thread is not None and self.holds_program():
             try:
@@ -813,42 +813,42 @@ class CaptureLifecycle:
             except MalformedPacket:
                 child = None
             if child is not None:
-                self.s._start_proc(self._proc_clean_fork_child(sr, raw, child))
+                self.s.start_proc(self._proc_clean_fork_child(sr, raw, child))
                 return True
         self.exec_forgets_breakpoints(sr)
         if sr.kind == "T" and sr.reason == "exec" and self.holds_program():
             # A new image: the probes went with the old one (the stub forgets
             # the process's breakpoints at exec). Stop capturing, say so.
             # The capture first collects what it recorded in the old image.
-            proc = self.s._capture_call("exited", sr) if self.s._capture_installed and self.s.capture is not None else None
+            proc = self.s.capture_call("exited", sr) if self.s.capture_installed and self.s.capture is not None else None
             self.s.bps.proxy.clear()
             self.s.bps.version += 1
             self.s.probes.clear()
             self._capture_keys = []
-            self.s._capture_installed = False
+            self.s.capture_installed = False
             if self.s.capture is not None:
                 try:
                     path: str | None = bytes.fromhex(sr.reason_value.decode()).decode(errors="replace")
                 except ValueError:
                     path = None
-                self.s._capture_call("exec_happened", path)
+                self.s.capture_call("exec_happened", path)
                 self._fold_capture_counts()
                 self._keep_residue()
             self.s.capture = None
             self.s.capture_notice = "the program called exec: capture stopped (its probes belonged to the old image)"
-            self.s._emit(Notice(self.s.capture_notice))
+            self.s.emit(Notice(self.s.capture_notice))
             if proc is not None:
-                self.s._start_proc(self._proc_capture_exited(proc, sr, raw))
+                self.s.start_proc(self._proc_capture_exited(proc, sr, raw))
                 return True
-        if self._capture_interrupt and sr.signal == SIGINT and not self.s._interrupt_forwarded and not self.s._closing:
+        if self._capture_interrupt and sr.signal == SIGINT and not self.s.interrupt_forwarded and not self.s.closing:
             # Our own interrupt (a drain the capture asked for): hidden.
             self._capture_interrupt = False
-            self.s._start_proc(self._proc_capture_stop(None))
+            self.s.start_proc(self._proc_capture_stop(None))
             return True
         if self.s.capture is not None and sr.kind == "T":
-            proc = self.s._capture_call("stop", sr)
+            proc = self.s.capture_call("stop", sr)
             if proc is not None:
-                self.s._start_proc(self._proc_capture_stop(proc))
+                self.s.start_proc(self._proc_capture_stop(proc))
                 return True
         return False
 

@@ -214,7 +214,7 @@ class NonStopMode:
     # -- the client's side
     def client_nonstop(self, body: bytes, raw: bytes | None) -> None:
         self.request = body[len(b"QNonStop:"):] == b"1"
-        self.s._forward(body, raw)
+        self.s.forward(body, raw)
 
     def reply_seen(self, body: bytes) -> None:
         """A reply to the client's request went by (QNonStop's OK)."""
@@ -230,14 +230,14 @@ class NonStopMode:
         if self.queue:
             self.queue.popleft()
         if self.queue:
-            self.s._reply(self.queue[0])
+            self.s.reply(self.queue[0])
         else:
             self.notified = False
-            self.s._reply(b"OK")
+            self.s.reply(b"OK")
 
     def client_status(self) -> None:
         """`?`: gdbserver answers one stopped thread and queues the others."""
-        self.s._start_proc(self._proc_status())
+        self.s.start_proc(self._proc_status())
 
     def _proc_status(self) -> Procedure:
         (first,) = yield Exchange((b"?",))
@@ -245,11 +245,11 @@ class NonStopMode:
         if stops:
             stops += yield from self._drain()
         yield from self._status_held(stops)
-        self.s._proc = None
+        self.s.proc = None
         self.queue.clear()
         self.queue.extend(stops)
         self.notified = bool(stops)
-        self.s._reply(stops[0] if stops else b"OK")
+        self.s.reply(stops[0] if stops else b"OK")
 
     def _status_held(self, stops: list[bytes]) -> Procedure:
         """`?` answers a stop for every thread whose stop gdbserver reported
@@ -292,19 +292,19 @@ class NonStopMode:
                 if action.op != "t":
                     self.held.discard(k)
         self.held.update(_key(t) for t in spared)  # type: ignore[misc]
-        plant = not self.s._planted and (self.s.config.resolve_probes is not None or self.s.capture is not None
+        plant = not self.s.planted and (self.s.config.resolve_probes is not None or self.s.capture is not None
                                          or self.s.config.make_capture is not None)
         if spared:
-            self.s._start_proc(self._proc_resume_sparing(resume, spared, plant))
+            self.s.start_proc(self._proc_resume_sparing(resume, spared, plant))
         elif plant:
-            self.s._start_proc(self._proc_plant_then(body, raw))
+            self.s.start_proc(self._proc_plant_then(body, raw))
         else:
-            self.s._forward(body, raw)
+            self.s.forward(body, raw)
 
     def _proc_plant_then(self, body: bytes, raw: bytes | None) -> Procedure:
         yield from self.s.lifecycle.plant()
-        self.s._proc = None
-        self.s._forward(body, raw)
+        self.s.proc = None
+        self.s.forward(body, raw)
 
     def queued_threads(self) -> list[ThreadId]:
         """The threads a wildcard resume must leave stopped, as gdbserver does: those with a
@@ -339,19 +339,19 @@ class NonStopMode:
         if plant:
             yield from self.s.lifecycle.plant()
         threads = yield from self._threads()
-        packets = spell_out(resume, threads, spared, self.s._packet_size)
+        packets = spell_out(resume, threads, spared, self.s.packet_size)
         if len(packets) > 1:
             replies = yield Exchange(tuple(packets[:-1]))
             bad = next((r for r in replies if r != b"OK"), None)
             if bad is not None:
-                self.s._proc = None
-                self.s._reply(bad)
+                self.s.proc = None
+                self.s.reply(bad)
                 return
-        self.s._proc = None
+        self.s.proc = None
         if packets:
-            self.s._forward(packets[-1], None)
+            self.s.forward(packets[-1], None)
         else:
-            self.s._reply(b"OK")  # every thread it named is spared: gdbserver resumes none and says OK
+            self.s.reply(b"OK")  # every thread it named is spared: gdbserver resumes none and says OK
 
     def _action_for(self, thread: ThreadId | None) -> ResumeAction | None:
         k = _key(thread)
@@ -362,7 +362,7 @@ class NonStopMode:
     # -- the stub's side
     def notification(self, body: bytes, raw: bytes) -> None:
         if not self.on or not body.startswith(b"Stop:"):
-            self.s._emit(ToClientRaw(raw))
+            self.s.emit(ToClientRaw(raw))
             return
         body = body[len(b"Stop:"):]
         if b"*" in body:  # run-length encoded like any reply
@@ -372,9 +372,9 @@ class NonStopMode:
         self.kick()
 
     def kick(self) -> None:
-        if self.waiting and self.s._proc is None and not self.s._closing:
+        if self.waiting and self.s.proc is None and not self.s.closing:
             self.waiting = False
-            self.s._start_proc(self._proc_cycle())
+            self.s.start_proc(self._proc_cycle())
 
     def _drain(self) -> Procedure:
         """vStopped until OK: the stub's queued stops (the first one, notified
@@ -402,7 +402,7 @@ class NonStopMode:
         placed = yield from self._place(stops)
         for body, sr, hit, pc in placed:
             yield from self._sort(body, sr, hit, pc)
-        self.s._proc = None
+        self.s.proc = None
 
     def placeable(self, sr: StopReply | None) -> bool:
         """A stop without a thread that the proxy must place: one of its own
@@ -471,7 +471,7 @@ class NonStopMode:
                     hits[i] = t.signo == SIGTRAP and t.code != TRAP_TRACE
                     pcs[i] = t.pc
                 break
-            if self.s._closing or verdict == "odd" or rounds >= PLACE_MAX_ROUNDS or (
+            if self.s.closing or verdict == "odd" or rounds >= PLACE_MAX_ROUNDS or (
                     rounds >= PLACE_ROUNDS and self.s.config.clock() - t0 >= PLACE_WAIT):
                 yield from self._guess(parsed, todo, seen)
                 selected = False
@@ -537,9 +537,9 @@ class NonStopMode:
         `hit`: False when the thread's siginfo says it only stepped onto the
         address (a client's step ending at a probe is not a hit)."""
         if sr is not None and sr.kind in ("W", "X"):
-            self.s._program_exited = True
+            self.s.program_exited = True
             self.s.bps.forget_all()
-            self.s._capture_installed = False
+            self.s.capture_installed = False
             self.held.clear()
         if sr is not None:
             self.s.lifecycle.exec_forgets_breakpoints(sr)
@@ -590,7 +590,7 @@ class NonStopMode:
         self.queue.append(body)
         if not self.notified:
             self.notified = True
-            self.s._emit(ToClientRaw(frame_notification(b"Stop:" + body)))
+            self.s.emit(ToClientRaw(frame_notification(b"Stop:" + body)))
 
     def _select(self, thread: ThreadId) -> bytes:
         return b"Hg" + thread.format(thread.pid is not None)
@@ -612,7 +612,7 @@ class NonStopMode:
         action = self._action_for(thread)
         reads = self.s.hidden.capture_reads(probe, sr)
         em = None
-        if (self.s._emulate and probe.code and action is not None and action.op in ("c", "C")):
+        if (self.s.emulate and probe.code and action is not None and action.op in ("c", "C")):
             em = emulate.decode(probe.code)
         extra: tuple[bytes, ...] = ()
         sp = sr.register_value(self.s.sp_regnum)

@@ -58,12 +58,12 @@ class Queries:
         text = parse_qrcmd(body)
         words = text.split()
         if words[:2] == ["async", "step"]:  # the step follower's switch (stepping.py)
-            self.s._reply(build_console_output(self.s.stepping.command(words[2:])))
-            self.s._reply(b"OK")
+            self.s.reply(build_console_output(self.s.stepping.command(words[2:])))
+            self.s.reply(b"OK")
             return None
         if not words or words[0] != "async" or self.s.config.monitor is None:
-            return self.s._forward(body, raw)
-        self.s._start_proc(self._proc_monitor(text))
+            return self.s.forward(body, raw)
+        self.s.start_proc(self._proc_monitor(text))
         return None
 
     def _proc_monitor(self, text: str) -> Procedure:
@@ -81,21 +81,21 @@ class Queries:
                 yield from self.s.lifecycle.switch(name, mode)
             except ValueError as err:
                 out += f"asyncrsp: {err}\n"
-        self.s._proc = None
+        self.s.proc = None
         if out and not out.endswith("\n"):
             out += "\n"
         for i in range(0, len(out), 400):
-            self.s._reply(build_console_output(out[i:i + 400]))
-        self.s._reply(b"OK")
+            self.s.reply(build_console_output(out[i:i + 400]))
+        self.s.reply(b"OK")
 
     def _before_reflection(self) -> Generator[Exchange, list[bytes], None]:
         """What reading the program's state at a stop needs first: the capture's drain and
         the deferred reads, and (before the first resume) whether the stub's process is
         this host's, since reflection may then read the program here."""
         yield from self._resolve_pending_reads()
-        if not self.s._planted and self.s._last_stop is not None:
+        if not self.s.planted and self.s.last_stop is not None:
             yield from self.s.lifecycle.find_program()  # the file, pid, AT_ENTRY (the load bias) and host
-        if self.s.config.remote_maps and not self.s.identity.local and self.s._last_stop is not None and not self.s.running:
+        if self.s.config.remote_maps and not self.s.identity.local and self.s.last_stop is not None and not self.s.running:
             yield from self._read_remote_maps()
 
     def forget_process(self) -> None:
@@ -109,7 +109,7 @@ class Queries:
         (``remote_maps``; ``remote_maps_why`` says why there are none). A stub with neither a
         pid nor vFile (QEMU's user mode): the emulator's process of this host
         (``_read_emulator_maps``)."""
-        pid = self.s._main_pid or self.s.lifecycle.stop_pid()
+        pid = self.s.main_pid or self.s.lifecycle.stop_pid()
         self.remote_maps = None
         if pid is None:
             self.remote_maps_why = "the stub reported no pid"
@@ -143,7 +143,7 @@ class Queries:
             stub_random = yield from read_stub_random(self.s.lifecycle.auxv, Exchange)
             self.emulator = host.find(self.s.stub_socket, self.s.lifecycle.auxv, stub_random, self.s.exec_file)
             if not isinstance(self.emulator, str):
-                self.s._emit(Notice(f"program's memory map: {self.emulator.how}"))
+                self.s.emit(Notice(f"program's memory map: {self.emulator.how}"))
         if isinstance(self.emulator, str):
             self.remote_maps_how = None
             self.remote_maps_why = f"{self.remote_maps_why}; no emulator's process here: {self.emulator}"
@@ -229,7 +229,7 @@ class Queries:
                 else:  # ("m", [(addr, size), ...]): READS_AT_ONCE at a time, in pieces the stub takes
                     got = []
                     for i in range(0, len(value[1]), READS_AT_ONCE):
-                        got += yield from self.s._read_memory(value[1][i:i + READS_AT_ONCE])
+                        got += yield from self.s.read_memory(value[1][i:i + READS_AT_ONCE])
                 asker.answer(got)
         finally:
             asker.abandon()
@@ -263,8 +263,8 @@ class Queries:
             regs = replies
         else:
             bodies = [p for t in ids for p in (b"Hg" + t, b"g")]
-            if self.s._stub_g is not None:
-                bodies.append(b"Hg" + self.s._stub_g)
+            if self.s.stub_g is not None:
+                bodies.append(b"Hg" + self.s.stub_g)
             replies = yield Exchange(tuple(bodies))
             regs = replies[1:2 * len(ids):2]
         return {tid: r for tid, r in zip(tids, regs) if tid > 0 and not r.startswith(b"E") and r}
@@ -274,8 +274,8 @@ class Queries:
         the first question after a stop."""
         if self.s.running:
             return
-        if self.s.capture is not None and self.s._capture_installed:
-            proc = self.s._capture_call("sync")
+        if self.s.capture is not None and self.s.capture_installed:
+            proc = self.s.capture_call("sync")
             if proc is not None:
                 yield from proc
         engine = self.s.engine
@@ -284,7 +284,7 @@ class Queries:
         reads = engine.pending_reads()[:512]
         if not reads:
             return
-        got = yield from self.s._read_memory([(r.addr, r.size) for r in reads])
+        got = yield from self.s.read_memory([(r.addr, r.size) for r in reads])
         for r, data in zip(reads, got):
             engine.resolve_read(r, data)
 
@@ -292,27 +292,27 @@ class Queries:
         try:
             req = parse_qxfer(body)
         except MalformedPacket:
-            return self.s._forward(body, raw)
+            return self.s.forward(body, raw)
         if not isinstance(req, QXferRead):
-            return self.s._forward(body, raw)
-        if req.object == "features" and self.s._serve_own_tdesc and self.s.config.target_xml:
+            return self.s.forward(body, raw)
+        if req.object == "features" and self.s.serve_own_tdesc and self.s.config.target_xml:
             doc = self.s.config.target_xml.get(req.annex)
             if doc is None:
-                self.s._reply(b"E00")
+                self.s.reply(b"E00")
             else:
-                self.s._reply(build_qxfer_reply(doc.encode(), req.offset, req.length))
+                self.s.reply(build_qxfer_reply(doc.encode(), req.offset, req.length))
             return None
         if (req.object == "features" and self.s.config.target_xml and self.s.config.registers_safe
                 and req.annex == "target.xml"):
-            self.s._start_proc(self._proc_features(req, body))
+            self.s.start_proc(self._proc_features(req, body))
             return None
         if req.object == "osdata" and req.annex == "" and self.s.config.merge_osdata_types is not None:
-            self.s._start_proc(self._proc_osdata_types(req, body))
+            self.s.start_proc(self._proc_osdata_types(req, body))
             return None
         if self._is_own_qxfer(req):
-            self.s._start_proc(self._proc_own_qxfer(req))
+            self.s.start_proc(self._proc_own_qxfer(req))
             return None
-        self.s._forward(body, raw)
+        self.s.forward(body, raw)
         return None
 
     def _is_own_qxfer(self, req: QXferRead) -> bool:
@@ -326,11 +326,11 @@ class Queries:
         memory: the same read loop as a monitor command (every chunk of a document comes
         from the one snapshot of this stop)."""
         doc = yield from self.with_reads(lambda read: self._own_qxfer(req, read))
-        self.s._proc = None
+        self.s.proc = None
         if doc is None:
-            self.s._reply(b"E00")
+            self.s.reply(b"E00")
         else:
-            self.s._reply(build_qxfer_reply(doc, req.offset, req.length))
+            self.s.reply(build_qxfer_reply(doc, req.offset, req.length))
 
     def _proc_osdata_types(self, req: QXferRead, body: bytes) -> Procedure:
         """`info os`: the stub's table types followed by the proxy's own."""
@@ -346,28 +346,28 @@ class Queries:
                     break
             assert self.s.config.merge_osdata_types is not None
             self.osdata_types = self.s.config.merge_osdata_types(stub_doc or None)
-        self.s._proc = None
-        self.s._reply(build_qxfer_reply(self.osdata_types, req.offset, req.length))
+        self.s.proc = None
+        self.s.reply(build_qxfer_reply(self.osdata_types, req.offset, req.length))
 
     def _proc_features(self, req: QXferRead, body: bytes) -> Procedure:
         """Rule 11: a gdbserver asked without xmlRegisters describes no
         registers; lldb then crashes and gdb falls back to a built-in layout.
         Serve the complete description of the block the stub now sends."""
         (reply,) = yield Exchange((body,))
-        self.s._snoop_reply(reply)
-        self.s._proc = None
-        if self.s._serve_own_tdesc and self.s.config.target_xml:
+        self.s.snoop_reply(reply)
+        self.s.proc = None
+        if self.s.serve_own_tdesc and self.s.config.target_xml:
             doc = self.s.config.target_xml["target.xml"].encode()
-            self.s._reply(build_qxfer_reply(doc, req.offset, req.length))
+            self.s.reply(build_qxfer_reply(doc, req.offset, req.length))
         else:
-            self.s._reply(reply)
+            self.s.reply(reply)
 
     def _own_qxfer(self, req: QXferRead, read: Callable[[int, int], bytes | None] | None = None) -> bytes | None:
         assert self.s.config.qxfer is not None
         try:
             return self.s.config.qxfer(req.object, req.annex, self.s, read)
         except Exception as err:  # noqa: BLE001 - never take the session down
-            self.s._emit(Notice(f"qXfer:{req.object}:{req.annex} failed: {err!r}"))
+            self.s.emit(Notice(f"qXfer:{req.object}:{req.annex} failed: {err!r}"))
             return None
 
     def probes_line(self) -> str | None:
@@ -389,7 +389,7 @@ class Queries:
         s = self.s.stats
         per_probe, total = s.probe_stats.per_probe.copy(), s.probe_stats.total
         if self.s.lifecycle.capture_counts and self.s.capture is not None:  # counted by the capture (uprobes)
-            for addr, n in (self.s._capture_call("probe_counts") or {}).items():
+            for addr, n in (self.s.capture_call("probe_counts") or {}).items():
                 if addr in self.s.lifecycle.capture_counts:
                     per_probe[self.s.lifecycle.capture_counts[addr].name] += n
                     total += n
@@ -442,7 +442,7 @@ class Queries:
         if self.s.capture_notice:
             lines.append(self.s.capture_notice)
         if self.s.capture is not None:
-            lines += self.s._capture_call("stats_lines") or []
+            lines += self.s.capture_call("stats_lines") or []
         else:
             lines.append(f"capture: none (mode {self.s.mode})")
         if self.s.lifecycle.plant_failed:

@@ -169,7 +169,15 @@ class SessionStats:
 
 
 class SessionBase:
-    """State and procedure runner; see the module docstring."""
+    """State and procedure runner; see the module docstring.
+
+    Its parts (nonstop.py, lifecycle.py, hidden.py, stepping.py, queries.py, taskthreads.py)
+    hold the session and use its public names only: the procedure runner (`start_proc`,
+    `end_proc`, `proc`), the client's and the stub's sides (`reply`, `forward`, `emit`,
+    `report_stop`, `to_stub`), the capture (`capture_call`, `capture_installed`) and the
+    state of the program as the session knows it (`stopped`, `last_stop`, `resume`,
+    `planted`, `main_pid`, `program_exited`, ...). Underscored names are the session's own
+    (tests/proxy/session/test_core.py checks it from the sources)."""
 
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
@@ -181,53 +189,53 @@ class SessionBase:
         self.read_limit = ReadLimit()  # the largest `m` the stub takes (reads.py)
         # threads a proxy step went to that another thread's report answered (hidden.py): their
         # step's trap, when it comes, is the proxy's, resumed hidden (pacing.py)
-        self._orphan_steps: set[int] = set()
+        self.orphan_steps: set[int] = set()
         self._read_limit_said: str | None = None
         # work a procedure's answer does not wait for (proxy.app: the inventory's cache
         # write), sent after its replies as AfterSend when it ends
         self.after_answer: list[Callable[[], object]] = []
-        self._waiters: deque[Waiter] = deque()
-        self._proc: Procedure | None = None
+        self.waiters: deque[Waiter] = deque()
+        self.proc: Procedure | None = None
         self._proc_replies: list[bytes] = []
         self._proc_expect = 0
         self._client_queue: deque[bytes] = deque()
-        self._closing = False
-        self._keep_stub = False  # the client hung up and the stub stays for the next one
-        self._left = False  # the client detached from or killed the program
+        self.closing = False
+        self.keep_stub = False  # the client hung up and the stub stays for the next one
+        self.left = False  # the client detached from or killed the program
         self._extended = False  # extended-remote (`!`): the stub outlives its processes
         # what the client believes / asked
         self.client_features: list[Feature] = []
         self.stub_features: list[Feature] = []
         self.stub_vcont_ops: frozenset[bytes] = frozenset()  # the stub's `vCont?` reply, as the client asked it
-        self._packet_size: int | None = None  # the stub's PacketSize (qSupported), for the shield
+        self.packet_size: int | None = None  # the stub's PacketSize (qSupported), for the shield
         self.client_g_thread: bytes | None = None  # raw thread id of the client's last Hg
         # the stub's selected thread as the client believes it: its last Hg, or the
         # thread of the last stop it saw (a stop reply moves it; rule 6)
-        self._stub_g: bytes | None = None
-        self._resume: Resume | None = None  # the client's outstanding resume
-        self._interrupt_pending = False
-        self._interrupt_forwarded = False
+        self.stub_g: bytes | None = None
+        self.resume: Resume | None = None  # the client's outstanding resume
+        self.interrupt_pending = False
+        self.interrupt_forwarded = False
         # the client's Ctrl-C while the program was stopped: sent after its next continue
-        self._interrupt_at_resume = False
+        self.interrupt_at_resume = False
         # a 0x03 went to the stub and the stop that came was not its SIGINT: it
         # may have crossed that stop, and gdbserver then queued a real SIGINT
-        self._sigint_crossed = False
-        self._stopped: Stopped | None = None
-        self._last_stop: StopReply | None = None
-        self._stop_pc_override: int | None = None
-        self._interrupted_for_leave = False
-        self._planted = False
+        self.sigint_crossed = False
+        self.stopped: Stopped | None = None
+        self.last_stop: StopReply | None = None
+        self.stop_pc_override: int | None = None
+        self.interrupted_for_leave = False
+        self.planted = False
         # the program's file, pid, entry and host were found (lifecycle.find_program)
-        self._found = False
-        self._preparing = False  # _proc_prepare runs: the program stopped, no resume outstanding
-        self._residues: list[Residue] = []  # dropped backends that still hide something (tracepoints)
+        self.found = False
+        self.preparing = False  # _proc_prepare runs: the program stopped, no resume outstanding
+        self.residues: list[Residue] = []  # dropped backends that still hide something (tracepoints)
         # The client's resolved qSymbol answers, by symbol: a backend made after
         # them gets them too (`_new_capture`). gdb resolves gdbserver's lookups at
         # connect, before any backend exists, for a program it attaches to.
-        self._client_symbols: dict[bytes, bytes] = {}
+        self.client_symbols: dict[bytes, bytes] = {}
         self._reloc_failed = False  # a write of a relocated instruction was refused (qRelocInsn)
-        self._program_exited = False
-        self._serve_own_tdesc = False
+        self.program_exited = False
+        self.serve_own_tdesc = False
         # the program's CPU (proxy/arch): x86-64 until its ELF says otherwise (set_arch)
         self.arch: Arch = X86_64
         self.pc_regnum = X86_64.regnum(X86_64.pc)
@@ -239,22 +247,22 @@ class SessionBase:
         self.capture: Any = config.capture
         self.mode = config.mode
         self.target: Any = None
-        self._capture_installed = False
+        self.capture_installed = False
         self.capture_notice: str | None = None
         self.stub_socket: Any = None  # the connection to the stub, when a socket (serve.py)
-        self._emulate = False  # decided from the stub's qSupported reply
-        self._no_emulation = False  # this hit's thread is not the stub's selected one (hidden.py)
-        self._main_pid: int | None = None  # the program's process (fork children are others)
+        self.emulate = False  # decided from the stub's qSupported reply
+        self.no_emulation = False  # this hit's thread is not the stub's selected one (hidden.py)
+        self.main_pid: int | None = None  # the program's process (fork children are others)
         self._resume_checked: object = None  # the resume whose named threads the stub has (core._named_threads)
         self.processes = 1  # extended-remote: each vRun / vAttach / R starts another
         self.ns = NonStopMode(self)  # non-stop mode: its state and cycles (nonstop.py)
         self.queries = Queries(self)  # what the proxy answers itself (queries.py)
         self.lifecycle = CaptureLifecycle(self)  # the capture's life in the program (lifecycle.py)
-        self._hidden_forks = False  # fork-events asked of the stub for a client that did not ask
+        self.hidden_forks = False  # fork-events asked of the stub for a client that did not ask
         self._g_asked = False  # the client's `g` is out: its reply gives the stub's register block size
         self._g_size: int | None = None
         self._qsymbol_asked = False  # the client's qSymbol: is out: its reply may open the stub's symbol look-up
-        self._symbol_lookup: bytes | None = None  # the symbol (hex) the stub asked the client for and waits on
+        self.symbol_lookup: bytes | None = None  # the symbol (hex) the stub asked the client for and waits on
         self.shield_last: str | None = None  # why the last refused client packet was refused
         self.identity: Identity = UNDECIDED  # the program's host (proxy/host/identity.py), decided at the first resume
         # what is known of the process: its binary, its snapshot at this stop (proxy.program.Program,
@@ -267,7 +275,7 @@ class SessionBase:
         out, self._actions = self._actions, []
         return out
 
-    def _emit(self, action: Action) -> None:
+    def emit(self, action: Action) -> None:
         kind = type(action)
         if kind is ToStub:
             self.known.sent(action.body)  # type: ignore[union-attr]
@@ -301,7 +309,7 @@ class SessionBase:
         only request in flight resumes the program (the client's, or a hidden stop's step) and
         the stub acknowledged everything sent (``acked``); ``quiet``: seconds since the stub
         last sent anything."""
-        w = self._waiters
+        w = self.waiters
         if acked and len(w) == 1 and w[0].resume:
             self._actions.extend(self.pacer.kick(quiet))
 
@@ -311,9 +319,9 @@ class SessionBase:
         says the same stop again and is always a reply."""
         if self.pacer.no_ack or body[:1] not in (b"T", b"S", b"W", b"X"):
             return False
-        if self._waiters and self._waiters[0].asks_stop:
+        if self.waiters and self.waiters[0].asks_stop:
             return False
-        waited = bool(self._waiters) and self._waiters[0].resume
+        waited = bool(self.waiters) and self.waiters[0].resume
         return stop_or_none(body) is not None and not self.pacer.report(body, waited)
 
     def _copied_reply(self, body: bytes) -> bool:
@@ -321,11 +329,11 @@ class SessionBase:
         or for nothing): a reply a thread sent again for bytes it took for its ack (pacing.py).
         A resume is answered by a stop, console output, an error or an empty reply, never
         by anything else."""
-        if self.pacer.no_ack or (self._waiters and not self._waiters[0].resume):
+        if self.pacer.no_ack or (self.waiters and not self.waiters[0].resume):
             return False
         if is_console_output(body) or stop_or_none(body) is not None:
             return False
-        certain = bool(self._waiters) and body != b"" and body[:1] != b"E"
+        certain = bool(self.waiters) and body != b"" and body[:1] != b"E"
         return self.pacer.reply_copy(certain)
 
     def _stray_stop(self, waiter: Waiter | None, body: bytes) -> bool:
@@ -346,30 +354,30 @@ class SessionBase:
         if not self.pacer.no_ack:
             self._actions.extend(self.pacer.answered())
 
-    def _to_stub(self, body: bytes, waiter: Waiter) -> None:
+    def to_stub(self, body: bytes, waiter: Waiter) -> None:
         waiter.asks_stop = body == b"?"
-        self._waiters.append(waiter)
-        self._emit(ToStub(body))
+        self.waiters.append(waiter)
+        self.emit(ToStub(body))
 
     @property
     def running(self) -> bool:
         """True while the client waits for a stop reply."""
-        return self._resume is not None
+        return self.resume is not None
 
     def _waiters_for_client(self) -> bool:
-        return any(w.kind != "proc" for w in self._waiters)
+        return any(w.kind != "proc" for w in self.waiters)
 
     def _drain_client_queue(self) -> None:
-        while self._client_queue and self._proc is None and not self._waiters_for_client():
+        while self._client_queue and self.proc is None and not self._waiters_for_client():
             body = self._client_queue.popleft()
-            self._dispatch_client(body, None)
+            self.dispatch_client(body, None)
 
-    def _forward(self, body: bytes, raw: bytes | None, resume: bool = False) -> None:
+    def forward(self, body: bytes, raw: bytes | None, resume: bool = False) -> None:
         keep = body if self.capture is not None and self.capture.filters_replies else None
         self.known.forwarding(body)
-        self._waiters.append(Waiter("client-resume" if resume else "client", resume, keep, body == b"?"))
-        self._emit(ToStubRaw(raw) if raw is not None else ToStub(body))
-        if resume and self._interrupt_pending:
+        self.waiters.append(Waiter("client-resume" if resume else "client", resume, keep, body == b"?"))
+        self.emit(ToStubRaw(raw) if raw is not None else ToStub(body))
+        if resume and self.interrupt_pending:
             # The client's Ctrl-C came while a procedure prepared this resume
             # (planting the probes at the first resume, stepping a thread off
             # a probe), or while the program was stopped: the program runs
@@ -377,24 +385,24 @@ class SessionBase:
             # for a stop that never came (seen: a raw client's 0x03 during
             # the plant, 10 s without a stop). A step ends by itself: its
             # stop is the answer, and a 0x03 after it would cross that stop.
-            self._interrupt_pending = False
-            if self._resume is not None and self._resume.is_step:
+            self.interrupt_pending = False
+            if self.resume is not None and self.resume.is_step:
                 return
-            self._interrupt_forwarded = True
-            self._emit(ToStubRaw(b"\x03"))
+            self.interrupt_forwarded = True
+            self.emit(ToStubRaw(b"\x03"))
 
-    def _interrupt_program(self) -> None:
+    def interrupt_program(self) -> None:
         """The proxy's own interrupt (a capture's drain, a hang-up's clean-up): for a program
         proven to run on this host, a SIGINT to its process only (SignalProgram); else the
         0x03 (the stub's own interrupt, which may reach the program's process group)."""
         ident = self.identity
         if ident.local and ident.host_pid and not self.non_stop:
-            self._emit(SignalProgram(ident.host_pid, SIGINT))
+            self.emit(SignalProgram(ident.host_pid, SIGINT))
         else:
-            self._emit(ToStubRaw(b"\x03"))
+            self.emit(ToStubRaw(b"\x03"))
 
-    def _reply(self, body: bytes) -> None:
-        self._emit(ToClient(body))
+    def reply(self, body: bytes) -> None:
+        self.emit(ToClient(body))
 
     def set_arch(self, arch: Arch) -> None:
         """The program's CPU: where pc and sp are in its `g` block and stop replies, its
@@ -403,15 +411,15 @@ class SessionBase:
         self.pc_regnum = arch.regnum(arch.pc)
         self.sp_regnum = arch.regnum(arch.sp)
         if not arch.emulates:
-            self._emulate = False
+            self.emulate = False
             self.stepping.enabled = False
             self.stepping.refused = arch.unsupported("the step follower")
 
-    def _start_proc(self, proc: Procedure) -> None:
-        assert self._proc is None, "one procedure at a time"
+    def start_proc(self, proc: Procedure) -> None:
+        assert self.proc is None, "one procedure at a time"
         if self.bps.lingering:
             proc = self._after_lingering(proc)  # the proxy's own traffic: the stub as the client believes it
-        self._proc = proc
+        self.proc = proc
         self._advance(proc, None)
 
     def _after_lingering(self, proc: Procedure) -> Procedure:
@@ -419,31 +427,31 @@ class SessionBase:
         keys = self.bps.take_lingering()
         replies = yield Exchange(tuple(z_packet(False, k) for k in keys))
         if any(r != b"OK" for r in replies):
-            self._emit(Notice(f"the stub refused to remove a breakpoint the client removed: {replies!r}"[:200]))
+            self.emit(Notice(f"the stub refused to remove a breakpoint the client removed: {replies!r}"[:200]))
         return (yield from proc)
 
     def _proc_dispatch(self, body: bytes, raw: bytes | None, handed_over: bool = False) -> Procedure:
-        """A client request dispatched once the lingering breakpoints are out (`_start_proc`);
+        """A client request dispatched once the lingering breakpoints are out (`start_proc`);
         `handed_over`: the edge (shield, capture, residues) has seen it already."""
-        self._proc = None
-        self._dispatch_client(body, raw, handed_over=handed_over)
+        self.proc = None
+        self.dispatch_client(body, raw, handed_over=handed_over)
         return
         yield  # a procedure that asks nothing itself
 
-    def _end_proc(self) -> None:
+    def end_proc(self) -> None:
         """The running procedure answers now: its replies are the client's, not its own."""
-        self._proc = None
+        self.proc = None
 
     def _step_proc(self, replies: list[bytes]) -> None:
-        assert self._proc is not None
-        self._advance(self._proc, replies)
+        assert self.proc is not None
+        self._advance(self.proc, replies)
 
     def _advance(self, proc: Procedure, replies: list[bytes] | None) -> None:
         try:
             ex = proc.send(replies) if replies is not None else next(proc)
         except StopIteration:
-            if self._proc is proc:
-                self._proc = None
+            if self.proc is proc:
+                self.proc = None
             self._after_answer()
             self._drain_client_queue()
             self.ns.kick()
@@ -452,43 +460,43 @@ class SessionBase:
             # A stub reply the proxy's own exchange cannot read (a qSupported
             # reply with a non-ASCII feature, found by tests/proxy/session/
             # test_fuzz_session.py): the session ends with that reason.
-            if self._proc is proc:
-                self._proc = None
+            if self.proc is proc:
+                self.proc = None
             self._after_answer()
-            self._emit(Notice(f"the stub's reply could not be read: {err}"))
-            self._emit(Close("the stub sent a reply the proxy cannot read"))
+            self.emit(Notice(f"the stub's reply could not be read: {err}"))
+            self.emit(Close("the stub sent a reply the proxy cannot read"))
             return
         self._proc_expect = len(ex.bodies)
         for i, b in enumerate(ex.bodies):
             last = i == len(ex.bodies) - 1
-            self._to_stub(b, Waiter("proc", resume=ex.resume and last))
+            self.to_stub(b, Waiter("proc", resume=ex.resume and last))
 
-    def _read_memory(self, ranges: list[tuple[int, int]]) -> Generator[Exchange, list[bytes], list[bytes | None]]:
+    def read_memory(self, ranges: list[tuple[int, int]]) -> Generator[Exchange, list[bytes], list[bytes | None]]:
         """The bytes of each range (None: unreadable), read in pieces the stub takes (reads.py)."""
         out = yield from read_memory(self.read_limit, ranges)
         learned = self.read_limit.learned
         if learned is not None and learned != self._read_limit_said:
             self._read_limit_said = learned
-            self._emit(Notice(learned))
+            self.emit(Notice(learned))
         return out
 
     def _after_answer(self) -> None:
         for work in self.after_answer:
-            self._emit(AfterSend(work))
+            self.emit(AfterSend(work))
         self.after_answer.clear()
 
-    def _capture_call(self, hook: str, *args: Any) -> Any:
+    def capture_call(self, hook: str, *args: Any) -> Any:
         """Call a capture hook; a capture bug is counted, never fatal."""
         try:
             return getattr(self.capture, hook)(*args)
         except Exception as err:  # noqa: BLE001 - counted and reported once
-            self._capture_failed(err)
+            self.capture_failed(err)
             return None
 
-    def _capture_failed(self, err: Exception) -> None:
+    def capture_failed(self, err: Exception) -> None:
         self.stats.capture_errors += 1
         if self.stats.capture_errors == 1:
-            self._emit(Notice(f"capture error (counted in stats, the session goes on): {err!r}"))
+            self.emit(Notice(f"capture error (counted in stats, the session goes on): {err!r}"))
 
     @property
     def non_stop(self) -> bool:
@@ -505,10 +513,10 @@ class SessionBase:
 
     if TYPE_CHECKING:  # provided by core.Session
         stepping: AsyncStepping
-        def _dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None: ...
-        def _report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
+        def dispatch_client(self, body: bytes, raw: bytes | None, *, handed_over: bool = False) -> None: ...
+        def report_stop(self, sr: StopReply | None, raw: bytes | None, body: bytes | None = None,
                          pc: int | None = None) -> None: ...
-        def _on_stop_reply(self, body: bytes, raw: bytes) -> None: ...
-        def _client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None: ...
-        def _snoop_reply(self, body: bytes) -> None: ...
+        def on_stop_reply(self, body: bytes, raw: bytes) -> None: ...
+        def client_resume(self, resume: Resume, body: bytes, raw: bytes | None) -> None: ...
+        def snoop_reply(self, body: bytes) -> None: ...
         hidden: HiddenStops

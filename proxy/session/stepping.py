@@ -37,7 +37,7 @@ executor. This part watches those resumes and takes over at that moment.
    line of console output says why, and the stop is the client's.
 
 The state is in `AsyncStepping`; the session calls it at three points
-(``_client_resume``, ``_on_stop_reply``, ``_report_stop``). Its procedures
+(``client_resume``, ``on_stop_reply``, ``report_stop``). Its procedures
 talk to the stub through the session's procedure runner.
 """
 
@@ -134,7 +134,7 @@ class AsyncStepping:
         if not self.enabled or resume is self._noted or s.non_stop or resume.reverse:
             return False
         self.origin = None
-        st = s._stopped
+        st = s.stopped
         if st is None or st.thread is None or st.pc is None or s.target is None:
             return False
         inv = s.target.inventory
@@ -170,19 +170,19 @@ class AsyncStepping:
                         frame.self_addr, fn.self_in, 0, 0, frame.self_addr + layout.state_offset,
                         layout.state_size, self._line(s, frame.pc), states)
         s.task_threads.stale()
-        s._start_proc(self._proc_task_wait(s, origin))
+        s.start_proc(self._proc_task_wait(s, origin))
         return True
 
     def _proc_task_wait(self, s: Session, origin: Origin) -> Procedure:
         self.taken += 1
         self.origin = origin
         yield from self._plant(s, origin.low, None, None)
-        s._proc = None
+        s.proc = None
         self._run(s, None)
 
     def proc_note(self, s: Session, resume: Resume, body: bytes, raw: bytes | None) -> Procedure:
         """Sync the capture (the engine's scopes current), note the origin, then resume."""
-        sync = s._capture_call("sync")
+        sync = s.capture_call("sync")
         if sync is not None:
             yield from sync
         origin = self._origin_for(s, resume)
@@ -191,7 +191,7 @@ class AsyncStepping:
             data = memory_bytes(word)
             ret = int.from_bytes(data, "little") if data is not None and len(data) == 8 else None
             origin = self._complete(s, origin, ret)
-        s._proc = None
+        s.proc = None
         self.origin = origin
         self._noted = resume
         if origin is not None:
@@ -203,7 +203,7 @@ class AsyncStepping:
         w = self.wait
         if w is None or pc != w.addr or sr.kind != "T" or sr.signal != SIGTRAP or sr.thread is None:
             return False
-        s._start_proc(self._proc_wait_hit(s, sr, pc))
+        s.start_proc(self._proc_wait_hit(s, sr, pc))
         return True
 
     def on_report(self, s: Session, sr: StopReply | None) -> bool:
@@ -213,15 +213,15 @@ class AsyncStepping:
             self._end_wait(s, sr)
             return False
         origin, self.origin = self.origin, None
-        if origin is None or sr is None or sr.kind != "T" or sr.thread is None or s._proc is not None:
+        if origin is None or sr is None or sr.kind != "T" or sr.thread is None or s.proc is not None:
             return False
         if not sr.thread.matches(origin.thread) or sr.signal != SIGTRAP:
             return False
         if origin.children and origin.kind == "next" and self._into_machinery(s, origin, sr):
-            s._start_proc(self._proc_hide_call(s, origin, sr))
+            s.start_proc(self._proc_hide_call(s, origin, sr))
             return True
         if origin.inlined and origin.kind == "next" and self._out_of_inlined(s, origin, sr):
-            s._start_proc(self._proc_inline_out(s, origin, sr))
+            s.start_proc(self._proc_inline_out(s, origin, sr))
             return True
         # F returned: its frame is gone. Not always at the return address itself:
         # a stop there may come one instruction later (seen with gdbserver's range
@@ -229,12 +229,12 @@ class AsyncStepping:
         pc, sp = sr.pc(s.pc_regnum), sr.register_value(RSP_REGNUM_AMD64)
         if pc is None or sp is None or origin.low <= pc < origin.high or sp < origin.entry_sp + 8:
             return False
-        s._start_proc(self._proc_returned(s, origin, sr))
+        s.start_proc(self._proc_returned(s, origin, sr))
         return True
 
     # -- origin -------------------------------------------------------------------------
     def _origin_for(self, s: Session, resume: Resume) -> Origin | None:
-        st = s._stopped
+        st = s.stopped
         assert st is not None and st.thread is not None and st.pc is not None
         action = resume.action_for(st.thread)
         if action is None:
@@ -292,7 +292,7 @@ class AsyncStepping:
 
     @staticmethod
     def _stopped_sp(s: Session) -> int | None:
-        return s._last_stop.register_value(RSP_REGNUM_AMD64) if s._last_stop is not None else None
+        return s.last_stop.register_value(RSP_REGNUM_AMD64) if s.last_stop is not None else None
 
     def _children(self, s: Session, layout: Layout, line: SourceLoc | None) -> tuple[tuple[int, int], ...]:
         """The resume functions of the async fns this line awaits (step into them, over the rest)."""
@@ -362,8 +362,8 @@ class AsyncStepping:
             if loc is not None and loc != first and (origin.line is None or loc.line != origin.line.line):
                 break
             reply = yield from self._single_step(s, thread)
-        s._proc = None
-        s._report_stop(stop_or_none(reply), None, reply)
+        s.proc = None
+        s.report_stop(stop_or_none(reply), None, reply)
 
     def _proc_hide_call(self, s: Session, origin: Origin, sr: StopReply) -> Procedure:
         """Through the machinery to the child's body or back to the .await line's own
@@ -389,33 +389,33 @@ class AsyncStepping:
                 continue
             loc = self._line(s, pc)
             if loc is not None and _file_of(loc) == _file_of(origin.line):
-                resume = s._resume
+                resume = s.resume
                 action = resume.action_for(thread) if resume is not None else None
                 if (action is not None and action.op == "r" and action.range is not None
-                        and action.range[0] <= pc < action.range[1] and not s._interrupt_pending):
-                    s._proc = None
+                        and action.range[0] <= pc < action.range[1] and not s.interrupt_pending):
+                    s.proc = None
                     self.origin = origin  # still the client's step: on with it
-                    s._forward(without_signals(resume), None, resume=True)
+                    s.forward(without_signals(resume), None, resume=True)
                     return
                 if loc.line != origin.line.line:
                     break
                 # another row of the .await line: on through it (gdb would stop there)
             reply = yield from self._single_step(s, thread)
-        s._proc = None
-        s._report_stop(stop_or_none(reply), None, reply)
+        s.proc = None
+        s.report_stop(stop_or_none(reply), None, reply)
 
     def _proc_returned(self, s: Session, origin: Origin, sr: StopReply) -> Procedure:
         """F returned on the origin's thread: Pending waits for the coroutine's next poll."""
         state = yield from self._read_state(origin)
         if state is None or state < 3:
-            s._proc = None
-            s._report_stop(sr, None, sr.build())
+            s.proc = None
+            s.report_stop(sr, None, sr.build())
             return
         self.taken += 1
         self.origin = origin
         yield from self._step_off(s, sr.thread, sr.pc(s.pc_regnum) or 0)
         yield from self._plant(s, origin.low, None, None)
-        s._proc = None
+        s.proc = None
         self._run(s, None)
 
     def _proc_wait_hit(self, s: Session, sr: StopReply, pc: int) -> Procedure:
@@ -428,12 +428,12 @@ class AsyncStepping:
         else:
             mine = sr.thread.matches(w.thread) and (w.sp is None or g_register(regs, "rsp") == w.sp)
         if not mine:
-            s._proc = None
+            s.proc = None
             if probe is not None and not w.planted:
                 if not s.hidden.probe_hit(sr, sr.build(), pc):
-                    s._report_stop(sr, None, sr.build())
+                    s.report_stop(sr, None, sr.build())
                 return
-            s._start_proc(self._proc_pass(s, sr.thread, pc))
+            s.start_proc(self._proc_pass(s, sr.thread, pc))
             return
         yield from self._record_probe(s, sr, pc)  # the capture's probe at the same address
         yield from self._unplant(s)
@@ -442,7 +442,7 @@ class AsyncStepping:
             if state is not None and state < 3:
                 # Not suspended any more: the coroutine was dropped (its task cancelled or
                 # its owner gone) and a new one of the same async fn took its memory.
-                s._proc = None
+                s.proc = None
                 self._give_up(s, sr, f"{origin.name} {origin.self_ptr:#x} was dropped while the step waited; "
                               f"a new coroutine ({origin.states.get(state, state)}) is polled at its address",
                               foreign_stop(sr.build()))
@@ -454,7 +454,7 @@ class AsyncStepping:
     def _proc_pass(self, s: Session, thread: ThreadId, pc: int) -> Procedure:
         """Another coroutine at the wait's breakpoint: step it over, run on."""
         yield from self._step_off(s, thread, pc)
-        s._proc = None
+        s.proc = None
         self._run(s, None)
 
     def _arrived(self, s: Session, origin: Origin, sr: StopReply, regs: bytes) -> Procedure:
@@ -468,13 +468,13 @@ class AsyncStepping:
                 (word,) = yield Exchange((b"m%x,8" % entry_sp,))
                 data = memory_bytes(word)
             if entry_sp is None or data is None or len(data) != 8:
-                s._proc = None
+                s.proc = None
                 self._give_up(s, sr, "the return address of its poll could not be read")
                 return
             ret = int.from_bytes(data, "little")
             self.origin = dataclasses.replace(origin, entry_sp=entry_sp, ret_addr=ret)
             yield from self._plant(s, ret, thread, entry_sp + 8)
-            s._proc = None
+            s.proc = None
             self._run(s, thread)
             return
         reply = yield from self._to_line(s, origin, thread, sr)
@@ -483,16 +483,16 @@ class AsyncStepping:
         if thread.matches(origin.thread):
             # gdb's own `next` goes on from the resumed .await line
             self.origin = None
-            s._proc = None
-            s._report_stop(stop_or_none(reply), None, reply)
+            s.proc = None
+            s.report_stop(stop_or_none(reply), None, reply)
             return
         reply = yield from self._next_line(s, origin, thread, reply)
         st = stop_or_none(reply)
         if st is not None and st.kind == "T" and st.signal == SIGTRAP:
             reply = self._switched(s, origin, reply)
         self.origin = None  # (any other stop - the client's Ctrl-C, a signal - as it came)
-        s._proc = None
-        s._report_stop(stop_or_none(reply), None, reply)
+        s.proc = None
+        s.report_stop(stop_or_none(reply), None, reply)
 
     def _record_probe(self, s: Session, sr: StopReply, pc: int) -> Procedure:
         """A thread the proxy moves off a capture probe it stopped at: the capture hears of the hit."""
@@ -510,11 +510,11 @@ class AsyncStepping:
         if state is not None and state >= 3:
             yield from self._step_off(s, sr.thread, sr.pc(s.pc_regnum) or 0)
             yield from self._plant(s, origin.low, None, None)
-            s._proc = None
+            s.proc = None
             self._run(s, None)
             return
         self.origin = None
-        s._proc = None
+        s.proc = None
         body = sr.build()
         # gdb's `finish` breakpoint stops only its thread in its frame: elsewhere gdb
         # would step over the trap and run on, so that end is a plain stop there
@@ -522,7 +522,7 @@ class AsyncStepping:
         if not (sr.thread is not None and sr.thread.matches(origin.thread) and sr.pc(s.pc_regnum) == ret
                 and sr.register_value(RSP_REGNUM_AMD64) == sp + 8):
             body = self._switched(s, origin, body)
-        s._report_stop(stop_or_none(body), None, body)
+        s.report_stop(stop_or_none(body), None, body)
 
     def _to_line(self, s: Session, origin: Origin, thread: ThreadId, sr: StopReply) -> Procedure:
         """Single-step the thread from F's entry through the state dispatch to the
@@ -535,7 +535,7 @@ class AsyncStepping:
             reply = yield from self._single_step(s, thread)
             st = stop_or_none(reply)
             if st is None or st.kind != "T" or st.signal != SIGTRAP:
-                s._proc = None
+                s.proc = None
                 self._give_up(s, st, "the thread stopped for another reason on the way", reply)
                 return None
             pc = st.pc(s.pc_regnum)
@@ -548,7 +548,7 @@ class AsyncStepping:
                 return reply
         # The dispatch did not reach that line (another build's code shape): the
         # client gets the thread where it is, with the reason.
-        s._emit(ToClient(build_console_output(
+        s.emit(ToClient(build_console_output(
             "asyncrsp: the coroutine resumed; its .await line was not found, stopped where it runs\n")))
         return reply
 
@@ -648,16 +648,16 @@ class AsyncStepping:
 
     def _run(self, s: Session, thread: ThreadId | None) -> None:
         """Continue the program (or one thread) while the client's step waits."""
-        if s._interrupt_pending or s._closing:
-            st = s._last_stop
+        if s.interrupt_pending or s.closing:
+            st = s.last_stop
             self._end_wait(s, st)
-            s._report_stop(None, None, s.hidden.interrupt_reply(st) if st is not None else b"S02")
+            s.report_stop(None, None, s.hidden.interrupt_reply(st) if st is not None else b"S02")
             return
         action = ResumeAction("c", None, thread)
         resume = Resume((action,))
-        s._resume = resume
-        s._stopped = None
-        s._forward(resume.build(), None, resume=True)
+        s.resume = resume
+        s.stopped = None
+        s.forward(resume.build(), None, resume=True)
 
     def _read_state(self, origin: Origin) -> Procedure:
         (reply,) = yield Exchange((b"m%x,%x" % (origin.state_addr, origin.state_size),))
@@ -672,22 +672,22 @@ class AsyncStepping:
             return
         exited = sr is not None and sr.kind in ("W", "X")
         if w.planted and s.bps.proxy_remove(w.key) and not exited:
-            s._to_stub(z_packet(False, w.key), Waiter("drop"))
+            s.to_stub(z_packet(False, w.key), Waiter("drop"))
         what = origin.name if origin is not None else "the coroutine"
         addr = f" {origin.self_ptr:#x}" if origin is not None else ""
         why = ("the program exited" if exited else
                "the client's interrupt" if sr is not None and sr.signal in (2, 0x13) else
                "another stop")
-        s._emit(ToClient(build_console_output(
+        s.emit(ToClient(build_console_output(
             f"asyncrsp: the step ended before {what}{addr} was polled again ({why})\n")))
 
     def _give_up(self, s: Session, st: StopReply | None, why: str, reply: bytes | None = None) -> None:
         self.wait = self.origin = None
-        s._emit(ToClient(build_console_output(f"asyncrsp: the step stopped: {why}\n")))
+        s.emit(ToClient(build_console_output(f"asyncrsp: the step stopped: {why}\n")))
         if reply is not None:
-            s._report_stop(st, None, reply)
+            s.report_stop(st, None, reply)
         elif st is not None:
-            s._report_stop(st, None, st.build())
+            s.report_stop(st, None, st.build())
 
     def _await_lines(self, s: Session) -> set[SourceLoc]:
         """Every suspend point's .await line of the program's coroutines."""

@@ -39,7 +39,7 @@ class TaskThreads:
     named a task thread, the threads document); it uses the session only to run its
     procedures and to reply or forward (``session``: ``running``, ``non_stop``, whether a
     stop was seen, ``config.task_threads``, ``current_thread``, ``queries.with_reads``,
-    ``_start_proc``/``_end_proc``, ``_reply``, ``_forward``, ``_emit``)."""
+    ``start_proc``/``end_proc``, ``reply``, ``forward``, ``emit``)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -71,27 +71,27 @@ class TaskThreads:
             # Non-stop: other threads run while the client looks at one, so no moment holds
             # every task still; task threads are all-stop only (never listed, never named).
             return False
-        if self.session._stopped is None:
+        if self.session.stopped is None:
             # No stop seen yet (lldb lists threads before its `?`): the program's pid,
             # file and threads are not known, so there are no tasks to read yet.
             return False
         if body in (b"qfThreadInfo", b"jThreadsInfo") or body.startswith(b"qXfer:threads:read:"):
-            self.session._start_proc(self._proc_thread_query(body))
+            self.session.start_proc(self._proc_thread_query(body))
             return True
         if body == b"qsThreadInfo" and self._listing:
-            self.session._reply(view.next_page())
+            self.session.reply(view.next_page())
             return True
         if body[:2] == b"Hc":
             self._hc_task = view.names_task(body)
         if not view.fresh:
             if view.names_task(body):
-                self.session._start_proc(self._proc_thread_query(body))
+                self.session.start_proc(self._proc_thread_query(body))
                 return True
             return False
         reply = view.answer(body)
         if reply is None:
             return False
-        self.session._reply(reply)
+        self.session.reply(reply)
         return True
 
     def resume(self, resume: Resume) -> tuple[str, bytes]:
@@ -121,13 +121,13 @@ class TaskThreads:
             ids = yield from self._stub_thread_ids()
             view.learn_format(ids)
             self._listing = True
-            self.session._end_proc()
-            self.session._reply(view.thread_pages(ids)[0])
+            self.session.end_proc()
+            self.session.reply(view.thread_pages(ids)[0])
             return
         if body == b"jThreadsInfo":
             (rep,) = yield Exchange((body,))
-            self.session._end_proc()
-            self.session._reply(view.threads_json(rep) if view.all_tids() else rep)
+            self.session.end_proc()
+            self.session.reply(view.threads_json(rep) if view.all_tids() else rep)
             return
         if body.startswith(b"qXfer:threads:read:"):
             try:
@@ -135,25 +135,25 @@ class TaskThreads:
             except MalformedPacket:
                 req = None
             if not isinstance(req, QXferRead):
-                self.session._end_proc()
-                self.session._reply(b"E00")
+                self.session.end_proc()
+                self.session.reply(b"E00")
                 return
             if req.offset == 0 or self.doc is None:
                 doc = yield from self._stub_threads_doc()
                 if doc is None:  # the stub has no such object: its reply, as it gave it
-                    self.session._end_proc()
-                    self.session._reply(b"E00")
+                    self.session.end_proc()
+                    self.session.reply(b"E00")
                     return
                 self.doc = view.threads_xml(doc)
-            self.session._end_proc()
-            self.session._reply(build_qxfer_reply(self.doc, req.offset, req.length))
+            self.session.end_proc()
+            self.session.reply(build_qxfer_reply(self.doc, req.offset, req.length))
             return
-        self.session._end_proc()
+        self.session.end_proc()
         reply = view.answer(body)
         if reply is not None:
-            self.session._reply(reply)
+            self.session.reply(reply)
         else:
-            self.session._forward(body, None)
+            self.session.forward(body, None)
 
     def _stub_thread_ids(self) -> Generator[Exchange, list[bytes], list[bytes]]:
         ids: list[bytes] = []
@@ -195,7 +195,7 @@ class TaskThreads:
         try:
             tasks, shape, end_ra, unread = yield from self.session.queries.with_reads(answer)
         except Exception as err:  # noqa: BLE001 - a reflection bug must not end the session
-            self.session._emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
+            self.session.emit(Notice(f"task threads: reading the tasks failed: {err!r}"))
             tasks, shape, end_ra, unread = [], None, 0, 0
         stop = self.session.current_thread()
         template = seen.get(stop) if stop is not None else None

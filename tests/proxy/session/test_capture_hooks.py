@@ -260,7 +260,7 @@ def test_hidden_breakpoints_of_the_capture_are_removed_on_switch() -> None:
     assert bodies(stub(s, b"OK"), ToStub) == [b"rec-install"]
     stub(s, b"OK")
     stub(s, stop_at(0x1000, reason=b""))
-    s._start_proc(s.lifecycle.proc_switch(None, "off"))
+    s.start_proc(s.lifecycle.proc_switch(None, "off"))
     assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
     assert bodies(stub(s, b"OK"), ToStub) == [b"z0,%x,1" % SITE]
     stub(s, b"OK")
@@ -306,7 +306,7 @@ def test_count_probes_taken_by_the_capture() -> None:
     stub(s, stop_at(0x1000, reason=b""))
     assert "probe hits: 7" in s.queries.stats_lines() and "  probed: 7" in s.queries.stats_lines()
     assert "--probe functions: 1, all counted by recorder (no stop)" in s.queries.stats_lines()
-    s._start_proc(s.lifecycle.proc_switch(None, "off"))
+    s.start_proc(s.lifecycle.proc_switch(None, "off"))
     assert bodies(s.take_actions(), ToStub) == [b"rec-uninstall"]
     assert bodies(stub(s, b"OK"), ToStub) == [b"Z0,%x,1" % SITE]  # after the uninstall, never before
     stub(s, b"OK")
@@ -417,7 +417,7 @@ def test_count_probes_installed_at_the_first_stop_the_first_resume_only_finishes
     acts = _first_stop(s)
     assert bodies(acts, ToClientRaw) == [frame(THREAD_STOP)]  # the client has its answer first
     assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"]
-    assert s._capture_installed and not s._planted and s.lifecycle.holds_program()
+    assert s.capture_installed and not s.planted and s.lifecycle.holds_program()
     client(s, b"m%x,1" % SITE)
     assert bodies(stub(s, b"cc"), ToClientRaw) == [frame(b"55")]  # the capture's view of the site
     assert bodies(client(s, b"vCont;c"), ToStubRaw) == [frame(b"vCont;c")]
@@ -448,7 +448,7 @@ def test_session_ended_before_the_first_resume_takes_the_early_install_out() -> 
     _first_stop(s)
     s.client_closed()
     assert any(isinstance(a, Close) for a in s.take_actions())
-    assert rec.calls[-1] == "uninstall" and not s._capture_installed
+    assert rec.calls[-1] == "uninstall" and not s.capture_installed
     for leave in (b"D", b"vKill;%x" % int(PID)):
         rec = EarlyCounter()
         s = _early_session(rec)
@@ -471,7 +471,7 @@ def test_no_early_install_for_a_remote_program_or_a_backend_that_declines() -> N
     s = _early_session(rec)
     _first_stop(s)
     assert rec.calls == ["identify:" + PID, "plan", "count_probes", "install_early"] and s.capture is None
-    assert not s._capture_installed and not s.lifecycle.holds_program()
+    assert not s.capture_installed and not s.lifecycle.holds_program()
 
 
 def test_a_backend_that_cannot_start_early_is_not_planned_twice() -> None:
@@ -521,9 +521,9 @@ def test_switch_before_the_first_resume_takes_the_early_install_out() -> None:
     rec = EarlyCounter()
     s = _early_session(rec)
     _first_stop(s)
-    s._start_proc(s.lifecycle.proc_switch(None, "off"))
+    s.start_proc(s.lifecycle.proc_switch(None, "off"))
     assert s.take_actions() == [] and rec.calls[-1] == "uninstall"
-    assert s.capture is None and not s._capture_installed and not s.lifecycle.early
+    assert s.capture is None and not s.capture_installed and not s.lifecycle.early
     assert bodies(client(s, b"vCont;c"), ToStub) == [b"Z0,%x,1" % SITE]
 
 
@@ -537,7 +537,7 @@ def test_a_new_process_takes_the_early_install_out() -> None:
         s = _early_session(rec)
         _first_stop(s)
         assert bodies(client(s, new), ToStubRaw) == [frame(new)]
-        assert rec.calls[-1] == gone and s.capture is None and not s.lifecycle.early and not s._capture_installed
+        assert rec.calls[-1] == gone and s.capture is None and not s.lifecycle.early and not s.capture_installed
         rec.calls.clear()
         client(s, b"?")
         stub(s, THREAD_STOP)
@@ -578,4 +578,4 @@ def test_hang_up_while_the_first_stop_prepares() -> None:
         s.client_closed(keep_stub=keep)
         closes = [a for a in s.take_actions() + stub(s, b"l") if isinstance(a, Close)]
         assert closes and closes[-1].keep_stub == keep
-        assert "install_early" not in rec.calls and not s._capture_installed
+        assert "install_early" not in rec.calls and not s.capture_installed

@@ -758,7 +758,7 @@ def _stopped_in_program(pid: int) -> Driver:
     d = Driver(probes=[])
     d.client(b"qSupported:multiprocess+;fork-events+")
     d.stub(b"PacketSize=47ff;multiprocess+;fork-events+")
-    d.s._main_pid = pid  # the program's pid, as the plant finds it (lifecycle.find_program)
+    d.s.main_pid = pid  # the program's pid, as the plant finds it (lifecycle.find_program)
     d.client(b"?")
     d.stub(stop_at(PROBE))
     return d
@@ -839,3 +839,22 @@ def test_the_current_thread_is_the_stops_not_the_last_hg() -> None:
     d.stub(b"OK")
     assert d.s.client_g_thread == b"p3a4d.3a51"
     assert d.s.current_thread() == 0x3A50
+
+
+def test_the_parts_use_only_the_sessions_public_names() -> None:
+    """The session's parts (non-stop, lifecycle, hidden stops, stepping, queries, task
+    threads) and the application that composes it hold the session (`self.s`, `s`,
+    `session`): what they may use of it is its public names; its underscored ones are its
+    own. Read from the sources (a part that reaches into the session fails here)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "proxy"
+    reach = re.compile(r"(?<![\w.])(?:self\.s|self\.session|session|s)\._[a-z]\w*")
+    found = []
+    for path in sorted({root / "app.py", *root.glob("*/*.py")}):
+        if path.name in ("core.py", "state.py") and path.parent.name == "session":
+            continue  # the session's own modules
+        for no, line in enumerate(path.read_text().splitlines(), 1):
+            found += [f"{path.relative_to(root)}:{no}: {m}" for m in reach.findall(line)]
+    assert not found, "\n".join(found)

@@ -236,7 +236,7 @@ def test_gdbs_remove_and_insert_around_a_step_stay_in_the_proxy() -> None:
     s = stopped_with_a_breakpoint()
     assert say(s, "client", b"z" + BP) == [ToClient(b"OK")]
     assert list(s.bps.lingering) == [(0, 0x7FFFF7FCC060, 1)] and not s.bps.client
-    s._planted = True  # as after the first resume's plant: the keeper's plan is made
+    s.planted = True  # as after the first resume's plant: the keeper's plan is made
     assert s.leave_plan()["z"] == ["z" + BP.decode()]  # still in the stub: in the plan
     assert say(s, "client", b"m7fffffffe7a0,8") == [ToStubRaw(frame(b"m7fffffffe7a0,8"))]  # a read: stays
     say(s, "stub", b"00" * 8)

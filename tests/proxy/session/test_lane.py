@@ -136,7 +136,7 @@ def _run(traffic: list[bytes | tuple[bytes, bytes]], lane: bool,
         else:
             s.client_packet(body, raw)
             deliver(s.take_actions())
-        if s._stopped is not None and s.known.memory_pid is None:
+        if s.stopped is not None and s.known.memory_pid is None:
             # the program's memory is local from its first stop on: what the lifecycle's identity
             # proof decides for a real process (it found none here, with a capture planted)
             s.known.memory_pid = s.known.memory_link_pid = 0x3A4D

@@ -307,7 +307,7 @@ def test_a_trap_reported_after_its_hidden_breakpoint_went_is_hidden() -> None:
     assert s.bps.proxy_owns(SITE)
     assert _to_stub(stub(s, b"T05thread:p1.1;")) == [b"g"]  # QEMU's reports carry no registers
     assert bodies(stub(s, _g_at(SITE + 0x10)), ToClientRaw) == [frame(b"T05thread:p1.1;")]
-    s._start_proc(s.lifecycle.proc_switch(None, "off"))  # as `monitor async mode off` does
+    s.start_proc(s.lifecycle.proc_switch(None, "off"))  # as `monitor async mode off` does
     assert _to_stub(s.take_actions()) == [b"rec-uninstall"]
     assert _to_stub(stub(s, b"OK")) == [b"z0,%x,1" % SITE]
     stub(s, b"OK")

@@ -61,11 +61,11 @@ class Driver(CoreDriver):
                                  task=lambda ref: SimpleNamespace(self_ptr=SELF) if ref == 4 else None)
         s.target = SimpleNamespace(inventory=inv, bias=0, engine=engine, path="/prog")
         s.capture = CaptureBase()
-        s._planted = True
+        s.planted = True
         s.stepping._lines_path = "/prog"
         s.stepping._lines = lambda pc: SourceLoc(FILE, LINES[pc]) if pc in LINES else None
-        s._stopped = Stopped(ThreadId.parse(T1), AWAIT_PC)
-        s._last_stop = parse_stop_reply(stop(AWAIT_PC))
+        s.stopped = Stopped(ThreadId.parse(T1), AWAIT_PC)
+        s.last_stop = parse_stop_reply(stop(AWAIT_PC))
 
 
 def parse_console_output(body: bytes) -> str:
