@@ -190,7 +190,7 @@ class CellPlan:
         v = self.enum.variant_for(value)
         if v is None or v.name != "Running" or not v.fields:
             return None
-        from .describers import unwrap
+        from .describers.combinators import unwrap
 
         off, ftype = unwrap(r, self.stage + v.fields[0].offset, v.fields[0].type_name)  # by type only
         return off, ftype
@@ -221,7 +221,7 @@ def cell_plan(r: Reflector, cell: str) -> CellPlan | None:
     sched = core_t.field("scheduler")
     local = None
     if sched is not None and sched.type_name.startswith(LOCAL_SHARED):
-        from .describers import _path
+        from .describers.fields import _path
 
         at = _path(r, 0, sched.type_name, "ptr", "pointer")
         local = core.offset + sched.offset + at if at is not None else None
@@ -242,7 +242,7 @@ def local_set_threads(r: Reflector, on_stacks: dict[tuple[int, str], int]) -> di
     (``local.await``). Its tasks are ``spawn_local``'s: they are polled only there. Fact
     (hyper's single_threaded: a current-thread runtime and a LocalSet per server thread):
     attached late, the servers' connection tasks said nothing of their thread."""
-    from .describers import _path
+    from .describers.fields import _path
 
     out: dict[int, int] = {}
     for (addr, tname), tid in on_stacks.items():
@@ -270,7 +270,8 @@ def local_set_threads(r: Reflector, on_stacks: dict[tuple[int, str], int]) -> di
 def _local_set_shared(r: Reflector, local_set: int) -> int | None:
     """``LocalSet { context: Rc<Context { shared: Arc<Shared>, .. }>, .. }``: the Shared's
     ArcInner address (the field names and offsets from the program's DWARF)."""
-    from .describers import _path, shared_inner_type
+    from .describers.fields import _path
+    from .describers.io import shared_inner_type
 
     at = _path(r, local_set, LOCAL_SET, "context", "ptr", "pointer")
     ctx = r.mem.word(at) if at is not None else None
@@ -294,7 +295,7 @@ def spawn_location(r: Reflector, core_addr: int, core_type: str) -> str | None:
     file_f = fields.get("file") or fields.get("filename")  # &str; rustc >= 1.9x: NonNull<str>
     if not p or file_f is None or not {"line", "col"} <= set(fields):
         return None
-    from .describers import _find_field
+    from .describers.fields import _find_field
 
     data_at = _find_field(r, file_f.type_name, "data_ptr")  # the str fat pointer: (data_ptr, length)
     len_at = _find_field(r, file_f.type_name, "length")

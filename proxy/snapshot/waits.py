@@ -210,7 +210,7 @@ class _Context:
         got = task_future(self.r, self.inv, self.bias, header)
         if got is not None:
             return self._by_addr.get(got[0])
-        from proxy.reflect.describers import spawned_type
+        from proxy.reflect.describers.tasks import spawned_type
 
         h = self.inv.types.get("tokio::runtime::task::core::Header") if self.inv is not None else None
         f = h.field("vtable") if h is not None else None

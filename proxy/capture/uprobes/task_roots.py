@@ -57,7 +57,7 @@ def task_roots(inv: Inventory) -> dict[int, TaskRoot]:
         running = [v for v in plan.enum.variants if v.name == "Running" and v.fields]
         if len(running) != 1:
             continue
-        from proxy.reflect.describers import unwrap
+        from proxy.reflect.describers.combinators import unwrap
 
         off, ftype = unwrap(r, plan.stage + running[0].fields[0].offset, running[0].fields[0].type_name)
         fns = fn_of.get(ftype, [])

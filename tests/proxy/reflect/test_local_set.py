@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.reflect.describers import _path, shared_inner_type
+from proxy.reflect.describers.fields import _path
+from proxy.reflect.describers.io import shared_inner_type
 from proxy.reflect.tokio_adapter import cell_plan, local_set_threads
 from proxy.reflect.walker import Reflector
 from tests.proxy.reflect.test_walker import BASE, Mem, _inv

@@ -172,7 +172,7 @@ def test_futures_unordered_list_cycle_ends() -> None:
 def _io_util_leaf(inv, name: str, slot: str | None) -> Mem:  # type: ignore[no-untyped-def]
     """A tokio ``io::util`` future at BASE borrowing a TcpStream (fd 42) whose ScheduledIo has
     the waker ``slot`` ("reader", "writer") set, the compiler's own offsets throughout."""
-    from proxy.reflect.describers import _find_field
+    from proxy.reflect.describers.fields import _find_field
 
     fut = inv.types[name]
     ptr = next(f for f in fut.fields if f.type_name in inv.fd_offsets)
@@ -262,7 +262,7 @@ def test_of_two_futures_channel_ends_the_one_holding_the_waker_is_waited_on(wake
         arc = BASE + 0x1000 * (i + 1)
         mem.write(BASE + 8 * i, arc.to_bytes(8, "little"))
         mem.write(arc, bytes(inv.types[shared].size))
-        from proxy.reflect.describers import _path
+        from proxy.reflect.describers.fields import _path
 
         slot = _path(r, arc, shared, "data", *path, "value")
         assert slot is not None, shared

@@ -1,4 +1,4 @@
-"""What a leaf that polls an I/O handle itself waits for (proxy/reflect/describers.py, its I/O section), and the
+"""What a leaf that polls an I/O handle itself waits for (proxy/reflect/describers/io.py), and the
 streams a future polls (describers.stream_field / stream_next), on the compiler's own types
 of two programs nobody on the project wrote (the gauntlet's debug builds: async-std's a-chat
 and tokio-tungstenite's WebSocket server), over synthetic memory (sans-IO).
@@ -101,7 +101,7 @@ def test_an_async_io_stream_says_its_sockets_direction(chat) -> None:  # type: i
             assert e.discr is not None and occupied.discr is not None
             h.mem.write(data + e.discr.offset, occupied.discr.to_bytes(e.discr.size, "little"))
             h.mem.write(data + occupied.fields[0].offset, SOME)
-            from proxy.reflect.describers import _find_field, _path
+            from proxy.reflect.describers.fields import _find_field, _path
 
             r = Reflector(chat, 0, h.mem.read)
             ptr, ln = _find_field(r, vec, "ptr", max_depth=6), _path(r, entries, vec, "len")
@@ -116,7 +116,7 @@ def test_a_tokio_handle_held_by_value_behind_references(ws) -> None:  # type: ig
     """tokio-tungstenite's AllowStd holds the TcpStream by value (the waker it registers is its
     own proxy's): the ScheduledIo behind the stream's registration, the fd by the stream's
     place (Inventory.fd_offsets of `&TcpStream`)."""
-    from proxy.reflect.describers import _find_field
+    from proxy.reflect.describers.fields import _find_field
 
     h = Heap(ws)
     h.mem.write(BASE, bytes(ws.types[ALLOW_STD].size))
