@@ -200,11 +200,11 @@ def test_client_runs_its_own_trace_experiment(programs: dict[str, Path]) -> None
 def _code_sites(prog: Path) -> list[int]:
     """Link-time addresses of probed's entry and rets (what --trace-probe plants)."""
     from proxy.analysis.elf import open_elf
-    from proxy.analysis.inventory import _ExitFinder
+    from proxy.analysis.exits import ExitFinder
 
     elf = open_elf(str(prog))
     (sym,) = [s for s in elf.symbols if s.name == "probed"]
-    rets, _ = _ExitFinder(elf, []).exits(sym.addr, sym.addr + sym.size)
+    rets, _ = ExitFinder(elf, []).exits(sym.addr, sym.addr + sym.size)
     return [sym.addr, *rets]
 
 

@@ -1,6 +1,6 @@
 """A resume function's exits on AArch64: where the breakpoint capture plants its exit probes.
 
-The x86-64 finder (inventory._ExitFinder) decodes x86; this one reads A64 with capstone's
+The x86-64 finder (exits.ExitFinder) decodes x86; this one reads A64 with capstone's
 ARM64 mode (every instruction 4 bytes, so ``disasm_lite`` alone tells each one):
 
 * rets: capstone's RET group, by mnemonic: ``ret`` (through x30, or another register),

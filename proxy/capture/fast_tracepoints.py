@@ -78,7 +78,7 @@ class FastTracepoints:
                 sym = elf.symbol_at(addr - target.bias)
                 sizes[addr] = sym.size if sym is not None else 0
             add_count_points(prog, funcs, bias=target.bias, fast_code=elf.read, sizes=sizes)
-        from proxy.analysis.inventory import import_sites
+        from proxy.analysis.exits import import_sites
 
         warnings: list[str] = []
         self._thread_sites = {a + target.bias for a in import_sites(elf, "pthread_create", warnings)[0]}

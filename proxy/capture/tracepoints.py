@@ -243,7 +243,7 @@ class TracepointCapture(FastTracepoints, CaptureBase):
     def _count_functions(self, target: Target) -> list[tuple[str, int, tuple[int, ...]]]:
         """``--trace-probe`` functions with their rets (runtime addresses)."""
         from proxy.analysis.elf import open_elf
-        from proxy.analysis.inventory import _ExitFinder
+        from proxy.analysis.exits import ExitFinder
         from proxy.symbols import resolve_probes
 
         inv = target.inventory
@@ -251,7 +251,7 @@ class TracepointCapture(FastTracepoints, CaptureBase):
             return []
         entry = inv.entry + target.bias
         elf = open_elf(target.path)
-        finder = _ExitFinder(elf, [])
+        finder = ExitFinder(elf, [])
         out = []
         for probe in resolve_probes(target.path, entry, self.count_patterns):
             sym = elf.symbol_at(probe.addr - target.bias)

@@ -11,7 +11,8 @@ import pytest
 
 from proxy.analysis import exits_aarch64
 from proxy.analysis.elf import open_elf
-from proxy.analysis.inventory import analyse, import_sites
+from proxy.analysis.exits import import_sites
+from proxy.analysis.inventory import analyse
 
 LOW = 0x1000
 CODE = [  # (address, instruction word)

@@ -66,12 +66,12 @@ def test_exits_catch_every_return_slow(config: str, program: str, inventory_of, 
 
 
 def test_exit_verdicts_without_the_detailed_decode_match_capstone_groups() -> None:
-    """``_ExitFinder.exits`` judges plain rets, immediate calls and jumps, register-indirect
+    """``ExitFinder.exits`` judges plain rets, immediate calls and jumps, register-indirect
     ones and rip-relative slots from ``disasm_lite``'s text; every verdict must be what
     capstone's detailed decode (its RET / CALL / JUMP groups and operands) gives."""
     import capstone
 
-    from proxy.analysis.inventory import _ExitFinder
+    from proxy.analysis.exits import ExitFinder
 
     low = 0x1000
     code = bytes.fromhex(
@@ -103,7 +103,7 @@ def test_exit_verdicts_without_the_detailed_decode_match_capstone_groups() -> No
         def read(self, addr: int, n: int) -> bytes:
             return code[addr - low:addr - low + n]
 
-    finder = _ExitFinder.__new__(_ExitFinder)
+    finder = ExitFinder.__new__(ExitFinder)
     finder.elf, finder.warnings = Elf(), []
     finder.cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     finder.cs.detail = True
