@@ -339,6 +339,10 @@ class NonStopMode:
         if plant:
             yield from self.s.lifecycle.plant()
         threads = yield from self._threads()
+        if not threads:  # no list to spell the wildcard out with: the resume as it came
+            self.s.proc = None
+            self.s.forward(resume.build(), None)
+            return
         packets = spell_out(resume, threads, spared, self.s.packet_size)
         if len(packets) > 1:
             replies = yield Exchange(tuple(packets[:-1]))

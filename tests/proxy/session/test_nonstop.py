@@ -301,3 +301,11 @@ def test_spell_out_splits_at_the_stubs_packet_size() -> None:
     assert items[1:] == [b"c:p1.%x" % t for t in range(3, 40) if t != 7]
     assert spell_out(parse_resume(b"vCont;c:p1.-1"), threads, []) == [  # type: ignore[arg-type]
         b"vCont;" + b";".join(b"c:p1.%x" % t for t in range(2, 40))]
+
+
+def test_a_wildcard_resume_goes_as_it_came_when_the_stub_lists_no_thread() -> None:
+    d = _non_stop_running()
+    notify(d, stop_at(0x1000))
+    d.stub(b"OK")
+    assert bodies(d.client(b"vCont;c"), ToStub) == [b"qfThreadInfo"]
+    assert bodies(d.stub(b"E01"), ToStub) == [b"vCont;c"]
