@@ -703,9 +703,9 @@ def test_sampling_records_a_sample_and_counts_every_poll(config: str) -> None:
     assert code == 0 and full.decoder is not None
     polls = full.decoder.stats.entries
     sampled, eng, code = run_captured(prog, [60, "ct"], inv, unwind_share=0.0, sample_every=16)
-    assert code == 0 and sampled.decoder is not None and sampled._kernel_totals is not None
-    _n, live_polls, recorded, _unseen = sampled._kernel_totals
-    assert live_polls + sampled.closed_polls == polls
+    assert code == 0 and sampled.decoder is not None and sampled.totals.kernel is not None
+    _n, live_polls, recorded, _unseen = sampled.totals.kernel
+    assert live_polls + sampled.totals.closed_polls == polls
     assert sampled.decoder.stats.entries < polls / 2, (sampled.decoder.stats.entries, polls)
     assert recorded <= sampled.decoder.stats.entries
     assert eng.timing.sampled and "exact" in eng.timing.sampled
@@ -933,7 +933,7 @@ def test_tasks_mode_keeps_the_tasks_probes_and_counts_them_exactly() -> None:
     assert kept and left, (kept, left)
 
     def polls(c: UprobeCapture, fn: int) -> int:
-        return c.polls_by_fn.get(fn, 0) + c.live_polls_by_fn.get(fn, 0)
+        return c.totals.polls_by_fn.get(fn, 0) + c.totals.live_polls_by_fn.get(fn, 0)
 
     for fn in kept:
         assert polls(cap, fn) == polls(ref, fn), (fn, polls(cap, fn), polls(ref, fn))
@@ -1013,7 +1013,7 @@ def test_only_graph_changes_recorded_and_every_poll_counted(config: str) -> None
     c = changes.counters()
     assert c.get("drops", 0) == 0 and c.get("scope misses", 0) == 0, c
     counted: dict[int, int] = {}
-    for by_fn in (changes.polls_by_fn, changes.live_polls_by_fn):
+    for by_fn in (changes.totals.polls_by_fn, changes.totals.live_polls_by_fn):
         for fn, n in by_fn.items():
             site = changes._fn_site[fn]
             counted[site] = counted.get(site, 0) + n
@@ -1084,7 +1084,7 @@ def test_repeat_polls_folded_and_counted_against_the_servers_own_count() -> None
     assert cap.changes and cap.plan_ is not None
     assert counters.get("drops", 0) == 0 and counters.get("scope misses", 0) == 0, counters
     kernel: dict[int, int] = {}
-    for by_fn in (cap.polls_by_fn, cap.live_polls_by_fn):
+    for by_fn in (cap.totals.polls_by_fn, cap.totals.live_polls_by_fn):
         for fn, n in by_fn.items():
             kernel[fn] = kernel.get(fn, 0) + n
     entries: dict[int, int] = {}
@@ -1132,7 +1132,7 @@ def test_nested_coroutines_done_in_one_poll_counted_not_recorded(config: str) ->
     def at_stop() -> None:  # everything folded, the held-back entries and elided counts read
         assert cap._prog is not None and cap.plan_ is not None
         seen.update(hits=cap._prog.site_hits(list(range(len(cap.plan_.sites)))), counters=cap.counters(),
-                    elided=cap.elided_by_fn(), entries=dict(eng.entries_by_site), eng_elided=eng._g.c.elided)
+                    elided=cap.totals.elided_by_fn(), entries=dict(eng.entries_by_site), eng_elided=eng._g.c.elided)
 
     out, _hits, _counters, lines = _http_server_run(prog, inv, eng, cap, at_stop)
     assert cap.elide and not cap.changes and cap.plan_ is not None
@@ -1256,7 +1256,7 @@ def test_catch_up_within_a_cpu_budget_holds_back_new_tasks(config: str) -> None:
         assert cap._prog is not None and cap.plan_ is not None and cap.catchup is not None
         ids = set(conn_ids())
         running = sum(1 for th in eng.threads() for sc in eng.scopes(th) if sc.task in ids and not sc.nested)
-        seen.update(hits=cap._prog.site_hits(list(range(len(cap.plan_.sites)))), elided=cap.elided_by_fn(),
+        seen.update(hits=cap._prog.site_hits(list(range(len(cap.plan_.sites)))), elided=cap.totals.elided_by_fn(),
                     entries=dict(eng.entries_by_site), conns=len(ids), graph=conn_polls() + running,
                     switches=cap.catchup.switches, held=cap.catchup.held, counters=cap.counters())
 
@@ -1344,7 +1344,7 @@ def test_nested_probes_follow_the_budget(config: str) -> None:
             roots={t.path for t in eng.tasks() if t.parent is None and not t.finished},
             stale=[t for t in eng.tasks() if not t.finished and t.id not in running_tasks
                    and t.site in cap.nested_links.inner_sites],
-            entries=dict(eng.entries_by_site), elided=cap.elided_by_fn(), forgotten=cap.nested_links.forgotten))
+            entries=dict(eng.entries_by_site), elided=cap.totals.elided_by_fn(), forgotten=cap.nested_links.forgotten))
 
     out, counters, lines = _http_server_stops(prog, inv, eng, cap, at_stop, [300, 150])
     assert len(stops) == 2, stops

@@ -90,7 +90,8 @@ Theory of operation (../shared/research/linux-uprobes.md has the measured facts)
 
 ``UprobeCapture`` attaches, detaches and answers the session; its parts own their
 state, each in a module: the consumer that folds the records (``fold.py``,
-``cap.fold``), the client's view (``client_view.py``, ``cap.view``), and what
+``cap.fold``), the kernel's counts given to the engine at stops (``totals.py``,
+``cap.totals``), the client's view (``client_view.py``, ``cap.view``), and what
 changes the links while the program runs: the time slices (``slices.py``), the
 tasks-mode swap (``tasks_mode.py``), the learned return sites (``returns.py``) and
 full mode's nested link under the CPU budget (``nested.py``; when: ``catchup.py``).
@@ -108,13 +109,11 @@ from proxy.analysis.elf import ElfImage, open_elf
 from proxy.analysis.model import Inventory
 from proxy.capture.base import CaptureBase
 from proxy.capture.target import Target
-from proxy.graph.engine import Engine
-from proxy.graph.events import PollResumed
 from proxy.probes import Probe
 from proxy.procedure import Exchange, Procedure
 
 from . import bpf as B
-from .decode import F_STATE, Decoder, InstanceTotals
+from .decode import Decoder
 from .catchup import CatchUp, NestedProbes
 from .client_view import DEBUG_REGISTERS, ClientView
 from .nested import NestedLinks
@@ -125,6 +124,7 @@ from .host import host_check, running_file
 from .sites import Site, SitePlan, count_site, plan_sites
 from .unwind import StackUnwinder
 from .fold import RingFold
+from .totals import KernelTotals
 from .wakes import SpawnsAndWakes
 
 _REC_BYTES = 116  # a record's mean size in the ring (entries 152 with the header, exits 80)
@@ -197,10 +197,6 @@ class UprobeCapture(CaptureBase):
         self.sample_every = max(int(sample_every), 1)
         self.move_exits = move_exits  # exit probes in the callers where every return goes (caller_exits.py)
         self._fn_site: dict[int, int] = {}  # resume function index -> runtime low_pc (the engine's site)
-        self._kernel_totals: tuple[int, int, int, int] | None = None  # instances, polls, recorded, unseen polls
-        self.closed_polls = 0  # polls of the instances whose totals came closed (InstanceTotals)
-        self.polls_by_fn: dict[int, int] = {}  # resume function index -> polls of its closed instances
-        self.live_polls_by_fn: dict[int, int] = {}  # ... of its live instances (the kernel's map, at sync)
         self.inventory: Inventory | None = None
         self.plan_: SitePlan | None = None
         self.decoder: Decoder | None = None
@@ -215,6 +211,7 @@ class UprobeCapture(CaptureBase):
         self._sites_by_addr: dict[int, Any] = {}
         self._mask: list[tuple[int, bytes]] = []  # (runtime addr, original bytes), sorted
         # the consumer: ring, backlog, resynchronisation, the unwinder's queue (fold.py)
+        self.totals = KernelTotals(self)  # the kernel's counts, given to the engine at stops (totals.py)
         self.fold = RingFold(self, unwind_queue, unwind_queue > 0 and unwind_share > 0 and self.sample_every <= 1,
                              max_backlog)
         # what the client sees: its breakpoints (at sites: made hardware), masked reads, fork and exec
@@ -271,9 +268,7 @@ class UprobeCapture(CaptureBase):
         self.nested = (NestedProbes() if nested_out and self.catchup is not None and self.catchup.budget is not None
                        else None)
         self.nested_links = NestedLinks(self)  # the nested probes' link (nested.py)
-        self.elided_at_stops = 0  # elided coroutines read from the threads' storage at stops
         self._running = True  # the program runs (from the install on; false from a stop to the next resume)
-        self.pending_fed = 0  # entries of polls in progress at stops, read from the threads' scopes
         self._site_cap = 0  # the BPF site table's size
         self._final_counters: dict[str, int] = {}  # the kernel's counters when the links closed
 
@@ -867,9 +862,9 @@ class UprobeCapture(CaptureBase):
             if self.nested.out:
                 self.nested_links.forget_inner()  # what the graph knew of them is stale: the tree comes from memory
         if self.changes or self.elide:
-            self._feed_pending()
+            self.totals.feed_pending()
         if self._folded:
-            self._apply_kernel_totals()
+            self.totals.apply()
         line = self.slicing.line()
         if line is not None and self.engine is not None:
             self.engine.timing.sampled = line
@@ -899,125 +894,7 @@ class UprobeCapture(CaptureBase):
         prog.set_sample_every(every)
         cu.switched(every, now, prog.counters().get("hits", 0))
 
-    def elided_by_fn(self) -> dict[int, int]:
-        """Resume function (runtime low_pc) -> its polls elided (CFG_ELIDE), from the kernel."""
-        if self._prog is None or self.decoder is None:
-            return {}
-        sites = self.decoder.sites
-        out: dict[int, int] = {}
-        for cookie, n in self._prog.site_hits(list(range(len(sites))), "site_elided").items():
-            if n and sites[cookie].kind == B.KIND_ENTRY:
-                out[sites[cookie].site] = out.get(sites[cookie].site, 0) + n
-        return out
 
-    def elided_line(self, c: dict[str, int]) -> str:
-        by_fn = self.elided_by_fn()
-        names = ""
-        if by_fn and self.engine is not None:
-            cat = self.engine.catalog
-            top3 = sorted(by_fn.items(), key=lambda kv: -kv[1])[:3]
-            names = " (" + ", ".join(f"{cat.type_key(site)}: {n:,}" for site, n in top3) + \
-                (", ..." if len(by_fn) > 3 else "") + ")"
-        held = " (and, while catching up, tasks done in their first poll)" if self.catchup is not None else ""
-        return (f"recorded: every poll, but for coroutines created and completed inside one poll of their "
-                f"parent{held}: {c.get('elided', 0):,} such polls counted in the kernel, not recorded{names}; they "
-                "are finished tasks that take their ids (not in top or tasks --all); entries held back "
-                f"and sent late: {c.get('flushed', 0):,}, read at stops: {self.pending_fed:,}")
-
-    def _feed_pending(self) -> None:
-        """At a stop (only changes recorded, or nested coroutines elided): the polls
-        in progress whose entries went out as no record, fed to the engine from each
-        thread's scope stack (bottom first, after every record), and marked recorded
-        in the kernel so that their exits go out; with each, the coroutines elided on
-        the thread before it, and then those elided since (their task ids in order)."""
-        prog, engine, dec = self._prog, self.engine, self.decoder
-        if prog is None or engine is None or dec is None or not self._pid:
-            return
-        try:
-            tids = sorted(int(t) for t in os.listdir(f"/proc/{self._pid}/task"))
-        except OSError:
-            return
-        for tid in tids:
-            pending, elided = prog.pending_entries(tid)
-            for sc, below in pending:
-                sp, self_ptr, ts, _hits, ret, state, _fn, _rec, _off, _size, cookie, flags, before, _ip = sc
-                if before:  # elided before it (CFG_ELIDE): their task ids come first
-                    engine.elided(before)
-                    self.elided_at_stops += before
-                if cookie >= len(dec.sites):
-                    continue
-                p_site = self._fn_site.get(below[1]) if below is not None else None
-                engine.feed(PollResumed(dec.next_seq(), tid, dec.sites[cookie].site, self_ptr, sp, ret or None,
-                                        state if flags & F_STATE else None, ts,
-                                        (below[0], p_site) if below is not None and p_site else None))
-                self.pending_fed += 1
-            if elided:  # elided since the thread's last record, after the polls in progress began
-                engine.elided(elided)
-                self.elided_at_stops += elided
-
-    def _credit(self, tot: InstanceTotals, engine: Engine) -> None:
-        """An instance's exact totals (closed: its address starts a new life, or it
-        completed) to the engine's node for it, when the kernel counts the polls
-        (otherwise every poll was recorded)."""
-        self.closed_polls += tot.polls
-        self.polls_by_fn[tot.fn] = self.polls_by_fn.get(tot.fn, 0) + tot.polls
-        if not self._folded:
-            return
-        site = self._fn_site.get(tot.fn)
-        node = engine.node_at(tot.self_ptr, site) if site is not None else None
-        if node is not None and tot.polls:
-            engine.timing.set_totals(node, tot.polls, tot.raw_ns, tot.hits)
-
-    def _apply_kernel_totals(self) -> None:
-        """At a stop: every live instance's exact totals from the kernel's map to the
-        engine's timing; what was recorded of them, for `stats` and `top`."""
-        prog, engine = self._prog, self.engine
-        if prog is None or engine is None:
-            return
-        polls = recorded = unseen = 0
-        totals = prog.instances()
-        # The kernel counts a poll at its entry, the engine at its exit: a poll the
-        # engine holds open (its entry recorded, or read at this stop) is in the
-        # kernel's count already and will be counted again when its exit is folded.
-        # Its raw time and hits are added at the exit on both sides.
-        open_polls: dict[int, int] = {}
-        for t in engine.threads():
-            for sc in engine.scopes(t):
-                if not sc.nested:
-                    open_polls[sc.task] = open_polls.get(sc.task, 0) + 1
-        polled_unseen: dict[int, int] = {}
-        for (self_ptr, fn), (n, raw, hits, rec) in totals.items():
-            polls += n
-            recorded += rec
-            site = self._fn_site.get(fn)
-            node = engine.node_at(self_ptr, site) if site is not None else None
-            if node is None:
-                unseen += n
-            elif n:
-                engine.timing.set_totals(node, max(n - open_polls.get(node, 0), 0), raw, hits)
-                polled_unseen[node] = n - rec - open_polls.get(node, 0)
-        engine.polled_unseen(polled_unseen)  # a task may have ended in one: its state is read now
-        self._kernel_totals = (len(totals), polls, recorded, unseen)
-        self.live_polls_by_fn = {}
-        for (_self_ptr, fn), (n, _raw, _hits, _rec) in totals.items():
-            self.live_polls_by_fn[fn] = self.live_polls_by_fn.get(fn, 0) + n
-        if self.catchup is not None:
-            notes = [n for n in (self.catchup.note(recorded, polls), self.nested_links.note_for_top()) if n]
-            engine.timing.sampled = "; ".join(notes) or None
-            return
-        if self.changes:
-            # said once a poll was not recorded (until then every poll is in the histograms)
-            counters = prog.counters()  # one read of the kernel's counters
-            folded = counters.get("skipped", 0) - counters.get("flushed", 0)
-            engine.timing.sampled = (
-                f"only the polls that changed the graph recorded ({recorded:,} of {polls:,} polls of the live "
-                "instances); POLLS and BUSY are exact (every poll counted in the kernel), LONGEST and the "
-                "histograms from the recorded polls") if folded > 0 else None
-            return
-        engine.timing.sampled = (
-            f"sampled: one root poll in {self.sample_every} per coroutine instance recorded, at random "
-            f"({recorded:,} of {polls:,} polls of the live instances); POLLS and BUSY are exact "
-            "(counted in the kernel), LONGEST and histograms from the recorded polls")
 
     # ------------------------------------------------------------------ stats
     def counters(self) -> dict[str, int]:
@@ -1054,15 +931,15 @@ class UprobeCapture(CaptureBase):
         if self.changes:
             lines.append(f"recorded: only the polls that changed the graph (a new instance, state, parent or "
                          f"thread, a completion; {c.get('flushed', 0):,} entries sent late, at a state change, "
-                         f"{self.pending_fed:,} read at stops); repeat polls counted in the kernel: "
+                         f"{self.totals.pending_fed:,} read at stops); repeat polls counted in the kernel: "
                          f"{c.get('skipped', 0):,} hits")
-            if self._kernel_totals is not None:
-                n, polls, rec, unseen = self._kernel_totals
+            if self.totals.kernel is not None:
+                n, polls, rec, unseen = self.totals.kernel
                 lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
-                             f"{self.closed_polls:,} of completed or dropped ones; {unseen:,} polls of instances "
+                             f"{self.totals.closed_polls:,} of completed or dropped ones; {unseen:,} polls of instances "
                              "the graph never saw (not in top)")
         if self.elide and c.get("elided"):  # (a count-only program elides nothing)
-            lines.append(self.elided_line(c))
+            lines.append(self.totals.elided_line(c))
         if self.catchup is not None and c and not self._count_only_loaded:
             lines.append(self.catchup.line(time.monotonic(), c.get("hits", 0)))
         if self.sample_every > 1:
@@ -1070,8 +947,8 @@ class UprobeCapture(CaptureBase):
                          f"with the polls nested in it, and every new instance's first; hits not recorded: "
                          f"{c.get('skipped', 0):,}; the graph's edges and states and the poll histograms "
                          "come from the recorded polls only")
-            if self._kernel_totals is not None:
-                n, polls, rec, unseen = self._kernel_totals
+            if self.totals.kernel is not None:
+                n, polls, rec, unseen = self.totals.kernel
                 lines.append(f"kernel's poll counts: {polls:,} polls of {n:,} live instances, {rec:,} recorded; "
                              f"{unseen:,} polls of instances the graph never saw (not in top)"
                              + (f"; instance totals lost (ring full): {c['stats lost']}" if c.get("stats lost") else ""))

@@ -211,12 +211,12 @@ class RingFold:
                 engine.elided(dec.elided)
                 dec.elided = 0
             if type(ev) is InstanceTotals:
-                c._credit(ev, engine)
+                c.totals.credit(ev, engine)
                 continue
             if dec.totals is not None:  # a completion's exit carrying its instance's totals
                 feed(ev)
                 c.events += 1
-                c._credit(dec.totals, engine)
+                c.totals.credit(dec.totals, engine)
                 dec.totals = None
                 continue
             if sliced and not c.slicing.feed(ev, engine):

@@ -92,7 +92,7 @@ def state_of(eng: Engine, cap: UprobeCapture, dec: Decoder) -> dict[str, Any]:
         timing=sorted((k, v.polls, v.raw_ns, v.events, v.longest, list(v.samples)) for k, v in eng.timing.tasks.items()),
         leaves=(eng.timing.leaf_polls, list(eng.timing._leaves)),
         dec=(dec.stats, dec.seq, dec.elided, dec.totals), events=cap.events, queued=len(cap.fold.unwind_q),
-        closed=cap.closed_polls,
+        closed=cap.totals.closed_polls,
     )
 
 
