@@ -99,6 +99,47 @@ def test_a_target_side_condition_at_a_probe(threads: int, programs: dict[str, Pa
     assert hits and int(hits.group(1)) == N, outs["proxy"]
 
 
+@pytest.mark.parametrize("probe", ["^worker$", "^probed$"], ids=["elsewhere", "same-address"])
+def test_a_dprintf_in_agent_style(probe: str, programs: dict[str, Path]) -> None:
+    """gdb's `dprintf` in agent style (BreakpointCommands: gdbserver prints, gdb never stops):
+    through the proxy as straight where the proxy has no breakpoint of its own (the stub prints
+    each call, gdb shows `agent-printf`, no fallback warning); at a hidden probe's own address
+    the stub must hold the breakpoint plain (its commands would swallow the probe's hits, and
+    gdb does not run agent commands at a stop it is shown): the proxy says so, and the probe
+    still counts every call."""
+    require_tool("gdb", "gdbserver")
+    prog = programs["probe_count"]
+    n = 5
+    cmds = ["set dprintf-style agent", 'dprintf *probed,"hit %d\\n",$rdi',
+            f"break probe_count.c:{_printf_line(programs)}", "continue", "info breakpoints", "continue"]
+    outs = {}
+    for way in ("straight", "proxy"):
+        with start_stub("gdbserver", prog, [str(n), "1"]) as stub:
+            if way == "straight":
+                run = gdb_batch(prog, [f"target remote {stub.address}", *cmds], timeout=120)
+            else:
+                with start_proxy(stub.address, probes=[probe], extra=["--capture", "breakpoints"]) as px:
+                    run = gdb_batch(prog, [f"target remote {px.address}", *cmds[:-1], "monitor async stats --all",
+                                           cmds[-1]], timeout=120)
+                    assert px.wait(timeout=20) == 0, px.stderr_text()
+                    notices = px.stderr_text()
+            stub.wait(timeout=10)
+            printed = re.findall(r"^hit (\d+)$", stub.output_text(), re.M)
+        outs[way] = (run.output, printed)
+    straight, proxy = outs["straight"], outs["proxy"]
+    assert straight[1] == [str(i) for i in range(n)], straight
+    for out in (straight[0], proxy[0]):
+        assert 'agent-printf "hit %d\\n",$rdi' in out and "Target cannot run dprintf" not in out, out
+        assert "exited normally" in out, out
+    if probe == "^worker$":
+        assert proxy[1] == straight[1], proxy
+        assert "carries target-side commands" not in notices, notices
+    else:
+        assert "carries target-side commands" in notices, notices
+        hits = re.search(r"^\s*probed: (\d+)", proxy[0], re.M)
+        assert hits and int(hits.group(1)) == n, proxy[0]
+
+
 def test_probe_hits_zero_without_calls(programs: dict[str, Path]) -> None:
     """The counter is not a constant: a run with no calls reports 0 hits."""
     require_tool("gdb", "gdbserver")

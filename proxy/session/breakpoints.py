@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 BpKey = tuple[int, int, int]  # (type, addr, kind)
+COMMANDS_LOST = ("the client's breakpoint at %#x carries target-side commands (a dprintf in agent style); "
+                 "the proxy has its own breakpoint there, so the stub holds it without them and their "
+                 "output is lost (dprintf-style gdb, or a breakpoint elsewhere, keeps it)")
 
 
 @dataclass(slots=True)
@@ -76,6 +79,13 @@ class BreakpointTable:
         self.version += 1
         self.client.pop(key, None)
         return key not in self.proxy
+
+    def commands_at(self, key: BpKey) -> bool:
+        """Does the client's breakpoint at `key` carry target-side commands (gdb's dprintf in
+        agent style: `;cmds:`)? Where the proxy has its own breakpoint they cannot stay in the
+        stub (gdbserver runs them and reports no stop: the proxy's hit would be lost), and gdb
+        does not run agent commands itself at a stop it is shown: their output is lost there."""
+        return b";cmds:" in self.client.get(key, b"")
 
     def proxy_insert(self, key: BpKey) -> bool:
         """Record a proxy insert; True when the stub must be told: the union gains it, or

@@ -65,7 +65,7 @@ from rsp.threads import ThreadId
 from proxy.procedure import Exchange, Forward, Handover, Procedure, Reply
 
 from .actions import Close, Notice, SetNoAck, ToClient, ToClientRaw, ToStub, ToStubRaw
-from .breakpoints import BpKey
+from .breakpoints import COMMANDS_LOST, BpKey
 from .hidden import HiddenStops
 from .known import keeps_stop
 from .queries import PROXY_QXFER_OBJECTS
@@ -96,8 +96,10 @@ _LANE_HEADS = frozenset(b"mgpHq")
 _LANE_QUESTION = b"qXfer:threads:read:"
 
 
-# Features the client must not see (rule 5).
-_HIDDEN_FROM_CLIENT = ("BreakpointCommands",)
+# Features the client must not see (rule 5). None now: target-side conditions and commands
+# pass, and breakpoints.py keeps them out of the stub where the proxy has a breakpoint.
+_HIDDEN_FROM_CLIENT: tuple[str, ...] = ()
+
 
 
 # The client's requests the session routes itself: one table keyed by the request's kind
@@ -662,6 +664,8 @@ class Session(SessionBase):
         if bp.insert:
             if self.bps.client_insert(key, bp.conditions):
                 if bp.conditions and self.bps.strip_conditions(key):
+                    if self.bps.commands_at(key):
+                        self.emit(Notice(COMMANDS_LOST % bp.addr))
                     return self.forward(body.split(b";", 1)[0], None)
                 self.forward(body, raw)
             else:

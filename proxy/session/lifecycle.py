@@ -22,7 +22,7 @@ from proxy.probes import Probe
 from proxy.procedure import Exchange, Procedure
 
 from .actions import Close, Notice, ToStub, ToStubRaw
-from .breakpoints import BpKey
+from .breakpoints import COMMANDS_LOST, BpKey
 from .wire import SIGINT, auxv_entry, feature_on, stub_file, stub_file_whole, without_signals, z_packet
 
 if TYPE_CHECKING:
@@ -443,6 +443,8 @@ class CaptureLifecycle:
         for p in probes:
             key: BpKey = (0, p.addr, self.s.arch.bp_kind)
             self.s.probes[p.addr] = p
+            if self.s.bps.commands_at(key):
+                self.s.emit(Notice(COMMANDS_LOST % p.addr))
             if self.s.bps.proxy_insert(key):
                 bodies.append(z_packet(True, key))
         if bodies:

@@ -65,8 +65,8 @@ def test_qsupported_edits_both_ways() -> None:
     acts = d.stub(b"OK")
     assert SetNoAck("stub") in acts
     (down,) = bodies(acts, ToClient)
-    assert b"BreakpointCommands" not in down  # the proxy's plain Z0 would drop them silently
-    assert b"ConditionalBreakpoints+" in down  # breakpoints.py: kept plain where the proxy has one
+    # breakpoints.py: kept out of the stub where the proxy has a breakpoint of its own
+    assert b"BreakpointCommands+" in down and b"ConditionalBreakpoints+" in down
     assert b"QNonStop+" in down  # non-stop mode passes (nonstop.py)
     assert b"PacketSize=47ff" in down and b"qXfer:asyncrsp.graph:read+" in down
 
