@@ -99,15 +99,23 @@ def test_a_target_side_condition_at_a_probe(threads: int, programs: dict[str, Pa
     assert hits and int(hits.group(1)) == N, outs["proxy"]
 
 
-@pytest.mark.parametrize("probe", ["^worker$", "^probed$"], ids=["elsewhere", "same-address"])
-def test_a_dprintf_in_agent_style(probe: str, programs: dict[str, Path]) -> None:
+@pytest.mark.parametrize("probe, capture", [("^worker$", "breakpoints"), ("^probed$", "breakpoints"),
+                                            ("^probed$", "uprobes")], ids=["elsewhere", "same-address", "uprobe"])
+def test_a_dprintf_in_agent_style(probe: str, capture: str, programs: dict[str, Path]) -> None:
     """gdb's `dprintf` in agent style (BreakpointCommands: gdbserver prints, gdb never stops):
     through the proxy as straight where the proxy has no breakpoint of its own (the stub prints
-    each call, gdb shows `agent-printf`, no fallback warning); at a hidden probe's own address
-    the stub must hold the breakpoint plain (its commands would swallow the probe's hits, and
-    gdb does not run agent commands at a stop it is shown): the proxy says so, and the probe
-    still counts every call."""
+    each call, gdb shows `agent-printf`, no fallback warning), also at a uprobe's address (the
+    client's breakpoint goes to the stub as a hardware one, with its commands); at a hidden
+    breakpoint's own address the stub must hold the breakpoint plain (its commands would swallow
+    the probe's hits, and gdb does not run agent commands at a stop it is shown): the proxy says
+    so, and the probe still counts every call."""
     require_tool("gdb", "gdbserver")
+    if capture == "uprobes":
+        from proxy.capture.uprobes import available
+
+        why = available(None)
+        if why is not None:
+            pytest.skip(f"uprobes cannot run here: {why}")
     prog = programs["probe_count"]
     n = 5
     cmds = ["set dprintf-style agent", 'dprintf *probed,"hit %d\\n",$rdi',
@@ -118,7 +126,7 @@ def test_a_dprintf_in_agent_style(probe: str, programs: dict[str, Path]) -> None
             if way == "straight":
                 run = gdb_batch(prog, [f"target remote {stub.address}", *cmds], timeout=120)
             else:
-                with start_proxy(stub.address, probes=[probe], extra=["--capture", "breakpoints"]) as px:
+                with start_proxy(stub.address, probes=[probe], extra=["--capture", capture]) as px:
                     run = gdb_batch(prog, [f"target remote {px.address}", *cmds[:-1], "monitor async stats --all",
                                            cmds[-1]], timeout=120)
                     assert px.wait(timeout=20) == 0, px.stderr_text()
@@ -131,10 +139,14 @@ def test_a_dprintf_in_agent_style(probe: str, programs: dict[str, Path]) -> None
     for out in (straight[0], proxy[0]):
         assert 'agent-printf "hit %d\\n",$rdi' in out and "Target cannot run dprintf" not in out, out
         assert "exited normally" in out, out
-    if probe == "^worker$":
+    if probe == "^worker$" or capture == "uprobes":
         assert proxy[1] == straight[1], proxy
         assert "carries target-side commands" not in notices, notices
-    else:
+    if capture == "uprobes":
+        assert "capture: uprobes" in proxy[0], proxy[0]
+        hits = re.search(r"^\s*probed: (\d+)", proxy[0], re.M)
+        assert hits and int(hits.group(1)) == n, proxy[0]
+    elif probe == "^probed$":
         assert "carries target-side commands" in notices, notices
         hits = re.search(r"^\s*probed: (\d+)", proxy[0], re.M)
         assert hits and int(hits.group(1)) == n, proxy[0]

@@ -518,7 +518,10 @@ class UprobeCapture(CaptureBase):
         yield Exchange(tuple(b"z0,%x,1" % a for a in convert))
         self._attach(leave_out)
         if convert:
-            replies = yield Exchange(tuple(b"Z1,%x,1" % a for a in convert))
+            # with the client's target-side conditions and commands, as its Z0 had them
+            table = self._table
+            kept = table.client if table is not None else {}
+            replies = yield Exchange(tuple(b"Z1,%x,1" % a + kept.get((0, a, 1), b"") for a in convert))
             for a, rep in zip(convert, replies):
                 self.view.client_sw.discard(a)
                 if rep == b"OK":

@@ -309,3 +309,24 @@ def test_an_elided_coroutine_takes_its_id_and_counts_finished() -> None:
     assert {t.self_ptr for t in elided.tasks()} == {0xaa00, 0xcc00}
     assert elided.finished_count() == every.finished_count() == 1
     assert elided.stats().tasks_seen == every.stats().tasks_seen == 3
+
+
+def test_the_clients_breakpoints_made_hardware_at_install_keep_their_conditions() -> None:
+    """A client's Z0 at a site before the install goes back as a Z1 with the conditions and
+    commands its Z0 carried (a dprintf in agent style: gdbserver runs them on the hardware
+    breakpoint, the uprobe counts): a plain Z1 lost the commands' output."""
+    from proxy.capture.uprobes import bpf as B
+    from proxy.session.breakpoints import BreakpointTable
+
+    cap = _capture_with_sites({0x1000: b"\x55", 0x1100: b"\x55"})
+    for a in (0x1000, 0x1100):
+        cap._sites_by_addr[a] = SimpleNamespace(addr=a, spec=B.SiteSpec(B.KIND_ENTRY))
+    table = BreakpointTable()
+    table.client_insert((0, 0x1000, 1), b";cmds:1,X3,220701")
+    table.client_insert((0, 0x1100, 1))
+    cap._table = table
+    cap._attach = lambda leave_out: None  # type: ignore[method-assign]
+    convert, leave_out = cap._split_conflicts()
+    proc = cap._proc_install(convert, leave_out)
+    assert next(proc).bodies == (b"z0,1000,1", b"z0,1100,1")
+    assert proc.send([b"OK", b"OK"]).bodies == (b"Z1,1000,1;cmds:1,X3,220701", b"Z1,1100,1")
