@@ -19,8 +19,11 @@ is missed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -114,10 +117,14 @@ def open_page(path: Path, timeout: float = 60.0) -> Iterator[Page]:
     exe = chromium()
     if exe is None:
         raise FileNotFoundError("chromium is not installed (Debian: apt-get install chromium)")
-    with tempfile.TemporaryDirectory(prefix="asyncrsp-chromium-") as profile:
+    # Chromium's helpers (renderer, utility, crashpad) can still write into the profile for a
+    # moment after the browser itself exits: the whole process group goes (_end), and a file
+    # written after that leaves the temporary profile behind rather than failing the test
+    # (once in a CI run: "Directory not empty: 'Default'" at the profile's removal).
+    with tempfile.TemporaryDirectory(prefix="asyncrsp-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                                  f"--window-size={WIDTH},900", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port = _devtools_port(Path(profile), proc, timeout)
             ws = websocket.create_connection(_page_socket(port, timeout), timeout=timeout, suppress_origin=True)
@@ -132,12 +139,23 @@ def open_page(path: Path, timeout: float = 60.0) -> Iterator[Page]:
             finally:
                 ws.close()
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end(proc)
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """The browser and every process of its group gone (SIGTERM, then SIGKILL after 10 s)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                try:
+                    os.killpg(proc.pid, 0)
+                except ProcessLookupError:
+                    return  # the group is empty
+            time.sleep(0.05)
+    proc.wait()
 
 
 def _devtools_port(profile: Path, proc: subprocess.Popen[bytes], timeout: float) -> int:
