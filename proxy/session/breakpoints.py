@@ -27,6 +27,7 @@ class BreakpointTable:
     # a thread that trapped there before may still report it (`late_trap`)
     gone: set[int] = field(default_factory=set)
     version: int = 0  # changes with the union (the keeper's plan is rebuilt then)
+    commands_said: set[int] = field(default_factory=set)  # addresses told COMMANDS_LOST
 
     def _in_union(self, key: BpKey) -> bool:
         return key in self.client or key in self.proxy or key in self.lingering
@@ -80,12 +81,16 @@ class BreakpointTable:
         self.client.pop(key, None)
         return key not in self.proxy
 
-    def commands_at(self, key: BpKey) -> bool:
-        """Does the client's breakpoint at `key` carry target-side commands (gdb's dprintf in
-        agent style: `;cmds:`)? Where the proxy has its own breakpoint they cannot stay in the
-        stub (gdbserver runs them and reports no stop: the proxy's hit would be lost), and gdb
-        does not run agent commands itself at a stop it is shown: their output is lost there."""
-        return b";cmds:" in self.client.get(key, b"")
+    def commands_lost(self, key: BpKey) -> bool:
+        """Is this the first time the client's breakpoint at `key`, carrying target-side
+        commands (gdb's dprintf in agent style: `;cmds:`), meets a proxy breakpoint there? They
+        cannot stay in the stub (gdbserver runs them and reports no stop: the proxy's hit would
+        be lost), and gdb does not run agent commands itself at a stop it is shown: their output
+        is lost there. Once an address (gdb inserts its breakpoints again at every stop)."""
+        if b";cmds:" not in self.client.get(key, b"") or key[1] in self.commands_said:
+            return False
+        self.commands_said.add(key[1])
+        return True
 
     def proxy_insert(self, key: BpKey) -> bool:
         """Record a proxy insert; True when the stub must be told: the union gains it, or
@@ -136,3 +141,4 @@ class BreakpointTable:
         self.proxy.clear()
         self.lingering.clear()
         self.gone.clear()
+        self.commands_said.clear()

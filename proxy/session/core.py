@@ -664,7 +664,7 @@ class Session(SessionBase):
         if bp.insert:
             if self.bps.client_insert(key, bp.conditions):
                 if bp.conditions and self.bps.strip_conditions(key):
-                    if self.bps.commands_at(key):
+                    if self.bps.commands_lost(key):
                         self.emit(Notice(COMMANDS_LOST % bp.addr))
                     return self.forward(body.split(b";", 1)[0], None)
                 self.forward(body, raw)

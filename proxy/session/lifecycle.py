@@ -443,7 +443,7 @@ class CaptureLifecycle:
         for p in probes:
             key: BpKey = (0, p.addr, self.s.arch.bp_kind)
             self.s.probes[p.addr] = p
-            if self.s.bps.commands_at(key):
+            if self.s.bps.commands_lost(key):
                 self.s.emit(Notice(COMMANDS_LOST % p.addr))
             if self.s.bps.proxy_insert(key):
                 bodies.append(z_packet(True, key))

@@ -82,3 +82,16 @@ def test_target_side_conditions_never_hold_back_a_proxy_breakpoint() -> None:
     plain = (0, 0x3000, 1)
     assert t.client_insert(plain)
     assert not t.proxy_insert(plain)  # no conditions in the stub to replace
+
+
+def test_lost_commands_are_said_once_an_address() -> None:
+    t = BreakpointTable()
+    key = (0, 0x1000, 1)
+    t.proxy_insert(key)
+    t.client_insert(key, b";X3,220701")
+    assert not t.commands_lost(key)  # a condition: gdb evaluates it again itself
+    t.client_insert(key, b";cmds:1,X3,220701")
+    assert t.commands_lost(key)
+    t.client_remove(key)
+    t.client_insert(key, b";cmds:1,X3,220701")  # gdb's insert again at the next stop
+    assert not t.commands_lost(key)
